@@ -1,0 +1,10 @@
+#include "lib/clock.h"
+
+namespace aside {
+
+SystemClock& SystemClock::Get() noexcept {
+  static SystemClock clock;
+  return clock;
+}
+
+}  // namespace aside

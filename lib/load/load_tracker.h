@@ -1,0 +1,36 @@
+// The per-backend load state of one group, keyed by address. Tables hold
+// shared pointers into it, so a backend's load survives table rebuilds and
+// is dropped only when no table references the backend any more.
+#ifndef ASIDE_LIB_LOAD_LOAD_TRACKER_H_
+#define ASIDE_LIB_LOAD_LOAD_TRACKER_H_
+
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/load/backend_load.h"
+
+namespace aside {
+
+// Thread-safe. GetOrCreate() is for table builders (control path), not for
+// the pick path.
+class LoadTracker {
+ public:
+  // Returns the load of `address`, creating it on first use.
+  std::shared_ptr<BackendLoad> GetOrCreate(absl::string_view address);
+  // Forgets entries no table references any more.
+  void Prune();
+  size_t size() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<BackendLoad>> loads_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace aside
+
+#endif  // ASIDE_LIB_LOAD_LOAD_TRACKER_H_

@@ -1,0 +1,58 @@
+#include "lib/policies/round_robin.h"
+
+#include <atomic>
+#include <vector>
+
+#include "lib/random.h"
+#include "lib/table.h"
+
+namespace aside {
+namespace {
+
+class RoundRobinSelector final : public Selector {
+ public:
+  explicit RoundRobinSelector(const SelectorInput& input)
+      : table_(*input.table),
+        members_(input.members.begin(), input.members.end()),
+        position_(members_.empty() ? 0 : ThreadRng().Below(members_.size())) {}
+
+  size_t Pick(const PickRequest& request,
+              absl::Span<uint32_t> out) const noexcept override {
+    const size_t n = members_.size();
+    if (n == 0 || out.empty()) {
+      return 0;
+    }
+    // The one shared step of this pick; fallbacks walk on from it locally.
+    const uint64_t start =
+        position_.fetch_add(1, std::memory_order_relaxed) % n;
+    size_t count = 0;
+    for (size_t step = 0; step < n && count < out.size(); ++step) {
+      size_t pos = start + step;
+      if (pos >= n) {
+        pos -= n;
+      }
+      const uint32_t index = members_[pos];
+      if (table_.eligible(index) &&
+          !pick_internal::Contains(request.exclude, index)) {
+        out[count++] = index;
+      }
+    }
+    return count;
+  }
+
+ private:
+  const Table& table_;
+  std::vector<uint32_t> members_;
+  // Padded so that picks on one group do not share a cache line with
+  // anything else.
+  alignas(64) mutable std::atomic<uint64_t> position_;
+};
+
+}  // namespace
+
+std::unique_ptr<const Selector> MakeRoundRobinSelector(
+    const SelectorInput& input) {
+  return std::make_unique<RoundRobinSelector>(input);
+}
+
+}  // namespace aside

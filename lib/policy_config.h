@@ -1,0 +1,121 @@
+// Selection policies by name, with their parameters, defaults and
+// validation. Both the server (YAML config, Admin API) and the client stub
+// (tables received over Watch) describe policies with these types.
+#ifndef ASIDE_LIB_POLICY_CONFIG_H_
+#define ASIDE_LIB_POLICY_CONFIG_H_
+
+#include <cstdint>
+#include <memory>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace aside {
+
+enum class PolicyKind : uint8_t {
+  kRoundRobin,
+  kWeightedRoundRobin,
+  kRandom,
+  kHash,
+  kKetama,
+  kMaglev,
+  kP2c,
+  kLeastTime,
+  kSticky,
+  kLocality,
+};
+inline constexpr int kPolicyKindCount = 10;
+
+// "round_robin", "weighted_round_robin", "random", "hash", "ketama",
+// "maglev", "p2c", "least_time", "sticky", "locality".
+absl::string_view PolicyName(PolicyKind kind);
+absl::StatusOr<PolicyKind> ParsePolicyName(absl::string_view name);
+
+// Policies that map a key to a backend and rebuild a ring or table when
+// membership or weights change (never on a readiness-only change).
+bool IsHashPolicy(PolicyKind kind);
+
+struct KetamaParams {
+  // nginx uses 160; any other value no longer matches nginx. 1..1000.
+  uint32_t points_per_weight = 160;
+  friend bool operator==(const KetamaParams&, const KetamaParams&) = default;
+};
+
+struct MaglevParams {
+  // A prime, 101..5000011, at least the number of backends.
+  uint64_t table_size = 65537;
+  friend bool operator==(const MaglevParams&, const MaglevParams&) = default;
+};
+
+struct P2cParams {
+  enum class Load : uint8_t { kPending, kPeakEwma };
+  Load load = Load::kPending;
+  // Peak-EWMA decay time constant, 1ms..1h.
+  absl::Duration decay = absl::Seconds(10);
+  // RTT assumed for a backend without samples, 1us..1m.
+  absl::Duration default_rtt = absl::Milliseconds(30);
+  friend bool operator==(const P2cParams&, const P2cParams&) = default;
+};
+
+struct LeastTimeParams {
+  enum class Metric : uint8_t { kFirstByte, kLastByte };
+  Metric metric = Metric::kLastByte;
+  // EWMA smoothing factor in (0, 1].
+  double alpha = 0.3;
+  // Latency assumed for a backend without samples, 1us..1m.
+  absl::Duration default_latency = absl::Milliseconds(10);
+  friend bool operator==(const LeastTimeParams&,
+                         const LeastTimeParams&) = default;
+};
+
+struct StickyParams {
+  // Validity of an issued token, 1s..30d.
+  absl::Duration ttl = absl::Hours(1);
+  friend bool operator==(const StickyParams&, const StickyParams&) = default;
+};
+
+struct LocalityParams {
+  absl::Duration weight_expiration_period = absl::Seconds(180);
+  absl::Duration update_period = absl::Seconds(1);
+  absl::Duration smoothing_time_constant = absl::Seconds(5);
+  double utilization_variance_threshold = 0.1;
+  double remote_probe_fraction = 0.03;
+  friend bool operator==(const LocalityParams&,
+                         const LocalityParams&) = default;
+};
+
+// A policy with its parameters. Only the parameters of `kind` are
+// meaningful; the others keep their defaults. `child` is the fallback of a
+// sticky policy or the in-zone policy of a locality policy (null means
+// round_robin) and must itself be neither sticky nor locality.
+struct PolicyConfig {
+  PolicyKind kind = PolicyKind::kRoundRobin;
+  KetamaParams ketama;
+  MaglevParams maglev;
+  P2cParams p2c;
+  LeastTimeParams least_time;
+  StickyParams sticky;
+  LocalityParams locality;
+  std::shared_ptr<const PolicyConfig> child;
+
+  absl::string_view name() const { return PolicyName(kind); }
+  // The child, or the default (round_robin) when none is set.
+  const PolicyConfig& child_or_default() const;
+
+  friend bool operator==(const PolicyConfig& a, const PolicyConfig& b);
+};
+
+// Checks every parameter of `config.kind` (and of its child). Errors are
+// InvalidArgument and start with `field`, e.g.
+// "policy.ketama.points_per_weight: 0 out of range 1..1000".
+absl::Status ValidatePolicy(absl::string_view field,
+                            const PolicyConfig& config);
+
+// True when `n` is prime (used for Maglev table sizes).
+bool IsPrime(uint64_t n);
+
+}  // namespace aside
+
+#endif  // ASIDE_LIB_POLICY_CONFIG_H_

@@ -1,0 +1,314 @@
+#include "proto/convert.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "lib/status_macros.h"
+
+namespace aside {
+
+Locality FromProto(const v1::Locality& pb) {
+  return Locality{pb.region(), pb.zone(), pb.subzone()};
+}
+
+void ToProto(const Locality& locality, v1::Locality* pb) {
+  pb->set_region(locality.region);
+  pb->set_zone(locality.zone);
+  pb->set_subzone(locality.subzone);
+}
+
+absl::StatusOr<Backend> FromProto(absl::string_view field,
+                                  const v1::Backend& pb, bool allow_hostname) {
+  Backend b;
+  b.address = pb.address();
+  b.weight = pb.has_weight() ? pb.weight() : kDefaultWeight;
+  b.locality = FromProto(pb.locality());
+  for (const auto& [key, value] : pb.metadata()) {
+    b.metadata.emplace(key, value);
+  }
+  b.drained = pb.drained();
+  ASIDE_RETURN_IF_ERROR(ValidateBackend(field, b, allow_hostname));
+  return b;
+}
+
+void ToProto(const Backend& backend, v1::Backend* pb) {
+  pb->set_address(backend.address);
+  pb->set_weight(backend.weight);
+  if (!backend.locality.empty()) {
+    ToProto(backend.locality, pb->mutable_locality());
+  }
+  for (const auto& [key, value] : backend.metadata) {
+    (*pb->mutable_metadata())[key] = value;
+  }
+  pb->set_drained(backend.drained);
+}
+
+absl::StatusOr<absl::Duration> FromProto(
+    absl::string_view field, const google::protobuf::Duration& pb) {
+  if (pb.seconds() < 0 || pb.nanos() < 0 || pb.nanos() > 999999999 ||
+      pb.seconds() > int64_t{315576000000}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": invalid or negative duration"));
+  }
+  return absl::Seconds(pb.seconds()) + absl::Nanoseconds(pb.nanos());
+}
+
+void ToProto(absl::Duration d, google::protobuf::Duration* pb) {
+  const int64_t nanos = absl::ToInt64Nanoseconds(d);
+  pb->set_seconds(nanos / 1000000000);
+  pb->set_nanos(static_cast<int32_t>(nanos % 1000000000));
+}
+
+namespace {
+
+// Reads an optional duration field: unset keeps the default.
+absl::Status ReadDuration(absl::string_view field, bool has,
+                          const google::protobuf::Duration& pb,
+                          absl::Duration* out) {
+  if (!has) {
+    return absl::OkStatus();
+  }
+  ASIDE_ASSIGN_OR_RETURN(*out, FromProto(field, pb));
+  return absl::OkStatus();
+}
+
+absl::Status ReadFraction(absl::string_view field, bool has, double value,
+                          double* out) {
+  if (!has) {
+    return absl::OkStatus();
+  }
+  if (!std::isfinite(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": not a finite number"));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
+                                       const v1::Policy& pb) {
+  PolicyConfig c;
+  auto child = [&](absl::string_view name, bool has,
+                   const v1::Policy& child_pb) -> absl::Status {
+    if (!has) {
+      return absl::OkStatus();
+    }
+    ASIDE_ASSIGN_OR_RETURN(
+        PolicyConfig parsed,
+        FromProto(absl::StrCat(field, ".", c.name(), ".", name), child_pb));
+    c.child = std::make_shared<const PolicyConfig>(std::move(parsed));
+    return absl::OkStatus();
+  };
+  switch (pb.kind_case()) {
+    case v1::Policy::KIND_NOT_SET:
+    case v1::Policy::kRoundRobin:
+      c.kind = PolicyKind::kRoundRobin;
+      break;
+    case v1::Policy::kWeightedRoundRobin:
+      c.kind = PolicyKind::kWeightedRoundRobin;
+      break;
+    case v1::Policy::kRandom:
+      c.kind = PolicyKind::kRandom;
+      break;
+    case v1::Policy::kHash:
+      c.kind = PolicyKind::kHash;
+      break;
+    case v1::Policy::kKetama:
+      c.kind = PolicyKind::kKetama;
+      if (pb.ketama().has_points_per_weight()) {
+        c.ketama.points_per_weight = pb.ketama().points_per_weight();
+      }
+      break;
+    case v1::Policy::kMaglev:
+      c.kind = PolicyKind::kMaglev;
+      if (pb.maglev().has_table_size()) {
+        c.maglev.table_size = pb.maglev().table_size();
+      }
+      break;
+    case v1::Policy::kP2C: {
+      c.kind = PolicyKind::kP2c;
+      const v1::P2c& p = pb.p2c();
+      switch (p.load()) {
+        case v1::P2c::LOAD_UNSPECIFIED:
+        case v1::P2c::PENDING:
+          c.p2c.load = P2cParams::Load::kPending;
+          break;
+        case v1::P2c::PEAK_EWMA:
+          c.p2c.load = P2cParams::Load::kPeakEwma;
+          break;
+        default:
+          return absl::InvalidArgumentError(absl::StrCat(
+              field, ".p2c.load: unknown value ", static_cast<int>(p.load())));
+      }
+      ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(field, ".p2c.decay"),
+                                         p.has_decay(), p.decay(),
+                                         &c.p2c.decay));
+      ASIDE_RETURN_IF_ERROR(
+          ReadDuration(absl::StrCat(field, ".p2c.default_rtt"),
+                       p.has_default_rtt(), p.default_rtt(),
+                       &c.p2c.default_rtt));
+      break;
+    }
+    case v1::Policy::kLeastTime: {
+      c.kind = PolicyKind::kLeastTime;
+      const v1::LeastTime& p = pb.least_time();
+      switch (p.metric()) {
+        case v1::LeastTime::METRIC_UNSPECIFIED:
+        case v1::LeastTime::LAST_BYTE:
+          c.least_time.metric = LeastTimeParams::Metric::kLastByte;
+          break;
+        case v1::LeastTime::FIRST_BYTE:
+          c.least_time.metric = LeastTimeParams::Metric::kFirstByte;
+          break;
+        default:
+          return absl::InvalidArgumentError(
+              absl::StrCat(field, ".least_time.metric: unknown value ",
+                           static_cast<int>(p.metric())));
+      }
+      ASIDE_RETURN_IF_ERROR(ReadFraction(absl::StrCat(field, ".least_time.alpha"),
+                                         p.has_alpha(), p.alpha(),
+                                         &c.least_time.alpha));
+      ASIDE_RETURN_IF_ERROR(
+          ReadDuration(absl::StrCat(field, ".least_time.default_latency"),
+                       p.has_default_latency(), p.default_latency(),
+                       &c.least_time.default_latency));
+      break;
+    }
+    case v1::Policy::kSticky: {
+      c.kind = PolicyKind::kSticky;
+      const v1::Sticky& p = pb.sticky();
+      ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(field, ".sticky.ttl"),
+                                         p.has_ttl(), p.ttl(),
+                                         &c.sticky.ttl));
+      ASIDE_RETURN_IF_ERROR(child("fallback", p.has_fallback(), p.fallback()));
+      break;
+    }
+    case v1::Policy::kLocality: {
+      c.kind = PolicyKind::kLocality;
+      const v1::LocalityAware& p = pb.locality();
+      const std::string prefix = absl::StrCat(field, ".locality.");
+      ASIDE_RETURN_IF_ERROR(ReadDuration(
+          absl::StrCat(prefix, "weight_expiration_period"),
+          p.has_weight_expiration_period(), p.weight_expiration_period(),
+          &c.locality.weight_expiration_period));
+      ASIDE_RETURN_IF_ERROR(ReadDuration(
+          absl::StrCat(prefix, "update_period"), p.has_update_period(),
+          p.update_period(), &c.locality.update_period));
+      ASIDE_RETURN_IF_ERROR(ReadDuration(
+          absl::StrCat(prefix, "smoothing_time_constant"),
+          p.has_smoothing_time_constant(), p.smoothing_time_constant(),
+          &c.locality.smoothing_time_constant));
+      ASIDE_RETURN_IF_ERROR(ReadFraction(
+          absl::StrCat(prefix, "utilization_variance_threshold"),
+          p.has_utilization_variance_threshold(),
+          p.utilization_variance_threshold(),
+          &c.locality.utilization_variance_threshold));
+      ASIDE_RETURN_IF_ERROR(ReadFraction(
+          absl::StrCat(prefix, "remote_probe_fraction"),
+          p.has_remote_probe_fraction(), p.remote_probe_fraction(),
+          &c.locality.remote_probe_fraction));
+      ASIDE_RETURN_IF_ERROR(child("child", p.has_child(), p.child()));
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": unknown policy"));
+  }
+  ASIDE_RETURN_IF_ERROR(ValidatePolicy(field, c));
+  return c;
+}
+
+void ToProto(const PolicyConfig& c, v1::Policy* pb) {
+  switch (c.kind) {
+    case PolicyKind::kRoundRobin:
+      pb->mutable_round_robin();
+      break;
+    case PolicyKind::kWeightedRoundRobin:
+      pb->mutable_weighted_round_robin();
+      break;
+    case PolicyKind::kRandom:
+      pb->mutable_random();
+      break;
+    case PolicyKind::kHash:
+      pb->mutable_hash();
+      break;
+    case PolicyKind::kKetama:
+      pb->mutable_ketama()->set_points_per_weight(c.ketama.points_per_weight);
+      break;
+    case PolicyKind::kMaglev:
+      pb->mutable_maglev()->set_table_size(c.maglev.table_size);
+      break;
+    case PolicyKind::kP2c: {
+      v1::P2c* p = pb->mutable_p2c();
+      p->set_load(c.p2c.load == P2cParams::Load::kPeakEwma ? v1::P2c::PEAK_EWMA
+                                                           : v1::P2c::PENDING);
+      ToProto(c.p2c.decay, p->mutable_decay());
+      ToProto(c.p2c.default_rtt, p->mutable_default_rtt());
+      break;
+    }
+    case PolicyKind::kLeastTime: {
+      v1::LeastTime* p = pb->mutable_least_time();
+      p->set_metric(c.least_time.metric == LeastTimeParams::Metric::kFirstByte
+                        ? v1::LeastTime::FIRST_BYTE
+                        : v1::LeastTime::LAST_BYTE);
+      p->set_alpha(c.least_time.alpha);
+      ToProto(c.least_time.default_latency, p->mutable_default_latency());
+      break;
+    }
+    case PolicyKind::kSticky: {
+      v1::Sticky* p = pb->mutable_sticky();
+      ToProto(c.sticky.ttl, p->mutable_ttl());
+      ToProto(c.child_or_default(), p->mutable_fallback());
+      break;
+    }
+    case PolicyKind::kLocality: {
+      v1::LocalityAware* p = pb->mutable_locality();
+      ToProto(c.locality.weight_expiration_period,
+              p->mutable_weight_expiration_period());
+      ToProto(c.locality.update_period, p->mutable_update_period());
+      ToProto(c.locality.smoothing_time_constant,
+              p->mutable_smoothing_time_constant());
+      p->set_utilization_variance_threshold(
+          c.locality.utilization_variance_threshold);
+      p->set_remote_probe_fraction(c.locality.remote_probe_fraction);
+      ToProto(c.child_or_default(), p->mutable_child());
+      break;
+    }
+  }
+}
+
+v1::HealthState ToProto(HealthState state) {
+  switch (state) {
+    case HealthState::kUnknown:
+      return v1::HEALTH_STATE_UNKNOWN;
+    case HealthState::kHealthy:
+      return v1::HEALTH_STATE_HEALTHY;
+    case HealthState::kUnhealthy:
+      return v1::HEALTH_STATE_UNHEALTHY;
+  }
+  return v1::HEALTH_STATE_UNSPECIFIED;
+}
+
+void ToProto(const Table& table, v1::Table* pb) {
+  ToProto(table.policy(), pb->mutable_policy());
+  pb->mutable_backends()->Reserve(static_cast<int>(table.size()));
+  for (const Member& m : table.members()) {
+    v1::TableBackend* tb = pb->add_backends();
+    ToProto(m.backend, tb->mutable_backend());
+    tb->set_effective_weight(m.weight);
+    tb->set_ready(m.ready);
+    tb->set_health(ToProto(m.health));
+  }
+  pb->set_panic(table.panic());
+  for (const ZoneWeight& z : table.zone_weights()) {
+    v1::ZoneWeight* zw = pb->add_zone_weights();
+    ToProto(z.locality, zw->mutable_locality());
+    zw->set_weight(z.weight);
+    zw->set_utilization(z.utilization);
+    zw->set_host_count(z.host_count);
+  }
+}
+
+}  // namespace aside

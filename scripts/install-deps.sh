@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian package Aside needs to build, test and benchmark.
+# Idempotent and non-interactive: does nothing when everything is present.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config
+  # gRPC, protobuf, abseil
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libprotoc-dev
+  libabsl-dev grpc-proto
+  # server dependencies
+  libboost-dev prometheus-cpp-dev libyaml-cpp-dev libsqlite3-dev
+  zlib1g-dev libssl-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # reference peers used by the tests
+  nginx-light dnsmasq-base python3-grpcio curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

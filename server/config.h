@@ -1,0 +1,56 @@
+// The server's YAML configuration file.
+//
+// Every error names file:line:column and the key path, for example
+//   aside.yaml:12:15: groups[0].backends[1].weight: 20000 out of range
+//   0..10000
+// and loading fails before anything binds a port. Unknown keys are errors.
+#ifndef ASIDE_SERVER_CONFIG_H_
+#define ASIDE_SERVER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/group_spec.h"
+
+namespace aside::server {
+
+struct ServerConfig {
+  // gRPC listen address, "host:port" (port 0 picks a free port).
+  std::string listen = "0.0.0.0:50051";
+  // Prometheus /metrics listen address; empty disables the endpoint.
+  std::string metrics = "0.0.0.0:9464";
+  // Directory for durable state.
+  std::string state_dir = "./var";
+  // Log format ("text": key=value, or "json") and minimum level.
+  std::string log_format = "text";
+  std::string log_level = "info";
+  // Longest time a shutdown waits for in-flight calls.
+  absl::Duration shutdown_grace = absl::Seconds(10);
+  // gRPC limits.
+  uint32_t max_receive_message_bytes = 4 * 1024 * 1024;
+  uint32_t max_concurrent_streams = 100;
+  uint32_t max_groups = 10000;
+  // Global cap on probes in flight.
+  uint32_t max_concurrent_probes = 1000;
+
+  std::vector<GroupSpec> groups;
+};
+
+// Loads and validates a config file. On failure the status message lists
+// every error found, one per line.
+absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path);
+
+// Same, from text; `file` names it in errors.
+absl::StatusOr<ServerConfig> ParseConfig(absl::string_view text,
+                                         const std::string& file);
+
+// Parses a duration written like "500ms", "5s", "1m", "1h30m".
+absl::StatusOr<absl::Duration> ParseDurationText(absl::string_view text);
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_CONFIG_H_

@@ -1,0 +1,126 @@
+#include "server/lookaside_service.h"
+
+#include <array>
+
+#include "absl/strings/str_cat.h"
+#include "lib/address.h"
+#include "proto/convert.h"
+
+namespace aside::server {
+
+LoadBalancerService::LoadBalancerService(GroupRegistry* groups,
+                                         Metrics* metrics, const Clock* clock)
+    : groups_(groups), metrics_(metrics), clock_(clock) {}
+
+grpc::ServerUnaryReactor* LoadBalancerService::Pick(
+    grpc::CallbackServerContext* context, const v1::PickRequest* request,
+    v1::PickResponse* response) {
+  const int64_t start = clock_->NowNanos();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(DoPick(*request, response));
+  metrics_->pick_duration.Observe(
+      static_cast<double>(clock_->NowNanos() - start) * 1e-9);
+  return reactor;
+}
+
+grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
+                                         v1::PickResponse* response) {
+  if (request.group().empty()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, "group: required"};
+  }
+  GroupPtr group = groups_->Find(request.group());
+  if (group == nullptr) {
+    if (absl::Status s = ValidateGroupName(request.group()); !s.ok()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              absl::StrCat("group: ", s.message())};
+    }
+    return {grpc::StatusCode::NOT_FOUND,
+            absl::StrCat("group '", request.group(), "' not found")};
+  }
+  const GroupMetrics& gm = group->metrics();
+  auto invalid = [&](std::string message) {
+    if (gm.picks_invalid != nullptr) {
+      gm.picks_invalid->Increment();
+    }
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        std::move(message));
+  };
+  if (request.key().size() > kMaxKeyBytes) {
+    return invalid(absl::StrCat("key: ", request.key().size(),
+                                " bytes (at most ", kMaxKeyBytes, ")"));
+  }
+  if (request.count() > kMaxPickCount) {
+    return invalid(absl::StrCat("count: ", request.count(),
+                                " out of range 1..", kMaxPickCount));
+  }
+  if (static_cast<size_t>(request.exclude_size()) > kMaxExclude) {
+    return invalid(absl::StrCat("exclude: ", request.exclude_size(),
+                                " entries (at most ", kMaxExclude, ")"));
+  }
+  if (request.session_token().size() > 1024) {
+    return invalid("session_token: longer than 1024 bytes");
+  }
+
+  TableConstPtr table = group->table();
+  std::array<uint32_t, kMaxExclude> exclude_buf;
+  size_t excluded = 0;
+  for (const std::string& address : request.exclude()) {
+    int64_t index = table->Find(address);
+    if (index < 0) {
+      absl::StatusOr<std::string> canonical = CanonicalAddress(address);
+      if (canonical.ok()) {
+        index = table->Find(*canonical);
+      }
+    }
+    if (index >= 0) {
+      exclude_buf[excluded++] = static_cast<uint32_t>(index);
+    }
+  }
+
+  Locality caller;
+  PickRequest pick;
+  pick.key = request.key();
+  pick.exclude = absl::MakeConstSpan(exclude_buf.data(), excluded);
+  if (request.has_caller_locality()) {
+    caller = FromProto(request.caller_locality());
+    pick.caller = &caller;
+  }
+  pick.session_token = request.session_token();
+  pick.now_nanos = clock_->NowNanos();
+  pick.wall_now = clock_->WallNow();
+  SessionToken token;
+  pick.issued_token = &token;
+
+  std::array<uint32_t, kMaxPickCount> out;
+  const uint32_t want = request.count() == 0 ? 1 : request.count();
+  const size_t n = table->Pick(pick, absl::MakeSpan(out.data(), want));
+  if (n == 0) {
+    if (gm.picks_unavailable != nullptr) {
+      gm.picks_unavailable->Increment();
+    }
+    return {grpc::StatusCode::UNAVAILABLE, table->NoBackendMessage(excluded)};
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Member& m = table->member(out[i]);
+    v1::PickedBackend* pb = response->add_backends();
+    pb->set_address(m.backend.address);
+    pb->set_weight(m.weight);
+    if (!m.backend.locality.empty()) {
+      ToProto(m.backend.locality, pb->mutable_locality());
+    }
+    for (const auto& [key, value] : m.backend.metadata) {
+      (*pb->mutable_metadata())[key] = value;
+    }
+  }
+  response->set_generation(table->generation());
+  response->set_panic(table->panic());
+  if (token.size > 0) {
+    response->set_session_token(std::string(token.view()));
+  }
+  if (gm.picks_ok != nullptr) {
+    gm.picks_ok->Increment();
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace aside::server

@@ -1,0 +1,38 @@
+// aside.v1.LoadBalancer: Pick (Watch and ReportLoad arrive with the
+// streaming layer and answer UNIMPLEMENTED until then).
+#ifndef ASIDE_SERVER_LOOKASIDE_SERVICE_H_
+#define ASIDE_SERVER_LOOKASIDE_SERVICE_H_
+
+#include "aside/v1/lookaside.grpc.pb.h"
+#include "lib/clock.h"
+#include "server/group_registry.h"
+#include "server/metrics.h"
+
+namespace aside::server {
+
+inline constexpr size_t kMaxKeyBytes = 4096;
+inline constexpr uint32_t kMaxPickCount = 16;
+inline constexpr size_t kMaxExclude = 1024;
+
+class LoadBalancerService final : public v1::LoadBalancer::CallbackService {
+ public:
+  LoadBalancerService(GroupRegistry* groups, Metrics* metrics,
+                      const Clock* clock);
+
+  grpc::ServerUnaryReactor* Pick(grpc::CallbackServerContext* context,
+                                 const v1::PickRequest* request,
+                                 v1::PickResponse* response) override;
+
+  // The pick itself, without the RPC plumbing (also used by tests).
+  grpc::Status DoPick(const v1::PickRequest& request,
+                      v1::PickResponse* response);
+
+ private:
+  GroupRegistry* const groups_;
+  Metrics* const metrics_;
+  const Clock* const clock_;
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_LOOKASIDE_SERVICE_H_

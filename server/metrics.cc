@@ -1,0 +1,97 @@
+#include "server/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace aside::server {
+namespace {
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  // 1 µs .. ~1 s, doubling.
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 1e-6; v < 1.5; v *= 2) {
+    b.push_back(v);
+  }
+  return b;
+}
+
+}  // namespace
+
+#ifndef ASIDE_VERSION
+#define ASIDE_VERSION "dev"
+#endif
+
+Metrics::Metrics()
+    : build_info(prometheus::BuildGauge()
+                     .Name("aside_build_info")
+                     .Help("Build information; the value is always 1.")
+                     .Register(*registry_)),
+      picks(prometheus::BuildCounter()
+                .Name("aside_picks_total")
+                .Help("Pick RPCs by group and result.")
+                .Register(*registry_)),
+      pick_duration(prometheus::BuildHistogram()
+                        .Name("aside_pick_duration_seconds")
+                        .Help("Time to handle a Pick RPC inside the server.")
+                        .Register(*registry_)
+                        .Add({}, LatencyBuckets())),
+      group_backends(prometheus::BuildGauge()
+                         .Name("aside_group_backends")
+                         .Help("Backends of a group by state (ready, total).")
+                         .Register(*registry_)),
+      group_panic(prometheus::BuildGauge()
+                      .Name("aside_group_panic")
+                      .Help("1 while fewer backends than the panic threshold "
+                            "are ready and picks use all of them.")
+                      .Register(*registry_)),
+      group_generation(prometheus::BuildGauge()
+                           .Name("aside_table_generation")
+                           .Help("Generation of a group's current table.")
+                           .Register(*registry_)),
+      table_rebuilds(prometheus::BuildCounter()
+                         .Name("aside_table_rebuilds_total")
+                         .Help("Tables built, by group.")
+                         .Register(*registry_)),
+      table_rebuild_duration(
+          prometheus::BuildHistogram()
+              .Name("aside_table_rebuild_duration_seconds")
+              .Help("Time to build a group's table and selector.")
+              .Register(*registry_)
+              .Add({}, LatencyBuckets())),
+      internal_errors(prometheus::BuildCounter()
+                          .Name("aside_internal_errors_total")
+                          .Help("Internal errors that were survived.")
+                          .Register(*registry_)
+                          .Add({})) {
+  build_info.Add({{"version", ASIDE_VERSION}}).Set(1);
+}
+
+Metrics::~Metrics() { StopServing(); }
+
+absl::StatusOr<int> Metrics::Serve(const std::string& address) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  std::vector<int> ports = exposer_->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: no port bound for ", address));
+  }
+  return ports.front();
+}
+
+void Metrics::StopServing() { exposer_.reset(); }
+
+std::string Metrics::Render() const {
+  prometheus::TextSerializer serializer;
+  return serializer.Serialize(registry_->Collect());
+}
+
+}  // namespace aside::server

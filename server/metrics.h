@@ -1,0 +1,68 @@
+// Every Prometheus metric of the server, defined in one place. Names follow
+// aside_<subsystem>_<what>_<unit>; labels are bounded (group names, policy
+// and result enums, probe kinds), never per key or per request.
+#ifndef ASIDE_SERVER_METRICS_H_
+#define ASIDE_SERVER_METRICS_H_
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace aside::server {
+
+class Metrics {
+ private:
+  // Declared first: the families below are registered in it.
+  std::shared_ptr<prometheus::Registry> registry_ =
+      std::make_shared<prometheus::Registry>();
+
+ public:
+  Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+  ~Metrics();
+
+  // Serves GET /metrics on `address` ("host:port", port 0 allowed). Returns
+  // the bound port.
+  absl::StatusOr<int> Serve(const std::string& address);
+  void StopServing();
+
+  const std::shared_ptr<prometheus::Registry>& registry() const {
+    return registry_;
+  }
+
+  // Text exposition of every metric (what /metrics serves).
+  std::string Render() const;
+
+  prometheus::Family<prometheus::Gauge>& build_info;
+  // Picks by group and result (ok, unavailable, not_found, invalid).
+  prometheus::Family<prometheus::Counter>& picks;
+  // Pick RPC handling time, server side.
+  prometheus::Histogram& pick_duration;
+  // Backends of a group by state ("ready", "total").
+  prometheus::Family<prometheus::Gauge>& group_backends;
+  // 1 while a group is in panic mode.
+  prometheus::Family<prometheus::Gauge>& group_panic;
+  // Generation of a group's current table.
+  prometheus::Family<prometheus::Gauge>& group_generation;
+  // Table rebuilds and their duration.
+  prometheus::Family<prometheus::Counter>& table_rebuilds;
+  prometheus::Histogram& table_rebuild_duration;
+  // Survivable internal errors (bugs that are logged and counted).
+  prometheus::Counter& internal_errors;
+
+ private:
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_METRICS_H_

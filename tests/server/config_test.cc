@@ -1,0 +1,235 @@
+#include "server/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/testing/process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace aside::server {
+namespace {
+
+using ::aside::testing::StatusIs;
+using ::testing::HasSubstr;
+
+absl::StatusOr<ServerConfig> Parse(absl::string_view text) {
+  return ParseConfig(text, "aside.yaml");
+}
+
+// The message of a config error, for matching.
+std::string ErrorOf(absl::string_view text) {
+  absl::StatusOr<ServerConfig> c = Parse(text);
+  EXPECT_FALSE(c.ok());
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(ConfigTest, EmptyFileIsAnEmptyConfigWithDefaults) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig c, Parse(""));
+  EXPECT_EQ(c.listen, "0.0.0.0:50051");
+  EXPECT_EQ(c.metrics, "0.0.0.0:9464");
+  EXPECT_EQ(c.max_receive_message_bytes, 4u * 1024 * 1024);
+  EXPECT_TRUE(c.groups.empty());
+}
+
+TEST(ConfigTest, ParsesAFullGroup) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig c, Parse(R"(
+listen: 127.0.0.1:0
+metrics: ""
+shutdown_grace: 2s
+groups:
+  - name: payments
+    policy: {name: weighted_round_robin}
+    panic_threshold: 30
+    slow_start: 1m
+    health_check:
+      kind: http
+      interval: 500ms
+      timeout: 200ms
+      rise: 1
+      fall: 2
+      http: {path: /healthz, expected_statuses: ["200-299", 404]}
+    backends:
+      - 10.0.0.1:8080
+      - address: "[::1]:9090"
+        weight: 0
+        locality: {region: eu, zone: eu-1a}
+        metadata: {version: v2}
+        drained: true
+)"));
+  EXPECT_EQ(c.listen, "127.0.0.1:0");
+  EXPECT_EQ(c.metrics, "");
+  EXPECT_EQ(c.shutdown_grace, absl::Seconds(2));
+  ASSERT_EQ(c.groups.size(), 1u);
+  const GroupSpec& g = c.groups[0];
+  EXPECT_EQ(g.name, "payments");
+  EXPECT_EQ(g.policy.kind, PolicyKind::kWeightedRoundRobin);
+  EXPECT_EQ(g.panic_threshold, 30);
+  EXPECT_EQ(g.slow_start, absl::Minutes(1));
+  EXPECT_EQ(g.health_check.kind, HealthCheckSpec::Kind::kHttp);
+  EXPECT_EQ(g.health_check.interval, absl::Milliseconds(500));
+  EXPECT_EQ(g.health_check.http_path, "/healthz");
+  ASSERT_EQ(g.health_check.http_expected_statuses.size(), 2u);
+  EXPECT_EQ(g.health_check.http_expected_statuses[1].from, 404u);
+  ASSERT_EQ(g.backends.size(), 2u);
+  EXPECT_EQ(g.backends[0].address, "10.0.0.1:8080");
+  EXPECT_EQ(g.backends[0].weight, 100u);
+  EXPECT_EQ(g.backends[1].address, "[::1]:9090");
+  EXPECT_EQ(g.backends[1].weight, 0u);
+  EXPECT_EQ(g.backends[1].locality.zone, "eu-1a");
+  EXPECT_EQ(g.backends[1].metadata.at("version"), "v2");
+  EXPECT_TRUE(g.backends[1].drained);
+  EXPECT_EQ(g.source, GroupSource::kFile);
+  EXPECT_EQ(g.file, "aside.yaml");
+}
+
+TEST(ConfigTest, ParsesPolicyParameters) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig c, Parse(R"(
+groups:
+  - name: a
+    policy: {name: ketama, points_per_weight: 40}
+  - name: b
+    policy: {name: sticky, ttl: 30m, fallback: {name: p2c, load: peak_ewma, decay: 5s}}
+  - name: c
+    policy: {name: locality, remote_probe_fraction: 0.05, child: least_time}
+)"));
+  EXPECT_EQ(c.groups[0].policy.ketama.points_per_weight, 40u);
+  EXPECT_EQ(c.groups[1].policy.sticky.ttl, absl::Minutes(30));
+  ASSERT_NE(c.groups[1].policy.child, nullptr);
+  EXPECT_EQ(c.groups[1].policy.child->kind, PolicyKind::kP2c);
+  EXPECT_EQ(c.groups[1].policy.child->p2c.load, P2cParams::Load::kPeakEwma);
+  EXPECT_EQ(c.groups[1].policy.child->p2c.decay, absl::Seconds(5));
+  EXPECT_EQ(c.groups[2].policy.locality.remote_probe_fraction, 0.05);
+  EXPECT_EQ(c.groups[2].policy.child->kind, PolicyKind::kLeastTime);
+}
+
+TEST(ConfigTest, ErrorsNameFileLineAndKey) {
+  const std::string e = ErrorOf(R"(groups:
+  - name: web
+    backends:
+      - address: 10.0.0.1:80
+        weight: 20000
+)");
+  EXPECT_THAT(e, HasSubstr("aside.yaml:5:17: groups[0].backends[0].weight: "
+                           "20000 out of range 0..10000"));
+}
+
+TEST(ConfigTest, UnknownKeysAreErrors) {
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    polcy: round_robin\n"),
+              HasSubstr("aside.yaml:3:5: groups[0].polcy: unknown key"));
+  EXPECT_THAT(ErrorOf("listen_addr: 1.2.3.4:5\n"),
+              HasSubstr("aside.yaml:1:1: listen_addr: unknown key"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: k\n    policy: {name: round_robin, "
+                      "points_per_weight: 3}\n"),
+              HasSubstr("groups[0].policy.points_per_weight: unknown key"));
+}
+
+TEST(ConfigTest, WrongTypes) {
+  EXPECT_THAT(ErrorOf("groups: {name: web}\n"),
+              HasSubstr("groups: expected a list of groups"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends:\n      - address: "
+                      "10.0.0.1:80\n        weight: heavy\n"),
+              HasSubstr("weight: expected a non-negative integer, got 'heavy'"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends:\n      - address: "
+                      "10.0.0.1:80\n        weight: -1\n"),
+              HasSubstr("weight: expected a non-negative integer, got '-1'"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    health_check: {interval: 5}\n"),
+              HasSubstr("needs a unit"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    health_check: {rise: [1]}\n"),
+              HasSubstr("health_check.rise: expected an integer"));
+}
+
+TEST(ConfigTest, BadAddressesAndPorts) {
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends: [10.0.0.1]\n"),
+              HasSubstr("groups[0].backends[0]: address '10.0.0.1': missing "
+                        "':port'"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends: [10.0.0.1:99999]\n"),
+              HasSubstr("out of range 1..65535"));
+  EXPECT_THAT(ErrorOf("listen: nowhere\n"), HasSubstr("listen: address"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends: [db.internal:80]\n"),
+              HasSubstr("is a host name"));
+}
+
+TEST(ConfigTest, DuplicateBackendsAndGroups) {
+  EXPECT_THAT(
+      ErrorOf("groups:\n  - name: web\n    backends: [10.0.0.1:80, "
+              "10.0.0.2:80, 10.0.0.1:80]\n"),
+      HasSubstr("groups[0].backends[2]: duplicate backend 10.0.0.1:80 (also "
+                "backends[0])"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n  - name: web\n"),
+              HasSubstr("aside.yaml:3:11: groups[1].name: duplicate group "
+                        "'web' (also groups[0])"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    name: api\n"),
+              HasSubstr("groups[0].name: key given twice"));
+}
+
+TEST(ConfigTest, UnknownPolicyNames) {
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    policy: fastest\n"),
+              HasSubstr("aside.yaml:3:13: groups[0].policy: unknown policy "
+                        "'fastest'"));
+}
+
+TEST(ConfigTest, BadNames) {
+  EXPECT_THAT(ErrorOf("groups:\n  - name: Web\n"),
+              HasSubstr("groups[0].name: group name 'Web' must match"));
+  EXPECT_THAT(ErrorOf("groups:\n  - backends: []\n"),
+              HasSubstr("groups[0]: missing key 'name'"));
+}
+
+TEST(ConfigTest, CrossFieldErrorsPointAtTheField) {
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    health_check:\n      "
+                      "interval: 1s\n      timeout: 2s\n"),
+              HasSubstr("aside.yaml:5:16: groups[0].health_check.timeout: 2s "
+                        "out of range"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    policy: {name: maglev, "
+                      "table_size: 1000}\n"),
+              HasSubstr("groups[0].policy.maglev.table_size: 1000 is not a "
+                        "prime"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    health_check: {kind: "
+                      "http, http: {path: \"/a\\r\\nb\"}}\n"),
+              HasSubstr("health_check.http.path"));
+}
+
+TEST(ConfigTest, ListsEveryError) {
+  const std::string e = ErrorOf(R"(groups:
+  - name: a
+    backends: [10.0.0.1]
+  - name: b
+    policy: nope
+  - name: c
+    bogus: 1
+)");
+  EXPECT_THAT(e, HasSubstr("groups[0].backends[0]"));
+  EXPECT_THAT(e, HasSubstr("groups[1].policy"));
+  EXPECT_THAT(e, HasSubstr("groups[2].bogus"));
+}
+
+TEST(ConfigTest, SyntaxErrorsHaveAPosition) {
+  EXPECT_THAT(ErrorOf("groups:\n  - name: [unclosed\n"),
+              HasSubstr("aside.yaml:"));
+}
+
+TEST(ConfigTest, Durations) {
+  EXPECT_EQ(*ParseDurationText("500ms"), absl::Milliseconds(500));
+  EXPECT_EQ(*ParseDurationText("1h30m"), absl::Minutes(90));
+  EXPECT_EQ(*ParseDurationText("0"), absl::ZeroDuration());
+  EXPECT_FALSE(ParseDurationText("-5s").ok());
+  EXPECT_FALSE(ParseDurationText("5").ok());
+  EXPECT_FALSE(ParseDurationText("fast").ok());
+  EXPECT_FALSE(ParseDurationText("99999999999999999999h").ok());
+}
+
+TEST(ConfigTest, LoadsTheShippedExampleConfig) {
+  ASSERT_OK_AND_ASSIGN(
+      ServerConfig c,
+      LoadConfigFile(aside::testing::SourceDir() + "/examples/aside.yaml"));
+  EXPECT_GE(c.groups.size(), 2u);
+}
+
+TEST(ConfigTest, MissingFileIsNamed) {
+  EXPECT_THAT(LoadConfigFile("/nonexistent/aside.yaml"),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("/nonexistent/aside.yaml")));
+}
+
+}  // namespace
+}  // namespace aside::server

@@ -1,0 +1,25 @@
+// A minimal blocking HTTP/1.1 GET for tests (Boost.Beast), bounded by a
+// timeout.
+#ifndef ASIDE_TESTS_TESTING_HTTP_CLIENT_H_
+#define ASIDE_TESTS_TESTING_HTTP_CLIENT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace aside::testing {
+
+struct HttpResponse {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port,
+                                     const std::string& target,
+                                     absl::Duration timeout = absl::Seconds(10));
+
+}  // namespace aside::testing
+
+#endif  // ASIDE_TESTS_TESTING_HTTP_CLIENT_H_
