@@ -16,7 +16,7 @@ packages=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference peers used by the tests
-  nginx-light dnsmasq-base python3-grpcio curl
+  nginx-light dnsmasq-base python3-grpcio curl openssl
 )
 
 missing=()
