@@ -109,8 +109,19 @@ absl::StatusOr<TableConstPtr> Group::BuildLocked(const GroupSpec& spec) {
 }
 
 void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
+  {
+    absl::MutexLock lock(&encode_mu_);
+    previous_table_ = table_.Acquire();
+    encoded_.reset();
+  }
   table_.Publish(table);
   loads_.Prune();
+  {
+    absl::MutexLock lock(&listeners_mu_);
+    for (Listener* l : listeners_) {
+      l->OnPublish(*this);
+    }
+  }
   if (metrics_ != nullptr) {
     group_metrics_->ready->Set(table->ready_count());
     group_metrics_->total->Set(static_cast<double>(table->size()));
@@ -120,6 +131,43 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
     metrics_->table_rebuild_duration.Observe(
         static_cast<double>(MonotonicNanos() - build_start_nanos) * 1e-9);
   }
+}
+
+void Group::AddListener(Listener* listener) {
+  absl::MutexLock lock(&listeners_mu_);
+  listeners_.push_back(listener);
+}
+
+void Group::RemoveListener(Listener* listener) {
+  absl::MutexLock lock(&listeners_mu_);
+  listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), listener),
+                   listeners_.end());
+}
+
+size_t Group::listener_count() const {
+  absl::MutexLock lock(&listeners_mu_);
+  return listeners_.size();
+}
+
+void Group::NotifyRemoved(uint64_t generation) {
+  absl::MutexLock lock(&listeners_mu_);
+  for (Listener* l : listeners_) {
+    l->OnRemoved(*this, generation);
+  }
+}
+
+std::shared_ptr<const EncodedUpdate> Group::Encoded() {
+  TableConstPtr current = table_.Acquire();
+  absl::MutexLock lock(&encode_mu_);
+  if (encoded_ == nullptr || encoded_->generation != current->generation()) {
+    const Table* previous =
+        previous_table_ != nullptr &&
+                previous_table_->generation() < current->generation()
+            ? previous_table_.get()
+            : nullptr;
+    encoded_ = EncodeUpdate(previous, *current);
+  }
+  return encoded_;
 }
 
 GenerationSource::GenerationSource(uint64_t base, Reserver reserver)
@@ -229,12 +277,15 @@ absl::Status GroupRegistry::Remove(absl::string_view name,
   if (!current->contains(name)) {
     return absl::NotFoundError(absl::StrCat("group '", name, "' not found"));
   }
+  const uint64_t generation = generations_.Next();
   if (persist) {
-    ASIDE_RETURN_IF_ERROR(persist(generations_.Next()));
+    ASIDE_RETURN_IF_ERROR(persist(generation));
   }
+  GroupPtr removed = current->find(name)->second;
   auto next = std::make_shared<GroupMap>(*current);
   next->erase(name);
   groups_.Publish(std::move(next));
+  removed->NotifyRemoved(generation);
   return absl::OkStatus();
 }
 
