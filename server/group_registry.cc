@@ -34,11 +34,13 @@ GroupMetrics::~GroupMetrics() {
 
 Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
              std::shared_ptr<GroupMetrics> group_metrics,
-             std::shared_ptr<const std::string> session_key)
+             std::shared_ptr<const std::string> session_key,
+             std::string server_id)
     : name_(spec.name),
       generations_(generations),
       metrics_(metrics),
       session_key_(std::move(session_key)),
+      server_id_(std::move(server_id)),
       group_metrics_(std::move(group_metrics)),
       spec_(std::move(spec)) {}
 
@@ -165,7 +167,7 @@ std::shared_ptr<const EncodedUpdate> Group::Encoded() {
                 previous_table_->generation() < current->generation()
             ? previous_table_.get()
             : nullptr;
-    encoded_ = EncodeUpdate(previous, *current);
+    encoded_ = EncodeUpdate(previous, *current, server_id_);
   }
   return encoded_;
 }
@@ -204,6 +206,13 @@ GroupRegistry::GroupRegistry(Metrics* metrics, uint64_t generation_base,
   RAND_bytes(reinterpret_cast<unsigned char*>(key.data()),
              static_cast<int>(key.size()));
   session_key_ = std::make_shared<const std::string>(std::move(key));
+  unsigned char id[12];
+  RAND_bytes(id, sizeof(id));
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (unsigned char c : id) {
+    server_id_.push_back(kHex[c >> 4]);
+    server_id_.push_back(kHex[c & 15]);
+  }
 }
 
 GroupPtr GroupRegistry::Find(absl::string_view name) const {
@@ -262,7 +271,7 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
   std::shared_ptr<GroupMetrics> group_metrics = MetricsFor(spec.name);
   auto group = std::make_shared<Group>(std::move(spec), &generations_,
                                        metrics_, std::move(group_metrics),
-                                       session_key_);
+                                       session_key_, server_id_);
   ASIDE_RETURN_IF_ERROR(group->Init(persist));
   auto next = std::make_shared<GroupMap>(*current);
   next->emplace(group->name(), group);

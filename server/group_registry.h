@@ -90,12 +90,14 @@ class Group {
 
   Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
         std::shared_ptr<GroupMetrics> group_metrics,
-        std::shared_ptr<const std::string> session_key);
+        std::shared_ptr<const std::string> session_key,
+        std::string server_id = "");
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
   const std::string& name() const { return name_; }
+  const std::string& server_id() const { return server_id_; }
   // The current table; never null after Init() succeeded.
   TableConstPtr table() const { return table_.Acquire(); }
   GroupSpec spec() const;
@@ -133,6 +135,7 @@ class Group {
   GenerationSource* const generations_;
   Metrics* const metrics_;
   const std::shared_ptr<const std::string> session_key_;
+  const std::string server_id_;
   const std::shared_ptr<GroupMetrics> group_metrics_;
   LoadTracker loads_;
   SnapshotCell<Table> table_;
@@ -178,6 +181,9 @@ class GroupRegistry {
   absl::Status Remove(absl::string_view name, const Persist& persist = nullptr);
 
   GenerationSource& generations() { return generations_; }
+  // Random per process; tells Watch subscribers which server's generation
+  // space an update belongs to.
+  const std::string& server_id() const { return server_id_; }
   const std::shared_ptr<const std::string>& session_key() const {
     return session_key_;
   }
@@ -192,6 +198,7 @@ class GroupRegistry {
   const size_t max_groups_;
   GenerationSource generations_;
   std::shared_ptr<const std::string> session_key_;
+  std::string server_id_;
   std::shared_ptr<GroupMetrics> MetricsFor(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 

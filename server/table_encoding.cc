@@ -66,13 +66,14 @@ void MakeDelta(const Table& previous, const Table& current,
   }
 }
 
-std::shared_ptr<const EncodedUpdate> EncodeUpdate(const Table* previous,
-                                                  const Table& current) {
+std::shared_ptr<const EncodedUpdate> EncodeUpdate(
+    const Table* previous, const Table& current, const std::string& server_id) {
   auto out = std::make_shared<EncodedUpdate>();
   out->generation = current.generation();
   v1::GroupUpdate full;
   full.set_group(current.group());
   full.set_generation(current.generation());
+  full.set_server_id(server_id);
   ToProto(current, full.mutable_full());
   std::string full_bytes = full.SerializeAsString();
   out->full_bytes = full_bytes.size();
@@ -80,6 +81,7 @@ std::shared_ptr<const EncodedUpdate> EncodeUpdate(const Table* previous,
     v1::GroupUpdate delta;
     delta.set_group(current.group());
     delta.set_generation(current.generation());
+    delta.set_server_id(server_id);
     MakeDelta(*previous, current, delta.mutable_delta());
     std::string delta_bytes = delta.SerializeAsString();
     if (delta_bytes.size() < full_bytes.size()) {
@@ -95,17 +97,20 @@ std::shared_ptr<const EncodedUpdate> EncodeUpdate(const Table* previous,
 }
 
 grpc::ByteBuffer EncodeRemoved(const std::string& group, uint64_t generation,
-                               const std::string& reason) {
+                               const std::string& reason,
+                               const std::string& server_id) {
   v1::GroupUpdate update;
+  update.set_server_id(server_id);
   update.set_group(group);
   update.set_generation(generation);
   update.mutable_removed()->set_reason(reason);
   return ToByteBuffer(update);
 }
 
-grpc::ByteBuffer EncodeUnchanged(const std::string& group,
-                                 uint64_t generation) {
+grpc::ByteBuffer EncodeUnchanged(const std::string& group, uint64_t generation,
+                                 const std::string& server_id) {
   v1::GroupUpdate update;
+  update.set_server_id(server_id);
   update.set_group(group);
   update.set_generation(generation);
   update.mutable_delta()->set_base_generation(generation);

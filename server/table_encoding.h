@@ -31,17 +31,21 @@ struct EncodedUpdate {
 void MakeDelta(const Table& previous, const Table& current,
                v1::TableDelta* delta);
 
-// Encodes `current` (and its delta from `previous`, if given).
+// Encodes `current` (and its delta from `previous`, if given); `server_id`
+// goes into every update.
 std::shared_ptr<const EncodedUpdate> EncodeUpdate(const Table* previous,
-                                                  const Table& current);
+                                                  const Table& current,
+                                                  const std::string& server_id);
 
 // GroupUpdate{removed} for a deleted group.
 grpc::ByteBuffer EncodeRemoved(const std::string& group, uint64_t generation,
-                               const std::string& reason);
+                               const std::string& reason,
+                               const std::string& server_id);
 
 // A delta from `generation` to itself: tells a resuming subscriber that
 // what it holds is current.
-grpc::ByteBuffer EncodeUnchanged(const std::string& group, uint64_t generation);
+grpc::ByteBuffer EncodeUnchanged(const std::string& group, uint64_t generation,
+                                 const std::string& server_id);
 
 grpc::ByteBuffer ToByteBuffer(const google::protobuf::Message& message);
 

@@ -218,7 +218,7 @@ class WatchHub::Stream final
       const char* kind = nullptr;
       if (e.removed) {
         buffer_ = EncodeRemoved(e.group->name(), e.removed_generation,
-                                "group deleted");
+                                "group deleted", e.group->server_id());
         e.done = true;
         kind = "removed";
       } else {
@@ -227,7 +227,8 @@ class WatchHub::Stream final
           continue;
         }
         if (e.sent == 0 && e.known != 0 && e.known == update->generation) {
-          buffer_ = EncodeUnchanged(e.group->name(), update->generation);
+          buffer_ = EncodeUnchanged(e.group->name(), update->generation,
+                                    e.group->server_id());
           kind = "unchanged";
         } else if (update->delta.has_value() && update->base_generation != 0 &&
                    update->base_generation == (e.sent != 0 ? e.sent : e.known)) {
