@@ -73,8 +73,13 @@ grpc::Status CanonicalAddresses(
 }  // namespace
 
 AdminService::AdminService(GroupRegistry* groups, StateStore* store,
-                           const AdminAuth* auth, Metrics* metrics)
-    : groups_(groups), store_(store), auth_(auth), metrics_(metrics) {}
+                           const AdminAuth* auth, Metrics* metrics,
+                           const LoadAggregator* loads)
+    : groups_(groups),
+      store_(store),
+      auth_(auth),
+      metrics_(metrics),
+      loads_(loads) {}
 
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* AdminService::Handle(
@@ -167,6 +172,27 @@ void AdminService::Describe(const Group& group, bool with_backends,
   TableConstPtr table = group.table();
   if (with_backends) {
     GroupStateToProto(*table, out);
+    if (loads_ != nullptr) {
+      for (v1::TableBackend& tb : *out->mutable_state()) {
+        const LoadSnapshot l = loads_->Snapshot(spec.name, tb.backend().address());
+        if (l.reporters == 0 && l.window_requests == 0 &&
+            !l.utilization.has_value()) {
+          continue;
+        }
+        v1::LoadView* view = tb.mutable_load();
+        view->set_requests_per_second(l.requests_per_second);
+        view->set_failure_ratio(l.failure_ratio);
+        ToProto(l.mean_latency, view->mutable_mean_latency());
+        ToProto(l.mean_first_byte_latency,
+                view->mutable_mean_first_byte_latency());
+        view->set_in_flight(l.in_flight);
+        if (l.utilization.has_value()) {
+          view->set_utilization(*l.utilization);
+        }
+        view->set_reporters(l.reporters);
+        view->set_consecutive_failures(l.consecutive_failures);
+      }
+    }
   } else {
     out->clear_backends();
     out->set_generation(table->generation());

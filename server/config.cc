@@ -840,7 +840,19 @@ void Parser::ParseTop(const YAML::Node& root, ServerConfig* out) {
   if (const YAML::Node l = root["limits"]; l) {
     if (CheckMap(l, "limits",
                  {"max_receive_message_bytes", "max_concurrent_streams",
-                  "max_groups", "max_state_bytes", "watch_stall_timeout"})) {
+                  "max_groups", "max_state_bytes", "watch_stall_timeout",
+                  "load_window"})) {
+      if (l["load_window"]) {
+        absl::Duration d;
+        if (GetDuration(l["load_window"], "limits.load_window", &d)) {
+          if (d < absl::Seconds(1) || d > absl::Minutes(10)) {
+            Error(l["load_window"], "limits.load_window",
+                  "out of range 1s..10m");
+          } else {
+            out->load_window = absl::Seconds(absl::ToInt64Seconds(d));
+          }
+        }
+      }
       if (l["watch_stall_timeout"]) {
         absl::Duration d;
         if (GetDuration(l["watch_stall_timeout"], "limits.watch_stall_timeout",

@@ -75,6 +75,12 @@ Metrics::Metrics()
                              "of the write that carries it to a subscriber.")
                        .Register(*registry_)
                        .Add({}, LatencyBuckets())),
+      load_reports(prometheus::BuildCounter()
+                       .Name("aside_load_reports_total")
+                       .Help("Load observations received, by result.")
+                       .Register(*registry_)),
+      load_reports_accepted(load_reports.Add({{"result", "accepted"}})),
+      load_reports_rejected(load_reports.Add({{"result", "rejected"}})),
       admin_mutations(prometheus::BuildCounter()
                           .Name("aside_admin_mutations_total")
                           .Help("Admin mutations by method and result.")

@@ -62,6 +62,10 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& watch_subscribers;
   prometheus::Family<prometheus::Counter>& watch_updates;
   prometheus::Histogram& watch_fanout;
+  // Load observations received (ReportLoad and grpclb), by result.
+  prometheus::Family<prometheus::Counter>& load_reports;
+  prometheus::Counter& load_reports_accepted;
+  prometheus::Counter& load_reports_rejected;
   // Admin calls by method and result (ok or the status code name).
   prometheus::Family<prometheus::Counter>& admin_mutations;
   // Survivable internal errors (bugs that are logged and counted).

@@ -104,13 +104,21 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       {{"path", store->path()},
        {"stored_groups", absl::StrCat(contents.groups.size())}});
 
+  GroupRegistry* groups = server->groups_.get();
+  server->loads_ = std::make_unique<LoadAggregator>(
+      clock, cfg.load_window,
+      [groups](const std::string& group, const std::string& address) {
+        GroupPtr g = groups->Find(group);
+        return g != nullptr && g->table()->Find(address) >= 0;
+      });
   server->watch_hub_ = std::make_unique<WatchHub>(
       server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout);
   server->lb_service_ = std::make_unique<LoadBalancerService>(
       server->groups_.get(), &server->metrics_, clock,
-      server->watch_hub_.get());
+      server->watch_hub_.get(), server->loads_.get());
   server->admin_service_ = std::make_unique<AdminService>(
-      server->groups_.get(), store, server->auth_.get(), &server->metrics_);
+      server->groups_.get(), store, server->auth_.get(), &server->metrics_,
+      server->loads_.get());
   server->health_service_ =
       std::make_unique<HealthService>(server->groups_.get());
   if (!cfg.health_listen.empty()) {

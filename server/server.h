@@ -43,6 +43,7 @@ class AsideServer {
   int health_port() const { return health_port_; }
   StateStore* store() { return store_.get(); }
   WatchHub& watch_hub() { return *watch_hub_; }
+  LoadAggregator& loads() { return *loads_; }
   GroupRegistry& groups() { return *groups_; }
   Metrics& metrics() { return metrics_; }
   const ServerConfig& config() const { return config_; }
@@ -57,6 +58,7 @@ class AsideServer {
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<GroupRegistry> groups_;
   std::unique_ptr<AdminAuth> auth_;
+  std::unique_ptr<LoadAggregator> loads_;
   std::unique_ptr<WatchHub> watch_hub_;
   std::unique_ptr<LoadBalancerService> lb_service_;
   std::unique_ptr<AdminService> admin_service_;
