@@ -193,6 +193,22 @@ void AdminService::Describe(const Group& group, bool with_backends,
         view->set_consecutive_failures(l.consecutive_failures);
       }
     }
+    if (loads_ != nullptr) {
+      const ClientStatsTotals stats = loads_->ClientStats(spec.name);
+      if (stats.last_report != absl::InfinitePast()) {
+        v1::ClientStatsView* view = out->mutable_client_stats();
+        view->set_calls_started(stats.calls_started);
+        view->set_calls_finished(stats.calls_finished);
+        view->set_calls_finished_with_client_failed_to_send(
+            stats.failed_to_send);
+        view->set_calls_finished_known_received(stats.known_received);
+        for (const auto& [token, n] : stats.dropped) {
+          (*view->mutable_calls_dropped())[token] = n;
+        }
+        view->mutable_last_report()->set_seconds(
+            absl::ToUnixSeconds(stats.last_report));
+      }
+    }
   } else {
     out->clear_backends();
     out->set_generation(table->generation());
@@ -284,7 +300,7 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
   if (paths.empty()) {
     paths = {"policy",          "backends",          "health_check",
              "panic_threshold", "slow_start",        "outlier_detection",
-             "dns",             "aliases"};
+             "dns",             "aliases",           "grpclb"};
   }
   for (const std::string& path : paths) {
     if (path == "policy") {
@@ -311,11 +327,14 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
       if (in.has_dns()) *merged.mutable_dns() = in.dns();
     } else if (path == "aliases") {
       *merged.mutable_aliases() = in.aliases();
+    } else if (path == "grpclb") {
+      merged.clear_grpclb();
+      if (in.has_grpclb()) *merged.mutable_grpclb() = in.grpclb();
     } else {
       return Invalid(absl::StrCat(
           "update_mask: unknown path '", path,
           "' (allowed: policy, backends, health_check, panic_threshold, "
-          "slow_start, outlier_detection, dns, aliases)"));
+          "slow_start, outlier_detection, dns, aliases, grpclb)"));
     }
   }
   absl::StatusOr<GroupSpec> spec = GroupSpecFromProto("group", merged);

@@ -552,7 +552,7 @@ void Parser::ParseGroup(const YAML::Node& node, const std::string& path,
   if (!CheckMap(node, path,
                 {"name", "policy", "backends", "health_check",
                  "panic_threshold", "slow_start", "outlier_detection", "dns",
-                 "aliases"})) {
+                 "aliases", "grpclb"})) {
     return;
   }
   if (!node["name"]) {
@@ -672,6 +672,20 @@ void Parser::ParseGroup(const YAML::Node& node, const std::string& path,
         if (GetString(a[i], absl::StrCat(ap, "[", i, "]"), &alias)) {
           out->aliases.push_back(alias);
         }
+      }
+    }
+  }
+  if (const YAML::Node l = node["grpclb"]; l) {
+    const std::string lp = Join(path, "grpclb");
+    if (CheckMap(l, lp, {"drop_in_panic_percent", "max_requests_per_second"})) {
+      if (l["drop_in_panic_percent"]) {
+        GetDouble(l["drop_in_panic_percent"], Join(lp, "drop_in_panic_percent"),
+                  0, 90, &out->grpclb.drop_in_panic_percent);
+      }
+      if (l["max_requests_per_second"]) {
+        GetDouble(l["max_requests_per_second"],
+                  Join(lp, "max_requests_per_second"), 0, 1e9,
+                  &out->grpclb.max_requests_per_second);
       }
     }
   }

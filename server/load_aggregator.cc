@@ -239,6 +239,64 @@ LoadSnapshot LoadAggregator::Snapshot(const std::string& group,
   return out;
 }
 
+absl::Status LoadAggregator::AddClientStats(
+    const std::string& group, int64_t started, int64_t finished,
+    int64_t failed_to_send, int64_t known_received,
+    const std::vector<std::pair<std::string, int64_t>>& dropped) {
+  if (started < 0 || finished < 0 || failed_to_send < 0 || known_received < 0) {
+    return absl::InvalidArgumentError("client_stats: negative count");
+  }
+  for (const auto& [token, n] : dropped) {
+    if (n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "client_stats.calls_finished_with_drop['", token, "']: negative"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  ClientStatsTotals& t = client_stats_[group];
+  t.calls_started += static_cast<uint64_t>(started);
+  t.calls_finished += static_cast<uint64_t>(finished);
+  t.failed_to_send += static_cast<uint64_t>(failed_to_send);
+  t.known_received += static_cast<uint64_t>(known_received);
+  for (const auto& [token, n] : dropped) {
+    auto it = t.dropped.find(token);
+    if (it == t.dropped.end()) {
+      if (t.dropped.size() >= 64) {
+        continue;
+      }
+      it = t.dropped.emplace(token, 0).first;
+    }
+    it->second += static_cast<uint64_t>(n);
+  }
+  t.last_report = clock_->WallNow();
+  return absl::OkStatus();
+}
+
+ClientStatsTotals LoadAggregator::ClientStats(const std::string& group) const {
+  absl::MutexLock lock(&mu_);
+  auto it = client_stats_.find(group);
+  return it == client_stats_.end() ? ClientStatsTotals{} : it->second;
+}
+
+double LoadAggregator::GroupRequestsPerSecond(const std::string& group) const {
+  const int64_t now = clock_->NowNanos();
+  const int64_t oldest = now / 1'000'000'000 - absl::ToInt64Seconds(window_);
+  const std::string prefix = absl::StrCat(group, "\n");
+  uint64_t requests = 0;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, state] : backends_) {
+    if (key.compare(0, prefix.size(), prefix) != 0) {
+      continue;
+    }
+    for (const Bucket& b : state.buckets) {
+      if (b.second > oldest) {
+        requests += b.requests;
+      }
+    }
+  }
+  return static_cast<double>(requests) / absl::ToDoubleSeconds(window_);
+}
+
 void LoadAggregator::Prune() {
   const int64_t now = clock_->NowNanos();
   // Reporters quiet for ten windows are forgotten (a returning one sends a

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,16 @@ struct LoadObservation {
   // True for reporters that send deltas (grpclb ClientStats) rather than
   // cumulative counters.
   bool deltas = false;
+};
+
+// grpclb ClientStats of one group, summed since the server started.
+struct ClientStatsTotals {
+  uint64_t calls_started = 0;
+  uint64_t calls_finished = 0;
+  uint64_t failed_to_send = 0;
+  uint64_t known_received = 0;
+  std::map<std::string, uint64_t> dropped;  // by drop token
+  absl::Time last_report = absl::InfinitePast();
 };
 
 // The aggregated view of one backend.
@@ -94,6 +105,20 @@ class LoadAggregator {
   // Validates and folds in one observation from `reporter`; returns the
   // reason when it is rejected (the field name first).
   absl::Status Add(const std::string& reporter, const LoadObservation& o);
+
+  // Adds one grpclb ClientStats report (deltas since the client's last one)
+  // for `group`. Negative counts are rejected; drop tokens are kept as
+  // given, at most 64 distinct ones per group.
+  absl::Status AddClientStats(const std::string& group, int64_t started,
+                              int64_t finished, int64_t failed_to_send,
+                              int64_t known_received,
+                              const std::vector<std::pair<std::string, int64_t>>&
+                                  dropped);
+  ClientStatsTotals ClientStats(const std::string& group) const;
+
+  // Completed requests per second over the window, summed over the
+  // group's backends.
+  double GroupRequestsPerSecond(const std::string& group) const;
 
   // The aggregated view of one backend (zeros when nothing is known).
   LoadSnapshot Snapshot(const std::string& group,
@@ -142,6 +167,8 @@ class LoadAggregator {
   mutable absl::Mutex mu_;
   // Keyed by "group\naddress".
   absl::flat_hash_map<std::string, BackendState> backends_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, ClientStatsTotals> client_stats_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace aside::server

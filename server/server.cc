@@ -119,6 +119,9 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->admin_service_ = std::make_unique<AdminService>(
       server->groups_.get(), store, server->auth_.get(), &server->metrics_,
       server->loads_.get());
+  server->grpclb_service_ = std::make_unique<GrpclbService>(
+      server->groups_.get(), server->loads_.get(), &server->metrics_,
+      cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers);
   server->health_service_ =
       std::make_unique<HealthService>(server->groups_.get());
   if (!cfg.health_listen.empty()) {
@@ -164,6 +167,7 @@ absl::Status AsideServer::Start() {
                              static_cast<int>(config_.max_concurrent_streams));
   builder.RegisterService(lb_service_.get());
   builder.RegisterService(admin_service_.get());
+  builder.RegisterService(grpclb_service_.get());
   builder.RegisterService(health_service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || grpc_port_ == 0) {
@@ -223,6 +227,9 @@ void AsideServer::Shutdown(absl::Duration grace) {
   }
   if (watch_hub_ != nullptr) {
     watch_hub_->Shutdown();
+  }
+  if (grpclb_service_ != nullptr) {
+    grpclb_service_->Shutdown();
   }
   const auto deadline =
       std::chrono::system_clock::now() +
