@@ -522,6 +522,38 @@ class ChartValidationTest(unittest.TestCase):
                             "ports": {"metrics": 0}}, "ports.metrics is 0")
 
 
+class ChartValuesTest(unittest.TestCase):
+    """Values reach aside.yaml as Helm passes them."""
+
+    def test_null_removes_a_config_key(self):
+        # Helm deletes a key the user sets to null: the way to leave a
+        # server setting at its built-in default.
+        objects, _ = render({"config": {"discovery": None,
+                                        "limits": {"max_groups": None}}})
+        config, _ = server_config(objects)
+        self.assertNotIn("discovery", config)
+        self.assertNotIn("max_groups", config["limits"])
+        self.assertEqual(config["limits"]["max_concurrent_streams"], 100)
+
+    def test_user_values_override_and_merge(self):
+        objects, _ = render({"config": {"limits": {"max_groups": 7}},
+                             "listenHost": "[::]",
+                             "ports": {"grpc": 6000}})
+        config, _ = server_config(objects)
+        self.assertEqual(config["limits"]["max_groups"], 7)
+        self.assertEqual(config["limits"]["max_receive_message_bytes"],
+                         4194304)
+        self.assertEqual(config["listen"], "[::]:6000")
+        self.assertEqual(config["health_listen"], "[::]:50052")
+
+    def test_kube_version_constraint(self):
+        result = run_render({}, extra=["--kube-version", "v1.23.0"],
+                            check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("kubeVersion", result.stderr)
+        run_render({}, extra=["--kube-version", "v1.24.3"])
+
+
 class ChartChecksumTest(unittest.TestCase):
     """The checksum annotation rolls the pods exactly when aside.yaml
     changes."""

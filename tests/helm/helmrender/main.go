@@ -474,6 +474,16 @@ func render(o options) ([]renderedFile, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("--kube-version: %w", err)
 	}
+	if meta.KubeVersion != "" {
+		constraint, err := semver.NewConstraint(meta.KubeVersion)
+		if err != nil {
+			return nil, "", fmt.Errorf("Chart.yaml: kubeVersion %q: %w", meta.KubeVersion, err)
+		}
+		if !constraint.Check(kv) {
+			return nil, "", fmt.Errorf("chart requires kubeVersion: %s which is incompatible with Kubernetes %s",
+				meta.KubeVersion, o.kubeVersion)
+		}
+	}
 	caps := Capabilities{
 		KubeVersion: KubeVersion{Version: "v" + kv.String(),
 			Major: strconv.FormatUint(kv.Major(), 10), Minor: strconv.FormatUint(kv.Minor(), 10)},
