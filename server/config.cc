@@ -685,8 +685,129 @@ void Parser::ParseTop(const YAML::Node& root, ServerConfig* out) {
   }
   if (!CheckMap(root, "",
                 {"listen", "metrics", "state_dir", "log_format", "log_level",
-                 "shutdown_grace", "limits", "health", "groups"})) {
+                 "shutdown_grace", "limits", "health", "health_listen", "admin",
+                 "tls", "session_key_file", "discovery", "grpclb",
+                 "groups"})) {
     return;
+  }
+  if (root["health_listen"]) {
+    GetAddress(root["health_listen"], "health_listen", &out->health_listen,
+               true, true);
+  }
+  if (const YAML::Node a = root["admin"]; a) {
+    if (CheckMap(a, "admin", {"token_file", "allowed_identities"})) {
+      if (a["token_file"]) {
+        GetString(a["token_file"], "admin.token_file", &out->admin_token_file);
+      }
+      if (const YAML::Node ids = a["allowed_identities"]; ids) {
+        if (!ids.IsSequence()) {
+          Error(ids, "admin.allowed_identities",
+                "expected a list of {identity, role}");
+        } else {
+          for (size_t i = 0; i < ids.size(); ++i) {
+            const std::string ip =
+                absl::StrCat("admin.allowed_identities[", i, "]");
+            if (!CheckMap(ids[i], ip, {"identity", "role"})) {
+              continue;
+            }
+            ServerConfig::AdminIdentity id;
+            if (!ids[i]["identity"] || !ids[i]["role"]) {
+              Error(ids[i], ip, "needs both 'identity' and 'role'");
+              continue;
+            }
+            GetString(ids[i]["identity"], Join(ip, "identity"), &id.identity);
+            if (GetString(ids[i]["role"], Join(ip, "role"), &id.role) &&
+                id.role != "admin" && id.role != "read") {
+              Error(ids[i]["role"], Join(ip, "role"),
+                    absl::StrCat("unknown role '", id.role,
+                                 "' (allowed: admin, read)"));
+            }
+            if (id.identity.empty()) {
+              Error(ids[i]["identity"], Join(ip, "identity"), "is empty");
+            }
+            out->admin_identities.push_back(std::move(id));
+          }
+        }
+      }
+    }
+  }
+  if (const YAML::Node t = root["tls"]; t) {
+    if (CheckMap(t, "tls",
+                 {"cert_file", "key_file", "client_ca_file",
+                  "require_client_cert"})) {
+      if (t["cert_file"]) {
+        GetString(t["cert_file"], "tls.cert_file", &out->tls_cert_file);
+      }
+      if (t["key_file"]) {
+        GetString(t["key_file"], "tls.key_file", &out->tls_key_file);
+      }
+      if (t["client_ca_file"]) {
+        GetString(t["client_ca_file"], "tls.client_ca_file",
+                  &out->tls_client_ca_file);
+      }
+      if (t["require_client_cert"]) {
+        GetBool(t["require_client_cert"], "tls.require_client_cert",
+                &out->tls_require_client_cert);
+      }
+      if (out->tls_cert_file.empty() != out->tls_key_file.empty()) {
+        Error(t, "tls", "cert_file and key_file go together");
+      }
+      if (out->tls_cert_file.empty() &&
+          (!out->tls_client_ca_file.empty() || out->tls_require_client_cert)) {
+        Error(t, "tls",
+              "client_ca_file and require_client_cert need cert_file and "
+              "key_file");
+      }
+      if (out->tls_require_client_cert && out->tls_client_ca_file.empty()) {
+        Error(t, "tls.require_client_cert", "needs client_ca_file");
+      }
+    }
+  }
+  if (root["session_key_file"]) {
+    GetString(root["session_key_file"], "session_key_file",
+              &out->session_key_file);
+  }
+  if (const YAML::Node d = root["discovery"]; d) {
+    if (CheckMap(d, "discovery", {"dns_servers"}) && d["dns_servers"]) {
+      const YAML::Node servers = d["dns_servers"];
+      if (!servers.IsSequence()) {
+        Error(servers, "discovery.dns_servers",
+              "expected a list of \"ip:port\"");
+      } else {
+        for (size_t i = 0; i < servers.size(); ++i) {
+          const std::string sp = absl::StrCat("discovery.dns_servers[", i, "]");
+          std::string server;
+          if (GetAddress(servers[i], sp, &server, false)) {
+            if (!ParseAddress(server)->is_ip()) {
+              Error(servers[i], sp, "must be an IP address and port");
+            } else {
+              out->dns_servers.push_back(server);
+            }
+          }
+        }
+      }
+    }
+  }
+  if (const YAML::Node g = root["grpclb"]; g) {
+    if (CheckMap(g, "grpclb", {"client_stats_report_interval", "max_servers"})) {
+      if (g["client_stats_report_interval"]) {
+        absl::Duration d;
+        if (GetDuration(g["client_stats_report_interval"],
+                        "grpclb.client_stats_report_interval", &d)) {
+          if (d < absl::Seconds(1) || d > absl::Hours(1)) {
+            Error(g["client_stats_report_interval"],
+                  "grpclb.client_stats_report_interval",
+                  "out of range 1s..1h");
+          } else {
+            out->grpclb_client_stats_report_interval = d;
+          }
+        }
+      }
+      if (g["max_servers"]) {
+        GetUintAs(g["max_servers"], "grpclb.max_servers", 1, 100000,
+                  &out->grpclb_max_servers);
+      }
+    }
   }
   if (root["listen"]) {
     GetAddress(root["listen"], "listen", &out->listen, false, true);
@@ -719,7 +840,11 @@ void Parser::ParseTop(const YAML::Node& root, ServerConfig* out) {
   if (const YAML::Node l = root["limits"]; l) {
     if (CheckMap(l, "limits",
                  {"max_receive_message_bytes", "max_concurrent_streams",
-                  "max_groups"})) {
+                  "max_groups", "max_state_bytes"})) {
+      if (l["max_state_bytes"]) {
+        GetUint(l["max_state_bytes"], "limits.max_state_bytes", 65536,
+                uint64_t{1} << 40, &out->max_state_bytes);
+      }
       if (l["max_receive_message_bytes"]) {
         GetUintAs(l["max_receive_message_bytes"],
                   "limits.max_receive_message_bytes", 1024, 64 << 20,

@@ -36,6 +36,41 @@ struct ServerConfig {
   uint32_t max_groups = 10000;
   // Global cap on probes in flight.
   uint32_t max_concurrent_probes = 1000;
+  // Largest size the state database may grow to.
+  uint64_t max_state_bytes = uint64_t{1} << 30;
+
+  // Optional plaintext port serving only grpc.health.v1 (for kubelet gRPC
+  // probes, which cannot speak TLS); empty disables.
+  std::string health_listen;
+
+  // Who may call aside.v1.Admin.
+  struct AdminIdentity {
+    std::string identity;  // URI or DNS SAN, or the subject CN
+    std::string role;      // "admin" or "read"
+    friend bool operator==(const AdminIdentity&, const AdminIdentity&) = default;
+  };
+  // File with one "TOKEN ROLE" per line (role admin or read, '#' comments).
+  // Without it (and without identities) Admin mutations are refused.
+  std::string admin_token_file;
+  std::vector<AdminIdentity> admin_identities;
+
+  // TLS for the gRPC port; plaintext when cert_file is empty.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Verify client certificates against this CA bundle when set.
+  std::string tls_client_ca_file;
+  bool tls_require_client_cert = false;
+
+  // Key that signs sticky session tokens, shared by replicas (at least 16
+  // bytes of file content); empty: a random key kept in the state store.
+  std::string session_key_file;
+
+  // DNS servers for DNS discovery ("ip:port"); empty: /etc/resolv.conf.
+  std::vector<std::string> dns_servers;
+
+  // grpclb (grpc.lb.v1) settings.
+  absl::Duration grpclb_client_stats_report_interval = absl::Seconds(10);
+  uint32_t grpclb_max_servers = 1000;
 
   std::vector<GroupSpec> groups;
 };

@@ -9,63 +9,84 @@
 
 namespace aside::server {
 
+GroupMetrics::GroupMetrics(Metrics* m, const std::string& group)
+    : metrics(m),
+      picks_ok(&m->picks.Add({{"group", group}, {"result", "ok"}})),
+      picks_unavailable(
+          &m->picks.Add({{"group", group}, {"result", "unavailable"}})),
+      picks_invalid(&m->picks.Add({{"group", group}, {"result", "invalid"}})),
+      ready(&m->group_backends.Add({{"group", group}, {"state", "ready"}})),
+      total(&m->group_backends.Add({{"group", group}, {"state", "total"}})),
+      panic(&m->group_panic.Add({{"group", group}})),
+      generation(&m->group_generation.Add({{"group", group}})),
+      rebuilds(&m->table_rebuilds.Add({{"group", group}})) {}
+
+GroupMetrics::~GroupMetrics() {
+  metrics->picks.Remove(picks_ok);
+  metrics->picks.Remove(picks_unavailable);
+  metrics->picks.Remove(picks_invalid);
+  metrics->group_backends.Remove(ready);
+  metrics->group_backends.Remove(total);
+  metrics->group_panic.Remove(panic);
+  metrics->group_generation.Remove(generation);
+  metrics->table_rebuilds.Remove(rebuilds);
+}
+
 Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
+             std::shared_ptr<GroupMetrics> group_metrics,
              std::shared_ptr<const std::string> session_key)
     : name_(spec.name),
       generations_(generations),
       metrics_(metrics),
       session_key_(std::move(session_key)),
-      spec_(std::move(spec)) {
-  if (metrics_ != nullptr) {
-    group_metrics_.picks_ok =
-        &metrics_->picks.Add({{"group", name_}, {"result", "ok"}});
-    group_metrics_.picks_unavailable =
-        &metrics_->picks.Add({{"group", name_}, {"result", "unavailable"}});
-    group_metrics_.picks_invalid =
-        &metrics_->picks.Add({{"group", name_}, {"result", "invalid"}});
-    group_metrics_.ready =
-        &metrics_->group_backends.Add({{"group", name_}, {"state", "ready"}});
-    group_metrics_.total =
-        &metrics_->group_backends.Add({{"group", name_}, {"state", "total"}});
-    group_metrics_.panic = &metrics_->group_panic.Add({{"group", name_}});
-    group_metrics_.generation =
-        &metrics_->group_generation.Add({{"group", name_}});
-    group_metrics_.rebuilds = &metrics_->table_rebuilds.Add({{"group", name_}});
-  }
-}
+      group_metrics_(std::move(group_metrics)),
+      spec_(std::move(spec)) {}
 
-Group::~Group() {
-  if (metrics_ != nullptr) {
-    metrics_->picks.Remove(group_metrics_.picks_ok);
-    metrics_->picks.Remove(group_metrics_.picks_unavailable);
-    metrics_->picks.Remove(group_metrics_.picks_invalid);
-    metrics_->group_backends.Remove(group_metrics_.ready);
-    metrics_->group_backends.Remove(group_metrics_.total);
-    metrics_->group_panic.Remove(group_metrics_.panic);
-    metrics_->group_generation.Remove(group_metrics_.generation);
-    metrics_->table_rebuilds.Remove(group_metrics_.rebuilds);
-  }
-}
+Group::~Group() = default;
 
 GroupSpec Group::spec() const {
   absl::MutexLock lock(&mu_);
   return spec_;
 }
 
-absl::Status Group::Init() {
+absl::Status Group::Init(const Persist& persist) {
   absl::MutexLock lock(&mu_);
-  return PublishLocked(spec_);
+  const int64_t start = MonotonicNanos();
+  ASIDE_ASSIGN_OR_RETURN(TableConstPtr table, BuildLocked(spec_));
+  if (persist) {
+    ASIDE_RETURN_IF_ERROR(persist(table->generation()));
+  }
+  PublishLocked(std::move(table), start);
+  return absl::OkStatus();
 }
 
-absl::Status Group::Update(GroupSpec spec) {
+absl::Status Group::Update(GroupSpec spec, const Persist& persist) {
   absl::MutexLock lock(&mu_);
-  ASIDE_RETURN_IF_ERROR(PublishLocked(spec));
+  const int64_t start = MonotonicNanos();
+  ASIDE_ASSIGN_OR_RETURN(TableConstPtr table, BuildLocked(spec));
+  if (persist) {
+    ASIDE_RETURN_IF_ERROR(persist(table->generation()));
+  }
+  PublishLocked(std::move(table), start);
   spec_ = std::move(spec);
   return absl::OkStatus();
 }
 
-absl::Status Group::PublishLocked(const GroupSpec& spec) {
+void Group::Rebuild() {
+  absl::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
+  absl::StatusOr<TableConstPtr> table = BuildLocked(spec_);
+  if (!table.ok()) {
+    // The spec was validated when it was accepted; a failure here is a bug.
+    if (metrics_ != nullptr) {
+      metrics_->internal_errors.Increment();
+    }
+    return;
+  }
+  PublishLocked(*std::move(table), start);
+}
+
+absl::StatusOr<TableConstPtr> Group::BuildLocked(const GroupSpec& spec) {
   TableSpec ts;
   ts.group = spec.name;
   ts.generation = generations_->Next();
@@ -84,28 +105,50 @@ absl::Status Group::PublishLocked(const GroupSpec& spec) {
     ts.members.push_back(std::move(m));
   }
   TableConstPtr previous = table_.Acquire();
-  ASIDE_ASSIGN_OR_RETURN(
-      TableConstPtr table,
-      Table::Create(std::move(ts), previous.get(), &loads_));
+  return Table::Create(std::move(ts), previous.get(), &loads_);
+}
+
+void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
   table_.Publish(table);
   loads_.Prune();
   if (metrics_ != nullptr) {
-    group_metrics_.ready->Set(table->ready_count());
-    group_metrics_.total->Set(static_cast<double>(table->size()));
-    group_metrics_.panic->Set(table->panic() ? 1 : 0);
-    group_metrics_.generation->Set(static_cast<double>(table->generation()));
-    group_metrics_.rebuilds->Increment();
+    group_metrics_->ready->Set(table->ready_count());
+    group_metrics_->total->Set(static_cast<double>(table->size()));
+    group_metrics_->panic->Set(table->panic() ? 1 : 0);
+    group_metrics_->generation->Set(static_cast<double>(table->generation()));
+    group_metrics_->rebuilds->Increment();
     metrics_->table_rebuild_duration.Observe(
-        static_cast<double>(MonotonicNanos() - start) * 1e-9);
+        static_cast<double>(MonotonicNanos() - build_start_nanos) * 1e-9);
   }
-  return absl::OkStatus();
+}
+
+GenerationSource::GenerationSource(uint64_t base, Reserver reserver)
+    : last_(base), reserver_(std::move(reserver)) {}
+
+uint64_t GenerationSource::Next() {
+  absl::MutexLock lock(&mu_);
+  ++last_;
+  if (reserver_ && last_ >= reserved_) {
+    // A failed reservation is retried on the next generation; the clock-based
+    // base still keeps restarts ahead in the common case.
+    if (reserver_(last_ + kReserveBlock).ok()) {
+      reserved_ = last_ + kReserveBlock;
+    }
+  }
+  return last_;
+}
+
+uint64_t GenerationSource::last() const {
+  absl::MutexLock lock(&mu_);
+  return last_;
 }
 
 GroupRegistry::GroupRegistry(Metrics* metrics, uint64_t generation_base,
-                             size_t max_groups)
+                             size_t max_groups,
+                             GenerationSource::Reserver reserver)
     : metrics_(metrics),
       max_groups_(max_groups),
-      generations_(generation_base),
+      generations_(generation_base, std::move(reserver)),
       groups_(std::make_shared<const GroupMap>()) {
   // The key that signs sticky session tokens. Random per process unless the
   // state layer installs a persisted one.
@@ -136,7 +179,28 @@ std::vector<GroupPtr> GroupRegistry::List() const {
 
 size_t GroupRegistry::size() const { return groups_.Acquire()->size(); }
 
-absl::Status GroupRegistry::Add(GroupSpec spec) {
+std::shared_ptr<GroupMetrics> GroupRegistry::MetricsFor(
+    const std::string& name) {
+  if (metrics_ == nullptr) {
+    return nullptr;
+  }
+  std::weak_ptr<GroupMetrics>& slot = metrics_by_name_[name];
+  std::shared_ptr<GroupMetrics> existing = slot.lock();
+  if (existing == nullptr) {
+    existing = std::make_shared<GroupMetrics>(metrics_, name);
+    slot = existing;
+  }
+  // Forget names whose metrics are gone.
+  absl::erase_if(metrics_by_name_,
+                 [](const auto& entry) { return entry.second.expired(); });
+  return existing;
+}
+
+void GroupRegistry::set_session_key(std::string key) {
+  session_key_ = std::make_shared<const std::string>(std::move(key));
+}
+
+absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
   absl::MutexLock lock(&write_mu_);
   std::shared_ptr<const GroupMap> current = groups_.Acquire();
   if (current->contains(spec.name)) {
@@ -147,20 +211,26 @@ absl::Status GroupRegistry::Add(GroupSpec spec) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "group limit reached (", max_groups_, " groups)"));
   }
+  std::shared_ptr<GroupMetrics> group_metrics = MetricsFor(spec.name);
   auto group = std::make_shared<Group>(std::move(spec), &generations_,
-                                       metrics_, session_key_);
-  ASIDE_RETURN_IF_ERROR(group->Init());
+                                       metrics_, std::move(group_metrics),
+                                       session_key_);
+  ASIDE_RETURN_IF_ERROR(group->Init(persist));
   auto next = std::make_shared<GroupMap>(*current);
   next->emplace(group->name(), group);
   groups_.Publish(std::move(next));
   return absl::OkStatus();
 }
 
-absl::Status GroupRegistry::Remove(absl::string_view name) {
+absl::Status GroupRegistry::Remove(absl::string_view name,
+                                   const Persist& persist) {
   absl::MutexLock lock(&write_mu_);
   std::shared_ptr<const GroupMap> current = groups_.Acquire();
   if (!current->contains(name)) {
     return absl::NotFoundError(absl::StrCat("group '", name, "' not found"));
+  }
+  if (persist) {
+    ASIDE_RETURN_IF_ERROR(persist(generations_.Next()));
   }
   auto next = std::make_shared<GroupMap>(*current);
   next->erase(name);

@@ -8,6 +8,7 @@
 #include <prometheus/gauge.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,20 +27,40 @@
 namespace aside::server {
 
 // Hands out table generations: strictly increasing across all groups of
-// the process, starting above `base` (see GroupRegistry).
+// the process, starting above `base` (see GroupRegistry). With a reserver
+// (the state store), generations are reserved in blocks so that a restart
+// never hands out one that was already used, even when the clock went back.
 class GenerationSource {
  public:
-  explicit GenerationSource(uint64_t base) : last_(base) {}
-  uint64_t Next() { return last_.fetch_add(1, std::memory_order_relaxed) + 1; }
-  uint64_t last() const { return last_.load(std::memory_order_relaxed); }
+  static constexpr uint64_t kReserveBlock = 1'000'000;
+  using Reserver = std::function<absl::Status(uint64_t floor)>;
+
+  explicit GenerationSource(uint64_t base, Reserver reserver = nullptr);
+  uint64_t Next();
+  uint64_t last() const;
 
  private:
-  std::atomic<uint64_t> last_;
+  mutable absl::Mutex mu_;
+  uint64_t last_ ABSL_GUARDED_BY(mu_);
+  uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  Reserver reserver_;
 };
 
+// Writes a change to durable storage before it is published; receives the
+// generation the change will be published with. An error aborts the change.
+using Persist = std::function<absl::Status(uint64_t generation)>;
+
 // Per-group Prometheus children, resolved once so the pick path does no
-// label lookups.
+// label lookups. Shared by every Group object of one name (a deleted group
+// may still serve in-flight picks while a new one of the same name starts);
+// the children are removed when the last holder goes away.
 struct GroupMetrics {
+  GroupMetrics(Metrics* metrics, const std::string& group);
+  ~GroupMetrics();
+  GroupMetrics(const GroupMetrics&) = delete;
+  GroupMetrics& operator=(const GroupMetrics&) = delete;
+
+  Metrics* const metrics;
   prometheus::Counter* picks_ok = nullptr;
   prometheus::Counter* picks_unavailable = nullptr;
   prometheus::Counter* picks_invalid = nullptr;
@@ -55,6 +76,7 @@ struct GroupMetrics {
 class Group {
  public:
   Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
+        std::shared_ptr<GroupMetrics> group_metrics,
         std::shared_ptr<const std::string> session_key);
   ~Group();
   Group(const Group&) = delete;
@@ -64,22 +86,31 @@ class Group {
   // The current table; never null after Init() succeeded.
   TableConstPtr table() const { return table_.Acquire(); }
   GroupSpec spec() const;
-  const GroupMetrics& metrics() const { return group_metrics_; }
+  // Never null when the registry was given Metrics.
+  const GroupMetrics* metrics() const { return group_metrics_.get(); }
 
-  // Builds and publishes the first table.
-  absl::Status Init();
-  // Replaces the spec and publishes a new table; on error nothing changes.
-  absl::Status Update(GroupSpec spec);
+  // Builds the first table and, when `persist` succeeds (if given),
+  // publishes it.
+  absl::Status Init(const Persist& persist = nullptr);
+  // Builds a table from `spec`, persists (if given), then publishes it and
+  // keeps the spec. On any error nothing changes.
+  absl::Status Update(GroupSpec spec, const Persist& persist = nullptr);
+  // Rebuilds the table from the current spec and inputs (health, load) with
+  // a new generation. Called off the request path; concurrent calls are
+  // serialised.
+  void Rebuild();
 
  private:
-  absl::Status PublishLocked(const GroupSpec& spec)
+  absl::StatusOr<TableConstPtr> BuildLocked(const GroupSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishLocked(TableConstPtr table, int64_t build_start_nanos)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
   GenerationSource* const generations_;
   Metrics* const metrics_;
   const std::shared_ptr<const std::string> session_key_;
-  GroupMetrics group_metrics_;
+  const std::shared_ptr<GroupMetrics> group_metrics_;
   LoadTracker loads_;
   SnapshotCell<Table> table_;
 
@@ -96,22 +127,29 @@ class GroupRegistry {
   // `generation_base`: generations start above it. The server passes the
   // start time in microseconds since the epoch (or the persisted generation,
   // if higher) so generations never go backwards across restarts.
-  GroupRegistry(Metrics* metrics, uint64_t generation_base, size_t max_groups);
+  GroupRegistry(Metrics* metrics, uint64_t generation_base, size_t max_groups,
+                GenerationSource::Reserver reserver = nullptr);
 
   GroupPtr Find(absl::string_view name) const;
   // Sorted by name.
   std::vector<GroupPtr> List() const;
   size_t size() const;
 
-  // Adds a validated group and publishes its first table. ALREADY_EXISTS,
-  // RESOURCE_EXHAUSTED (max groups) or the table build error.
-  absl::Status Add(GroupSpec spec);
-  absl::Status Remove(absl::string_view name);
+  // Adds a validated group, persists it (if `persist` is given) and
+  // publishes its first table. ALREADY_EXISTS, RESOURCE_EXHAUSTED (max
+  // groups), the table build error or the persist error; on error nothing
+  // changes.
+  absl::Status Add(GroupSpec spec, const Persist& persist = nullptr);
+  // Removes a group after persisting the removal (if given).
+  absl::Status Remove(absl::string_view name, const Persist& persist = nullptr);
 
   GenerationSource& generations() { return generations_; }
   const std::shared_ptr<const std::string>& session_key() const {
     return session_key_;
   }
+  // Installs the key that signs sticky session tokens (before groups are
+  // added).
+  void set_session_key(std::string key);
 
  private:
   using GroupMap = absl::flat_hash_map<std::string, GroupPtr>;
@@ -120,8 +158,13 @@ class GroupRegistry {
   const size_t max_groups_;
   GenerationSource generations_;
   std::shared_ptr<const std::string> session_key_;
+  std::shared_ptr<GroupMetrics> MetricsFor(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+
   SnapshotCell<GroupMap> groups_;
   absl::Mutex write_mu_;  // serialises Add/Remove
+  absl::flat_hash_map<std::string, std::weak_ptr<GroupMetrics>> metrics_by_name_
+      ABSL_GUARDED_BY(write_mu_);
 };
 
 }  // namespace aside::server

@@ -37,10 +37,10 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
     return {grpc::StatusCode::NOT_FOUND,
             absl::StrCat("group '", request.group(), "' not found")};
   }
-  const GroupMetrics& gm = group->metrics();
+  const GroupMetrics* gm = group->metrics();
   auto invalid = [&](std::string message) {
-    if (gm.picks_invalid != nullptr) {
-      gm.picks_invalid->Increment();
+    if (gm != nullptr) {
+      gm->picks_invalid->Increment();
     }
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         std::move(message));
@@ -95,8 +95,8 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
   const uint32_t want = request.count() == 0 ? 1 : request.count();
   const size_t n = table->Pick(pick, absl::MakeSpan(out.data(), want));
   if (n == 0) {
-    if (gm.picks_unavailable != nullptr) {
-      gm.picks_unavailable->Increment();
+    if (gm != nullptr) {
+      gm->picks_unavailable->Increment();
     }
     return {grpc::StatusCode::UNAVAILABLE, table->NoBackendMessage(excluded)};
   }
@@ -117,8 +117,8 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
   if (token.size > 0) {
     response->set_session_token(std::string(token.view()));
   }
-  if (gm.picks_ok != nullptr) {
-    gm.picks_ok->Increment();
+  if (gm != nullptr) {
+    gm->picks_ok->Increment();
   }
   return grpc::Status::OK;
 }

@@ -24,6 +24,9 @@ constexpr absl::string_view kUsage = R"(usage: aside-server [flags]
   --metrics HOST:PORT   Prometheus /metrics address (default 0.0.0.0:9464;
                         "" disables)
   --state-dir DIR       directory for durable state (default ./var)
+  --health-listen HOST:PORT  extra plaintext port serving only grpc.health.v1
+  --admin-token-file FILE    bearer tokens for aside.v1.Admin ("TOKEN ROLE"
+                        per line, role admin or read)
   --log-format FORMAT   text (key=value) or json
   --log-level LEVEL     debug, info, warn or error
   --check-config FILE   validate FILE, print every error, exit (0 when valid)
@@ -35,7 +38,8 @@ Flags override the config file.
 
 struct Flags {
   std::string config;
-  std::optional<std::string> listen, metrics, state_dir, log_format, log_level;
+  std::optional<std::string> listen, metrics, state_dir, log_format, log_level,
+      health_listen, admin_token_file;
   std::string check_config;
 };
 
@@ -82,6 +86,12 @@ bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
     } else if (name == "--state-dir") {
       if (!(v = take())) return false;
       flags->state_dir = *v;
+    } else if (name == "--health-listen") {
+      if (!(v = take())) return false;
+      flags->health_listen = *v;
+    } else if (name == "--admin-token-file") {
+      if (!(v = take())) return false;
+      flags->admin_token_file = *v;
     } else if (name == "--log-format") {
       if (!(v = take())) return false;
       flags->log_format = *v;
@@ -132,6 +142,8 @@ int main(int argc, char** argv) {
   if (flags.metrics) config->metrics = *flags.metrics;
   if (flags.state_dir) config->state_dir = *flags.state_dir;
   if (flags.log_format) config->log_format = *flags.log_format;
+  if (flags.health_listen) config->health_listen = *flags.health_listen;
+  if (flags.admin_token_file) config->admin_token_file = *flags.admin_token_file;
   if (flags.log_level) config->log_level = *flags.log_level;
   if (config->log_format != "text" && config->log_format != "json") {
     std::cerr << "aside-server: --log-format: expected text or json\n";

@@ -61,6 +61,10 @@ Metrics::Metrics()
               .Help("Time to build a group's table and selector.")
               .Register(*registry_)
               .Add({}, LatencyBuckets())),
+      admin_mutations(prometheus::BuildCounter()
+                          .Name("aside_admin_mutations_total")
+                          .Help("Admin mutations by method and result.")
+                          .Register(*registry_)),
       internal_errors(prometheus::BuildCounter()
                           .Name("aside_internal_errors_total")
                           .Help("Internal errors that were survived.")

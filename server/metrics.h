@@ -56,6 +56,8 @@ class Metrics {
   // Table rebuilds and their duration.
   prometheus::Family<prometheus::Counter>& table_rebuilds;
   prometheus::Histogram& table_rebuild_duration;
+  // Admin calls by method and result (ok or the status code name).
+  prometheus::Family<prometheus::Counter>& admin_mutations;
   // Survivable internal errors (bugs that are logged and counted).
   prometheus::Counter& internal_errors;
 

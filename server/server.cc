@@ -2,8 +2,11 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
-#include "aside/v1/admin.grpc.pb.h"
+#include "server/admin_convert.h"
 #include "lib/status_macros.h"
 #include "server/log.h"
 
@@ -14,36 +17,136 @@ AsideServer::AsideServer(ServerConfig config, const Clock* clock)
 
 AsideServer::~AsideServer() { Shutdown(absl::ZeroDuration()); }
 
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": cannot open ", what));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
     ServerConfig config, const Clock* clock) {
   auto server =
       std::unique_ptr<AsideServer>(new AsideServer(std::move(config), clock));
-  // Generations start above the start time in microseconds so that they
-  // keep increasing across restarts.
+  const ServerConfig& cfg = server->config_;
+  ASIDE_ASSIGN_OR_RETURN(server->store_,
+                         StateStore::Open(cfg.state_dir, cfg.max_state_bytes));
+  ASIDE_ASSIGN_OR_RETURN(StateStore::Contents contents,
+                         server->store_->Load());
+  ASIDE_ASSIGN_OR_RETURN(
+      server->auth_, AdminAuth::Create(cfg.admin_token_file,
+                                       cfg.admin_identities));
+
+  // Generations start above both the persisted floor and the start time in
+  // microseconds, so they keep increasing across restarts.
   const uint64_t base =
-      static_cast<uint64_t>(absl::ToUnixMicros(clock->WallNow()));
+      std::max(contents.generation_floor,
+               static_cast<uint64_t>(absl::ToUnixMicros(clock->WallNow())));
+  StateStore* store = server->store_.get();
   server->groups_ = std::make_unique<GroupRegistry>(
-      &server->metrics_, base, server->config_.max_groups);
-  for (const GroupSpec& spec : server->config_.groups) {
+      &server->metrics_, base, cfg.max_groups,
+      [store](uint64_t floor) { return store->RaiseGenerationFloor(floor); });
+
+  // The sticky session key: shared through a file, or kept in the store.
+  if (!cfg.session_key_file.empty()) {
+    ASIDE_ASSIGN_OR_RETURN(std::string key,
+                           ReadFile(cfg.session_key_file, "session key file"));
+    if (key.size() < 16) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          cfg.session_key_file, ": session key shorter than 16 bytes"));
+    }
+    server->groups_->set_session_key(std::move(key));
+  } else if (contents.session_key.size() >= 16) {
+    server->groups_->set_session_key(contents.session_key);
+  } else {
+    ASIDE_RETURN_IF_ERROR(
+        store->SetSessionKey(*server->groups_->session_key()));
+  }
+
+  for (const GroupSpec& spec : cfg.groups) {
     absl::Status s = server->groups_->Add(spec);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("group '", spec.name,
                                                  "': ", s.message()));
     }
   }
+  for (const v1::Group& definition : contents.groups) {
+    if (server->groups_->Find(definition.name()) != nullptr) {
+      Log(LogLevel::kWarn, "state.group_shadowed",
+          {{"group", definition.name()},
+           {"reason", "the config file declares a group of the same name"}});
+      continue;
+    }
+    absl::StatusOr<GroupSpec> spec =
+        GroupSpecFromProto(absl::StrCat("stored group '", definition.name(), "'"),
+                           definition);
+    if (!spec.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("state database ", store->path(), ": ",
+                       spec.status().message()));
+    }
+    if (absl::Status s = server->groups_->Add(*std::move(spec)); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("state database ", store->path(), ": group '",
+                       definition.name(), "': ", s.message()));
+    }
+  }
+  Log(LogLevel::kInfo, "state.loaded",
+      {{"path", store->path()},
+       {"stored_groups", absl::StrCat(contents.groups.size())}});
+
   server->lb_service_ = std::make_unique<LoadBalancerService>(
       server->groups_.get(), &server->metrics_, clock);
-  server->admin_service_ = std::make_unique<v1::Admin::CallbackService>();
+  server->admin_service_ = std::make_unique<AdminService>(
+      server->groups_.get(), store, server->auth_.get(), &server->metrics_);
   server->health_service_ =
       std::make_unique<HealthService>(server->groups_.get());
+  if (!cfg.health_listen.empty()) {
+    server->plain_health_service_ =
+        std::make_unique<HealthService>(server->groups_.get());
+  }
   return server;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
+AsideServer::Credentials() const {
+  if (config_.tls_cert_file.empty()) {
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions options;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASIDE_ASSIGN_OR_RETURN(pair.cert_chain,
+                         ReadFile(config_.tls_cert_file, "TLS certificate"));
+  ASIDE_ASSIGN_OR_RETURN(pair.private_key,
+                         ReadFile(config_.tls_key_file, "TLS private key"));
+  options.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!config_.tls_client_ca_file.empty()) {
+    ASIDE_ASSIGN_OR_RETURN(
+        options.pem_root_certs,
+        ReadFile(config_.tls_client_ca_file, "TLS client CA bundle"));
+    options.client_certificate_request =
+        config_.tls_require_client_cert
+            ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
 }
 
 absl::Status AsideServer::Start() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  ASIDE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                         Credentials());
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(),
-                           &grpc_port_);
+  builder.AddListeningPort(config_.listen, credentials, &grpc_port_);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(config_.max_receive_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
@@ -58,14 +161,35 @@ absl::Status AsideServer::Start() {
         absl::StrCat("cannot listen for gRPC on ", config_.listen));
   }
   Log(LogLevel::kInfo, "grpc.listening",
-      {{"address", config_.listen}, {"port", absl::StrCat(grpc_port_)}});
+      {{"address", config_.listen},
+       {"port", absl::StrCat(grpc_port_)},
+       {"tls", config_.tls_cert_file.empty() ? "off" : "on"}});
+  auto fail = [&](absl::Status s) {
+    Shutdown(absl::ZeroDuration());
+    Wait();
+    return s;
+  };
+  if (plain_health_service_ != nullptr) {
+    grpc::ServerBuilder health_builder;
+    health_builder.AddListeningPort(config_.health_listen,
+                                    grpc::InsecureServerCredentials(),
+                                    &health_port_);
+    health_builder.SetMaxReceiveMessageSize(4096);
+    health_builder.RegisterService(plain_health_service_.get());
+    health_server_ = health_builder.BuildAndStart();
+    if (health_server_ == nullptr || health_port_ == 0) {
+      health_server_.reset();
+      return fail(absl::UnavailableError(absl::StrCat(
+          "cannot listen for gRPC health on ", config_.health_listen)));
+    }
+    Log(LogLevel::kInfo, "health.listening",
+        {{"address", config_.health_listen},
+         {"port", absl::StrCat(health_port_)}});
+  }
   if (!config_.metrics.empty()) {
     absl::StatusOr<int> port = metrics_.Serve(config_.metrics);
     if (!port.ok()) {
-      server_->Shutdown();
-      server_->Wait();
-      server_.reset();
-      return port.status();
+      return fail(port.status());
     }
     metrics_port_ = *port;
     Log(LogLevel::kInfo, "metrics.listening",
@@ -83,11 +207,17 @@ void AsideServer::Shutdown(absl::Duration grace) {
   if (health_service_ != nullptr) {
     health_service_->Shutdown();
   }
+  if (plain_health_service_ != nullptr) {
+    plain_health_service_->Shutdown();
+  }
+  const auto deadline =
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(grace));
   if (server_ != nullptr) {
-    const auto deadline =
-        std::chrono::system_clock::now() +
-        std::chrono::milliseconds(absl::ToInt64Milliseconds(grace));
     server_->Shutdown(deadline);
+  }
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(deadline);
   }
   metrics_.StopServing();
 }
@@ -95,6 +225,9 @@ void AsideServer::Shutdown(absl::Duration grace) {
 void AsideServer::Wait() {
   if (server_ != nullptr) {
     server_->Wait();
+  }
+  if (health_server_ != nullptr) {
+    health_server_->Wait();
   }
 }
 

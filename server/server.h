@@ -11,17 +11,21 @@
 #include "absl/status/statusor.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "lib/clock.h"
+#include "server/admin_auth.h"
+#include "server/admin_service.h"
 #include "server/config.h"
 #include "server/group_registry.h"
 #include "server/health_service.h"
 #include "server/lookaside_service.h"
 #include "server/metrics.h"
+#include "server/state_store.h"
 
 namespace aside::server {
 
 class AsideServer {
  public:
-  // Builds the groups of `config` (nothing is bound yet).
+  // Opens the state store, loads its groups and builds those of `config`
+  // (nothing is bound yet). Errors name the file or path at fault.
   static absl::StatusOr<std::unique_ptr<AsideServer>> Create(
       ServerConfig config, const Clock* clock = &SystemClock::Get());
   ~AsideServer();
@@ -36,23 +40,31 @@ class AsideServer {
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
+  int health_port() const { return health_port_; }
+  StateStore* store() { return store_.get(); }
   GroupRegistry& groups() { return *groups_; }
   Metrics& metrics() { return metrics_; }
   const ServerConfig& config() const { return config_; }
 
  private:
   AsideServer(ServerConfig config, const Clock* clock);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() const;
 
   ServerConfig config_;
   const Clock* clock_;
   Metrics metrics_;
+  std::unique_ptr<StateStore> store_;
   std::unique_ptr<GroupRegistry> groups_;
+  std::unique_ptr<AdminAuth> auth_;
   std::unique_ptr<LoadBalancerService> lb_service_;
-  std::unique_ptr<v1::Admin::CallbackService> admin_service_;
+  std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<HealthService> health_service_;
+  std::unique_ptr<HealthService> plain_health_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
+  int health_port_ = 0;
   bool shut_down_ = false;
 };
 

@@ -16,6 +16,7 @@
 
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/integration/server_helpers.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
 #include "tests/testing/reflection_client.h"
@@ -46,53 +47,12 @@ groups:
     backends: [{address: 127.0.0.1:9201, drained: true}]
 )";
 
-// A running aside-server with its bound ports.
-struct RunningServer {
-  std::unique_ptr<Process> process;
-  int grpc_port = 0;
-  int metrics_port = 0;
-  std::string target() const {
-    return "127.0.0.1:" + std::to_string(grpc_port);
-  }
-};
+using ::aside::testing::Context;
+using ::aside::testing::RunningServer;
 
 absl::StatusOr<RunningServer> StartServer(const TempDir& dir,
                                           std::vector<std::string> extra) {
-  std::vector<std::string> argv = {aside::testing::BinDir() + "/aside-server",
-                                   "--listen",    "127.0.0.1:0",
-                                   "--metrics",   "127.0.0.1:0",
-                                   "--state-dir", dir.path() + "/state"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  auto process = Process::Start(argv);
-  if (!process.ok()) {
-    return process.status();
-  }
-  RunningServer s;
-  s.process = *std::move(process);
-  auto grpc_line = s.process->WaitForLine("event=grpc.listening",
-                                          absl::Seconds(30));
-  if (!grpc_line.ok()) {
-    return grpc_line.status();
-  }
-  auto metrics_line = s.process->WaitForLine("event=metrics.listening",
-                                             absl::Seconds(30));
-  if (!metrics_line.ok()) {
-    return metrics_line.status();
-  }
-  auto started = s.process->WaitForLine("event=server.started",
-                                        absl::Seconds(30));
-  if (!started.ok()) {
-    return started.status();
-  }
-  s.grpc_port = std::stoi(aside::testing::LogField(*grpc_line, "port"));
-  s.metrics_port = std::stoi(aside::testing::LogField(*metrics_line, "port"));
-  return s;
-}
-
-std::unique_ptr<grpc::ClientContext> Context() {
-  auto c = std::make_unique<grpc::ClientContext>();
-  c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  return c;
+  return aside::testing::StartServer(dir.path() + "/state", std::move(extra));
 }
 
 class ServerBinaryTest : public ::testing::Test {

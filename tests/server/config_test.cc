@@ -233,3 +233,57 @@ TEST(ConfigTest, MissingFileIsNamed) {
 
 }  // namespace
 }  // namespace aside::server
+
+namespace aside::server {
+namespace {
+
+TEST(ConfigTest, ParsesAdminTlsDiscoveryAndGrpclb) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig c, ParseConfig(R"(
+health_listen: 127.0.0.1:0
+admin:
+  token_file: /etc/aside/tokens
+  allowed_identities:
+    - {identity: "spiffe://cluster.local/ns/ops/sa/deployer", role: admin}
+tls:
+  cert_file: /tls/tls.crt
+  key_file: /tls/tls.key
+  client_ca_file: /tls/ca.crt
+  require_client_cert: true
+session_key_file: /keys/session
+discovery: {dns_servers: ["127.0.0.1:5353", "[::1]:53"]}
+grpclb: {client_stats_report_interval: 5s, max_servers: 200}
+limits: {max_state_bytes: 1048576}
+)",
+                                                   "aside.yaml"));
+  EXPECT_EQ(c.health_listen, "127.0.0.1:0");
+  EXPECT_EQ(c.admin_token_file, "/etc/aside/tokens");
+  ASSERT_EQ(c.admin_identities.size(), 1u);
+  EXPECT_EQ(c.admin_identities[0].role, "admin");
+  EXPECT_EQ(c.tls_cert_file, "/tls/tls.crt");
+  EXPECT_TRUE(c.tls_require_client_cert);
+  EXPECT_EQ(c.session_key_file, "/keys/session");
+  EXPECT_EQ(c.dns_servers.size(), 2u);
+  EXPECT_EQ(c.grpclb_client_stats_report_interval, absl::Seconds(5));
+  EXPECT_EQ(c.grpclb_max_servers, 200u);
+  EXPECT_EQ(c.max_state_bytes, 1048576u);
+}
+
+TEST(ConfigTest, RejectsInconsistentTlsAndBadRoles) {
+  auto err = [](const char* text) {
+    auto c = ParseConfig(text, "aside.yaml");
+    return c.ok() ? std::string() : std::string(c.status().message());
+  };
+  EXPECT_THAT(err("tls: {cert_file: /a}\n"),
+              ::testing::HasSubstr("cert_file and key_file go together"));
+  EXPECT_THAT(err("tls: {cert_file: /a, key_file: /b, require_client_cert: true}\n"),
+              ::testing::HasSubstr("needs client_ca_file"));
+  EXPECT_THAT(err("admin: {allowed_identities: [{identity: x, role: root}]}\n"),
+              ::testing::HasSubstr("unknown role 'root'"));
+  EXPECT_THAT(err("discovery: {dns_servers: [ns.example:53]}\n"),
+              ::testing::HasSubstr("must be an IP address"));
+  EXPECT_THAT(err("grpclb: {client_stats_report_interval: 10ms}\n"),
+              ::testing::HasSubstr("out of range 1s..1h"));
+}
+
+}  // namespace
+}  // namespace aside::server

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "server/server.h"
+#include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
 
 namespace aside::server {
@@ -17,6 +18,7 @@ class PickTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<ServerConfig> config = ParseConfig(R"(
+state_dir: )" + state_dir_.path() + R"(
 listen: 127.0.0.1:0
 metrics: ""
 groups:
@@ -60,6 +62,7 @@ groups:
     return stub_->Pick(&context, request, response);
   }
 
+  aside::testing::TempDir state_dir_;
   std::unique_ptr<AsideServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::LoadBalancer::Stub> stub_;

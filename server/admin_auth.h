@@ -1,0 +1,55 @@
+// Who may call aside.v1.Admin: bearer tokens from a token file and mTLS
+// client identities, each with a role (read < admin).
+//
+// Tokens are kept only as SHA-256 digests and compared in constant time
+// (every configured token is compared on every call); they are never logged.
+// With nothing configured every Admin call is refused.
+#ifndef ASIDE_SERVER_ADMIN_AUTH_H_
+#define ASIDE_SERVER_ADMIN_AUTH_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/config.h"
+
+namespace aside::server {
+
+enum class AdminRole { kNone = 0, kRead = 1, kAdmin = 2 };
+
+class AdminAuth {
+ public:
+  // Reads the token file (errors name file:line); identities come from the
+  // config.
+  static absl::StatusOr<std::unique_ptr<AdminAuth>> Create(
+      const std::string& token_file,
+      const std::vector<ServerConfig::AdminIdentity>& identities);
+
+  // OK when the caller holds at least `needed`; otherwise UNAUTHENTICATED
+  // (no or unknown credentials) or PERMISSION_DENIED (role too low).
+  grpc::Status Authorize(const grpc::ServerContextBase& context,
+                         AdminRole needed) const;
+
+  // The role of a bearer token ("Bearer xyz" header value), kNone if unknown.
+  AdminRole RoleOfToken(absl::string_view token) const;
+
+  bool configured() const { return !tokens_.empty() || !identities_.empty(); }
+
+ private:
+  struct Token {
+    std::array<unsigned char, 32> digest;
+    AdminRole role;
+  };
+  AdminAuth() = default;
+
+  std::vector<Token> tokens_;
+  std::vector<std::pair<std::string, AdminRole>> identities_;
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_ADMIN_AUTH_H_

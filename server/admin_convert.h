@@ -1,0 +1,33 @@
+// Conversions between aside.v1.Group (and its parts) and the server's group
+// specs. Used by the Admin service and by the state store, which persists
+// group definitions as serialized aside.v1.Group messages.
+#ifndef ASIDE_SERVER_ADMIN_CONVERT_H_
+#define ASIDE_SERVER_ADMIN_CONVERT_H_
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "aside/v1/admin.pb.h"
+#include "lib/table.h"
+#include "server/group_spec.h"
+
+namespace aside::server {
+
+// Converts and validates a group definition (output-only fields ignored).
+// Errors are InvalidArgument naming the field under `field`, e.g.
+// "group.backends[2].weight: 20000 out of range 0..10000".
+absl::StatusOr<GroupSpec> GroupSpecFromProto(absl::string_view field,
+                                             const v1::Group& pb);
+
+// The definition fields of a group (what the store persists).
+void GroupSpecToProto(const GroupSpec& spec, v1::Group* pb);
+
+absl::StatusOr<HealthCheckSpec> HealthCheckFromProto(absl::string_view field,
+                                                     const v1::HealthCheck& pb);
+void HealthCheckToProto(const HealthCheckSpec& spec, v1::HealthCheck* pb);
+
+// Adds the output-only state of a published table to `pb`.
+void GroupStateToProto(const Table& table, v1::Group* pb);
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_ADMIN_CONVERT_H_

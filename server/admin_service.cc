@@ -1,0 +1,453 @@
+#include "server/admin_service.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "lib/address.h"
+#include "proto/convert.h"
+#include "server/admin_convert.h"
+#include "server/log.h"
+#include "server/status_util.h"
+
+namespace aside::server {
+namespace {
+
+grpc::Status Invalid(std::string message) {
+  return {grpc::StatusCode::INVALID_ARGUMENT, std::move(message)};
+}
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return "ok";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "invalid_argument";
+    case grpc::StatusCode::NOT_FOUND:
+      return "not_found";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "already_exists";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "permission_denied";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "unauthenticated";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "failed_precondition";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "resource_exhausted";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "unavailable";
+    default:
+      return "error";
+  }
+}
+
+// Checks a list of addresses from a request and canonicalises them.
+grpc::Status CanonicalAddresses(
+    const google::protobuf::RepeatedPtrField<std::string>& in,
+    std::vector<std::string>* out) {
+  if (in.empty()) {
+    return Invalid("addresses: at least one address is required");
+  }
+  if (in.size() > kMaxBackendsPerRequest) {
+    return Invalid(absl::StrCat("addresses: ", in.size(),
+                                " entries (at most ", kMaxBackendsPerRequest,
+                                ")"));
+  }
+  std::set<std::string> seen;
+  for (int i = 0; i < in.size(); ++i) {
+    absl::StatusOr<std::string> canonical = CanonicalAddress(in.Get(i));
+    if (!canonical.ok()) {
+      return Invalid(
+          absl::StrCat("addresses[", i, "]: ", canonical.status().message()));
+    }
+    if (!seen.insert(*canonical).second) {
+      return Invalid(
+          absl::StrCat("addresses[", i, "]: ", *canonical, " is listed twice"));
+    }
+    out->push_back(*std::move(canonical));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+AdminService::AdminService(GroupRegistry* groups, StateStore* store,
+                           const AdminAuth* auth, Metrics* metrics)
+    : groups_(groups), store_(store), auth_(auth), metrics_(metrics) {}
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* AdminService::Handle(
+    grpc::CallbackServerContext* context, const char* method, AdminRole role,
+    const Request* request, Response* response,
+    grpc::Status (AdminService::*op)(const Request&, Response*)) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::Status status = auth_ != nullptr
+                            ? auth_->Authorize(*context, role)
+                            : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                           "admin: no credentials configured");
+  if (status.ok()) {
+    status = (this->*op)(*request, response);
+  }
+  if (role == AdminRole::kAdmin && metrics_ != nullptr) {
+    metrics_->admin_mutations
+        .Add({{"method", method}, {"result", CodeName(status.error_code())}})
+        .Increment();
+  }
+  if (role == AdminRole::kAdmin) {
+    Log(status.ok() ? LogLevel::kInfo : LogLevel::kWarn, "admin.mutation",
+        {{"method", method},
+         {"peer", context->peer()},
+         {"result", CodeName(status.error_code())},
+         {"message", status.error_message()}});
+  }
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::CreateGroup(
+    grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
+    v1::Group* response) {
+  return Handle(context, "CreateGroup", AdminRole::kAdmin, request, response,
+                &AdminService::DoCreateGroup);
+}
+grpc::ServerUnaryReactor* AdminService::UpdateGroup(
+    grpc::CallbackServerContext* context, const v1::UpdateGroupRequest* request,
+    v1::Group* response) {
+  return Handle(context, "UpdateGroup", AdminRole::kAdmin, request, response,
+                &AdminService::DoUpdateGroup);
+}
+grpc::ServerUnaryReactor* AdminService::DeleteGroup(
+    grpc::CallbackServerContext* context, const v1::DeleteGroupRequest* request,
+    v1::DeleteGroupResponse* response) {
+  return Handle(context, "DeleteGroup", AdminRole::kAdmin, request, response,
+                &AdminService::DoDeleteGroup);
+}
+grpc::ServerUnaryReactor* AdminService::GetGroup(
+    grpc::CallbackServerContext* context, const v1::GetGroupRequest* request,
+    v1::Group* response) {
+  return Handle(context, "GetGroup", AdminRole::kRead, request, response,
+                &AdminService::DoGetGroup);
+}
+grpc::ServerUnaryReactor* AdminService::ListGroups(
+    grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
+    v1::ListGroupsResponse* response) {
+  return Handle(context, "ListGroups", AdminRole::kRead, request, response,
+                &AdminService::DoListGroups);
+}
+grpc::ServerUnaryReactor* AdminService::AddBackends(
+    grpc::CallbackServerContext* context, const v1::AddBackendsRequest* request,
+    v1::Group* response) {
+  return Handle(context, "AddBackends", AdminRole::kAdmin, request, response,
+                &AdminService::DoAddBackends);
+}
+grpc::ServerUnaryReactor* AdminService::RemoveBackends(
+    grpc::CallbackServerContext* context,
+    const v1::RemoveBackendsRequest* request, v1::Group* response) {
+  return Handle(context, "RemoveBackends", AdminRole::kAdmin, request,
+                response, &AdminService::DoRemoveBackends);
+}
+grpc::ServerUnaryReactor* AdminService::DrainBackends(
+    grpc::CallbackServerContext* context,
+    const v1::DrainBackendsRequest* request, v1::Group* response) {
+  return Handle(context, "DrainBackends", AdminRole::kAdmin, request, response,
+                &AdminService::DoDrainBackends);
+}
+grpc::ServerUnaryReactor* AdminService::ListTargets(
+    grpc::CallbackServerContext* context, const v1::ListTargetsRequest* request,
+    v1::ListTargetsResponse* response) {
+  return Handle(context, "ListTargets", AdminRole::kRead, request, response,
+                &AdminService::DoListTargets);
+}
+
+void AdminService::Describe(const Group& group, bool with_backends,
+                            v1::Group* out) const {
+  const GroupSpec spec = group.spec();
+  GroupSpecToProto(spec, out);
+  TableConstPtr table = group.table();
+  if (with_backends) {
+    GroupStateToProto(*table, out);
+  } else {
+    out->clear_backends();
+    out->set_generation(table->generation());
+    out->set_ready_count(table->ready_count());
+    out->set_panic(table->panic());
+  }
+}
+
+grpc::Status AdminService::FindMutable(const std::string& name,
+                                       GroupPtr* group) {
+  if (name.empty()) {
+    return Invalid("group: a group name is required");
+  }
+  *group = groups_->Find(name);
+  if (*group == nullptr) {
+    if (absl::Status s = ValidateGroupName(name); !s.ok()) {
+      return Invalid(absl::StrCat("group: ", s.message()));
+    }
+    return {grpc::StatusCode::NOT_FOUND,
+            absl::StrCat("group '", name, "' not found")};
+  }
+  const GroupSpec spec = (*group)->spec();
+  if (spec.source == GroupSource::kFile) {
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            absl::StrCat("group '", name, "' is declared in the config file ",
+                         spec.file, "; change it there")};
+  }
+  return grpc::Status::OK;
+}
+
+Persist AdminService::PersistGroup(const GroupSpec& spec) {
+  if (store_ == nullptr) {
+    return nullptr;
+  }
+  v1::Group definition;
+  GroupSpecToProto(spec, &definition);
+  return [this, definition](uint64_t generation) {
+    return store_->PutGroup(definition, generation);
+  };
+}
+
+grpc::Status AdminService::Apply(const GroupPtr& group, GroupSpec spec,
+                                 v1::Group* response) {
+  if (absl::Status s = ValidateGroupSpec(spec); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  const Persist persist = PersistGroup(spec);
+  if (absl::Status s = group->Update(std::move(spec), persist); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  Describe(*group, true, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DoCreateGroup(const v1::CreateGroupRequest& request,
+                                         v1::Group* response) {
+  if (!request.has_group()) {
+    return Invalid("group: required");
+  }
+  absl::StatusOr<GroupSpec> spec = GroupSpecFromProto("group", request.group());
+  if (!spec.ok()) {
+    return ToGrpcStatus(spec.status());
+  }
+  absl::MutexLock lock(&mutation_mu_);
+  const std::string name = spec->name;
+  const Persist persist = PersistGroup(*spec);
+  if (absl::Status s = groups_->Add(*std::move(spec), persist); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  Describe(*groups_->Find(name), true, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
+                                         v1::Group* response) {
+  if (!request.has_group()) {
+    return Invalid("group: required");
+  }
+  absl::MutexLock lock(&mutation_mu_);
+  GroupPtr group;
+  if (grpc::Status s = FindMutable(request.group().name(), &group); !s.ok()) {
+    return s;
+  }
+  v1::Group merged;
+  GroupSpecToProto(group->spec(), &merged);
+  const v1::Group& in = request.group();
+  std::vector<std::string> paths(request.update_mask().paths().begin(),
+                                 request.update_mask().paths().end());
+  if (paths.empty()) {
+    paths = {"policy",          "backends",          "health_check",
+             "panic_threshold", "slow_start",        "outlier_detection",
+             "dns",             "aliases"};
+  }
+  for (const std::string& path : paths) {
+    if (path == "policy") {
+      merged.clear_policy();
+      if (in.has_policy()) *merged.mutable_policy() = in.policy();
+    } else if (path == "backends") {
+      *merged.mutable_backends() = in.backends();
+    } else if (path == "health_check") {
+      merged.clear_health_check();
+      if (in.has_health_check()) *merged.mutable_health_check() = in.health_check();
+    } else if (path == "panic_threshold") {
+      merged.clear_panic_threshold();
+      if (in.has_panic_threshold()) merged.set_panic_threshold(in.panic_threshold());
+    } else if (path == "slow_start") {
+      merged.clear_slow_start();
+      if (in.has_slow_start()) *merged.mutable_slow_start() = in.slow_start();
+    } else if (path == "outlier_detection") {
+      merged.clear_outlier_detection();
+      if (in.has_outlier_detection()) {
+        *merged.mutable_outlier_detection() = in.outlier_detection();
+      }
+    } else if (path == "dns") {
+      merged.clear_dns();
+      if (in.has_dns()) *merged.mutable_dns() = in.dns();
+    } else if (path == "aliases") {
+      *merged.mutable_aliases() = in.aliases();
+    } else {
+      return Invalid(absl::StrCat(
+          "update_mask: unknown path '", path,
+          "' (allowed: policy, backends, health_check, panic_threshold, "
+          "slow_start, outlier_detection, dns, aliases)"));
+    }
+  }
+  absl::StatusOr<GroupSpec> spec = GroupSpecFromProto("group", merged);
+  if (!spec.ok()) {
+    return ToGrpcStatus(spec.status());
+  }
+  return Apply(group, *std::move(spec), response);
+}
+
+grpc::Status AdminService::DoDeleteGroup(const v1::DeleteGroupRequest& request,
+                                         v1::DeleteGroupResponse* response) {
+  absl::MutexLock lock(&mutation_mu_);
+  GroupPtr group;
+  if (grpc::Status s = FindMutable(request.name(), &group); !s.ok()) {
+    return s;
+  }
+  uint64_t generation = 0;
+  Persist persist = [&](uint64_t g) {
+    generation = g;
+    return store_ != nullptr ? store_->DeleteGroup(request.name(), g)
+                             : absl::OkStatus();
+  };
+  if (absl::Status s = groups_->Remove(request.name(), persist); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  response->set_generation(generation);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DoGetGroup(const v1::GetGroupRequest& request,
+                                      v1::Group* response) {
+  if (request.name().empty()) {
+    return Invalid("name: required");
+  }
+  GroupPtr group = groups_->Find(request.name());
+  if (group == nullptr) {
+    return {grpc::StatusCode::NOT_FOUND,
+            absl::StrCat("group '", request.name(), "' not found")};
+  }
+  Describe(*group, true, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DoListGroups(const v1::ListGroupsRequest&,
+                                        v1::ListGroupsResponse* response) {
+  for (const GroupPtr& group : groups_->List()) {
+    Describe(*group, false, response->add_groups());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DoAddBackends(const v1::AddBackendsRequest& request,
+                                         v1::Group* response) {
+  if (request.backends().empty()) {
+    return Invalid("backends: at least one backend is required");
+  }
+  if (request.backends_size() > kMaxBackendsPerRequest) {
+    return Invalid(absl::StrCat("backends: ", request.backends_size(),
+                                " entries (at most ", kMaxBackendsPerRequest,
+                                ")"));
+  }
+  std::vector<Backend> added;
+  for (int i = 0; i < request.backends_size(); ++i) {
+    absl::StatusOr<Backend> b =
+        FromProto(absl::StrCat("backends[", i, "]"), request.backends(i),
+                  /*allow_hostname=*/false);
+    if (!b.ok()) {
+      return ToGrpcStatus(b.status());
+    }
+    added.push_back(*std::move(b));
+  }
+  absl::MutexLock lock(&mutation_mu_);
+  GroupPtr group;
+  if (grpc::Status s = FindMutable(request.group(), &group); !s.ok()) {
+    return s;
+  }
+  GroupSpec spec = group->spec();
+  std::set<std::string> present;
+  for (const Backend& b : spec.backends) {
+    present.insert(b.address);
+  }
+  for (size_t i = 0; i < added.size(); ++i) {
+    if (!present.insert(added[i].address).second) {
+      return {grpc::StatusCode::ALREADY_EXISTS,
+              absl::StrCat("backends[", i, "]: ", added[i].address,
+                           " is already in group '", spec.name, "'")};
+    }
+  }
+  if (spec.backends.size() + added.size() > kMaxBackendsPerGroup) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrCat("group '", spec.name, "' would have ",
+                         spec.backends.size() + added.size(),
+                         " backends (at most ", kMaxBackendsPerGroup, ")")};
+  }
+  for (Backend& b : added) {
+    spec.backends.push_back(std::move(b));
+  }
+  return Apply(group, std::move(spec), response);
+}
+
+grpc::Status AdminService::DoRemoveBackends(
+    const v1::RemoveBackendsRequest& request, v1::Group* response) {
+  std::vector<std::string> addresses;
+  if (grpc::Status s = CanonicalAddresses(request.addresses(), &addresses);
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mutation_mu_);
+  GroupPtr group;
+  if (grpc::Status s = FindMutable(request.group(), &group); !s.ok()) {
+    return s;
+  }
+  GroupSpec spec = group->spec();
+  for (const std::string& address : addresses) {
+    auto it = std::find_if(spec.backends.begin(), spec.backends.end(),
+                           [&](const Backend& b) { return b.address == address; });
+    if (it == spec.backends.end()) {
+      return {grpc::StatusCode::NOT_FOUND,
+              absl::StrCat("backend ", address, " is not in group '",
+                           spec.name, "'")};
+    }
+    spec.backends.erase(it);
+  }
+  return Apply(group, std::move(spec), response);
+}
+
+grpc::Status AdminService::DoDrainBackends(
+    const v1::DrainBackendsRequest& request, v1::Group* response) {
+  std::vector<std::string> addresses;
+  if (grpc::Status s = CanonicalAddresses(request.addresses(), &addresses);
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mutation_mu_);
+  GroupPtr group;
+  if (grpc::Status s = FindMutable(request.group(), &group); !s.ok()) {
+    return s;
+  }
+  GroupSpec spec = group->spec();
+  for (const std::string& address : addresses) {
+    auto it = std::find_if(spec.backends.begin(), spec.backends.end(),
+                           [&](const Backend& b) { return b.address == address; });
+    if (it == spec.backends.end()) {
+      return {grpc::StatusCode::NOT_FOUND,
+              absl::StrCat("backend ", address, " is not in group '",
+                           spec.name, "'")};
+    }
+    it->drained = request.drained();
+  }
+  return Apply(group, std::move(spec), response);
+}
+
+grpc::Status AdminService::DoListTargets(const v1::ListTargetsRequest& request,
+                                         v1::ListTargetsResponse* response) {
+  (void)request;
+  (void)response;
+  return {grpc::StatusCode::UNIMPLEMENTED,
+          "ListTargets arrives with the health registry"};
+}
+
+}  // namespace aside::server

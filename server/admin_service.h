@@ -1,0 +1,105 @@
+// aside.v1.Admin: groups, backends, drains and targets at run time.
+//
+// Every mutation is validated, written to the state store, applied, then
+// acknowledged; mutations are serialised, so a read-modify-write of a group
+// never loses a concurrent change. Groups declared in the config file are
+// read-only here (FAILED_PRECONDITION naming the file).
+#ifndef ASIDE_SERVER_ADMIN_SERVICE_H_
+#define ASIDE_SERVER_ADMIN_SERVICE_H_
+
+#include <prometheus/counter.h>
+
+#include "absl/synchronization/mutex.h"
+#include "aside/v1/admin.grpc.pb.h"
+#include "server/admin_auth.h"
+#include "server/group_registry.h"
+#include "server/metrics.h"
+#include "server/state_store.h"
+
+namespace aside::server {
+
+inline constexpr int kMaxBackendsPerRequest = 1000;
+
+class AdminService final : public v1::Admin::CallbackService {
+ public:
+  // `store` may be null (nothing is persisted: for tests of validation).
+  AdminService(GroupRegistry* groups, StateStore* store, const AdminAuth* auth,
+               Metrics* metrics);
+
+  grpc::ServerUnaryReactor* CreateGroup(grpc::CallbackServerContext* context,
+                                        const v1::CreateGroupRequest* request,
+                                        v1::Group* response) override;
+  grpc::ServerUnaryReactor* UpdateGroup(grpc::CallbackServerContext* context,
+                                        const v1::UpdateGroupRequest* request,
+                                        v1::Group* response) override;
+  grpc::ServerUnaryReactor* DeleteGroup(
+      grpc::CallbackServerContext* context,
+      const v1::DeleteGroupRequest* request,
+      v1::DeleteGroupResponse* response) override;
+  grpc::ServerUnaryReactor* GetGroup(grpc::CallbackServerContext* context,
+                                     const v1::GetGroupRequest* request,
+                                     v1::Group* response) override;
+  grpc::ServerUnaryReactor* ListGroups(
+      grpc::CallbackServerContext* context,
+      const v1::ListGroupsRequest* request,
+      v1::ListGroupsResponse* response) override;
+  grpc::ServerUnaryReactor* AddBackends(grpc::CallbackServerContext* context,
+                                        const v1::AddBackendsRequest* request,
+                                        v1::Group* response) override;
+  grpc::ServerUnaryReactor* RemoveBackends(
+      grpc::CallbackServerContext* context,
+      const v1::RemoveBackendsRequest* request, v1::Group* response) override;
+  grpc::ServerUnaryReactor* DrainBackends(
+      grpc::CallbackServerContext* context,
+      const v1::DrainBackendsRequest* request, v1::Group* response) override;
+  grpc::ServerUnaryReactor* ListTargets(
+      grpc::CallbackServerContext* context,
+      const v1::ListTargetsRequest* request,
+      v1::ListTargetsResponse* response) override;
+
+  // The operations without RPC plumbing (authorisation is the caller's).
+  grpc::Status DoCreateGroup(const v1::CreateGroupRequest& request,
+                             v1::Group* response);
+  grpc::Status DoUpdateGroup(const v1::UpdateGroupRequest& request,
+                             v1::Group* response);
+  grpc::Status DoDeleteGroup(const v1::DeleteGroupRequest& request,
+                             v1::DeleteGroupResponse* response);
+  grpc::Status DoGetGroup(const v1::GetGroupRequest& request,
+                          v1::Group* response);
+  grpc::Status DoListGroups(const v1::ListGroupsRequest& request,
+                            v1::ListGroupsResponse* response);
+  grpc::Status DoListTargets(const v1::ListTargetsRequest& request,
+                             v1::ListTargetsResponse* response);
+  grpc::Status DoAddBackends(const v1::AddBackendsRequest& request,
+                             v1::Group* response);
+  grpc::Status DoRemoveBackends(const v1::RemoveBackendsRequest& request,
+                                v1::Group* response);
+  grpc::Status DoDrainBackends(const v1::DrainBackendsRequest& request,
+                               v1::Group* response);
+
+ private:
+  // Finds a group that Admin may change: NOT_FOUND or FAILED_PRECONDITION.
+  grpc::Status FindMutable(const std::string& name, GroupPtr* group);
+  // Applies a new spec to an existing store-owned group.
+  grpc::Status Apply(const GroupPtr& group, GroupSpec spec,
+                     v1::Group* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutation_mu_);
+  Persist PersistGroup(const GroupSpec& spec);
+  void Describe(const Group& group, bool with_backends, v1::Group* out) const;
+
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Handle(
+      grpc::CallbackServerContext* context, const char* method,
+      AdminRole role, const Request* request, Response* response,
+      grpc::Status (AdminService::*op)(const Request&, Response*));
+
+  GroupRegistry* const groups_;
+  StateStore* const store_;
+  const AdminAuth* const auth_;
+  Metrics* const metrics_;
+  absl::Mutex mutation_mu_;
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_ADMIN_SERVICE_H_

@@ -1,0 +1,38 @@
+// Starting the real aside-server binary from integration tests.
+#ifndef ASIDE_TESTS_INTEGRATION_SERVER_HELPERS_H_
+#define ASIDE_TESTS_INTEGRATION_SERVER_HELPERS_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tests/testing/process.h"
+
+namespace aside::testing {
+
+// A running aside-server with the ports it logged.
+struct RunningServer {
+  std::unique_ptr<Process> process;
+  int grpc_port = 0;
+  int metrics_port = 0;
+  int health_port = 0;
+  std::string target() const {
+    return "127.0.0.1:" + std::to_string(grpc_port);
+  }
+};
+
+// Starts build/bin/aside-server with --listen 127.0.0.1:0 (unless `extra`
+// sets it), --metrics 127.0.0.1:0 and --state-dir <state_dir>, plus `extra`,
+// and waits (bounded) until it reports it has started.
+absl::StatusOr<RunningServer> StartServer(const std::string& state_dir,
+                                          std::vector<std::string> extra);
+
+// A client context with a 10 s deadline and, if given, a bearer token.
+std::unique_ptr<grpc::ClientContext> Context(const std::string& token = "");
+
+}  // namespace aside::testing
+
+#endif  // ASIDE_TESTS_INTEGRATION_SERVER_HELPERS_H_
