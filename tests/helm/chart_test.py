@@ -71,6 +71,7 @@ VARIANTS = {
                            "labels": {"release": "prometheus"}},
     },
     "netpol-hpa": {
+        "sessionKey": {"existingSecret": "aside-session"},
         "networkPolicy": {
             "enabled": True,
             "clients": [{"namespaceSelector": {"matchLabels": {
@@ -87,10 +88,6 @@ VARIANTS = {
     },
 }
 
-
-# Top-level config keys the chart writes that an older aside-server may not
-# know yet (they arrived after the first server); see check_config().
-PENDING_TOP_KEYS = {"health_listen", "admin", "tls", "discovery", "grpclb"}
 
 # values.yaml keys whose value is a Kubernetes object passed through whole.
 PASSTHROUGH_BLOCKS = {"resources", "podSecurityContext", "securityContext"}
@@ -395,6 +392,8 @@ class ChartStructureTest(unittest.TestCase):
                     files.append(config["tls"]["client_ca_file"])
             if "token_file" in config.get("admin", {}):
                 files.append(config["admin"]["token_file"])
+            if "session_key_file" in config:
+                files.append(config["session_key_file"])
             for path in files:
                 directory, base = os.path.split(path)
                 self.assertIn(directory, mounts, path)
@@ -506,6 +505,8 @@ class ChartValidationTest(unittest.TestCase):
                            "config.listen is set by the chart")
         self.assertRefused({"config": {"groups": []}},
                            "config.groups is set by the chart")
+        self.assertRefused({"config": {"session_key_file": "/k"}},
+                           "config.session_key_file is set by the chart")
 
     def test_short_termination_grace(self):
         self.assertRefused({"terminationGracePeriodSeconds": 12},
@@ -587,6 +588,60 @@ class ChartChecksumTest(unittest.TestCase):
                        hashlib.sha256((body + "\n").encode()).hexdigest()})
 
 
+def make_tls(root, tls):
+    """Writes a self-signed certificate and key (and the same certificate as
+    the client CA) where the config's tls section names them, under root."""
+    for key in ("cert_file", "key_file", "client_ca_file"):
+        if key in tls:
+            os.makedirs(os.path.dirname(root + tls[key]), exist_ok=True)
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+         "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+         "-subj", "/CN=aside.lb.svc",
+         "-keyout", root + tls["key_file"],
+         "-out", root + tls["cert_file"]],
+        check=True, capture_output=True, timeout=60)
+    if "client_ca_file" in tls:
+        shutil.copy(root + tls["cert_file"], root + tls["client_ca_file"])
+
+
+def health_check(address, timeout=10):
+    """What the kubelet's gRPC probe does: a plaintext
+    grpc.health.v1.Health/Check for the server (""). Returns the raw
+    response; HealthCheckResponse{status: SERVING} is 08 01."""
+    import grpc
+    with grpc.insecure_channel(address) as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                    request_serializer=lambda b: b,
+                                    response_deserializer=lambda b: b)
+        return check(b"", timeout=timeout)
+
+
+def wait_for_line(process, needles, timeout):
+    """Reads the process's stderr until a line contains one of `needles`;
+    returns the lines read. Fails after `timeout` seconds or at EOF."""
+    import selectors
+    import time
+    deadline = time.monotonic() + timeout
+    lines, partial = [], b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stderr, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                raise AssertionError("no %s within %ss:\n%s"
+                                     % (needles, timeout, b"".join(lines)))
+            chunk = os.read(process.stderr.fileno(), 65536)
+            if not chunk:
+                raise AssertionError("stderr closed:\n%s" % b"".join(lines))
+            partial += chunk
+            *complete, partial = partial.split(b"\n")
+            for line in complete:
+                lines.append(line + b"\n")
+                if any(n.encode() in line for n in needles):
+                    return lines
+
+
 class ChartServerConfigTest(unittest.TestCase):
     """The ConfigMap's aside.yaml is a config aside-server accepts."""
 
@@ -601,7 +656,12 @@ class ChartServerConfigTest(unittest.TestCase):
                 text = text.replace(prefix, root + prefix)
             os.makedirs(root + "/var/lib/aside")
             if "tls" in config:
-                self.make_tls(root, config["tls"])
+                make_tls(root, config["tls"])
+            if "session_key_file" in config:
+                path = root + config["session_key_file"]
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(os.urandom(32))
             if "token_file" in config.get("admin", {}):
                 path = root + config["admin"]["token_file"]
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -612,53 +672,21 @@ class ChartServerConfigTest(unittest.TestCase):
             with open(path, "w") as f:
                 f.write(text)
             result = self.run_check(path)
-            unknown = set(re.findall(r"^[^:]+:\d+:\d+: ([a-z_]+): unknown key",
-                                     result.stderr, re.M))
-            pending = unknown & PENDING_TOP_KEYS
-            if result.returncode != 0 and pending and unknown == pending:
-                # A server without those keys yet: check the rest of the
-                # config, then report the keys as not checked.
-                config = yaml.safe_load(text)
-                for key in pending:
-                    del config[key]
-                with open(path, "w") as f:
-                    yaml.safe_dump(config, f)
-                result = self.run_check(path)
         self.assertEqual(result.returncode, 0,
                          "variant %s: %s%s\n%s" % (variant, result.stdout,
                                                    result.stderr, text))
         groups = len(values.get("groups", []))
         self.assertIn("ok (%d groups)" % groups, result.stdout)
-        return pending
 
     @staticmethod
     def run_check(path):
         return subprocess.run([ARGS.server, "--check-config", path],
                               capture_output=True, text=True, timeout=60)
 
-    def make_tls(self, root, tls):
-        for key in ("cert_file", "key_file", "client_ca_file"):
-            if key in tls:
-                os.makedirs(os.path.dirname(root + tls[key]), exist_ok=True)
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-             "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-             "-subj", "/CN=aside.lb.svc",
-             "-keyout", root + tls["key_file"],
-             "-out", root + tls["cert_file"]],
-            check=True, capture_output=True, timeout=60)
-        if "client_ca_file" in tls:
-            shutil.copy(root + tls["cert_file"], root + tls["client_ca_file"])
-
     def test_every_variant_passes_check_config(self):
-        not_checked = set()
         for name, values in VARIANTS.items():
             with self.subTest(variant=name):
-                not_checked |= self.check_config(values, name)
-        if not_checked:
-            self.skipTest("this aside-server does not know the keys %s yet; "
-                          "the rest of every variant's config passed"
-                          % ", ".join(sorted(not_checked)))
+                self.check_config(values, name)
 
     def test_check_config_rejects_a_broken_group(self):
         # The test would pass vacuously if --check-config accepted anything.
@@ -674,6 +702,88 @@ class ChartServerConfigTest(unittest.TestCase):
                                     capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 1)
         self.assertIn("weight", result.stderr)
+
+
+def free_port():
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ChartServeTest(unittest.TestCase):
+    """The server runs on the rendered aside.yaml and answers what the
+    kubelet probes, on the port the probes use; SIGTERM ends it well within
+    terminationGracePeriodSeconds."""
+
+    def serve(self, variant):
+        import grpc
+        import time
+        import urllib.request
+        objects, _ = render(VARIANTS[variant])
+        config, cm = server_config(objects)
+        c, pod = container(objects)
+        probe_port = c["readinessProbe"]["grpc"]["port"]
+        with tempfile.TemporaryDirectory() as tmp:
+            # The pod's files under a temporary root, and the pod's ports
+            # moved to free loopback ports.
+            root = os.path.join(tmp, "root")
+            text = cm["data"]["aside.yaml"]
+            for prefix in ("/etc/aside", "/var/lib/aside"):
+                text = text.replace(prefix, root + prefix)
+            os.makedirs(root + "/var/lib/aside")
+            served = yaml.safe_load(text)
+            if "tls" in served:
+                make_tls(root, config["tls"])
+            if "token_file" in served.get("admin", {}):
+                os.makedirs(os.path.dirname(served["admin"]["token_file"]))
+                with open(served["admin"]["token_file"], "w") as f:
+                    f.write("t0ken-for-the-chart-test admin\n")
+            moved = {}
+            for key in ("listen", "health_listen", "metrics"):
+                if served.get(key):
+                    moved[port_of(served[key])] = free_port()
+                    served[key] = "127.0.0.1:%d" % moved[port_of(served[key])]
+            path = os.path.join(tmp, "aside.yaml")
+            with open(path, "w") as f:
+                yaml.safe_dump(served, f)
+            server = subprocess.Popen([ARGS.server, "--config", path],
+                                      stderr=subprocess.PIPE)
+            try:
+                wait_for_line(server, ["event=server.started",
+                                       '"event":"server.started"'], 30)
+                self.assertEqual(
+                    health_check("127.0.0.1:%d" % moved[probe_port]),
+                    b"\x08\x01")
+                if "tls" in served:
+                    # The gRPC port itself speaks only TLS.
+                    with self.assertRaises(grpc.RpcError):
+                        health_check(served["listen"], timeout=5)
+                if served.get("metrics"):
+                    url = "http://%s/metrics" % served["metrics"]
+                    with urllib.request.urlopen(url, timeout=10) as r:
+                        self.assertIn(b"aside_build_info", r.read())
+                server.terminate()
+                started = time.monotonic()
+                self.assertEqual(server.wait(timeout=60), 0)
+                self.assertLess(time.monotonic() - started,
+                                pod["terminationGracePeriodSeconds"])
+            finally:
+                if server.poll() is None:
+                    server.kill()
+                    server.wait(timeout=10)
+                server.stderr.close()
+        return served
+
+    def test_default_values(self):
+        self.serve("default")
+
+    def test_tls_keeps_plaintext_probes(self):
+        served = self.serve("tls")
+        self.assertIn("tls", served)
+
+    def test_probes_on_the_grpc_port_without_health_port(self):
+        self.serve("no-health-port")
 
 
 class ChartNotesTest(unittest.TestCase):

@@ -59,6 +59,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "aside.adminDir" -}}/etc/aside/admin{{- end }}
 {{- define "aside.tlsDir" -}}/etc/aside/tls{{- end }}
 {{- define "aside.clientCaDir" -}}/etc/aside/client-ca{{- end }}
+{{- define "aside.sessionDir" -}}/etc/aside/session{{- end }}
 
 {{/* The Secret holding the client CA bundle. */}}
 {{- define "aside.clientCaSecret" -}}
@@ -120,9 +121,9 @@ with the user's values) plus the keys the chart owns, which follow from the
 ports, mounts and Secrets it sets up. */}}
 {{- define "aside.config" -}}
 {{- $config := deepCopy (.Values.config | default dict) }}
-{{- range $key := list "listen" "metrics" "health_listen" "state_dir" "tls" "admin" "groups" }}
+{{- range $key := list "listen" "metrics" "health_listen" "state_dir" "tls" "admin" "session_key_file" "groups" }}
 {{- if hasKey $config $key }}
-{{- fail (printf "config.%s is set by the chart; use the values ports, persistence, tls, admin and groups instead" $key) }}
+{{- fail (printf "config.%s is set by the chart; use the values ports, persistence, tls, admin, sessionKey and groups instead" $key) }}
 {{- end }}
 {{- end }}
 {{- $host := .Values.listenHost | default "0.0.0.0" }}
@@ -164,6 +165,9 @@ ports, mounts and Secrets it sets up. */}}
 {{- $_ := set $config "tls" $tls }}
 {{- else if or .Values.tls.clientCA.enabled .Values.tls.requireClientCert }}
 {{- fail "tls.clientCA and tls.requireClientCert need tls.enabled" }}
+{{- end }}
+{{- if .Values.sessionKey.existingSecret }}
+{{- $_ := set $config "session_key_file" (printf "%s/%s" (include "aside.sessionDir" .) .Values.sessionKey.secretKey) }}
 {{- end }}
 {{- $_ := set $config "groups" (.Values.groups | default list) }}
 {{- toYaml $config }}
