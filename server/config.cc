@@ -840,7 +840,19 @@ void Parser::ParseTop(const YAML::Node& root, ServerConfig* out) {
   if (const YAML::Node l = root["limits"]; l) {
     if (CheckMap(l, "limits",
                  {"max_receive_message_bytes", "max_concurrent_streams",
-                  "max_groups", "max_state_bytes"})) {
+                  "max_groups", "max_state_bytes", "watch_stall_timeout"})) {
+      if (l["watch_stall_timeout"]) {
+        absl::Duration d;
+        if (GetDuration(l["watch_stall_timeout"], "limits.watch_stall_timeout",
+                        &d)) {
+          if (d < absl::Milliseconds(100) || d > absl::Hours(1)) {
+            Error(l["watch_stall_timeout"], "limits.watch_stall_timeout",
+                  "out of range 100ms..1h");
+          } else {
+            out->watch_stall_timeout = d;
+          }
+        }
+      }
       if (l["max_state_bytes"]) {
         GetUint(l["max_state_bytes"], "limits.max_state_bytes", 65536,
                 uint64_t{1} << 40, &out->max_state_bytes);

@@ -36,6 +36,9 @@ struct ServerConfig {
   uint32_t max_groups = 10000;
   // Global cap on probes in flight.
   uint32_t max_concurrent_probes = 1000;
+  // A Watch subscriber whose stream does not take a write for this long is
+  // ended with RESOURCE_EXHAUSTED.
+  absl::Duration watch_stall_timeout = absl::Seconds(30);
   // Largest size the state database may grow to.
   uint64_t max_state_bytes = uint64_t{1} << 30;
 

@@ -34,11 +34,13 @@ GroupMetrics::~GroupMetrics() {
 
 Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
              std::shared_ptr<GroupMetrics> group_metrics,
-             std::shared_ptr<const std::string> session_key)
+             std::shared_ptr<const std::string> session_key,
+             std::string server_id)
     : name_(spec.name),
       generations_(generations),
       metrics_(metrics),
       session_key_(std::move(session_key)),
+      server_id_(std::move(server_id)),
       group_metrics_(std::move(group_metrics)),
       spec_(std::move(spec)) {}
 
@@ -109,8 +111,19 @@ absl::StatusOr<TableConstPtr> Group::BuildLocked(const GroupSpec& spec) {
 }
 
 void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
+  {
+    absl::MutexLock lock(&encode_mu_);
+    previous_table_ = table_.Acquire();
+    encoded_.reset();
+  }
   table_.Publish(table);
   loads_.Prune();
+  {
+    absl::MutexLock lock(&listeners_mu_);
+    for (Listener* l : listeners_) {
+      l->OnPublish(*this);
+    }
+  }
   if (metrics_ != nullptr) {
     group_metrics_->ready->Set(table->ready_count());
     group_metrics_->total->Set(static_cast<double>(table->size()));
@@ -120,6 +133,43 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
     metrics_->table_rebuild_duration.Observe(
         static_cast<double>(MonotonicNanos() - build_start_nanos) * 1e-9);
   }
+}
+
+void Group::AddListener(Listener* listener) {
+  absl::MutexLock lock(&listeners_mu_);
+  listeners_.push_back(listener);
+}
+
+void Group::RemoveListener(Listener* listener) {
+  absl::MutexLock lock(&listeners_mu_);
+  listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), listener),
+                   listeners_.end());
+}
+
+size_t Group::listener_count() const {
+  absl::MutexLock lock(&listeners_mu_);
+  return listeners_.size();
+}
+
+void Group::NotifyRemoved(uint64_t generation) {
+  absl::MutexLock lock(&listeners_mu_);
+  for (Listener* l : listeners_) {
+    l->OnRemoved(*this, generation);
+  }
+}
+
+std::shared_ptr<const EncodedUpdate> Group::Encoded() {
+  TableConstPtr current = table_.Acquire();
+  absl::MutexLock lock(&encode_mu_);
+  if (encoded_ == nullptr || encoded_->generation != current->generation()) {
+    const Table* previous =
+        previous_table_ != nullptr &&
+                previous_table_->generation() < current->generation()
+            ? previous_table_.get()
+            : nullptr;
+    encoded_ = EncodeUpdate(previous, *current, server_id_);
+  }
+  return encoded_;
 }
 
 GenerationSource::GenerationSource(uint64_t base, Reserver reserver)
@@ -156,6 +206,13 @@ GroupRegistry::GroupRegistry(Metrics* metrics, uint64_t generation_base,
   RAND_bytes(reinterpret_cast<unsigned char*>(key.data()),
              static_cast<int>(key.size()));
   session_key_ = std::make_shared<const std::string>(std::move(key));
+  unsigned char id[12];
+  RAND_bytes(id, sizeof(id));
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (unsigned char c : id) {
+    server_id_.push_back(kHex[c >> 4]);
+    server_id_.push_back(kHex[c & 15]);
+  }
 }
 
 GroupPtr GroupRegistry::Find(absl::string_view name) const {
@@ -214,7 +271,7 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
   std::shared_ptr<GroupMetrics> group_metrics = MetricsFor(spec.name);
   auto group = std::make_shared<Group>(std::move(spec), &generations_,
                                        metrics_, std::move(group_metrics),
-                                       session_key_);
+                                       session_key_, server_id_);
   ASIDE_RETURN_IF_ERROR(group->Init(persist));
   auto next = std::make_shared<GroupMap>(*current);
   next->emplace(group->name(), group);
@@ -229,12 +286,15 @@ absl::Status GroupRegistry::Remove(absl::string_view name,
   if (!current->contains(name)) {
     return absl::NotFoundError(absl::StrCat("group '", name, "' not found"));
   }
+  const uint64_t generation = generations_.Next();
   if (persist) {
-    ASIDE_RETURN_IF_ERROR(persist(generations_.Next()));
+    ASIDE_RETURN_IF_ERROR(persist(generation));
   }
+  GroupPtr removed = current->find(name)->second;
   auto next = std::make_shared<GroupMap>(*current);
   next->erase(name);
   groups_.Publish(std::move(next));
+  removed->NotifyRemoved(generation);
   return absl::OkStatus();
 }
 

@@ -23,6 +23,7 @@
 #include "lib/table.h"
 #include "server/group_spec.h"
 #include "server/metrics.h"
+#include "server/table_encoding.h"
 
 namespace aside::server {
 
@@ -75,14 +76,28 @@ struct GroupMetrics {
 // serialise on the group's mutex and publish a new table.
 class Group {
  public:
+  // Told about every publication (Watch streams). Callbacks run on the
+  // publishing thread with the group's locks held: they must only note the
+  // change and start non-blocking work, never call back into the group's
+  // mutating methods.
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    virtual void OnPublish(Group& group) = 0;
+    // The group was deleted; `generation` is the deletion's.
+    virtual void OnRemoved(Group& group, uint64_t generation) = 0;
+  };
+
   Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
         std::shared_ptr<GroupMetrics> group_metrics,
-        std::shared_ptr<const std::string> session_key);
+        std::shared_ptr<const std::string> session_key,
+        std::string server_id = "");
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
   const std::string& name() const { return name_; }
+  const std::string& server_id() const { return server_id_; }
   // The current table; never null after Init() succeeded.
   TableConstPtr table() const { return table_.Acquire(); }
   GroupSpec spec() const;
@@ -100,6 +115,16 @@ class Group {
   // serialised.
   void Rebuild();
 
+  void AddListener(Listener* listener);
+  void RemoveListener(Listener* listener);
+  size_t listener_count() const;
+  // Tells the listeners the group is gone (called by the registry).
+  void NotifyRemoved(uint64_t generation);
+
+  // The newest table in Watch's wire form: encoded once per generation and
+  // shared by all subscribers.
+  std::shared_ptr<const EncodedUpdate> Encoded();
+
  private:
   absl::StatusOr<TableConstPtr> BuildLocked(const GroupSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -110,12 +135,22 @@ class Group {
   GenerationSource* const generations_;
   Metrics* const metrics_;
   const std::shared_ptr<const std::string> session_key_;
+  const std::string server_id_;
   const std::shared_ptr<GroupMetrics> group_metrics_;
   LoadTracker loads_;
   SnapshotCell<Table> table_;
 
   mutable absl::Mutex mu_;
   GroupSpec spec_ ABSL_GUARDED_BY(mu_);
+
+  mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<Listener*> listeners_ ABSL_GUARDED_BY(listeners_mu_);
+
+  // The table published before the current one (the base of its delta) and
+  // the encoding of the current one, built on first use.
+  absl::Mutex encode_mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
+  TableConstPtr previous_table_ ABSL_GUARDED_BY(encode_mu_);
+  std::shared_ptr<const EncodedUpdate> encoded_ ABSL_GUARDED_BY(encode_mu_);
 };
 
 using GroupPtr = std::shared_ptr<Group>;
@@ -141,9 +176,14 @@ class GroupRegistry {
   // changes.
   absl::Status Add(GroupSpec spec, const Persist& persist = nullptr);
   // Removes a group after persisting the removal (if given).
+  // Removes a group after persisting the removal (if given); its listeners
+  // hear OnRemoved.
   absl::Status Remove(absl::string_view name, const Persist& persist = nullptr);
 
   GenerationSource& generations() { return generations_; }
+  // Random per process; tells Watch subscribers which server's generation
+  // space an update belongs to.
+  const std::string& server_id() const { return server_id_; }
   const std::shared_ptr<const std::string>& session_key() const {
     return session_key_;
   }
@@ -158,6 +198,7 @@ class GroupRegistry {
   const size_t max_groups_;
   GenerationSource generations_;
   std::shared_ptr<const std::string> session_key_;
+  std::string server_id_;
   std::shared_ptr<GroupMetrics> MetricsFor(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 

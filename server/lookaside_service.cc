@@ -9,8 +9,14 @@
 namespace aside::server {
 
 LoadBalancerService::LoadBalancerService(GroupRegistry* groups,
-                                         Metrics* metrics, const Clock* clock)
-    : groups_(groups), metrics_(metrics), clock_(clock) {}
+                                         Metrics* metrics, const Clock* clock,
+                                         WatchHub* watch)
+    : groups_(groups), metrics_(metrics), clock_(clock), watch_(watch) {}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* LoadBalancerService::Watch(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  return watch_->Start(context, request);
+}
 
 grpc::ServerUnaryReactor* LoadBalancerService::Pick(
     grpc::CallbackServerContext* context, const v1::PickRequest* request,

@@ -7,6 +7,7 @@
 #include "lib/clock.h"
 #include "server/group_registry.h"
 #include "server/metrics.h"
+#include "server/watch.h"
 
 namespace aside::server {
 
@@ -14,10 +15,21 @@ inline constexpr size_t kMaxKeyBytes = 4096;
 inline constexpr uint32_t kMaxPickCount = 16;
 inline constexpr size_t kMaxExclude = 1024;
 
-class LoadBalancerService final : public v1::LoadBalancer::CallbackService {
+// Watch is a raw method: its updates are pre-encoded byte buffers shared by
+// every subscriber (see server/watch.h).
+using LoadBalancerServiceBase = v1::LoadBalancer::WithCallbackMethod_Pick<
+    v1::LoadBalancer::WithRawCallbackMethod_Watch<
+        v1::LoadBalancer::WithCallbackMethod_ReportLoad<
+            v1::LoadBalancer::Service>>>;
+
+class LoadBalancerService final : public LoadBalancerServiceBase {
  public:
   LoadBalancerService(GroupRegistry* groups, Metrics* metrics,
-                      const Clock* clock);
+                      const Clock* clock, WatchHub* watch);
+
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request) override;
 
   grpc::ServerUnaryReactor* Pick(grpc::CallbackServerContext* context,
                                  const v1::PickRequest* request,
@@ -31,6 +43,7 @@ class LoadBalancerService final : public v1::LoadBalancer::CallbackService {
   GroupRegistry* const groups_;
   Metrics* const metrics_;
   const Clock* const clock_;
+  WatchHub* const watch_;
 };
 
 }  // namespace aside::server

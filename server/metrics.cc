@@ -61,6 +61,20 @@ Metrics::Metrics()
               .Help("Time to build a group's table and selector.")
               .Register(*registry_)
               .Add({}, LatencyBuckets())),
+      watch_subscribers(prometheus::BuildGauge()
+                            .Name("aside_watch_subscribers")
+                            .Help("Watch streams subscribed to a group.")
+                            .Register(*registry_)),
+      watch_updates(prometheus::BuildCounter()
+                        .Name("aside_watch_updates_total")
+                        .Help("Watch updates sent, by group and kind.")
+                        .Register(*registry_)),
+      watch_fanout(prometheus::BuildHistogram()
+                       .Name("aside_watch_fanout_seconds")
+                       .Help("Time from a table's publication to the start "
+                             "of the write that carries it to a subscriber.")
+                       .Register(*registry_)
+                       .Add({}, LatencyBuckets())),
       admin_mutations(prometheus::BuildCounter()
                           .Name("aside_admin_mutations_total")
                           .Help("Admin mutations by method and result.")

@@ -56,6 +56,12 @@ class Metrics {
   // Table rebuilds and their duration.
   prometheus::Family<prometheus::Counter>& table_rebuilds;
   prometheus::Histogram& table_rebuild_duration;
+  // Watch streams by group, updates sent by group and kind (full, delta,
+  // unchanged, removed), and the time from a publication to the write that
+  // carries it.
+  prometheus::Family<prometheus::Gauge>& watch_subscribers;
+  prometheus::Family<prometheus::Counter>& watch_updates;
+  prometheus::Histogram& watch_fanout;
   // Admin calls by method and result (ok or the status code name).
   prometheus::Family<prometheus::Counter>& admin_mutations;
   // Survivable internal errors (bugs that are logged and counted).

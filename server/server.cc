@@ -104,8 +104,11 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       {{"path", store->path()},
        {"stored_groups", absl::StrCat(contents.groups.size())}});
 
+  server->watch_hub_ = std::make_unique<WatchHub>(
+      server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout);
   server->lb_service_ = std::make_unique<LoadBalancerService>(
-      server->groups_.get(), &server->metrics_, clock);
+      server->groups_.get(), &server->metrics_, clock,
+      server->watch_hub_.get());
   server->admin_service_ = std::make_unique<AdminService>(
       server->groups_.get(), store, server->auth_.get(), &server->metrics_);
   server->health_service_ =
@@ -209,6 +212,9 @@ void AsideServer::Shutdown(absl::Duration grace) {
   }
   if (plain_health_service_ != nullptr) {
     plain_health_service_->Shutdown();
+  }
+  if (watch_hub_ != nullptr) {
+    watch_hub_->Shutdown();
   }
   const auto deadline =
       std::chrono::system_clock::now() +

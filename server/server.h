@@ -42,6 +42,7 @@ class AsideServer {
   int metrics_port() const { return metrics_port_; }
   int health_port() const { return health_port_; }
   StateStore* store() { return store_.get(); }
+  WatchHub& watch_hub() { return *watch_hub_; }
   GroupRegistry& groups() { return *groups_; }
   Metrics& metrics() { return metrics_; }
   const ServerConfig& config() const { return config_; }
@@ -56,6 +57,7 @@ class AsideServer {
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<GroupRegistry> groups_;
   std::unique_ptr<AdminAuth> auth_;
+  std::unique_ptr<WatchHub> watch_hub_;
   std::unique_ptr<LoadBalancerService> lb_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<HealthService> health_service_;

@@ -1,0 +1,120 @@
+#include "server/table_encoding.h"
+
+#include "proto/convert.h"
+
+namespace aside::server {
+namespace {
+
+bool SameMember(const Member& a, const Member& b) {
+  return a.backend == b.backend && a.weight == b.weight && a.ready == b.ready &&
+         a.health == b.health;
+}
+
+void MemberToProto(const Member& m, v1::TableBackend* out) {
+  ToProto(m.backend, out->mutable_backend());
+  out->set_effective_weight(m.weight);
+  out->set_ready(m.ready);
+  out->set_health(ToProto(m.health));
+}
+
+}  // namespace
+
+grpc::ByteBuffer ToByteBuffer(const google::protobuf::Message& message) {
+  std::string bytes = message.SerializeAsString();
+  grpc::Slice slice(std::move(bytes));
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+void MakeDelta(const Table& previous, const Table& current,
+               v1::TableDelta* delta) {
+  delta->set_base_generation(previous.generation());
+  // Both member lists are sorted by address: merge them.
+  const auto& a = previous.members();
+  const auto& b = current.members();
+  size_t i = 0;
+  size_t j = 0;
+  while (i < a.size() || j < b.size()) {
+    if (j == b.size() ||
+        (i < a.size() && a[i].backend.address < b[j].backend.address)) {
+      delta->add_removed(a[i].backend.address);
+      ++i;
+    } else if (i == a.size() ||
+               b[j].backend.address < a[i].backend.address) {
+      MemberToProto(b[j], delta->add_upserted());
+      ++j;
+    } else {
+      if (!SameMember(a[i], b[j])) {
+        MemberToProto(b[j], delta->add_upserted());
+      }
+      ++i;
+      ++j;
+    }
+  }
+  if (!(previous.policy() == current.policy())) {
+    ToProto(current.policy(), delta->mutable_policy());
+  }
+  delta->set_panic(current.panic());
+  if (previous.zone_weights() != current.zone_weights()) {
+    delta->set_zone_weights_changed(true);
+    for (const ZoneWeight& z : current.zone_weights()) {
+      v1::ZoneWeight* zw = delta->add_zone_weights();
+      ToProto(z.locality, zw->mutable_locality());
+      zw->set_weight(z.weight);
+      zw->set_utilization(z.utilization);
+      zw->set_host_count(z.host_count);
+    }
+  }
+}
+
+std::shared_ptr<const EncodedUpdate> EncodeUpdate(
+    const Table* previous, const Table& current, const std::string& server_id) {
+  auto out = std::make_shared<EncodedUpdate>();
+  out->generation = current.generation();
+  v1::GroupUpdate full;
+  full.set_group(current.group());
+  full.set_generation(current.generation());
+  full.set_server_id(server_id);
+  ToProto(current, full.mutable_full());
+  std::string full_bytes = full.SerializeAsString();
+  out->full_bytes = full_bytes.size();
+  if (previous != nullptr) {
+    v1::GroupUpdate delta;
+    delta.set_group(current.group());
+    delta.set_generation(current.generation());
+    delta.set_server_id(server_id);
+    MakeDelta(*previous, current, delta.mutable_delta());
+    std::string delta_bytes = delta.SerializeAsString();
+    if (delta_bytes.size() < full_bytes.size()) {
+      out->base_generation = previous->generation();
+      out->delta_bytes = delta_bytes.size();
+      grpc::Slice slice(std::move(delta_bytes));
+      out->delta.emplace(&slice, 1);
+    }
+  }
+  grpc::Slice slice(std::move(full_bytes));
+  out->full = grpc::ByteBuffer(&slice, 1);
+  return out;
+}
+
+grpc::ByteBuffer EncodeRemoved(const std::string& group, uint64_t generation,
+                               const std::string& reason,
+                               const std::string& server_id) {
+  v1::GroupUpdate update;
+  update.set_server_id(server_id);
+  update.set_group(group);
+  update.set_generation(generation);
+  update.mutable_removed()->set_reason(reason);
+  return ToByteBuffer(update);
+}
+
+grpc::ByteBuffer EncodeUnchanged(const std::string& group, uint64_t generation,
+                                 const std::string& server_id) {
+  v1::GroupUpdate update;
+  update.set_server_id(server_id);
+  update.set_group(group);
+  update.set_generation(generation);
+  update.mutable_delta()->set_base_generation(generation);
+  return ToByteBuffer(update);
+}
+
+}  // namespace aside::server

@@ -1,0 +1,63 @@
+// Watch: streams of weight tables to subscribers.
+//
+// Each stream subscribes to one or more groups. The first message per group
+// is the full table; later ones carry the delta from the generation the
+// stream last received, or the full table when the stream fell behind (or
+// the delta is not smaller). At most one write is in flight per stream, and
+// only the newest table of each group is ever queued: a slow reader gets the
+// newest table, never a backlog, so server memory per stream is bounded by
+// its groups. A stream whose write has not completed for `stall_timeout`
+// is ended with RESOURCE_EXHAUSTED. A deleted group ends its part of the
+// stream with GroupRemoved. Shutdown ends streams with UNAVAILABLE.
+#ifndef ASIDE_SERVER_WATCH_H_
+#define ASIDE_SERVER_WATCH_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <set>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/group_registry.h"
+#include "server/metrics.h"
+
+namespace aside::server {
+
+inline constexpr int kMaxWatchGroups = 256;
+
+// Tracks live Watch streams: ends stalled ones, ends all at shutdown.
+class WatchHub {
+ public:
+  WatchHub(GroupRegistry* groups, Metrics* metrics, absl::Duration stall_timeout);
+  ~WatchHub();
+
+  // Creates the reactor for one Watch call.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request);
+
+  // Ends every stream with UNAVAILABLE and stops accepting new ones.
+  void Shutdown();
+  size_t streams() const;
+
+ private:
+  class Stream;
+  friend class Stream;
+
+  void Janitor();
+
+  GroupRegistry* const groups_;
+  Metrics* const metrics_;
+  const absl::Duration stall_timeout_;
+
+  mutable absl::Mutex mu_;
+  std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_janitor_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread janitor_;
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_WATCH_H_
