@@ -173,7 +173,7 @@ DnsDiscovery::DnsDiscovery(
 
 DnsDiscovery::~DnsDiscovery() {
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     stopping_ = true;
   }
   Wake();
@@ -183,7 +183,7 @@ DnsDiscovery::~DnsDiscovery() {
   if (wake_fd_ >= 0) {
     close(wake_fd_);
   }
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   for (auto& [group, metrics] : group_metrics_) {
     for (auto& [outcome, counter] : metrics->resolutions) {
       resolutions_family_.Remove(counter);
@@ -206,7 +206,7 @@ absl::StatusOr<DnsWatchId> DnsDiscovery::Watch(std::string group,
   }
   DnsWatchId id = 0;
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (stopping_) {
       return absl::FailedPreconditionError("dns discovery: shutting down");
     }
@@ -225,7 +225,7 @@ absl::StatusOr<DnsWatchId> DnsDiscovery::Watch(std::string group,
 }
 
 void DnsDiscovery::Unwatch(DnsWatchId id) {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = watches_.find(id);
   if (it == watches_.end()) {
     return;
@@ -235,15 +235,13 @@ void DnsDiscovery::Unwatch(DnsWatchId id) {
   // A query in flight completes later and finds no watch. A callback
   // running on the loop thread is waited for, unless this is that callback.
   if (std::this_thread::get_id() != thread_id_) {
-    while (delivering_ == id) {
-      delivered_.Wait(&mu_);
-    }
+    delivered_.wait(lock, [&] { return delivering_ != id; });
   }
 }
 
 void DnsDiscovery::ResolveNow(DnsWatchId id) {
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     auto it = watches_.find(id);
     if (it == watches_.end()) {
       return;
@@ -260,7 +258,7 @@ void DnsDiscovery::ResolveNow(DnsWatchId id) {
 }
 
 std::optional<DnsWatchStatus> DnsDiscovery::Status(DnsWatchId id) const {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = watches_.find(id);
   if (it == watches_.end()) {
     return std::nullopt;
@@ -271,7 +269,7 @@ std::optional<DnsWatchStatus> DnsDiscovery::Status(DnsWatchId id) const {
 }
 
 std::vector<DnsWatchStatus> DnsDiscovery::List() const {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::vector<DnsWatchStatus> out;
   out.reserve(watches_.size());
   for (const auto& [id, watch] : watches_) {
@@ -346,7 +344,7 @@ void DnsDiscovery::Run() {
     starts.clear();
     absl::Duration sleep = kMaxSleep;
     {
-      absl::MutexLock lock(&mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       if (stopping_) {
         break;
       }
@@ -404,7 +402,7 @@ void DnsDiscovery::Run() {
 }
 
 void DnsDiscovery::OnResolved(DnsWatchId id, uint64_t seq, DnsResult result) {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (stopping_) {
     return;
   }
@@ -492,16 +490,16 @@ void DnsDiscovery::DeliverPending() {
 
 void DnsDiscovery::Deliver(Delivery delivery) {
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (stopping_ || watches_.find(delivery.id) == watches_.end()) {
       return;
     }
     delivering_ = delivery.id;
   }
   (*delivery.callback)(delivery.members);
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   delivering_ = 0;
-  delivered_.SignalAll();
+  delivered_.notify_all();
 }
 
 }  // namespace aside::server

@@ -28,10 +28,12 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -40,7 +42,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "lib/backend.h"
 #include "lib/clock.h"
@@ -93,9 +94,10 @@ struct DnsWatchStatus {
 
 // Called with the new member set, or with the error of a failed resolution
 // (keep the previous members). Runs on the discovery thread, never
-// concurrently with itself, and must be quick (hand the set to the group's
-// strand and return). It may call Watch, Unwatch, ResolveNow and Status, but
-// must not destroy the DnsDiscovery.
+// concurrently with itself, and must be quick: hand the set to the group's
+// strand and return. It must not block on anything a caller of Unwatch may
+// hold (Unwatch waits for a running callback). It may call Watch, Unwatch,
+// ResolveNow and Status, but must not destroy the DnsDiscovery.
 using DnsMembersCallback =
     std::function<void(const absl::StatusOr<std::vector<Backend>>&)>;
 
@@ -185,8 +187,11 @@ class DnsDiscovery {
   std::thread thread_;
   std::thread::id thread_id_;
 
-  mutable absl::Mutex mu_;
-  absl::CondVar delivered_;
+  // std::mutex rather than absl::Mutex: Debian's abseil is not built with
+  // ThreadSanitizer, which then cannot see absl::Mutex's ordering; the
+  // annotations below are documentation for GCC.
+  mutable std::mutex mu_;
+  std::condition_variable delivered_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   DnsWatchId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<DnsWatchId, std::unique_ptr<WatchState>> watches_

@@ -189,16 +189,15 @@ std::string FakeDnsServer::server() const {
 }
 
 int FakeDnsServer::queries() const {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   return queries_;
 }
 
 absl::Status FakeDnsServer::WaitForHeld(int count, absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return static_cast<int>(held_.size()) >= count;
-  };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&enough), timeout)) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!held_changed_.wait_for(
+          lock, absl::ToChronoNanoseconds(timeout),
+          [&] { return static_cast<int>(held_.size()) >= count; })) {
     return absl::DeadlineExceededError(absl::StrCat(
         "fake dns: ", held_.size(), " of ", count, " queries held"));
   }
@@ -208,7 +207,7 @@ absl::Status FakeDnsServer::WaitForHeld(int count, absl::Duration timeout) {
 void FakeDnsServer::ReleaseHeld(const Answer& answer) {
   std::vector<Held> held;
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     held.swap(held_);
   }
   for (const Held& h : held) {
@@ -249,10 +248,11 @@ void FakeDnsServer::Run() {
         reinterpret_cast<uint8_t*>(&peer) + peer_len);
     const Answer answer = handler_(name, qtype);
     {
-      absl::MutexLock lock(&mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       ++queries_;
       if (answer.kind == Answer::Kind::kHold) {
         held_.push_back({packet, peer_bytes, name, qtype});
+        held_changed_.notify_all();
         continue;
       }
     }

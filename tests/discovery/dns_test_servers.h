@@ -5,9 +5,11 @@
 #ifndef ASIDE_TESTS_DISCOVERY_DNS_TEST_SERVERS_H_
 #define ASIDE_TESTS_DISCOVERY_DNS_TEST_SERVERS_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,7 +17,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "tests/testing/process.h"
 
@@ -110,7 +111,10 @@ class FakeDnsServer {
   int stop_fd_ = -1;
   int port_ = 0;
   std::thread thread_;
-  mutable absl::Mutex mu_;
+  // std::mutex: visible to ThreadSanitizer (Debian's abseil is not built
+  // with it).
+  mutable std::mutex mu_;
+  std::condition_variable held_changed_;
   int queries_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Held> held_ ABSL_GUARDED_BY(mu_);
 };
