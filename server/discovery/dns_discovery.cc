@@ -106,6 +106,9 @@ absl::StatusOr<std::unique_ptr<DnsDiscovery>> DnsDiscovery::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "dns jitter: ", options.jitter, " out of range 0..0.5"));
   }
+  if (options.max_in_flight < 1) {
+    return absl::InvalidArgumentError("dns max_in_flight: must be at least 1");
+  }
   if (options.min_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("dns min_interval: must be positive");
   }
@@ -339,6 +342,7 @@ void DnsDiscovery::Run() {
     DnsSpec spec;
   };
   std::vector<Start> starts;
+  std::vector<std::pair<int64_t, DnsWatchId>> due;
   std::vector<pollfd> fds;
   while (true) {
     starts.clear();
@@ -349,16 +353,31 @@ void DnsDiscovery::Run() {
         break;
       }
       const int64_t now = clock_.NowNanos();
+      due.clear();
       for (auto& [id, watch] : watches_) {
         if (watch->in_flight) {
           continue;
         }
         if (watch->due_nanos <= now) {
-          watch->in_flight = true;
-          starts.push_back({id, ++watch->seq, watch->spec});
+          due.emplace_back(watch->due_nanos, id);
         } else {
           sleep = std::min(sleep, absl::Nanoseconds(watch->due_nanos - now));
         }
+      }
+      // The most overdue first, up to the cap; the rest start as earlier
+      // resolutions end (their sockets wake the loop).
+      const size_t pending = resolver_->pending();
+      const size_t capacity =
+          options_.max_in_flight > pending ? options_.max_in_flight - pending
+                                           : 0;
+      if (due.size() > capacity) {
+        std::nth_element(due.begin(), due.begin() + capacity, due.end());
+        due.resize(capacity);
+      }
+      for (const auto& [due_nanos, id] : due) {
+        WatchState& watch = *watches_[id];
+        watch.in_flight = true;
+        starts.push_back({id, ++watch.seq, watch.spec});
       }
     }
     // Outside mu_: a query can fail synchronously, and OnResolved locks.

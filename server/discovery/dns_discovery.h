@@ -64,6 +64,11 @@ struct DnsDiscoveryOptions {
   // Shortest DnsSpec.interval Watch accepts (ValidateDns asks for >= 1 s;
   // tests lower it).
   absl::Duration min_interval = absl::Seconds(1);
+  // Resolutions in flight at once (each is 2 queries, SRV 1 + 2 x targets).
+  // More due watches wait for a slot, most overdue first: a burst of
+  // thousands of queries would overflow a server's socket buffer and turn
+  // into timeouts and retries.
+  size_t max_in_flight = 64;
   // Treat NXDOMAIN as "zero members" instead of a failure.
   bool nxdomain_as_empty = false;
   // Timestamps (last success, ...) and scheduling. Null: SystemClock.

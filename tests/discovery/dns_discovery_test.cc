@@ -727,6 +727,41 @@ TEST_F(DnsDiscoveryTest, UnwatchWhileAQueryIsInFlight) {
   EXPECT_THAT(Render(registry_), ::testing::Not(HasSubstr("group=\"held\"")));
 }
 
+TEST_F(DnsDiscoveryTest, CapsResolutionsInFlight) {
+  StartFake([](const std::string&, int) {
+    Answer answer;
+    answer.kind = Answer::Kind::kHold;
+    return answer;
+  });
+  DnsDiscoveryOptions options = OptionsFor(fake_->server());
+  options.max_in_flight = 1;
+  CreateDiscovery(options);
+  std::vector<Recorder*> recorders;
+  for (const char* name : {"a", "b", "c"}) {
+    recorders.push_back(&NewRecorder());
+    ASSERT_OK(discovery_
+                  ->Watch(name, HostSpec(absl::StrCat(name, ".test"), 80),
+                          recorders.back()->Callback())
+                  .status());
+  }
+  // One resolution (A + AAAA) at a time; the next starts when it ends.
+  Answer answer;
+  answer.addresses = {"10.6.0.1"};
+  for (int round = 1; round <= 3; ++round) {
+    ASSERT_OK(fake_->WaitForHeld(2, kWait)) << round;
+    EXPECT_EQ(fake_->queries(), 2 * round);
+    int in_flight = 0;
+    for (const DnsWatchStatus& status : discovery_->List()) {
+      in_flight += status.in_flight ? 1 : 0;
+    }
+    EXPECT_EQ(in_flight, 1) << round;
+    fake_->ReleaseHeld(answer);
+  }
+  for (Recorder* recorder : recorders) {
+    ASSERT_OK(recorder->WaitForMembers({"10.6.0.1:80"}).status());
+  }
+}
+
 TEST_F(DnsDiscoveryTest, DestroyedWithQueriesInFlight) {
   StartFake([](const std::string&, int) {
     Answer answer;

@@ -152,6 +152,11 @@ TEST(DnsDiscoveryTest, RefusesBadOptionsAndSpecs) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("jitter")));
   options.jitter = 0.1;
+  options.max_in_flight = 0;
+  EXPECT_THAT(DnsDiscovery::Create(options, registry),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("max_in_flight")));
+  options.max_in_flight = 64;
   ASSERT_OK_AND_ASSIGN(auto discovery, DnsDiscovery::Create(options, registry));
   DnsSpec spec;
   spec.name = "web.test";
