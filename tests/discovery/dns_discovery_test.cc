@@ -287,6 +287,13 @@ TEST_F(DnsDiscoveryTest, ReportsChangesNotEveryResolution) {
   EXPECT_EQ(status->last_success, clock.WallNow());
   EXPECT_EQ(status->last_failure, absl::InfinitePast());
   EXPECT_FALSE(status->in_flight);
+  EXPECT_THAT(
+      Render(registry_),
+      AllOf(HasSubstr("aside_dns_resolutions_total{group=\"web\",result="
+                      "\"ok\"} 5"),
+            HasSubstr("aside_dns_members{group=\"web\"} 1"),
+            HasSubstr("aside_dns_last_success_timestamp_seconds{group=\"web\"}"
+                      " 1800000000")));
 }
 
 TEST_F(DnsDiscoveryTest, SrvRecordsGivePortsAndPriorityTiers) {
