@@ -88,10 +88,10 @@ absl::Status ValidateDnsWatch(const DnsSpec& spec,
         absl::StrCat("dns.port: ", spec.port, " out of range 0..65535"));
   }
   if (spec.interval < min_interval || spec.interval > kMaxInterval) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dns.interval: ", absl::FormatDuration(spec.interval),
-        " out of range ", absl::FormatDuration(min_interval), "..",
-        absl::FormatDuration(kMaxInterval)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dns.interval: ", absl::FormatDuration(spec.interval),
+                     " out of range ", absl::FormatDuration(min_interval), "..",
+                     absl::FormatDuration(kMaxInterval)));
   }
   if (spec.weight > kMaxWeight) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -103,8 +103,8 @@ absl::Status ValidateDnsWatch(const DnsSpec& spec,
 absl::StatusOr<std::unique_ptr<DnsDiscovery>> DnsDiscovery::Create(
     DnsDiscoveryOptions options, prometheus::Registry& registry) {
   if (!(options.jitter >= 0 && options.jitter <= 0.5)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dns jitter: ", options.jitter, " out of range 0..0.5"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dns jitter: ", options.jitter, " out of range 0..0.5"));
   }
   if (options.max_in_flight < 1) {
     return absl::InvalidArgumentError("dns max_in_flight: must be at least 1");
@@ -128,19 +128,22 @@ absl::StatusOr<std::unique_ptr<DnsDiscovery>> DnsDiscovery::Create(
   try {
     resolutions = &prometheus::BuildCounter()
                        .Name("aside_dns_resolutions_total")
-                       .Help("DNS discovery resolutions by group and result "
-                             "(ok, nxdomain, timeout, servfail, refused, "
-                             "connection_refused, bad_response, error).")
+                       .Help(
+                           "DNS discovery resolutions by group and result "
+                           "(ok, nxdomain, timeout, servfail, refused, "
+                           "connection_refused, bad_response, error).")
                        .Register(registry);
     members = &prometheus::BuildGauge()
                    .Name("aside_dns_members")
-                   .Help("Members of a group found by DNS in the last "
-                         "successful resolution.")
+                   .Help(
+                       "Members of a group found by DNS in the last "
+                       "successful resolution.")
                    .Register(registry);
     last_success = &prometheus::BuildGauge()
                         .Name("aside_dns_last_success_timestamp_seconds")
-                        .Help("Unix time of a group's last successful DNS "
-                              "resolution.")
+                        .Help(
+                            "Unix time of a group's last successful DNS "
+                            "resolution.")
                         .Register(registry);
   } catch (const std::exception& e) {
     return absl::InternalError(
@@ -161,14 +164,12 @@ absl::StatusOr<std::unique_ptr<DnsDiscovery>> DnsDiscovery::Create(
   return discovery;
 }
 
-DnsDiscovery::DnsDiscovery(
-    DnsDiscoveryOptions options,
-    prometheus::Family<prometheus::Counter>& resolutions,
-    prometheus::Family<prometheus::Gauge>& members,
-    prometheus::Family<prometheus::Gauge>& last_success)
+DnsDiscovery::DnsDiscovery(DnsDiscoveryOptions options,
+                           prometheus::Family<prometheus::Counter>& resolutions,
+                           prometheus::Family<prometheus::Gauge>& members,
+                           prometheus::Family<prometheus::Gauge>& last_success)
     : options_(std::move(options)),
-      clock_(options_.clock != nullptr ? *options_.clock
-                                       : SystemClock::Get()),
+      clock_(options_.clock != nullptr ? *options_.clock : SystemClock::Get()),
       resolutions_family_(resolutions),
       members_family_(members),
       last_success_family_(last_success),
@@ -197,8 +198,7 @@ DnsDiscovery::~DnsDiscovery() {
   group_metrics_.clear();
 }
 
-absl::StatusOr<DnsWatchId> DnsDiscovery::Watch(std::string group,
-                                               DnsSpec spec,
+absl::StatusOr<DnsWatchId> DnsDiscovery::Watch(std::string group, DnsSpec spec,
                                                DnsMembersCallback callback) {
   if (absl::Status valid = ValidateDnsWatch(spec, options_.min_interval);
       !valid.ok()) {
@@ -314,8 +314,8 @@ DnsDiscovery::GroupMetrics* DnsDiscovery::AcquireGroupMetricsLocked(
     metrics->members = &members_family_.Add({{"group", group}});
     metrics->last_success = &last_success_family_.Add({{"group", group}});
     metrics->resolutions[DnsOutcome::kOk] = &resolutions_family_.Add(
-        {{"group", group}, {"result", std::string(DnsOutcomeName(
-                                          DnsOutcome::kOk))}});
+        {{"group", group},
+         {"result", std::string(DnsOutcomeName(DnsOutcome::kOk))}});
   }
   ++metrics->refs;
   return metrics.get();
@@ -367,9 +367,9 @@ void DnsDiscovery::Run() {
       // The most overdue first, up to the cap; the rest start as earlier
       // resolutions end (their sockets wake the loop).
       const size_t pending = resolver_->pending();
-      const size_t capacity =
-          options_.max_in_flight > pending ? options_.max_in_flight - pending
-                                           : 0;
+      const size_t capacity = options_.max_in_flight > pending
+                                  ? options_.max_in_flight - pending
+                                  : 0;
       if (due.size() > capacity) {
         std::nth_element(due.begin(), due.begin() + capacity, due.end());
         due.resize(capacity);
@@ -400,9 +400,8 @@ void DnsDiscovery::Run() {
     resolver_->AppendPollFds(fds);
     const int64_t sleep_ms =
         (absl::ToInt64Microseconds(sleep) + 999) / 1000;  // round up
-    const int ready =
-        poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(
-                                         0, sleep_ms)));
+    const int ready = poll(fds.data(), fds.size(),
+                           static_cast<int>(std::max<int64_t>(0, sleep_ms)));
     if (ready < 0) {
       for (pollfd& p : fds) {
         p.revents = 0;  // EINTR: just handle timeouts below
@@ -459,9 +458,9 @@ void DnsDiscovery::OnResolved(DnsWatchId id, uint64_t seq, DnsResult result) {
   if (result.outcome == DnsOutcome::kOk &&
       result.addresses.size() > kMaxBackendsPerGroup) {
     result.outcome = DnsOutcome::kError;
-    result.status = absl::ResourceExhaustedError(absl::StrCat(
-        "dns '", watch.spec.name, "': ", result.addresses.size(),
-        " addresses (at most ", kMaxBackendsPerGroup, ")"));
+    result.status = absl::ResourceExhaustedError(
+        absl::StrCat("dns '", watch.spec.name, "': ", result.addresses.size(),
+                     " addresses (at most ", kMaxBackendsPerGroup, ")"));
   }
 
   if (result.outcome == DnsOutcome::kOk) {

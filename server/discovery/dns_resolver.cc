@@ -262,15 +262,16 @@ absl::StatusOr<std::unique_ptr<DnsResolver>> DnsResolver::Create(
          n = n->next) {
       char buf[INET6_ADDRSTRLEN];
       const bool v4 = n->family == AF_INET;
-      if (inet_ntop(n->family, v4 ? static_cast<const void*>(&n->addr.addr4)
-                                  : static_cast<const void*>(&n->addr.addr6),
+      if (inet_ntop(n->family,
+                    v4 ? static_cast<const void*>(&n->addr.addr4)
+                       : static_cast<const void*>(&n->addr.addr6),
                     buf, sizeof(buf)) == nullptr) {
         continue;
       }
       const int port = n->udp_port != 0 ? n->udp_port : 53;
-      servers.push_back(Address{
-          v4 ? Address::Kind::kIpv4 : Address::Kind::kIpv6, buf,
-          static_cast<uint16_t>(port)});
+      servers.push_back(
+          Address{v4 ? Address::Kind::kIpv4 : Address::Kind::kIpv6, buf,
+                  static_cast<uint16_t>(port)});
     }
     if (list != nullptr) {
       ares_free_data(list);
@@ -313,9 +314,9 @@ absl::StatusOr<std::unique_ptr<DnsResolver>> DnsResolver::Create(
     node.tcp_port = servers[i].port;
     if (int rc = ares_set_servers_ports(raw->channel, &node);
         rc != ARES_SUCCESS) {
-      return absl::InternalError(absl::StrCat(
-          "c-ares: setting server ", servers[i].ToString(),
-          " failed: ", ares_strerror(rc)));
+      return absl::InternalError(absl::StrCat("c-ares: setting server ",
+                                              servers[i].ToString(),
+                                              " failed: ", ares_strerror(rc)));
     }
   }
   return resolver;
@@ -347,9 +348,9 @@ void DnsResolver::OnSocketState(void* data, int fd, int readable,
     self->sockets_.erase(fd);
     return;
   }
-  self->sockets_[fd] = {channel->index,
-                        static_cast<short>((readable ? POLLIN : 0) |
-                                           (writable ? POLLOUT : 0))};
+  self->sockets_[fd] = {
+      channel->index,
+      static_cast<short>((readable ? POLLIN : 0) | (writable ? POLLOUT : 0))};
 }
 
 void DnsResolver::Query(const std::string& name, int type, size_t index,
@@ -361,9 +362,9 @@ void DnsResolver::Query(const std::string& name, int type, size_t index,
   }
   auto* arg = new QueryArg;
   arg->on_answer = [this, name, type, index, failures = std::move(failures),
-                    handler = std::move(handler)](
-                       int status, const unsigned char* answer,
-                       int length) mutable {
+                    handler = std::move(handler)](int status,
+                                                  const unsigned char* answer,
+                                                  int length) mutable {
     if (NextServerMayHelp(status) && !destroying_ &&
         index + 1 < channels_.size()) {
       failures.push_back(
@@ -417,10 +418,10 @@ void DnsResolver::QueryIps(const std::string& name, int type,
               ares_free_hostent(host);
             }
             result.outcome = DnsOutcome::kBadResponse;
-            result.status = StatusFor(
-                result.outcome, absl::StrCat("dns '", name, "' ", type_name,
-                                             ": bad response (", Describe(rc),
-                                             ")"));
+            result.status =
+                StatusFor(result.outcome,
+                          absl::StrCat("dns '", name, "' ", type_name,
+                                       ": bad response (", Describe(rc), ")"));
             done(std::move(result));
             return;
           }
@@ -428,8 +429,7 @@ void DnsResolver::QueryIps(const std::string& name, int type,
           for (char** p = host->h_addr_list; p != nullptr && *p != nullptr;
                ++p) {
             char buf[INET6_ADDRSTRLEN];
-            if (inet_ntop(host->h_addrtype, *p, buf, sizeof(buf)) !=
-                nullptr) {
+            if (inet_ntop(host->h_addrtype, *p, buf, sizeof(buf)) != nullptr) {
               result.ips.push_back(Address{
                   v4 ? Address::Kind::kIpv4 : Address::Kind::kIpv6, buf, 0});
             }
@@ -463,8 +463,8 @@ void DnsResolver::ResolveIps(const std::string& name,
         aaaa.outcome == DnsOutcome::kNxdomain) {
       joined.outcome = DnsOutcome::kNxdomain;
       joined.status = StatusFor(
-          joined.outcome, absl::StrCat("dns '", query->name,
-                                       "': ", Describe(ARES_ENOTFOUND)));
+          joined.outcome,
+          absl::StrCat("dns '", query->name, "': ", Describe(ARES_ENOTFOUND)));
     } else {
       joined.ips = std::move(a.ips);
       joined.ips.insert(joined.ips.end(), aaaa.ips.begin(), aaaa.ips.end());
@@ -599,8 +599,7 @@ void DnsResolver::FinishSrv(const std::shared_ptr<SrvQuery>& query) {
   // priority -> addresses of that tier.
   std::map<uint16_t, std::set<std::string>> tiers;
   for (const SrvQuery::Record& record : query->records) {
-    const uint16_t port =
-        record.port != 0 ? record.port : query->default_port;
+    const uint16_t port = record.port != 0 ? record.port : query->default_port;
     if (port == 0) {
       continue;
     }

@@ -67,8 +67,9 @@ class Recorder {
 
   // Waits for an update after the last one returned by a Wait* call that
   // satisfies `match`; skips the others.
-  absl::StatusOr<Update> WaitFor(const std::function<bool(const Update&)>& match,
-                                 absl::Duration timeout = kWait) {
+  absl::StatusOr<Update> WaitFor(
+      const std::function<bool(const Update&)>& match,
+      absl::Duration timeout = kWait) {
     std::unique_lock<std::mutex> lock(mu_);
     const auto deadline =
         std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
@@ -236,11 +237,11 @@ TEST_F(DnsDiscoveryTest, FollowsAddressRecordsOnItsInterval) {
   // Additions and removals show up on the interval: no ResolveNow here.
   ASSERT_OK(dnsmasq_->SetHosts(std::string(kWebHosts) +
                                "10.0.0.3 web.test\nfd00::2 web.test\n"));
-  ASSERT_OK(recorder
-                .WaitForMembers({"10.0.0.1:8080", "10.0.0.2:8080",
-                                 "10.0.0.3:8080", "[fd00::1]:8080",
-                                 "[fd00::2]:8080"})
-                .status());
+  ASSERT_OK(
+      recorder
+          .WaitForMembers({"10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080",
+                           "[fd00::1]:8080", "[fd00::2]:8080"})
+          .status());
   ASSERT_OK(dnsmasq_->SetHosts("10.0.0.3 web.test\n"));
   ASSERT_OK(recorder.WaitForMembers({"10.0.0.3:8080"}).status());
 
@@ -264,15 +265,16 @@ TEST_F(DnsDiscoveryTest, ReportsChangesNotEveryResolution) {
   options.clock = &clock;  // time stands still: only ResolveNow resolves
   CreateDiscovery(options);
   Recorder& recorder = NewRecorder();
-  ASSERT_OK_AND_ASSIGN(DnsWatchId id,
-                       discovery_->Watch("web", HostSpec("web.test", 80),
-                                         recorder.Callback()));
-  ASSERT_OK(recorder
-                .WaitForMembers({"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:80"})
-                .status());
+  ASSERT_OK_AND_ASSIGN(
+      DnsWatchId id,
+      discovery_->Watch("web", HostSpec("web.test", 80), recorder.Callback()));
+  ASSERT_OK(
+      recorder.WaitForMembers({"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:80"})
+          .status());
   for (uint64_t n = 2; n <= 4; ++n) {
     discovery_->ResolveNow(id);
-    ASSERT_TRUE(Eventually([&] { return discovery_->Status(id)->resolutions >= n; }));
+    ASSERT_TRUE(
+        Eventually([&] { return discovery_->Status(id)->resolutions >= n; }));
   }
   EXPECT_EQ(recorder.count(), 1u);
 
@@ -322,15 +324,16 @@ TEST_F(DnsDiscoveryTest, SrvRecordsGivePortsAndPriorityTiers) {
   }
 
   // A target's addresses change: the hosts file is enough.
-  ASSERT_OK(dnsmasq_->SetHosts("10.1.0.1 a.test\n10.1.0.3 b.test\n"
-                               "10.1.0.9 backup.test\n"));
+  ASSERT_OK(
+      dnsmasq_->SetHosts("10.1.0.1 a.test\n10.1.0.3 b.test\n"
+                         "10.1.0.9 backup.test\n"));
   discovery_->ResolveNow(id);
   ASSERT_OK(
       recorder.WaitForMembers({"10.1.0.1:8080", "10.1.0.3:8081"}).status());
 
   // The records change (dnsmasq reads them at start: restart on the port).
-  ASSERT_OK(dnsmasq_->Restart(
-      {"--srv-host=_http._tcp.web.test,a.test,9090,0,10"}));
+  ASSERT_OK(
+      dnsmasq_->Restart({"--srv-host=_http._tcp.web.test,a.test,9090,0,10"}));
   discovery_->ResolveNow(id);
   ASSERT_OK(recorder.WaitForMembers({"10.1.0.1:9090"}).status());
 }
@@ -344,15 +347,16 @@ TEST_F(DnsDiscoveryTest, SrvFallsBackToTheNextTierWithAddresses) {
                 "--srv-host=_http._tcp.lost.test,gone.test,8080,0,10"});
   CreateDiscovery();
   Recorder& web = NewRecorder();
-  ASSERT_OK(discovery_->Watch("web", SrvSpec("_http._tcp.web.test"),
-                              web.Callback())
-                .status());
+  ASSERT_OK(
+      discovery_->Watch("web", SrvSpec("_http._tcp.web.test"), web.Callback())
+          .status());
   ASSERT_OK(web.WaitForMembers({"10.1.0.9:9000"}).status());
 
   Recorder& lost = NewRecorder();
-  ASSERT_OK(discovery_->Watch("lost", SrvSpec("_http._tcp.lost.test"),
-                              lost.Callback())
-                .status());
+  ASSERT_OK(
+      discovery_
+          ->Watch("lost", SrvSpec("_http._tcp.lost.test"), lost.Callback())
+          .status());
   ASSERT_OK_AND_ASSIGN(absl::Status error, lost.WaitForError());
   EXPECT_THAT(error, StatusIs(absl::StatusCode::kNotFound,
                               HasSubstr("_http._tcp.lost.test")));
@@ -366,15 +370,15 @@ TEST_F(DnsDiscoveryTest, EmptyAnswersMeanZeroMembers) {
                 "--srv-host=_http._tcp.none.test"});
   CreateDiscovery();
   Recorder& host = NewRecorder();
-  ASSERT_OK(discovery_->Watch("empty", HostSpec("empty.test", 80),
-                              host.Callback())
-                .status());
+  ASSERT_OK(
+      discovery_->Watch("empty", HostSpec("empty.test", 80), host.Callback())
+          .status());
   ASSERT_OK(host.WaitForMembers({}).status());
 
   Recorder& srv = NewRecorder();
-  ASSERT_OK(discovery_->Watch("none", SrvSpec("_http._tcp.none.test"),
-                              srv.Callback())
-                .status());
+  ASSERT_OK(
+      discovery_->Watch("none", SrvSpec("_http._tcp.none.test"), srv.Callback())
+          .status());
   ASSERT_OK(srv.WaitForMembers({}).status());
   // A name with A records but no SRV records: NODATA for SRV, zero members.
   Recorder& no_srv = NewRecorder();
@@ -387,22 +391,22 @@ TEST_F(DnsDiscoveryTest, NxdomainIsAFailureThatKeepsTheMembers) {
   StartDnsmasq(kWebHosts);
   CreateDiscovery();
   Recorder& missing = NewRecorder();
-  ASSERT_OK_AND_ASSIGN(DnsWatchId missing_id,
-                       discovery_->Watch("missing", HostSpec("missing.test", 80),
-                                         missing.Callback()));
+  ASSERT_OK_AND_ASSIGN(
+      DnsWatchId missing_id,
+      discovery_->Watch("missing", HostSpec("missing.test", 80),
+                        missing.Callback()));
   ASSERT_OK_AND_ASSIGN(absl::Status error, missing.WaitForError());
-  EXPECT_THAT(error, StatusIs(absl::StatusCode::kNotFound,
-                              AllOf(HasSubstr("missing.test"),
-                                    HasSubstr("nxdomain"))));
+  EXPECT_THAT(
+      error, StatusIs(absl::StatusCode::kNotFound,
+                      AllOf(HasSubstr("missing.test"), HasSubstr("nxdomain"))));
   EXPECT_EQ(discovery_->Status(missing_id)->members, 0u);
 
   Recorder& web = NewRecorder();
-  ASSERT_OK_AND_ASSIGN(DnsWatchId id,
-                       discovery_->Watch("web", HostSpec("web.test", 80),
-                                         web.Callback()));
-  ASSERT_OK(
-      web.WaitForMembers({"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:80"})
-          .status());
+  ASSERT_OK_AND_ASSIGN(
+      DnsWatchId id,
+      discovery_->Watch("web", HostSpec("web.test", 80), web.Callback()));
+  ASSERT_OK(web.WaitForMembers({"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:80"})
+                .status());
   ASSERT_OK(dnsmasq_->SetHosts("10.9.9.9 other.test\n"));
   discovery_->ResolveNow(id);
   ASSERT_OK_AND_ASSIGN(error, web.WaitForError());
@@ -411,7 +415,8 @@ TEST_F(DnsDiscoveryTest, NxdomainIsAFailureThatKeepsTheMembers) {
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(status->members, 3u);  // kept
   EXPECT_EQ(status->consecutive_failures, 1u);
-  EXPECT_THAT(status->last_error, StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  EXPECT_THAT(status->last_error,
+              StatusIs(absl::StatusCode::kNotFound, ::testing::_));
   // No update with fewer members was ever reported.
   for (const Update& u : web.updates()) {
     if (u.ok()) {
@@ -426,12 +431,11 @@ TEST_F(DnsDiscoveryTest, NxdomainAsEmptyOptionEmptiesTheGroup) {
   options.nxdomain_as_empty = true;
   CreateDiscovery(options);
   Recorder& web = NewRecorder();
-  ASSERT_OK_AND_ASSIGN(DnsWatchId id,
-                       discovery_->Watch("web", HostSpec("web.test", 80),
-                                         web.Callback()));
-  ASSERT_OK(
-      web.WaitForMembers({"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:80"})
-          .status());
+  ASSERT_OK_AND_ASSIGN(
+      DnsWatchId id,
+      discovery_->Watch("web", HostSpec("web.test", 80), web.Callback()));
+  ASSERT_OK(web.WaitForMembers({"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:80"})
+                .status());
   ASSERT_OK(dnsmasq_->SetHosts(""));
   discovery_->ResolveNow(id);
   ASSERT_OK(web.WaitForMembers({}).status());
@@ -448,7 +452,8 @@ TEST_F(DnsDiscoveryTest, DeadServerKeepsMembersAndRecovers) {
   Recorder& recorder = NewRecorder();
   ASSERT_OK_AND_ASSIGN(
       DnsWatchId id,
-      discovery_->Watch("web", HostSpec("web.test", 80, absl::Milliseconds(100)),
+      discovery_->Watch("web",
+                        HostSpec("web.test", 80, absl::Milliseconds(100)),
                         recorder.Callback()));
   const std::vector<std::string> all = {"10.0.0.1:80", "10.0.0.2:80",
                                         "[fd00::1]:80"};
@@ -463,7 +468,8 @@ TEST_F(DnsDiscoveryTest, DeadServerKeepsMembersAndRecovers) {
       [&] { return discovery_->Status(id)->consecutive_failures >= 3; }));
   std::optional<DnsWatchStatus> status = discovery_->Status(id);
   EXPECT_EQ(status->members, 3u);
-  EXPECT_THAT(status->last_error, StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+  EXPECT_THAT(status->last_error,
+              StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
   EXPECT_GT(status->last_failure, status->last_success);
   EXPECT_EQ(recorder.count(), 2u);
 
@@ -492,9 +498,9 @@ TEST_F(DnsDiscoveryTest, ServesFromAnIpv6Server) {
   ASSERT_THAT(dnsmasq_->server(), HasSubstr("[::1]:"));
   CreateDiscovery();
   Recorder& recorder = NewRecorder();
-  ASSERT_OK(discovery_->Watch("web", HostSpec("web.test", 80),
-                              recorder.Callback())
-                .status());
+  ASSERT_OK(
+      discovery_->Watch("web", HostSpec("web.test", 80), recorder.Callback())
+          .status());
   ASSERT_OK(
       recorder.WaitForMembers({"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:80"})
           .status());
@@ -514,17 +520,16 @@ TEST_F(DnsDiscoveryTest, ManyWatchesAtOnce) {
   for (int i = 0; i < kNames; ++i) {
     recorders.push_back(&NewRecorder());
     ASSERT_OK_AND_ASSIGN(
-        DnsWatchId id,
-        discovery_->Watch(absl::StrCat("g", i),
-                          HostSpec(absl::StrCat("n", i, ".test"), 80,
-                                   absl::Milliseconds(300)),
-                          recorders.back()->Callback()));
+        DnsWatchId id, discovery_->Watch(absl::StrCat("g", i),
+                                         HostSpec(absl::StrCat("n", i, ".test"),
+                                                  80, absl::Milliseconds(300)),
+                                         recorders.back()->Callback()));
     ids.push_back(id);
   }
   for (int i = 0; i < kNames; ++i) {
     ASSERT_OK(recorders[i]
-                  ->WaitForMembers({absl::StrCat("10.2.", i / 250, ".",
-                                                 i % 250 + 1, ":80")})
+                  ->WaitForMembers(
+                      {absl::StrCat("10.2.", i / 250, ".", i % 250 + 1, ":80")})
                   .status())
         << i;
   }
@@ -576,9 +581,9 @@ TEST_F(DnsDiscoveryTest, UnwatchFromTheCallbackStopsIt) {
   // seeing the change proves the loop went on without the first.
   ASSERT_OK(dnsmasq_->SetHosts("10.0.0.7 web.test\n"));
   Recorder& other = NewRecorder();
-  ASSERT_OK(discovery_->Watch("other", HostSpec("web.test", 81),
-                              other.Callback())
-                .status());
+  ASSERT_OK(
+      discovery_->Watch("other", HostSpec("web.test", 81), other.Callback())
+          .status());
   ASSERT_OK(other.WaitForMembers({"10.0.0.7:81"}).status());
   EXPECT_EQ(calls.load(), 1);
 }
@@ -593,9 +598,9 @@ TEST_F(DnsDiscoveryTest, ServfailAndRefusedAreReported) {
   });
   CreateDiscovery(OptionsFor(fake_->server()));
   Recorder& servfail = NewRecorder();
-  ASSERT_OK(discovery_->Watch("a", HostSpec("servfail.test", 80),
-                              servfail.Callback())
-                .status());
+  ASSERT_OK(
+      discovery_->Watch("a", HostSpec("servfail.test", 80), servfail.Callback())
+          .status());
   ASSERT_OK_AND_ASSIGN(absl::Status error, servfail.WaitForError());
   EXPECT_THAT(error,
               StatusIs(absl::StatusCode::kUnavailable,
@@ -632,9 +637,9 @@ TEST_F(DnsDiscoveryTest, FailsOverToTheNextServer) {
   options.servers = {dead, fake_->server(), dnsmasq_->server()};
   CreateDiscovery(options);
   Recorder& recorder = NewRecorder();
-  ASSERT_OK_AND_ASSIGN(DnsWatchId id,
-                       discovery_->Watch("web", HostSpec("web.test", 80),
-                                         recorder.Callback()));
+  ASSERT_OK_AND_ASSIGN(
+      DnsWatchId id,
+      discovery_->Watch("web", HostSpec("web.test", 80), recorder.Callback()));
   ASSERT_OK(
       recorder.WaitForMembers({"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:80"})
           .status());
@@ -726,9 +731,9 @@ TEST_F(DnsDiscoveryTest, UnwatchWhileAQueryIsInFlight) {
   late.addresses = {"10.5.0.9", "fd00::9"};
   fake_->ReleaseHeld(late);
   Recorder& other = NewRecorder();
-  ASSERT_OK(discovery_->Watch("other", HostSpec("other.test", 80),
-                              other.Callback())
-                .status());
+  ASSERT_OK(
+      discovery_->Watch("other", HostSpec("other.test", 80), other.Callback())
+          .status());
   ASSERT_OK(other.WaitForMembers({"10.5.0.1:80"}).status());
   EXPECT_EQ(held.count(), 0u);
   EXPECT_THAT(Render(registry_), ::testing::Not(HasSubstr("group=\"held\"")));
@@ -780,8 +785,8 @@ TEST_F(DnsDiscoveryTest, DestroyedWithQueriesInFlight) {
   Recorder& b = NewRecorder();
   ASSERT_OK(
       discovery_->Watch("a", HostSpec("a.test", 80), a.Callback()).status());
-  ASSERT_OK(discovery_->Watch("b", SrvSpec("_x._tcp.b.test"), b.Callback())
-                .status());
+  ASSERT_OK(
+      discovery_->Watch("b", SrvSpec("_x._tcp.b.test"), b.Callback()).status());
   ASSERT_OK(fake_->WaitForHeld(3, kWait));
   discovery_.reset();
   // Answers to a closed resolver go nowhere.

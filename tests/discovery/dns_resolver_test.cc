@@ -1,11 +1,12 @@
 // Unit tests of the parts of DNS discovery that need no server: server
 // address parsing, spec checks, jitter, outcome names, bad options.
+#include "server/discovery/dns_resolver.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
 #include "server/discovery/dns_discovery.h"
-#include "server/discovery/dns_resolver.h"
 #include "tests/testing/status_matchers.h"
 
 namespace aside::server {
@@ -32,12 +33,13 @@ TEST(ParseDnsServerTest, RefusesHostNamesAndBadPorts) {
   EXPECT_THAT(ParseDnsServer("dns.example:53"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("must be an IP address")));
-  EXPECT_THAT(ParseDnsServer("127.0.0.1:0"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("out of range")));
+  EXPECT_THAT(
+      ParseDnsServer("127.0.0.1:0"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("out of range")));
   EXPECT_THAT(ParseDnsServer("127.0.0.1:99999"),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
-  EXPECT_THAT(ParseDnsServer(""), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_THAT(ParseDnsServer(""),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
   EXPECT_THAT(ParseDnsServer("[::1"),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
 }
@@ -50,14 +52,14 @@ TEST(DnsResolverTest, RefusesBadOptions) {
                        HasSubstr("resolver.local")));
   options.servers = {"127.0.0.1:5353"};
   options.tries = 0;
-  EXPECT_THAT(DnsResolver::Create(options),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("dns tries")));
+  EXPECT_THAT(
+      DnsResolver::Create(options),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dns tries")));
   options.tries = 2;
   options.timeout = absl::ZeroDuration();
-  EXPECT_THAT(DnsResolver::Create(options),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("dns timeout")));
+  EXPECT_THAT(
+      DnsResolver::Create(options),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dns timeout")));
 }
 
 TEST(DnsResolverTest, DestroyingCancelsPendingResolutions) {
@@ -76,8 +78,8 @@ TEST(DnsResolverTest, DestroyingCancelsPendingResolutions) {
   ASSERT_EQ(results.size(), 2u);
   for (const DnsResult& r : results) {
     EXPECT_EQ(r.outcome, DnsOutcome::kCancelled);
-    EXPECT_THAT(r.status, StatusIs(absl::StatusCode::kCancelled,
-                                   HasSubstr("cancelled")));
+    EXPECT_THAT(r.status,
+                StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled")));
   }
 }
 
@@ -111,9 +113,9 @@ TEST(ValidateDnsWatchTest, FollowsValidateDnsWithAConfigurableMinimum) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("dns.interval: 200ms out of range 1s..1h")));
   spec.interval = absl::Hours(2);
-  EXPECT_THAT(ValidateDnsWatch(spec, absl::Seconds(1)),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("dns.interval")));
+  EXPECT_THAT(
+      ValidateDnsWatch(spec, absl::Seconds(1)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dns.interval")));
   spec.interval = absl::Seconds(5);
 
   DnsSpec no_port = spec;
@@ -126,15 +128,15 @@ TEST(ValidateDnsWatchTest, FollowsValidateDnsWithAConfigurableMinimum) {
 
   DnsSpec heavy = spec;
   heavy.weight = kMaxWeight + 1;
-  EXPECT_THAT(ValidateDnsWatch(heavy, absl::Seconds(1)),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("dns.weight")));
+  EXPECT_THAT(
+      ValidateDnsWatch(heavy, absl::Seconds(1)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dns.weight")));
   for (const char* name : {"", "web test", "web\n.test"}) {
     DnsSpec bad = spec;
     bad.name = name;
-    EXPECT_THAT(ValidateDnsWatch(bad, absl::Seconds(1)),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("dns.name")))
+    EXPECT_THAT(
+        ValidateDnsWatch(bad, absl::Seconds(1)),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dns.name")))
         << name;
   }
 }
@@ -143,31 +145,31 @@ TEST(DnsDiscoveryTest, RefusesBadOptionsAndSpecs) {
   prometheus::Registry registry;
   DnsDiscoveryOptions options;
   options.servers = {"not-an-ip:53"};
-  EXPECT_THAT(DnsDiscovery::Create(options, registry),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("not-an-ip")));
+  EXPECT_THAT(
+      DnsDiscovery::Create(options, registry),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not-an-ip")));
   options.servers = {"127.0.0.1:9"};
   options.jitter = 0.9;
-  EXPECT_THAT(DnsDiscovery::Create(options, registry),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("jitter")));
+  EXPECT_THAT(
+      DnsDiscovery::Create(options, registry),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("jitter")));
   options.jitter = 0.1;
   options.max_in_flight = 0;
-  EXPECT_THAT(DnsDiscovery::Create(options, registry),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("max_in_flight")));
+  EXPECT_THAT(
+      DnsDiscovery::Create(options, registry),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("max_in_flight")));
   options.max_in_flight = 64;
   ASSERT_OK_AND_ASSIGN(auto discovery, DnsDiscovery::Create(options, registry));
   DnsSpec spec;
   spec.name = "web.test";
   spec.port = 0;
-  EXPECT_THAT(discovery->Watch("web", spec, [](const auto&) {}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("dns.port")));
+  EXPECT_THAT(
+      discovery->Watch("web", spec, [](const auto&) {}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dns.port")));
   spec.port = 80;
-  EXPECT_THAT(discovery->Watch("web", spec, nullptr),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("callback")));
+  EXPECT_THAT(
+      discovery->Watch("web", spec, nullptr),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("callback")));
   EXPECT_TRUE(discovery->List().empty());
   // Unknown ids are ignored.
   discovery->Unwatch(12345);

@@ -161,8 +161,7 @@ absl::StatusOr<std::unique_ptr<FakeDnsServer>> FakeDnsServer::Start(
   socklen_t len = sizeof(addr);
   if (bind(server->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
           0 ||
-      getsockname(server->fd_, reinterpret_cast<sockaddr*>(&addr), &len) !=
-          0) {
+      getsockname(server->fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     return absl::InternalError("fake dns: bind failed");
   }
   server->port_ = ntohs(addr.sin_port);
@@ -195,9 +194,9 @@ int FakeDnsServer::queries() const {
 
 absl::Status FakeDnsServer::WaitForHeld(int count, absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!held_changed_.wait_for(
-          lock, absl::ToChronoNanoseconds(timeout),
-          [&] { return static_cast<int>(held_.size()) >= count; })) {
+  if (!held_changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] {
+        return static_cast<int>(held_.size()) >= count;
+      })) {
     return absl::DeadlineExceededError(absl::StrCat(
         "fake dns: ", held_.size(), " of ", count, " queries held"));
   }
@@ -283,9 +282,11 @@ void FakeDnsServer::Send(const std::vector<uint8_t>& query,
         continue;
       }
       const uint8_t head[] = {0xc0, 0x0c,  // name: the question's
-                              0, static_cast<uint8_t>(qtype), 0, 1,  // IN
-                              0, 0, 0, 0,  // TTL 0
-                              0, static_cast<uint8_t>(rdlen)};
+                              0,    static_cast<uint8_t>(qtype),
+                              0,    1,  // IN
+                              0,    0,
+                              0,    0,  // TTL 0
+                              0,    static_cast<uint8_t>(rdlen)};
       out.insert(out.end(), std::begin(head), std::end(head));
       out.insert(out.end(), rdata, rdata + rdlen);
       ++count;

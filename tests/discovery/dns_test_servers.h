@@ -78,8 +78,7 @@ class FakeDnsServer {
     std::vector<std::string> addresses;
   };
   // qtype: 1 A, 28 AAAA, 33 SRV.
-  using Handler =
-      std::function<Answer(const std::string& name, int qtype)>;
+  using Handler = std::function<Answer(const std::string& name, int qtype)>;
 
   static absl::StatusOr<std::unique_ptr<FakeDnsServer>> Start(Handler handler);
   ~FakeDnsServer();
