@@ -201,7 +201,9 @@ class DnsDiscoveryTest : public ::testing::Test {
   // still call them while a test body unwinds.
   Recorder& NewRecorder() { return recorders_.emplace_back(); }
 
+  // Everything the discovery's thread uses is declared before it.
   prometheus::Registry registry_;
+  FakeClock fake_clock_;
   std::deque<Recorder> recorders_;
   std::unique_ptr<Dnsmasq> dnsmasq_;
   std::unique_ptr<FakeDnsServer> fake_;
@@ -260,7 +262,7 @@ TEST_F(DnsDiscoveryTest, FollowsAddressRecordsOnItsInterval) {
 
 TEST_F(DnsDiscoveryTest, ReportsChangesNotEveryResolution) {
   StartDnsmasq(kWebHosts);
-  FakeClock clock;
+  FakeClock& clock = fake_clock_;
   DnsDiscoveryOptions options = OptionsFor(dnsmasq_->server());
   options.clock = &clock;  // time stands still: only ResolveNow resolves
   CreateDiscovery(options);
