@@ -39,7 +39,8 @@ Dnsmasq::~Dnsmasq() { (void)Stop(); }
 absl::Status Dnsmasq::Launch() {
   std::vector<std::string> argv = {
       "/usr/sbin/dnsmasq",
-      "--no-daemon",  // foreground; also keeps the user id (no privilege drop)
+      // Foreground, and keeps the user id (no privilege drop).
+      "--no-daemon",
       "--conf-file=/dev/null",
       absl::StrCat("--port=", port_),
       absl::StrCat("--listen-address=", options_.listen_address),
@@ -51,6 +52,12 @@ absl::Status Dnsmasq::Launch() {
       absl::StrCat("--pid-file=", dir_.path(), "/dnsmasq.pid"),
       "--log-facility=-",
   };
+  // If the test process dies without running destructors (an abort, a
+  // sanitizer report), dnsmasq dies with it. setpriv (util-linux) execs
+  // dnsmasq in place, so the pid is still the one to signal.
+  if (access("/usr/bin/setpriv", X_OK) == 0) {
+    argv.insert(argv.begin(), {"/usr/bin/setpriv", "--pdeathsig", "KILL"});
+  }
   argv.insert(argv.end(), options_.args.begin(), options_.args.end());
   absl::StatusOr<std::unique_ptr<Process>> process = Process::Start(argv);
   if (!process.ok()) {
