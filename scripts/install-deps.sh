@@ -13,6 +13,8 @@ packages=(
   # server dependencies
   libboost-dev prometheus-cpp-dev libyaml-cpp-dev libsqlite3-dev
   zlib1g-dev libssl-dev
+  # DNS discovery (also a dependency of libgrpc++-dev)
+  libc-ares-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference peers used by the tests
