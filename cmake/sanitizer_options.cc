@@ -4,8 +4,7 @@
 extern "C" {
 
 const char* __asan_default_options() {
-  return "detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1:"
-         "suppressions=" ASIDE_SUPPRESSIONS_DIR "/lsan.supp";
+  return "detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1";
 }
 
 const char* __lsan_default_options() {
