@@ -169,6 +169,7 @@ void AdminService::Describe(const Group& group, bool with_backends,
                             v1::Group* out) const {
   const GroupSpec spec = group.spec();
   GroupSpecToProto(spec, out);
+  out->set_dns_error(group.dns_error());
   TableConstPtr table = group.table();
   if (with_backends) {
     GroupStateToProto(*table, out);

@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/status_macros.h"
+#include "server/discovery/dns_discovery.h"
+#include "server/log.h"
+#include "server/rebuild_scheduler.h"
 
 namespace aside::server {
 
@@ -35,13 +38,14 @@ GroupMetrics::~GroupMetrics() {
 Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
              std::shared_ptr<GroupMetrics> group_metrics,
              std::shared_ptr<const std::string> session_key,
-             std::string server_id)
+             std::string server_id, GroupInputs inputs)
     : name_(spec.name),
       generations_(generations),
       metrics_(metrics),
       session_key_(std::move(session_key)),
       server_id_(std::move(server_id)),
       group_metrics_(std::move(group_metrics)),
+      inputs_(inputs),
       spec_cell_(std::make_shared<const GroupSpec>(spec)),
       spec_(std::move(spec)) {}
 
@@ -70,6 +74,15 @@ absl::Status Group::Update(GroupSpec spec, const Persist& persist) {
   ASIDE_ASSIGN_OR_RETURN(TableConstPtr table, BuildLocked(spec));
   if (persist) {
     ASIDE_RETURN_IF_ERROR(persist(table->generation()));
+  }
+  if (spec.dns != spec_.dns) {
+    UnwatchDnsLocked();
+    {
+      std::lock_guard<std::mutex> lock(dns_mu_);
+      dns_members_.clear();
+      dns_error_.clear();
+    }
+    WatchDnsLocked(spec);
   }
   // The spec first: listeners told of the new table read the spec that
   // made it.
@@ -100,8 +113,23 @@ absl::StatusOr<TableConstPtr> Group::BuildLocked(const GroupSpec& spec) {
   ts.policy = spec.policy;
   ts.panic_threshold = spec.panic_threshold;
   ts.session_key = session_key_;
-  ts.members.reserve(spec.backends.size());
-  for (const Backend& b : spec.backends) {
+  std::vector<Backend> backends = spec.backends;
+  {
+    // DNS members join the static ones; a static entry wins on an address
+    // clash.
+    std::lock_guard<std::mutex> lock(dns_mu_);
+    for (const Backend& b : dns_members_) {
+      bool present = false;
+      for (const Backend& s : spec.backends) {
+        present = present || s.address == b.address;
+      }
+      if (!present) {
+        backends.push_back(b);
+      }
+    }
+  }
+  ts.members.reserve(backends.size());
+  for (const Backend& b : backends) {
     Member m;
     m.backend = b;
     m.weight = b.weight;
@@ -138,6 +166,72 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
     metrics_->table_rebuild_duration.Observe(
         static_cast<double>(MonotonicNanos() - build_start_nanos) * 1e-9);
   }
+}
+
+void Group::StartDiscovery() {
+  absl::MutexLock lock(&mu_);
+  WatchDnsLocked(spec_);
+}
+
+void Group::StopDiscovery() {
+  absl::MutexLock lock(&mu_);
+  UnwatchDnsLocked();
+}
+
+void Group::WatchDnsLocked(const GroupSpec& spec) {
+  if (!spec.dns || inputs_.dns == nullptr) {
+    return;
+  }
+  std::weak_ptr<Group> self = weak_from_this();
+  absl::StatusOr<DnsWatchId> id = inputs_.dns->Watch(
+      name_, *spec.dns,
+      [self](const absl::StatusOr<std::vector<Backend>>& members) {
+        if (std::shared_ptr<Group> g = self.lock()) {
+          g->OnDnsResult(members);
+        }
+      });
+  if (!id.ok()) {
+    std::lock_guard<std::mutex> lock(dns_mu_);
+    dns_error_ = std::string(id.status().message());
+    return;
+  }
+  dns_watch_ = *id;
+}
+
+void Group::UnwatchDnsLocked() {
+  if (dns_watch_ != 0 && inputs_.dns != nullptr) {
+    inputs_.dns->Unwatch(dns_watch_);
+  }
+  dns_watch_ = 0;
+}
+
+void Group::OnDnsResult(const absl::StatusOr<std::vector<Backend>>& members) {
+  {
+    std::lock_guard<std::mutex> lock(dns_mu_);
+    if (!members.ok()) {
+      dns_error_ = std::string(members.status().message());
+      Log(LogLevel::kWarn, "dns.failed",
+          {{"group", name_}, {"error", dns_error_}});
+      return;
+    }
+    dns_error_.clear();
+    if (*members == dns_members_) {
+      return;
+    }
+    dns_members_ = *members;
+  }
+  Log(LogLevel::kInfo, "dns.members",
+      {{"group", name_}, {"members", absl::StrCat(members->size())}});
+  if (inputs_.scheduler != nullptr) {
+    inputs_.scheduler->Schedule(shared_from_this(), absl::ZeroDuration());
+  } else {
+    Rebuild();
+  }
+}
+
+std::string Group::dns_error() const {
+  std::lock_guard<std::mutex> lock(dns_mu_);
+  return dns_error_;
 }
 
 void Group::AddListener(Listener* listener) {
@@ -276,11 +370,12 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
   std::shared_ptr<GroupMetrics> group_metrics = MetricsFor(spec.name);
   auto group = std::make_shared<Group>(std::move(spec), &generations_,
                                        metrics_, std::move(group_metrics),
-                                       session_key_, server_id_);
+                                       session_key_, server_id_, inputs_);
   ASIDE_RETURN_IF_ERROR(group->Init(persist));
   auto next = std::make_shared<GroupMap>(*current);
   next->emplace(group->name(), group);
   groups_.Publish(std::move(next));
+  group->StartDiscovery();
   return absl::OkStatus();
 }
 
@@ -296,6 +391,7 @@ absl::Status GroupRegistry::Remove(absl::string_view name,
     ASIDE_RETURN_IF_ERROR(persist(generation));
   }
   GroupPtr removed = current->find(name)->second;
+  removed->StopDiscovery();
   auto next = std::make_shared<GroupMap>(*current);
   next->erase(name);
   groups_.Publish(std::move(next));

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,9 +73,19 @@ struct GroupMetrics {
   prometheus::Counter* rebuilds = nullptr;
 };
 
+class DnsDiscovery;
+class RebuildScheduler;
+
+// What groups use to follow inputs that change on their own (DNS answers
+// now; health and load through the same scheduler). Both may be null.
+struct GroupInputs {
+  DnsDiscovery* dns = nullptr;
+  RebuildScheduler* scheduler = nullptr;
+};
+
 // One group. Thread-safe: table() from any thread without locks; mutations
 // serialise on the group's mutex and publish a new table.
-class Group {
+class Group : public std::enable_shared_from_this<Group> {
  public:
   // Told about every publication (Watch streams). Callbacks run on the
   // publishing thread with the group's locks held: they must only note the
@@ -91,7 +102,7 @@ class Group {
   Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
         std::shared_ptr<GroupMetrics> group_metrics,
         std::shared_ptr<const std::string> session_key,
-        std::string server_id = "");
+        std::string server_id = "", GroupInputs inputs = {});
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -127,6 +138,16 @@ class Group {
   // shared by all subscribers.
   std::shared_ptr<const EncodedUpdate> Encoded();
 
+  // Starts following the spec's DNS name (if any). Called once the group is
+  // published; StopDiscovery() before it is dropped.
+  void StartDiscovery();
+  void StopDiscovery();
+  // A DNS answer (or failure) for this group: new members are taken in a
+  // coalesced rebuild; a failure keeps the last members and is reported.
+  void OnDnsResult(const absl::StatusOr<std::vector<Backend>>& members);
+  // The last DNS failure ("" when the last resolution succeeded).
+  std::string dns_error() const;
+
  private:
   absl::StatusOr<TableConstPtr> BuildLocked(const GroupSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -142,9 +163,20 @@ class Group {
   LoadTracker loads_;
   SnapshotCell<Table> table_;
 
+  void WatchDnsLocked(const GroupSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnwatchDnsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const GroupInputs inputs_;
   SnapshotCell<GroupSpec> spec_cell_;
   mutable absl::Mutex mu_;
   GroupSpec spec_ ABSL_GUARDED_BY(mu_);
+  uint64_t dns_watch_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Written by DNS callbacks, read by table builds. A plain std::mutex that
+  // DNS callbacks may take while an Unwatch (under mu_) waits for them.
+  mutable std::mutex dns_mu_;
+  std::vector<Backend> dns_members_;
+  std::string dns_error_;
 
   mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<Listener*> listeners_ ABSL_GUARDED_BY(listeners_mu_);
@@ -167,6 +199,10 @@ class GroupRegistry {
   // if higher) so generations never go backwards across restarts.
   GroupRegistry(Metrics* metrics, uint64_t generation_base, size_t max_groups,
                 GenerationSource::Reserver reserver = nullptr);
+
+  // Installs DNS discovery and the rebuild scheduler (before groups are
+  // added).
+  void set_inputs(GroupInputs inputs) { inputs_ = inputs; }
 
   GroupPtr Find(absl::string_view name) const;
   // Sorted by name.
@@ -202,6 +238,7 @@ class GroupRegistry {
   GenerationSource generations_;
   std::shared_ptr<const std::string> session_key_;
   std::string server_id_;
+  GroupInputs inputs_;
   std::shared_ptr<GroupMetrics> MetricsFor(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 

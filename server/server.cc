@@ -72,6 +72,16 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
         store->SetSessionKey(*server->groups_->session_key()));
   }
 
+  server->scheduler_ = std::make_unique<RebuildScheduler>();
+  DnsDiscoveryOptions dns_options;
+  dns_options.servers = cfg.dns_servers;
+  dns_options.clock = clock;
+  ASIDE_ASSIGN_OR_RETURN(
+      server->dns_,
+      DnsDiscovery::Create(std::move(dns_options),
+                           *server->metrics_.registry()));
+  server->groups_->set_inputs({server->dns_.get(), server->scheduler_.get()});
+
   for (const GroupSpec& spec : cfg.groups) {
     absl::Status s = server->groups_->Add(spec);
     if (!s.ok()) {

@@ -14,6 +14,8 @@
 #include "server/admin_auth.h"
 #include "server/admin_service.h"
 #include "server/config.h"
+#include "server/discovery/dns_discovery.h"
+#include "server/rebuild_scheduler.h"
 #include "server/group_registry.h"
 #include "server/grpclb_service.h"
 #include "server/health_service.h"
@@ -59,6 +61,10 @@ class AsideServer {
   Metrics metrics_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<GroupRegistry> groups_;
+  // Declared after groups_ so they stop (no more callbacks or rebuilds)
+  // before the groups go away.
+  std::unique_ptr<RebuildScheduler> scheduler_;
+  std::unique_ptr<DnsDiscovery> dns_;
   std::unique_ptr<AdminAuth> auth_;
   std::unique_ptr<LoadAggregator> loads_;
   std::unique_ptr<WatchHub> watch_hub_;
