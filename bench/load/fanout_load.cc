@@ -1,0 +1,248 @@
+// fanout_load: N Watch subscribers in this process, one change at a time
+// made through Admin; for each change, the time until the last subscriber
+// has it, and the server's CPU per stream per update. JSON on stdout.
+//
+//   fanout_load --target 127.0.0.1:50051 --token TOKEN --subscribers 1000
+//               --changes 30 --server-pid PID [--channels 20]
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "aside/v1/admin.grpc.pb.h"
+#include "aside/v1/lookaside.grpc.pb.h"
+#include "bench/load/latency.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string target = "127.0.0.1:50051";
+  std::string token;
+  std::string group = "fanout";
+  int subscribers = 100;
+  int changes = 20;
+  int channels = 20;
+  int server_pid = 0;
+};
+
+// One Watch stream; remembers when each generation arrived.
+class Subscriber final : public grpc::ClientReadReactor<aside::v1::GroupUpdate> {
+ public:
+  Subscriber(aside::v1::LoadBalancer::Stub* stub, const std::string& group) {
+    request_.add_groups(group);
+    stub->async()->Watch(&context_, &request_, this);
+    StartRead(&update_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      arrivals_.emplace_back(update_.generation(), Clock::now());
+    }
+    latest_.store(update_.generation(), std::memory_order_release);
+    StartRead(&update_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    status_ = status;
+  }
+
+  uint64_t latest() const { return latest_.load(std::memory_order_acquire); }
+
+  // When the first update at or past `generation` arrived.
+  Clock::time_point ArrivalOf(uint64_t generation) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [g, t] : arrivals_) {
+      if (g >= generation) {
+        return t;
+      }
+    }
+    return Clock::time_point::max();
+  }
+
+  void Cancel() { context_.TryCancel(); }
+  bool done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+
+ private:
+  grpc::ClientContext context_;
+  aside::v1::WatchRequest request_;
+  aside::v1::GroupUpdate update_;
+  std::atomic<uint64_t> latest_{0};
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, Clock::time_point>> arrivals_;
+  bool done_ = false;
+  grpc::Status status_;
+};
+
+bool ParseArgs(int argc, char** argv, Options* o) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
+    if (flag == "--target") {
+      o->target = value;
+    } else if (flag == "--token") {
+      o->token = value;
+    } else if (flag == "--group") {
+      o->group = value;
+    } else if (flag == "--subscribers") {
+      if (!absl::SimpleAtoi(value, &o->subscribers)) return false;
+    } else if (flag == "--changes") {
+      if (!absl::SimpleAtoi(value, &o->changes)) return false;
+    } else if (flag == "--channels") {
+      if (!absl::SimpleAtoi(value, &o->channels)) return false;
+    } else if (flag == "--server-pid") {
+      if (!absl::SimpleAtoi(value, &o->server_pid)) return false;
+    } else {
+      return false;
+    }
+  }
+  return o->subscribers > 0 && o->changes > 0 && o->channels > 0;
+}
+
+std::unique_ptr<grpc::ClientContext> AdminContext(const Options& o) {
+  auto c = std::make_unique<grpc::ClientContext>();
+  c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  c->AddMetadata("authorization", "Bearer " + o.token);
+  return c;
+}
+
+// Waits (bounded) until every subscriber holds `generation`.
+bool WaitAll(std::vector<std::unique_ptr<Subscriber>>& subs,
+             uint64_t generation, std::chrono::seconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (auto& s : subs) {
+    while (s->latest() < generation) {
+      if (Clock::now() > deadline) {
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!ParseArgs(argc, argv, &o)) {
+    std::cerr << "usage: fanout_load --target HOST:PORT --token T "
+                 "--subscribers N --changes K --server-pid PID [--channels C]\n";
+    return 2;
+  }
+  auto admin = aside::v1::Admin::NewStub(
+      grpc::CreateChannel(o.target, grpc::InsecureChannelCredentials()));
+  // A group of 100 backends, created fresh.
+  {
+    aside::v1::DeleteGroupRequest del;
+    del.set_name(o.group);
+    aside::v1::DeleteGroupResponse deleted;
+    (void)admin->DeleteGroup(AdminContext(o).get(), del, &deleted);
+    aside::v1::CreateGroupRequest create;
+    create.mutable_group()->set_name(o.group);
+    create.mutable_group()->mutable_health_check()->set_kind(
+        aside::v1::HealthCheck::NONE);
+    for (int i = 0; i < 100; ++i) {
+      create.mutable_group()->add_backends()->set_address(
+          absl::StrCat("10.9.", i / 250, ".", i % 250 + 1, ":8080"));
+    }
+    aside::v1::Group g;
+    grpc::Status s = admin->CreateGroup(AdminContext(o).get(), create, &g);
+    if (!s.ok()) {
+      std::cerr << "create group: " << s.error_message() << "\n";
+      return 1;
+    }
+  }
+  std::vector<std::unique_ptr<aside::v1::LoadBalancer::Stub>> stubs;
+  for (int i = 0; i < o.channels; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.use_local_subchannel_pool", 1);
+    stubs.push_back(aside::v1::LoadBalancer::NewStub(grpc::CreateCustomChannel(
+        o.target, grpc::InsecureChannelCredentials(), args)));
+  }
+  std::vector<std::unique_ptr<Subscriber>> subs;
+  for (int i = 0; i < o.subscribers; ++i) {
+    subs.push_back(std::make_unique<Subscriber>(
+        stubs[static_cast<size_t>(i) % stubs.size()].get(), o.group));
+  }
+  if (!WaitAll(subs, 1, std::chrono::seconds(60))) {
+    std::cerr << "subscribers did not all receive the first table\n";
+    return 1;
+  }
+  aside::bench::Samples last_subscriber;
+  aside::bench::Samples median_subscriber;
+  double cpu = 0;
+  for (int k = 0; k < o.changes; ++k) {
+    aside::v1::DrainBackendsRequest drain;
+    drain.set_group(o.group);
+    drain.add_addresses(absl::StrCat("10.9.0.", k % 100 + 1, ":8080"));
+    drain.set_drained((k / 100) % 2 == 0);
+    aside::v1::Group g;
+    const double cpu_before =
+        o.server_pid > 0 ? aside::bench::ProcessCpuSeconds(o.server_pid) : 0;
+    const auto t0 = Clock::now();
+    grpc::Status s = admin->DrainBackends(AdminContext(o).get(), drain, &g);
+    if (!s.ok()) {
+      std::cerr << "drain: " << s.error_message() << "\n";
+      return 1;
+    }
+    if (!WaitAll(subs, g.generation(), std::chrono::seconds(60))) {
+      std::cerr << "change " << k << " did not reach every subscriber\n";
+      return 1;
+    }
+    if (o.server_pid > 0) {
+      cpu += aside::bench::ProcessCpuSeconds(o.server_pid) - cpu_before;
+    }
+    aside::bench::Samples arrivals;
+    int64_t worst = 0;
+    for (auto& sub : subs) {
+      const int64_t nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                sub->ArrivalOf(g.generation()) - t0)
+                                .count();
+      arrivals.Add(nanos);
+      worst = std::max(worst, nanos);
+    }
+    last_subscriber.Add(worst);
+    median_subscriber.Add(
+        static_cast<int64_t>(arrivals.PercentileMicros(50) * 1000));
+  }
+  for (auto& sub : subs) {
+    sub->Cancel();
+  }
+  const double cpu_per_stream_update_us =
+      cpu * 1e6 / (static_cast<double>(o.subscribers) * o.changes);
+  std::printf(
+      "{\"subscribers\":%d,\"changes\":%d,\"last_p50_ms\":%.3f,"
+      "\"last_p99_ms\":%.3f,\"last_max_ms\":%.3f,\"median_p50_ms\":%.3f,"
+      "\"server_cpu_s\":%.4f,\"cpu_per_stream_update_us\":%.3f}\n",
+      o.subscribers, o.changes, last_subscriber.PercentileMicros(50) / 1000,
+      last_subscriber.PercentileMicros(99) / 1000,
+      last_subscriber.MaxMicros() / 1000,
+      median_subscriber.PercentileMicros(50) / 1000, cpu,
+      cpu_per_stream_update_us);
+  // Let the cancellations finish before the stubs go away.
+  for (auto& sub : subs) {
+    for (int i = 0; i < 1000 && !sub->done(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return 0;
+}
