@@ -280,7 +280,10 @@ class Ctl {
   int Fail(const grpc::Status& s) {
     std::cerr << "asidectl: " << command_ << ": " << StatusCodeName(s.error_code())
               << ": " << s.error_message() << "\n";
-    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    // A method the server does not have (as opposed to a feature inside a
+    // method, whose message says what is missing).
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
+        (s.error_message().empty() || command_ == "targets")) {
       std::cerr << "asidectl: this server does not implement " << command_
                 << " yet\n";
     }
