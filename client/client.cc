@@ -63,7 +63,7 @@ std::string StatusText(const grpc::Status& s) {
 
 Pick& Pick::operator=(Pick&& other) noexcept {
   if (this != &other) {
-    if (member_ != nullptr) {
+    if (member_ != nullptr && !done_) {
       Record(false, clock_->NowNanos() - start_nanos_);
     }
     keep_ = std::move(other.keep_);
@@ -71,14 +71,16 @@ Pick& Pick::operator=(Pick&& other) noexcept {
     stats_ = other.stats_;
     clock_ = other.clock_;
     start_nanos_ = other.start_nanos_;
+    done_ = other.done_;
     other.member_ = nullptr;
     other.stats_ = nullptr;
+    other.done_ = true;
   }
   return *this;
 }
 
 Pick::~Pick() {
-  if (member_ != nullptr) {
+  if (member_ != nullptr && !done_) {
     Record(false, clock_->NowNanos() - start_nanos_);
   }
 }
@@ -90,7 +92,7 @@ uint64_t Pick::generation() const {
 bool Pick::from_fallback() const { return keep_ && keep_->fallback; }
 
 void Pick::Done(bool ok) noexcept {
-  if (member_ == nullptr) {
+  if (member_ == nullptr || done_) {
     return;
   }
   Record(ok, clock_->NowNanos() - start_nanos_);
@@ -112,9 +114,7 @@ void Pick::Record(bool ok, int64_t latency_nanos) noexcept {
     stats_->failures.fetch_add(1, std::memory_order_relaxed);
     stats_->consecutive_failures.fetch_add(1, std::memory_order_relaxed);
   }
-  member_ = nullptr;
-  stats_ = nullptr;
-  keep_.reset();
+  done_ = true;
 }
 
 // ---------------------------------------------------------------------------

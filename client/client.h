@@ -132,7 +132,8 @@ struct GroupSnapshot {
 // a failure ("abandoned": an early return or an exception path did not
 // succeed) with the time elapsed so far, so the in-flight count never
 // leaks. Move-only; the table it came from stays alive while it exists, so
-// address(), locality() and metadata() stay valid.
+// address(), locality() and metadata() stay valid, after Done() too. Done()
+// records once; later calls do nothing.
 class Pick {
  public:
   Pick(Pick&& other) noexcept { *this = std::move(other); }
@@ -173,6 +174,7 @@ class Pick {
   client_internal::BackendStats* stats_ = nullptr;
   const Clock* clock_ = nullptr;
   int64_t start_nanos_ = 0;
+  bool done_ = false;
 };
 
 class Client;

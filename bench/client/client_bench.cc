@@ -104,6 +104,27 @@ void BM_SnapshotCellAcquire(benchmark::State& state) {
 }
 BENCHMARK(BM_SnapshotCellAcquire)->Threads(1)->Threads(2);
 
+// The two parts of a stub pick that are not the stub's own: the lib/
+// selector on the same table, and one read of the clock (a pick and its
+// Done read it once each, for the latency).
+void BM_TableSelectorPick(benchmark::State& state) {
+  TableConstPtr table = Get().client->Group("rr")->table();
+  uint32_t index = 0;
+  for (auto _ : state) {
+    PickRequest request;
+    benchmark::DoNotOptimize(table->Pick(request, absl::Span<uint32_t>(&index, 1)));
+  }
+}
+BENCHMARK(BM_TableSelectorPick)->Threads(1)->Threads(2);
+
+void BM_ClockNow(benchmark::State& state) {
+  const Clock& clock = SystemClock::Get();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(clock.NowNanos());
+  }
+}
+BENCHMARK(BM_ClockNow)->Threads(1)->Threads(2);
+
 void PickLoop(benchmark::State& state, const char* group_name, bool done) {
   ClientGroup* group = Get().client->Group(group_name);
   // Warm the thread's cache outside the timed region.

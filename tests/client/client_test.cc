@@ -220,6 +220,10 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
     a.Done(absl::OkStatus());
     b.Done(grpc::Status(grpc::StatusCode::INTERNAL, "boom"));
     EXPECT_EQ(load->in_flight(), 0);
+    // Still valid after Done; a second Done records nothing.
+    EXPECT_EQ(a.address(), "127.0.0.1:8001");
+    a.Done(false);
+    EXPECT_EQ(load->in_flight(), 0);
     ASSERT_OK_AND_ASSIGN(Pick abandoned, web->Pick());
     // Destroyed without Done: recorded as a failure.
   }
