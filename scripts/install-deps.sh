@@ -13,10 +13,16 @@ packages=(
   # server dependencies
   libboost-dev prometheus-cpp-dev libyaml-cpp-dev libsqlite3-dev
   zlib1g-dev libssl-dev
+  # DNS discovery (also a dependency of libgrpc++-dev)
+  libc-ares-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference peers used by the tests
-  nginx-light dnsmasq-base python3-grpcio curl openssl
+  nginx-light dnsmasq-base python3-grpcio curl
+  # chart tests (tests/helm): Helm's template engine built from Debian's Go
+  # packages (sprig pulls in its own dependencies), YAML checks, test certs
+  golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
+  python3-yaml openssl
 )
 
 missing=()

@@ -225,6 +225,11 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(absl::string_view field,
   for (const std::string& alias : pb.aliases()) {
     spec.aliases.push_back(alias);
   }
+  if (pb.has_grpclb()) {
+    spec.grpclb.drop_in_panic_percent = pb.grpclb().drop_in_panic_percent();
+    spec.grpclb.max_requests_per_second =
+        pb.grpclb().max_requests_per_second();
+  }
   spec.source = GroupSource::kStore;
   ASIDE_RETURN_IF_ERROR(Prefixed(field, ValidateGroupSpec(spec)));
   return spec;
@@ -262,6 +267,12 @@ void GroupSpecToProto(const GroupSpec& spec, v1::Group* pb) {
   }
   for (const std::string& alias : spec.aliases) {
     pb->add_aliases(alias);
+  }
+  if (spec.grpclb != GrpclbSpec{}) {
+    pb->mutable_grpclb()->set_drop_in_panic_percent(
+        spec.grpclb.drop_in_panic_percent);
+    pb->mutable_grpclb()->set_max_requests_per_second(
+        spec.grpclb.max_requests_per_second);
   }
   pb->set_source(spec.source == GroupSource::kFile ? v1::GROUP_SOURCE_FILE
                                                    : v1::GROUP_SOURCE_STORE);

@@ -73,8 +73,13 @@ grpc::Status CanonicalAddresses(
 }  // namespace
 
 AdminService::AdminService(GroupRegistry* groups, StateStore* store,
-                           const AdminAuth* auth, Metrics* metrics)
-    : groups_(groups), store_(store), auth_(auth), metrics_(metrics) {}
+                           const AdminAuth* auth, Metrics* metrics,
+                           const LoadAggregator* loads)
+    : groups_(groups),
+      store_(store),
+      auth_(auth),
+      metrics_(metrics),
+      loads_(loads) {}
 
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* AdminService::Handle(
@@ -167,6 +172,43 @@ void AdminService::Describe(const Group& group, bool with_backends,
   TableConstPtr table = group.table();
   if (with_backends) {
     GroupStateToProto(*table, out);
+    if (loads_ != nullptr) {
+      for (v1::TableBackend& tb : *out->mutable_state()) {
+        const LoadSnapshot l = loads_->Snapshot(spec.name, tb.backend().address());
+        if (l.reporters == 0 && l.window_requests == 0 &&
+            !l.utilization.has_value()) {
+          continue;
+        }
+        v1::LoadView* view = tb.mutable_load();
+        view->set_requests_per_second(l.requests_per_second);
+        view->set_failure_ratio(l.failure_ratio);
+        ToProto(l.mean_latency, view->mutable_mean_latency());
+        ToProto(l.mean_first_byte_latency,
+                view->mutable_mean_first_byte_latency());
+        view->set_in_flight(l.in_flight);
+        if (l.utilization.has_value()) {
+          view->set_utilization(*l.utilization);
+        }
+        view->set_reporters(l.reporters);
+        view->set_consecutive_failures(l.consecutive_failures);
+      }
+    }
+    if (loads_ != nullptr) {
+      const ClientStatsTotals stats = loads_->ClientStats(spec.name);
+      if (stats.last_report != absl::InfinitePast()) {
+        v1::ClientStatsView* view = out->mutable_client_stats();
+        view->set_calls_started(stats.calls_started);
+        view->set_calls_finished(stats.calls_finished);
+        view->set_calls_finished_with_client_failed_to_send(
+            stats.failed_to_send);
+        view->set_calls_finished_known_received(stats.known_received);
+        for (const auto& [token, n] : stats.dropped) {
+          (*view->mutable_calls_dropped())[token] = n;
+        }
+        view->mutable_last_report()->set_seconds(
+            absl::ToUnixSeconds(stats.last_report));
+      }
+    }
   } else {
     out->clear_backends();
     out->set_generation(table->generation());
@@ -258,7 +300,7 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
   if (paths.empty()) {
     paths = {"policy",          "backends",          "health_check",
              "panic_threshold", "slow_start",        "outlier_detection",
-             "dns",             "aliases"};
+             "dns",             "aliases",           "grpclb"};
   }
   for (const std::string& path : paths) {
     if (path == "policy") {
@@ -285,11 +327,14 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
       if (in.has_dns()) *merged.mutable_dns() = in.dns();
     } else if (path == "aliases") {
       *merged.mutable_aliases() = in.aliases();
+    } else if (path == "grpclb") {
+      merged.clear_grpclb();
+      if (in.has_grpclb()) *merged.mutable_grpclb() = in.grpclb();
     } else {
       return Invalid(absl::StrCat(
           "update_mask: unknown path '", path,
           "' (allowed: policy, backends, health_check, panic_threshold, "
-          "slow_start, outlier_detection, dns, aliases)"));
+          "slow_start, outlier_detection, dns, aliases, grpclb)"));
     }
   }
   absl::StatusOr<GroupSpec> spec = GroupSpecFromProto("group", merged);

@@ -13,6 +13,7 @@
 #include "aside/v1/admin.grpc.pb.h"
 #include "server/admin_auth.h"
 #include "server/group_registry.h"
+#include "server/load_aggregator.h"
 #include "server/metrics.h"
 #include "server/state_store.h"
 
@@ -24,7 +25,7 @@ class AdminService final : public v1::Admin::CallbackService {
  public:
   // `store` may be null (nothing is persisted: for tests of validation).
   AdminService(GroupRegistry* groups, StateStore* store, const AdminAuth* auth,
-               Metrics* metrics);
+               Metrics* metrics, const LoadAggregator* loads = nullptr);
 
   grpc::ServerUnaryReactor* CreateGroup(grpc::CallbackServerContext* context,
                                         const v1::CreateGroupRequest* request,
@@ -97,6 +98,7 @@ class AdminService final : public v1::Admin::CallbackService {
   StateStore* const store_;
   const AdminAuth* const auth_;
   Metrics* const metrics_;
+  const LoadAggregator* const loads_;
   absl::Mutex mutation_mu_;
 };
 

@@ -552,7 +552,7 @@ void Parser::ParseGroup(const YAML::Node& node, const std::string& path,
   if (!CheckMap(node, path,
                 {"name", "policy", "backends", "health_check",
                  "panic_threshold", "slow_start", "outlier_detection", "dns",
-                 "aliases"})) {
+                 "aliases", "grpclb"})) {
     return;
   }
   if (!node["name"]) {
@@ -672,6 +672,20 @@ void Parser::ParseGroup(const YAML::Node& node, const std::string& path,
         if (GetString(a[i], absl::StrCat(ap, "[", i, "]"), &alias)) {
           out->aliases.push_back(alias);
         }
+      }
+    }
+  }
+  if (const YAML::Node l = node["grpclb"]; l) {
+    const std::string lp = Join(path, "grpclb");
+    if (CheckMap(l, lp, {"drop_in_panic_percent", "max_requests_per_second"})) {
+      if (l["drop_in_panic_percent"]) {
+        GetDouble(l["drop_in_panic_percent"], Join(lp, "drop_in_panic_percent"),
+                  0, 90, &out->grpclb.drop_in_panic_percent);
+      }
+      if (l["max_requests_per_second"]) {
+        GetDouble(l["max_requests_per_second"],
+                  Join(lp, "max_requests_per_second"), 0, 1e9,
+                  &out->grpclb.max_requests_per_second);
       }
     }
   }
@@ -840,7 +854,19 @@ void Parser::ParseTop(const YAML::Node& root, ServerConfig* out) {
   if (const YAML::Node l = root["limits"]; l) {
     if (CheckMap(l, "limits",
                  {"max_receive_message_bytes", "max_concurrent_streams",
-                  "max_groups", "max_state_bytes", "watch_stall_timeout"})) {
+                  "max_groups", "max_state_bytes", "watch_stall_timeout",
+                  "load_window"})) {
+      if (l["load_window"]) {
+        absl::Duration d;
+        if (GetDuration(l["load_window"], "limits.load_window", &d)) {
+          if (d < absl::Seconds(1) || d > absl::Minutes(10)) {
+            Error(l["load_window"], "limits.load_window",
+                  "out of range 1s..10m");
+          } else {
+            out->load_window = absl::Seconds(absl::ToInt64Seconds(d));
+          }
+        }
+      }
       if (l["watch_stall_timeout"]) {
         absl::Duration d;
         if (GetDuration(l["watch_stall_timeout"], "limits.watch_stall_timeout",

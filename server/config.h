@@ -39,6 +39,8 @@ struct ServerConfig {
   // A Watch subscriber whose stream does not take a write for this long is
   // ended with RESOURCE_EXHAUSTED.
   absl::Duration watch_stall_timeout = absl::Seconds(30);
+  // Load reports are aggregated over this window.
+  absl::Duration load_window = absl::Seconds(10);
   // Largest size the state database may grow to.
   uint64_t max_state_bytes = uint64_t{1} << 30;
 

@@ -42,13 +42,15 @@ Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
       session_key_(std::move(session_key)),
       server_id_(std::move(server_id)),
       group_metrics_(std::move(group_metrics)),
+      spec_cell_(std::make_shared<const GroupSpec>(spec)),
       spec_(std::move(spec)) {}
 
 Group::~Group() = default;
 
-GroupSpec Group::spec() const {
-  absl::MutexLock lock(&mu_);
-  return spec_;
+GroupSpec Group::spec() const { return *spec_cell_.Acquire(); }
+
+std::shared_ptr<const GroupSpec> Group::spec_snapshot() const {
+  return spec_cell_.Acquire();
 }
 
 absl::Status Group::Init(const Persist& persist) {
@@ -69,8 +71,11 @@ absl::Status Group::Update(GroupSpec spec, const Persist& persist) {
   if (persist) {
     ASIDE_RETURN_IF_ERROR(persist(table->generation()));
   }
-  PublishLocked(std::move(table), start);
+  // The spec first: listeners told of the new table read the spec that
+  // made it.
+  spec_cell_.Publish(std::make_shared<const GroupSpec>(spec));
   spec_ = std::move(spec);
+  PublishLocked(std::move(table), start);
   return absl::OkStatus();
 }
 

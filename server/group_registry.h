@@ -100,7 +100,9 @@ class Group {
   const std::string& server_id() const { return server_id_; }
   // The current table; never null after Init() succeeded.
   TableConstPtr table() const { return table_.Acquire(); }
+  // The current spec; lock-free (safe from listener callbacks).
   GroupSpec spec() const;
+  std::shared_ptr<const GroupSpec> spec_snapshot() const;
   // Never null when the registry was given Metrics.
   const GroupMetrics* metrics() const { return group_metrics_.get(); }
 
@@ -140,6 +142,7 @@ class Group {
   LoadTracker loads_;
   SnapshotCell<Table> table_;
 
+  SnapshotCell<GroupSpec> spec_cell_;
   mutable absl::Mutex mu_;
   GroupSpec spec_ ABSL_GUARDED_BY(mu_);
 

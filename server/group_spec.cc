@@ -216,6 +216,19 @@ absl::Status ValidateGroupSpec(GroupSpec& spec) {
           "aliases[", i, "]: must be 1..253 bytes without spaces"));
     }
   }
+  if (!(spec.grpclb.drop_in_panic_percent >= 0 &&
+        spec.grpclb.drop_in_panic_percent <= 90)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grpclb.drop_in_panic_percent: ",
+                     spec.grpclb.drop_in_panic_percent, " out of range 0..90"));
+  }
+  if (!(spec.grpclb.max_requests_per_second >= 0 &&
+        spec.grpclb.max_requests_per_second <= 1e9)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grpclb.max_requests_per_second: ",
+                     spec.grpclb.max_requests_per_second,
+                     " out of range 0..1e9"));
+  }
   return absl::OkStatus();
 }
 

@@ -78,6 +78,17 @@ struct DnsSpec {
 
 absl::Status ValidateDns(absl::string_view field, const DnsSpec& spec);
 
+// How grpclb (stock gRPC clients) sees the group.
+struct GrpclbSpec {
+  // While the group is in panic, this percentage of calls is dropped by the
+  // clients (0 disables), 0..90.
+  double drop_in_panic_percent = 0;
+  // When the fleet-wide rate reported for the group exceeds this, clients
+  // drop the excess (0 disables).
+  double max_requests_per_second = 0;
+  friend bool operator==(const GrpclbSpec&, const GrpclbSpec&) = default;
+};
+
 enum class GroupSource : uint8_t { kFile, kStore };
 
 struct GroupSpec {
@@ -90,6 +101,7 @@ struct GroupSpec {
   OutlierSpec outlier;
   std::optional<DnsSpec> dns;
   std::vector<std::string> aliases;
+  GrpclbSpec grpclb;
 
   GroupSource source = GroupSource::kFile;
   // The config file that declares it (source kFile).

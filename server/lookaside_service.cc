@@ -10,8 +10,138 @@ namespace aside::server {
 
 LoadBalancerService::LoadBalancerService(GroupRegistry* groups,
                                          Metrics* metrics, const Clock* clock,
-                                         WatchHub* watch)
-    : groups_(groups), metrics_(metrics), clock_(clock), watch_(watch) {}
+                                         WatchHub* watch, LoadAggregator* loads)
+    : groups_(groups),
+      metrics_(metrics),
+      clock_(clock),
+      watch_(watch),
+      loads_(loads) {}
+
+namespace {
+
+// One ReportLoad call: reads reports until the client half-closes, folds
+// each into the aggregator, then answers with the tally.
+class ReportReader final : public grpc::ServerReadReactor<v1::LoadReport> {
+ public:
+  ReportReader(LoadBalancerService* service, v1::ReportLoadResponse* response)
+      : service_(service), response_(response) {
+    StartRead(&report_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      ToProto(kReportInterval, response_->mutable_report_interval());
+      Finish(grpc::Status::OK);
+      return;
+    }
+    service_->HandleReport(report_, index_++, response_);
+    report_.Clear();
+    StartRead(&report_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  LoadBalancerService* const service_;
+  v1::ReportLoadResponse* const response_;
+  v1::LoadReport report_;
+  uint64_t index_ = 0;
+};
+
+absl::StatusOr<int64_t> Nanos(const char* field,
+                              const google::protobuf::Duration& d) {
+  absl::StatusOr<absl::Duration> parsed = FromProto(field, d);
+  if (!parsed.ok()) {
+    return parsed.status();
+  }
+  return absl::ToInt64Nanoseconds(*parsed);
+}
+
+}  // namespace
+
+grpc::ServerReadReactor<v1::LoadReport>* LoadBalancerService::ReportLoad(
+    grpc::CallbackServerContext* /*context*/,
+    v1::ReportLoadResponse* response) {
+  return new ReportReader(this, response);
+}
+
+void LoadBalancerService::HandleReport(const v1::LoadReport& report,
+                                       uint64_t report_index,
+                                       v1::ReportLoadResponse* response) {
+  auto reject = [&](uint32_t load_index, std::string reason) {
+    if (response->rejected_size() < kMaxRejectedListed) {
+      v1::RejectedLoad* r = response->add_rejected();
+      r->set_report_index(report_index);
+      r->set_load_index(load_index);
+      r->set_reason(std::move(reason));
+    }
+    if (metrics_ != nullptr) {
+      metrics_->load_reports_rejected.Increment();
+    }
+  };
+  if (report.reporter().empty() || report.reporter().size() > 128) {
+    for (int i = 0; i < report.loads_size(); ++i) {
+      reject(static_cast<uint32_t>(i),
+             "reporter: required, at most 128 bytes");
+    }
+    return;
+  }
+  if (report.loads_size() > kMaxLoadsPerReport) {
+    for (int i = 0; i < report.loads_size(); ++i) {
+      reject(static_cast<uint32_t>(i),
+             absl::StrCat("loads: ", report.loads_size(),
+                          " entries in one report (at most ",
+                          kMaxLoadsPerReport, ")"));
+    }
+    return;
+  }
+  for (int i = 0; i < report.loads_size(); ++i) {
+    const v1::BackendLoad& in = report.loads(i);
+    const std::string field = absl::StrCat("loads[", i, "].");
+    LoadObservation o;
+    o.group = in.group();
+    o.address = in.address();
+    if (!o.address.empty() && groups_->Find(o.group) != nullptr &&
+        groups_->Find(o.group)->table()->Find(o.address) < 0) {
+      absl::StatusOr<std::string> canonical = CanonicalAddress(o.address);
+      if (canonical.ok()) {
+        o.address = *canonical;
+      }
+    }
+    o.requests = in.requests();
+    o.failures = in.failures();
+    absl::StatusOr<int64_t> latency = Nanos("latency_sum", in.latency_sum());
+    absl::StatusOr<int64_t> first_byte =
+        Nanos("first_byte_latency_sum", in.first_byte_latency_sum());
+    if (!latency.ok() || !first_byte.ok()) {
+      reject(static_cast<uint32_t>(i),
+             absl::StrCat(field, (!latency.ok() ? latency.status()
+                                                : first_byte.status())
+                                     .message()));
+      continue;
+    }
+    o.latency_sum_nanos = *latency;
+    o.first_byte_latency_sum_nanos = *first_byte;
+    o.in_flight = in.in_flight();
+    o.consecutive_failures = in.consecutive_failures();
+    o.reset = in.reset();
+    if (in.has_utilization()) {
+      if (in.utilization().has_cpu()) o.cpu = in.utilization().cpu();
+      if (in.utilization().has_application()) {
+        o.application = in.utilization().application();
+      }
+    }
+    absl::Status s = loads_->Add(report.reporter(), o);
+    if (!s.ok()) {
+      reject(static_cast<uint32_t>(i), absl::StrCat(field, s.message()));
+      continue;
+    }
+    response->set_accepted(response->accepted() + 1);
+    if (metrics_ != nullptr) {
+      metrics_->load_reports_accepted.Increment();
+    }
+  }
+}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* LoadBalancerService::Watch(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {

@@ -6,6 +6,7 @@
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "lib/clock.h"
 #include "server/group_registry.h"
+#include "server/load_aggregator.h"
 #include "server/metrics.h"
 #include "server/watch.h"
 
@@ -14,6 +15,9 @@ namespace aside::server {
 inline constexpr size_t kMaxKeyBytes = 4096;
 inline constexpr uint32_t kMaxPickCount = 16;
 inline constexpr size_t kMaxExclude = 1024;
+inline constexpr int kMaxLoadsPerReport = 10000;
+inline constexpr int kMaxRejectedListed = 1000;
+inline constexpr absl::Duration kReportInterval = absl::Seconds(1);
 
 // Watch is a raw method: its updates are pre-encoded byte buffers shared by
 // every subscriber (see server/watch.h).
@@ -25,7 +29,8 @@ using LoadBalancerServiceBase = v1::LoadBalancer::WithCallbackMethod_Pick<
 class LoadBalancerService final : public LoadBalancerServiceBase {
  public:
   LoadBalancerService(GroupRegistry* groups, Metrics* metrics,
-                      const Clock* clock, WatchHub* watch);
+                      const Clock* clock, WatchHub* watch,
+                      LoadAggregator* loads);
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(
       grpc::CallbackServerContext* context,
@@ -34,6 +39,16 @@ class LoadBalancerService final : public LoadBalancerServiceBase {
   grpc::ServerUnaryReactor* Pick(grpc::CallbackServerContext* context,
                                  const v1::PickRequest* request,
                                  v1::PickResponse* response) override;
+
+  grpc::ServerReadReactor<v1::LoadReport>* ReportLoad(
+      grpc::CallbackServerContext* context,
+      v1::ReportLoadResponse* response) override;
+
+  // Folds one report into the aggregator, recording accepted and rejected
+  // observations in `response` (report_index is the report's position in
+  // its stream).
+  void HandleReport(const v1::LoadReport& report, uint64_t report_index,
+                    v1::ReportLoadResponse* response);
 
   // The pick itself, without the RPC plumbing (also used by tests).
   grpc::Status DoPick(const v1::PickRequest& request,
@@ -44,6 +59,7 @@ class LoadBalancerService final : public LoadBalancerServiceBase {
   Metrics* const metrics_;
   const Clock* const clock_;
   WatchHub* const watch_;
+  LoadAggregator* const loads_;
 };
 
 }  // namespace aside::server

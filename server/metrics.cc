@@ -75,6 +75,26 @@ Metrics::Metrics()
                              "of the write that carries it to a subscriber.")
                        .Register(*registry_)
                        .Add({}, LatencyBuckets())),
+      load_reports(prometheus::BuildCounter()
+                       .Name("aside_load_reports_total")
+                       .Help("Load observations received, by result.")
+                       .Register(*registry_)),
+      load_reports_accepted(load_reports.Add({{"result", "accepted"}})),
+      load_reports_rejected(load_reports.Add({{"result", "rejected"}})),
+      grpclb_streams(prometheus::BuildGauge()
+                         .Name("aside_grpclb_streams")
+                         .Help("grpclb BalanceLoad streams open.")
+                         .Register(*registry_)
+                         .Add({})),
+      grpclb_server_lists(prometheus::BuildCounter()
+                              .Name("aside_grpclb_server_lists_total")
+                              .Help("grpclb server lists sent, by group.")
+                              .Register(*registry_)),
+      grpclb_client_stats(prometheus::BuildCounter()
+                              .Name("aside_grpclb_client_stats_total")
+                              .Help("grpclb client stats received, by group "
+                                    "and result.")
+                              .Register(*registry_)),
       admin_mutations(prometheus::BuildCounter()
                           .Name("aside_admin_mutations_total")
                           .Help("Admin mutations by method and result.")

@@ -62,6 +62,15 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& watch_subscribers;
   prometheus::Family<prometheus::Counter>& watch_updates;
   prometheus::Histogram& watch_fanout;
+  // Load observations received (ReportLoad and grpclb), by result.
+  prometheus::Family<prometheus::Counter>& load_reports;
+  prometheus::Counter& load_reports_accepted;
+  prometheus::Counter& load_reports_rejected;
+  // grpclb streams open, server lists sent by group, client stats received
+  // by group and result.
+  prometheus::Gauge& grpclb_streams;
+  prometheus::Family<prometheus::Counter>& grpclb_server_lists;
+  prometheus::Family<prometheus::Counter>& grpclb_client_stats;
   // Admin calls by method and result (ok or the status code name).
   prometheus::Family<prometheus::Counter>& admin_mutations;
   // Survivable internal errors (bugs that are logged and counted).

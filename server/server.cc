@@ -104,13 +104,24 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       {{"path", store->path()},
        {"stored_groups", absl::StrCat(contents.groups.size())}});
 
+  GroupRegistry* groups = server->groups_.get();
+  server->loads_ = std::make_unique<LoadAggregator>(
+      clock, cfg.load_window,
+      [groups](const std::string& group, const std::string& address) {
+        GroupPtr g = groups->Find(group);
+        return g != nullptr && g->table()->Find(address) >= 0;
+      });
   server->watch_hub_ = std::make_unique<WatchHub>(
       server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout);
   server->lb_service_ = std::make_unique<LoadBalancerService>(
       server->groups_.get(), &server->metrics_, clock,
-      server->watch_hub_.get());
+      server->watch_hub_.get(), server->loads_.get());
   server->admin_service_ = std::make_unique<AdminService>(
-      server->groups_.get(), store, server->auth_.get(), &server->metrics_);
+      server->groups_.get(), store, server->auth_.get(), &server->metrics_,
+      server->loads_.get());
+  server->grpclb_service_ = std::make_unique<GrpclbService>(
+      server->groups_.get(), server->loads_.get(), &server->metrics_,
+      cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers);
   server->health_service_ =
       std::make_unique<HealthService>(server->groups_.get());
   if (!cfg.health_listen.empty()) {
@@ -156,6 +167,7 @@ absl::Status AsideServer::Start() {
                              static_cast<int>(config_.max_concurrent_streams));
   builder.RegisterService(lb_service_.get());
   builder.RegisterService(admin_service_.get());
+  builder.RegisterService(grpclb_service_.get());
   builder.RegisterService(health_service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || grpc_port_ == 0) {
@@ -215,6 +227,9 @@ void AsideServer::Shutdown(absl::Duration grace) {
   }
   if (watch_hub_ != nullptr) {
     watch_hub_->Shutdown();
+  }
+  if (grpclb_service_ != nullptr) {
+    grpclb_service_->Shutdown();
   }
   const auto deadline =
       std::chrono::system_clock::now() +

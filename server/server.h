@@ -15,6 +15,7 @@
 #include "server/admin_service.h"
 #include "server/config.h"
 #include "server/group_registry.h"
+#include "server/grpclb_service.h"
 #include "server/health_service.h"
 #include "server/lookaside_service.h"
 #include "server/metrics.h"
@@ -43,6 +44,8 @@ class AsideServer {
   int health_port() const { return health_port_; }
   StateStore* store() { return store_.get(); }
   WatchHub& watch_hub() { return *watch_hub_; }
+  LoadAggregator& loads() { return *loads_; }
+  GrpclbService& grpclb() { return *grpclb_service_; }
   GroupRegistry& groups() { return *groups_; }
   Metrics& metrics() { return metrics_; }
   const ServerConfig& config() const { return config_; }
@@ -57,9 +60,11 @@ class AsideServer {
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<GroupRegistry> groups_;
   std::unique_ptr<AdminAuth> auth_;
+  std::unique_ptr<LoadAggregator> loads_;
   std::unique_ptr<WatchHub> watch_hub_;
   std::unique_ptr<LoadBalancerService> lb_service_;
   std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<GrpclbService> grpclb_service_;
   std::unique_ptr<HealthService> health_service_;
   std::unique_ptr<HealthService> plain_health_service_;
   std::unique_ptr<grpc::Server> server_;

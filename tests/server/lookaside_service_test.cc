@@ -158,14 +158,36 @@ TEST_F(PickTest, NothingToPickIsUnavailableNamingTheGroup) {
   EXPECT_THAT(s.error_message(), HasSubstr("excluded"));
 }
 
-TEST_F(PickTest, UnimplementedRpcsSaySo) {
+TEST_F(PickTest, ReportLoadTalliesAcceptedAndRejectedObservations) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(10));
   v1::ReportLoadResponse response;
   auto writer = stub_->ReportLoad(&context, &response);
+  v1::LoadReport report;
+  report.set_reporter("pod-a");
+  v1::BackendLoad* ok = report.add_loads();
+  ok->set_group("web");
+  ok->set_address("127.0.0.1:9001");
+  ok->set_requests(10);
+  v1::BackendLoad* unknown = report.add_loads();
+  unknown->set_group("web");
+  unknown->set_address("127.0.0.1:9999");
+  v1::BackendLoad* nan = report.add_loads();
+  nan->set_group("web");
+  nan->set_address("127.0.0.1:9002");
+  nan->mutable_utilization()->set_cpu(std::nan(""));
+  ASSERT_TRUE(writer->Write(report));
   writer->WritesDone();
-  EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  ASSERT_TRUE(writer->Finish().ok());
+  EXPECT_EQ(response.accepted(), 1u);
+  ASSERT_EQ(response.rejected_size(), 2);
+  EXPECT_EQ(response.rejected(0).load_index(), 1u);
+  EXPECT_THAT(response.rejected(0).reason(),
+              HasSubstr("loads[1].address: 127.0.0.1:9999 is not a backend"));
+  EXPECT_THAT(response.rejected(1).reason(),
+              HasSubstr("loads[2].utilization.cpu"));
+  EXPECT_EQ(response.report_interval().seconds(), 1);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Builds tables for policy tests: backends 10.0.0.1:1000, 10.0.0.2:1000, ...
-// (index i is backend i: addresses sort in creation order).
+// Builds tables for policy tests: backends 10.100.100.100:1000,
+// 10.100.100.101:1000, ... (index i is backend i: every octet has three
+// digits, so addresses sort in creation order).
 #ifndef ASIDE_TESTS_TESTING_TABLES_H_
 #define ASIDE_TESTS_TESTING_TABLES_H_
 
@@ -11,12 +12,12 @@
 
 namespace aside::testing {
 
-// "10.0.<i/250>.<i%250+1>:1000" zero-padded so that lexical order is index
-// order for up to 62500 backends.
+// "10.1ab.1cd.1ef:1000" for i = abcdef: canonical IPv4 whose lexical order
+// is index order, for up to a million backends.
 inline std::string TestAddress(size_t i) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "10.%03zu.%03zu.%03zu:1000", i / 62500,
-                (i / 250) % 250, i % 250 + 1);
+  std::snprintf(buf, sizeof(buf), "10.%zu.%zu.%zu:1000", 100 + i / 10000,
+                100 + (i / 100) % 100, 100 + i % 100);
   return buf;
 }
 

@@ -1,0 +1,332 @@
+#include "server/load_aggregator.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace aside::server {
+namespace {
+
+constexpr uint64_t kMaxInFlight = 10'000'000;
+constexpr size_t kMaxReportersPerBackend = 100'000;
+// Utilisation above 1 is possible on oversubscribed hosts; past this it is
+// a unit mistake.
+constexpr double kMaxUtilization = 10;
+
+std::string Key(const std::string& group, const std::string& address) {
+  return absl::StrCat(group, "\n", address);
+}
+
+absl::Status CheckUtilization(const char* field, const std::optional<double>& v) {
+  if (v.has_value() &&
+      (!std::isfinite(*v) || *v < 0 || *v > kMaxUtilization)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "utilization.", field, ": ", *v, " is not within 0..",
+        kMaxUtilization));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+LoadAggregator::LoadAggregator(const Clock* clock, absl::Duration window,
+                               Membership membership)
+    : clock_(clock), window_(window), membership_(std::move(membership)) {}
+
+void LoadAggregator::set_listener(Listener listener) {
+  listener_ = std::move(listener);
+}
+
+absl::Status LoadAggregator::Add(const std::string& reporter,
+                                 const LoadObservation& o) {
+  if (o.group.empty()) {
+    return absl::InvalidArgumentError("group: required");
+  }
+  if (o.address.empty()) {
+    return absl::InvalidArgumentError("address: required");
+  }
+  if (!membership_(o.group, o.address)) {
+    return absl::NotFoundError(absl::StrCat(
+        "address: ", o.address, " is not a backend of group '", o.group, "'"));
+  }
+  if (o.failures > o.requests && !o.deltas) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "failures: ", o.failures, " exceeds requests (", o.requests, ")"));
+  }
+  if (o.latency_sum_nanos < 0) {
+    return absl::InvalidArgumentError("latency_sum: negative");
+  }
+  if (o.first_byte_latency_sum_nanos < 0) {
+    return absl::InvalidArgumentError("first_byte_latency_sum: negative");
+  }
+  if (o.in_flight > kMaxInFlight) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "in_flight: ", o.in_flight, " is implausible (at most ", kMaxInFlight,
+        ")"));
+  }
+  if (absl::Status s = CheckUtilization("cpu", o.cpu); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckUtilization("application", o.application);
+      !s.ok()) {
+    return s;
+  }
+
+  const int64_t now = clock_->NowNanos();
+  Accepted accepted;
+  {
+    absl::MutexLock lock(&mu_);
+    BackendState& state = backends_[Key(o.group, o.address)];
+    auto it = state.reporters.find(reporter);
+    if (it == state.reporters.end()) {
+      if (state.reporters.size() >= kMaxReportersPerBackend) {
+        return absl::ResourceExhaustedError(
+            "reporter: too many reporters for this backend");
+      }
+      it = state.reporters.emplace(reporter, ReporterState{}).first;
+      // A new reporter's first cumulative report is its baseline: what it
+      // counted before is unknown history, not a burst in this window.
+      if (!o.deltas) {
+        ReporterState& r = it->second;
+        r.requests = o.requests;
+        r.failures = o.failures;
+        r.latency_sum_nanos = o.latency_sum_nanos;
+        r.first_byte_sum_nanos = o.first_byte_latency_sum_nanos;
+        r.in_flight = o.in_flight;
+        r.consecutive_failures = o.consecutive_failures;
+        r.last_seen_nanos = now;
+        if (o.application.has_value() || o.cpu.has_value()) {
+          state.utilization = o.application.has_value() ? o.application : o.cpu;
+          state.utilization_at = clock_->WallNow();
+        }
+        return absl::OkStatus();
+      }
+    }
+    ReporterState& r = it->second;
+    Bucket delta;
+    if (o.deltas) {
+      delta.requests = o.requests;
+      delta.failures = std::min(o.failures, o.requests);
+      delta.latency_nanos = o.latency_sum_nanos;
+      delta.first_byte_nanos = o.first_byte_latency_sum_nanos;
+    } else if (o.reset) {
+      delta.requests = o.requests;
+      delta.failures = o.failures;
+      delta.latency_nanos = o.latency_sum_nanos;
+      delta.first_byte_nanos = o.first_byte_latency_sum_nanos;
+    } else {
+      if (o.requests < r.requests || o.failures < r.failures ||
+          o.latency_sum_nanos < r.latency_sum_nanos ||
+          o.first_byte_latency_sum_nanos < r.first_byte_sum_nanos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "requests: counters went backwards (", r.requests, " -> ",
+            o.requests, "); set reset after a restart"));
+      }
+      delta.requests = o.requests - r.requests;
+      delta.failures = o.failures - r.failures;
+      delta.latency_nanos = o.latency_sum_nanos - r.latency_sum_nanos;
+      delta.first_byte_nanos =
+          o.first_byte_latency_sum_nanos - r.first_byte_sum_nanos;
+    }
+    if (delta.failures > delta.requests) {
+      return absl::InvalidArgumentError(
+          "failures: grew by more than requests since the last report");
+    }
+    if (delta.first_byte_nanos > 0) {
+      delta.first_byte_requests = delta.requests;
+    }
+    if (!o.deltas) {
+      r.requests = o.requests;
+      r.failures = o.failures;
+      r.latency_sum_nanos = o.latency_sum_nanos;
+      r.first_byte_sum_nanos = o.first_byte_latency_sum_nanos;
+    }
+    r.in_flight = o.in_flight;
+    r.consecutive_failures = o.consecutive_failures;
+    r.last_seen_nanos = now;
+    if (o.application.has_value() || o.cpu.has_value()) {
+      state.utilization = o.application.has_value() ? o.application : o.cpu;
+      state.utilization_at = clock_->WallNow();
+    }
+    AddToBucketsLocked(state, now, delta);
+
+    accepted.group = o.group;
+    accepted.address = o.address;
+    accepted.new_requests = delta.requests;
+    accepted.new_failures = delta.failures;
+    accepted.consecutive_failures = o.consecutive_failures;
+    if (delta.requests > 0) {
+      accepted.mean_latency = absl::Nanoseconds(
+          delta.latency_nanos / static_cast<int64_t>(delta.requests));
+      if (delta.first_byte_requests > 0) {
+        accepted.mean_first_byte_latency = absl::Nanoseconds(
+            delta.first_byte_nanos /
+            static_cast<int64_t>(delta.first_byte_requests));
+      }
+    }
+  }
+  if (listener_) {
+    listener_(accepted);
+  }
+  return absl::OkStatus();
+}
+
+void LoadAggregator::AddToBucketsLocked(BackendState& state, int64_t now_nanos,
+                                        const Bucket& delta) {
+  const int64_t second = now_nanos / 1'000'000'000;
+  if (state.buckets.empty() || state.buckets.back().second != second) {
+    state.buckets.push_back(Bucket{.second = second});
+  }
+  Bucket& b = state.buckets.back();
+  b.requests += delta.requests;
+  b.failures += delta.failures;
+  b.latency_nanos += delta.latency_nanos;
+  b.first_byte_nanos += delta.first_byte_nanos;
+  b.first_byte_requests += delta.first_byte_requests;
+  const int64_t oldest = second - absl::ToInt64Seconds(window_);
+  while (!state.buckets.empty() && state.buckets.front().second <= oldest) {
+    state.buckets.pop_front();
+  }
+}
+
+LoadSnapshot LoadAggregator::Snapshot(const std::string& group,
+                                      const std::string& address) const {
+  LoadSnapshot out;
+  const int64_t now = clock_->NowNanos();
+  const int64_t window_nanos = absl::ToInt64Nanoseconds(window_);
+  const int64_t oldest = now / 1'000'000'000 - absl::ToInt64Seconds(window_);
+  absl::MutexLock lock(&mu_);
+  auto it = backends_.find(Key(group, address));
+  if (it == backends_.end()) {
+    return out;
+  }
+  const BackendState& state = it->second;
+  int64_t latency = 0;
+  int64_t first_byte = 0;
+  uint64_t first_byte_requests = 0;
+  for (const Bucket& b : state.buckets) {
+    if (b.second <= oldest) {
+      continue;
+    }
+    out.window_requests += b.requests;
+    out.window_failures += b.failures;
+    latency += b.latency_nanos;
+    first_byte += b.first_byte_nanos;
+    first_byte_requests += b.first_byte_requests;
+  }
+  const double seconds = absl::ToDoubleSeconds(window_);
+  out.requests_per_second = static_cast<double>(out.window_requests) / seconds;
+  if (out.window_requests > 0) {
+    out.failure_ratio = static_cast<double>(out.window_failures) /
+                        static_cast<double>(out.window_requests);
+    out.mean_latency = absl::Nanoseconds(
+        latency / static_cast<int64_t>(out.window_requests));
+  }
+  if (first_byte_requests > 0) {
+    out.mean_first_byte_latency = absl::Nanoseconds(
+        first_byte / static_cast<int64_t>(first_byte_requests));
+  }
+  for (const auto& [name, r] : state.reporters) {
+    if (now - r.last_seen_nanos <= window_nanos) {
+      ++out.reporters;
+      out.in_flight += r.in_flight;
+      out.consecutive_failures =
+          std::max(out.consecutive_failures, r.consecutive_failures);
+    }
+  }
+  out.utilization = state.utilization;
+  out.utilization_at = state.utilization_at;
+  return out;
+}
+
+absl::Status LoadAggregator::AddClientStats(
+    const std::string& group, int64_t started, int64_t finished,
+    int64_t failed_to_send, int64_t known_received,
+    const std::vector<std::pair<std::string, int64_t>>& dropped) {
+  if (started < 0 || finished < 0 || failed_to_send < 0 || known_received < 0) {
+    return absl::InvalidArgumentError("client_stats: negative count");
+  }
+  for (const auto& [token, n] : dropped) {
+    if (n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "client_stats.calls_finished_with_drop['", token, "']: negative"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  ClientStatsTotals& t = client_stats_[group];
+  t.calls_started += static_cast<uint64_t>(started);
+  t.calls_finished += static_cast<uint64_t>(finished);
+  t.failed_to_send += static_cast<uint64_t>(failed_to_send);
+  t.known_received += static_cast<uint64_t>(known_received);
+  for (const auto& [token, n] : dropped) {
+    auto it = t.dropped.find(token);
+    if (it == t.dropped.end()) {
+      if (t.dropped.size() >= 64) {
+        continue;
+      }
+      it = t.dropped.emplace(token, 0).first;
+    }
+    it->second += static_cast<uint64_t>(n);
+  }
+  t.last_report = clock_->WallNow();
+  return absl::OkStatus();
+}
+
+ClientStatsTotals LoadAggregator::ClientStats(const std::string& group) const {
+  absl::MutexLock lock(&mu_);
+  auto it = client_stats_.find(group);
+  return it == client_stats_.end() ? ClientStatsTotals{} : it->second;
+}
+
+double LoadAggregator::GroupRequestsPerSecond(const std::string& group) const {
+  const int64_t now = clock_->NowNanos();
+  const int64_t oldest = now / 1'000'000'000 - absl::ToInt64Seconds(window_);
+  const std::string prefix = absl::StrCat(group, "\n");
+  uint64_t requests = 0;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, state] : backends_) {
+    if (key.compare(0, prefix.size(), prefix) != 0) {
+      continue;
+    }
+    for (const Bucket& b : state.buckets) {
+      if (b.second > oldest) {
+        requests += b.requests;
+      }
+    }
+  }
+  return static_cast<double>(requests) / absl::ToDoubleSeconds(window_);
+}
+
+void LoadAggregator::Prune() {
+  const int64_t now = clock_->NowNanos();
+  // Reporters quiet for ten windows are forgotten (a returning one sends a
+  // new baseline).
+  const int64_t horizon = 10 * absl::ToInt64Nanoseconds(window_);
+  std::vector<std::pair<std::string, std::string>> keys;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, state] : backends_) {
+      absl::erase_if(state.reporters, [&](const auto& entry) {
+        return now - entry.second.last_seen_nanos > horizon;
+      });
+      const size_t split = key.find('\n');
+      keys.emplace_back(key.substr(0, split), key.substr(split + 1));
+    }
+  }
+  std::vector<std::string> gone;
+  for (const auto& [group, address] : keys) {
+    if (!membership_(group, address)) {
+      gone.push_back(Key(group, address));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (const std::string& key : gone) {
+    backends_.erase(key);
+  }
+  absl::erase_if(backends_, [](const auto& entry) {
+    return entry.second.reporters.empty() && entry.second.buckets.empty() &&
+           !entry.second.utilization.has_value();
+  });
+}
+
+}  // namespace aside::server

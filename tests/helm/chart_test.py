@@ -1,0 +1,922 @@
+#!/usr/bin/python3
+"""Tests of the Helm chart (helm/aside) and of the Dockerfile.
+
+The chart is rendered by tests/helm/helmrender (Helm's engine rebuilt from
+Debian's Go packages, since helm itself is not packaged) with its default
+values and with variants, and the rendered objects are checked the way a
+cluster and the server would see them: valid YAML, names, labels and
+selectors that agree, ports that match the server's own config, a config
+that aside-server --check-config accepts, a checksum that follows the
+config, and a locked-down pod.
+
+Run by ctest (tests/helm/CMakeLists.txt):
+  chart_test.py --helmrender BIN --server BIN --source DIR [unittest args]
+"""
+
+import argparse
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import yaml
+
+ARGS = None  # set in main()
+
+# The variants every structural check runs over: name -> values overrides.
+VARIANTS = {
+    "default": {},
+    "groups": {
+        "groups": [
+            {
+                "name": "payments",
+                "policy": {"name": "ketama", "points_per_weight": 160},
+                "health_check": {"kind": "tcp", "interval": "5s",
+                                 "timeout": "1s", "rise": 2, "fall": 3},
+                "backends": [
+                    "10.0.0.1:8080",
+                    {"address": "10.0.0.2:8080", "weight": 300,
+                     "locality": {"region": "eu-west-1",
+                                  "zone": "eu-west-1a"},
+                     "metadata": {"version": "v2"}},
+                ],
+            },
+            {"name": "search", "policy": "p2c",
+             "health_check": {"kind": "none"},
+             "backends": ["10.0.1.1:9000"]},
+        ],
+        "service": {"grpclbNames": ["payments", "search"]},
+    },
+    "persistence": {
+        "replicaCount": 1,
+        "persistence": {"enabled": True, "size": "5Gi",
+                        "storageClass": "fast"},
+    },
+    "tls": {
+        "tls": {"enabled": True, "existingSecret": "aside-tls",
+                "clientCA": {"enabled": True}, "requireClientCert": True},
+        "admin": {
+            "existingSecret": "aside-admin",
+            "allowedIdentities": [
+                {"identity": "spiffe://cluster.local/ns/ops/sa/deployer",
+                 "role": "admin"}],
+        },
+    },
+    "servicemonitor": {
+        "serviceMonitor": {"enabled": True,
+                           "labels": {"release": "prometheus"}},
+    },
+    "netpol-hpa": {
+        "sessionKey": {"existingSecret": "aside-session"},
+        "networkPolicy": {
+            "enabled": True,
+            "clients": [{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": "apps"}}}],
+        },
+        "autoscaling": {"enabled": True, "minReplicas": 2,
+                        "maxReplicas": 5},
+    },
+    "no-health-port": {
+        "ports": {"health": 0, "metrics": 0},
+        "config": {"log_format": "text", "log_level": "debug",
+                   "shutdown_grace": "1m30s"},
+        "preStopDelaySeconds": 0,
+    },
+}
+
+
+# values.yaml keys whose value is a Kubernetes object passed through whole.
+PASSTHROUGH_BLOCKS = {"resources", "podSecurityContext", "securityContext"}
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses duplicate mapping keys (the API server's
+    strict decoding does too)."""
+
+
+def _construct_mapping(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, "duplicate key %r" % (key,), key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def chart_dir():
+    return os.path.join(ARGS.source, "helm", "aside")
+
+
+def run_render(values, extra=(), name="aside", namespace="lb", check=True):
+    """Renders the chart with `values` (a dict written to a -f file)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "values.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(values, f)
+        cmd = [ARGS.helmrender, "--strict", "--name", name,
+               "--namespace", namespace, "-f", path, *extra, chart_dir()]
+        result = subprocess.run(cmd, capture_output=True, text=True,
+                                timeout=60)
+    if check and result.returncode != 0:
+        raise AssertionError("render failed: %s" % result.stderr)
+    return result
+
+
+def render(values, **kwargs):
+    """Renders and parses: returns the list of objects."""
+    text = run_render(values, **kwargs).stdout
+    objects = []
+    for doc in yaml.load_all(text, Loader=UniqueKeyLoader):
+        if doc is not None:
+            objects.append(doc)
+    return objects, text
+
+
+def find(objects, kind, name=None):
+    found = [o for o in objects if o["kind"] == kind and
+             (name is None or o["metadata"]["name"] == name)]
+    return found
+
+
+def one(objects, kind):
+    found = find(objects, kind)
+    if len(found) != 1:
+        raise AssertionError("expected one %s, found %d" % (kind, len(found)))
+    return found[0]
+
+
+def workload(objects):
+    found = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+    if len(found) != 1:
+        raise AssertionError("expected one workload, found %d" % len(found))
+    return found[0]
+
+
+def server_config(objects):
+    cm = one(objects, "ConfigMap")
+    return yaml.load(cm["data"]["aside.yaml"], Loader=UniqueKeyLoader), cm
+
+
+def port_of(address):
+    return int(address.rsplit(":", 1)[1])
+
+
+def is_subset(small, big):
+    return all(big.get(k) == v for k, v in small.items())
+
+
+def container(objects):
+    pod = workload(objects)["spec"]["template"]["spec"]
+    containers = pod["containers"]
+    assert len(containers) == 1, containers
+    return containers[0], pod
+
+
+def checksum(objects):
+    meta = workload(objects)["spec"]["template"]["metadata"]
+    return meta["annotations"]["checksum/config"]
+
+
+def duration_seconds(text):
+    total = 0.0
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+    for number, unit in re.findall(r"([0-9.]+)(ns|us|ms|s|m|h)", text):
+        total += float(number) * scale[unit]
+    return total
+
+
+class ChartLintTest(unittest.TestCase):
+    """What `helm lint --strict` checks, for every variant."""
+
+    def test_lint_every_variant(self):
+        for name, values in VARIANTS.items():
+            with self.subTest(variant=name):
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = os.path.join(tmp, "values.yaml")
+                    with open(path, "w") as f:
+                        yaml.safe_dump(values, f)
+                    result = subprocess.run(
+                        [ARGS.helmrender, "--lint", "-f", path, chart_dir()],
+                        capture_output=True, text=True, timeout=60)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertNotIn("[WARNING]", result.stderr)
+
+    def test_every_value_has_a_comment(self):
+        # Every key of values.yaml has a comment right above it, or is the
+        # first key of a block whose parent key is documented (the parent's
+        # comment covers e.g. resources.requests). Inside the Kubernetes
+        # objects passed through whole (resources, security contexts), the
+        # top key's comment covers the block.
+        with open(os.path.join(chart_dir(), "values.yaml")) as f:
+            lines = f.read().splitlines()
+        documented = {}
+        undocumented = []
+        previous = None
+        for i, line in enumerate(lines):
+            stripped = line.strip()
+            if not stripped:
+                continue
+            if re.match(r"^ *[A-Za-z][A-Za-z0-9_]*:", line):
+                ok = False
+                if previous is not None:
+                    prev = lines[previous]
+                    if prev.strip().startswith("#"):
+                        ok = True
+                    elif previous in documented and prev.rstrip().endswith(":") \
+                            and len(prev) - len(prev.lstrip()) < \
+                            len(line) - len(line.lstrip()):
+                        ok = documented[previous]
+                if not ok and line.startswith(" "):
+                    top = max(j for j in documented
+                              if not lines[j].startswith(" "))
+                    if lines[top].split(":")[0] in PASSTHROUGH_BLOCKS:
+                        ok = documented[top]
+                documented[i] = ok
+                if not ok:
+                    undocumented.append(line)
+            previous = i
+        self.assertEqual(undocumented, [])
+
+
+class ChartStructureTest(unittest.TestCase):
+    """Objects, names, labels, selectors, ports, mounts and security."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rendered = {name: render(values)[0]
+                        for name, values in VARIANTS.items()}
+
+    def each(self):
+        for name, objects in self.rendered.items():
+            with self.subTest(variant=name):
+                yield name, objects
+
+    def test_objects_have_identity(self):
+        for _, objects in self.each():
+            seen = set()
+            for o in objects:
+                self.assertTrue(o.get("apiVersion"), o)
+                self.assertTrue(o.get("kind"), o)
+                name = o["metadata"]["name"]
+                self.assertRegex(name, r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+                self.assertLessEqual(len(name), 63)
+                self.assertEqual(o["metadata"]["namespace"], "lb")
+                key = (o["kind"], name)
+                self.assertNotIn(key, seen)
+                seen.add(key)
+
+    def test_no_number_in_scientific_notation(self):
+        # Helm decodes values as float64; a large number printed without
+        # `int` or toYaml comes out as 4.194304e+06.
+        for name, values in VARIANTS.items():
+            with self.subTest(variant=name):
+                _, text = render(values)
+                self.assertNotRegex(text, r"[0-9]e[+-][0-9]")
+
+    def test_selectors_match_pod_labels(self):
+        for _, objects in self.each():
+            w = workload(objects)
+            pod_labels = w["spec"]["template"]["metadata"]["labels"]
+            selector = w["spec"]["selector"]["matchLabels"]
+            self.assertTrue(selector)
+            self.assertTrue(is_subset(selector, pod_labels))
+            for svc in find(objects, "Service"):
+                self.assertTrue(svc["spec"]["selector"])
+                self.assertTrue(is_subset(svc["spec"]["selector"], pod_labels),
+                                svc["metadata"]["name"])
+            for pdb in find(objects, "PodDisruptionBudget"):
+                self.assertTrue(is_subset(
+                    pdb["spec"]["selector"]["matchLabels"], pod_labels))
+            for np in find(objects, "NetworkPolicy"):
+                self.assertTrue(is_subset(
+                    np["spec"]["podSelector"]["matchLabels"], pod_labels))
+            for sm in find(objects, "ServiceMonitor"):
+                svc = find(objects, "Service", w["metadata"]["name"])[0]
+                self.assertTrue(is_subset(sm["spec"]["selector"]["matchLabels"],
+                                          svc["metadata"]["labels"]))
+                port_names = {p["name"] for p in svc["spec"]["ports"]}
+                for endpoint in sm["spec"]["endpoints"]:
+                    self.assertIn(endpoint["port"], port_names)
+                self.assertEqual(sm["metadata"]["labels"]["release"],
+                                 "prometheus")
+
+    def test_pdb_present_by_default(self):
+        objects = self.rendered["default"]
+        pdb = one(objects, "PodDisruptionBudget")
+        self.assertEqual(pdb["apiVersion"], "policy/v1")
+        self.assertEqual(pdb["spec"]["maxUnavailable"], 1)
+
+    def test_ports_match_server_config(self):
+        for name, objects in self.each():
+            config, _ = server_config(objects)
+            c, _ = container(objects)
+            ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+            self.assertEqual(ports["grpclb"], port_of(config["listen"]))
+            if config.get("metrics"):
+                self.assertEqual(ports["metrics"], port_of(config["metrics"]))
+            else:
+                self.assertNotIn("metrics", ports)
+            if config.get("health_listen"):
+                self.assertEqual(ports["health"],
+                                 port_of(config["health_listen"]))
+                probe_port = ports["health"]
+            else:
+                self.assertNotIn("health", ports)
+                self.assertNotIn("tls", config)
+                probe_port = ports["grpclb"]
+            for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                self.assertEqual(c[probe]["grpc"]["port"], probe_port, probe)
+            if "tls" in config:
+                # Kubelet gRPC probes cannot do TLS.
+                self.assertNotEqual(probe_port, port_of(config["listen"]))
+            # Every Service targets a named container port.
+            for svc in find(objects, "Service"):
+                for p in svc["spec"]["ports"]:
+                    self.assertIn(p["targetPort"], ports)
+                    self.assertEqual(p["protocol"], "TCP")
+            for np in find(objects, "NetworkPolicy"):
+                for rule in np["spec"]["ingress"]:
+                    for p in rule["ports"]:
+                        self.assertIn(p["port"], ports)
+
+    def test_grpc_port_is_named_grpclb(self):
+        # Cluster DNS derives the SRV name _grpclb._tcp.<service> from the
+        # Service port's name and protocol.
+        for _, objects in self.each():
+            w = workload(objects)
+            svc = find(objects, "Service", w["metadata"]["name"])[0]
+            grpclb = [p for p in svc["spec"]["ports"] if p["name"] == "grpclb"]
+            self.assertEqual(len(grpclb), 1)
+            self.assertEqual(grpclb[0]["protocol"], "TCP")
+        names = {s["metadata"]["name"]
+                 for s in find(self.rendered["groups"], "Service")}
+        self.assertLessEqual({"payments", "search"}, names)
+
+    def test_config_and_mounts_agree(self):
+        for name, objects in self.each():
+            config, cm = server_config(objects)
+            c, pod = container(objects)
+            w = workload(objects)
+            mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            claims = {t["metadata"]["name"]
+                      for t in w["spec"].get("volumeClaimTemplates", [])}
+            for m in c["volumeMounts"]:
+                self.assertTrue(m["name"] in volumes or m["name"] in claims,
+                                m["name"])
+            # The config file the server is told to read is the ConfigMap.
+            config_path = c["args"][c["args"].index("--config") + 1]
+            self.assertEqual(mounts[config_path]["subPath"], "aside.yaml")
+            self.assertEqual(
+                volumes[mounts[config_path]["name"]]["configMap"]["name"],
+                cm["metadata"]["name"])
+            # The state directory is a writable volume.
+            state = mounts[config["state_dir"]]
+            self.assertFalse(state.get("readOnly", False))
+            self.assertIn("/tmp", mounts)
+            # Files the config names come from mounted Secrets.
+            files = []
+            if "tls" in config:
+                files += [config["tls"]["cert_file"], config["tls"]["key_file"]]
+                if "client_ca_file" in config["tls"]:
+                    files.append(config["tls"]["client_ca_file"])
+            if "token_file" in config.get("admin", {}):
+                files.append(config["admin"]["token_file"])
+            if "session_key_file" in config:
+                files.append(config["session_key_file"])
+            for path in files:
+                directory, base = os.path.split(path)
+                self.assertIn(directory, mounts, path)
+                volume = volumes[mounts[directory]["name"]]
+                self.assertIn(base, [i["path"] for i in
+                                     volume["secret"]["items"]], path)
+            if name == "tls":
+                self.assertEqual(config["tls"]["require_client_cert"], True)
+                self.assertEqual(config["admin"]["allowed_identities"][0]["role"],
+                                 "admin")
+
+    def test_security_context(self):
+        for _, objects in self.each():
+            c, pod = container(objects)
+            self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+            self.assertNotEqual(pod["securityContext"]["runAsUser"], 0)
+            sc = c["securityContext"]
+            self.assertTrue(sc["readOnlyRootFilesystem"])
+            self.assertTrue(sc["runAsNonRoot"])
+            self.assertFalse(sc["allowPrivilegeEscalation"])
+            self.assertEqual(sc["capabilities"]["drop"], ["ALL"])
+            self.assertFalse(pod["automountServiceAccountToken"])
+
+    def test_termination_grace_exceeds_shutdown_grace(self):
+        for name, objects in self.each():
+            config, _ = server_config(objects)
+            c, pod = container(objects)
+            delay = 0
+            if "lifecycle" in c:
+                delay = int(c["lifecycle"]["preStop"]["exec"]["command"][1])
+            needed = duration_seconds(config["shutdown_grace"]) + delay
+            self.assertGreater(pod["terminationGracePeriodSeconds"], needed)
+        self.assertEqual(container(self.rendered["no-health-port"])[1]
+                         ["terminationGracePeriodSeconds"], 95)
+
+    def test_deployment_without_persistence(self):
+        objects = self.rendered["default"]
+        w = workload(objects)
+        self.assertEqual(w["kind"], "Deployment")
+        self.assertEqual(w["spec"]["replicas"], 2)
+        volumes = {v["name"]: v for v in w["spec"]["template"]["spec"]["volumes"]}
+        self.assertIn("emptyDir", volumes["state"])
+        self.assertFalse(find(objects, "PersistentVolumeClaim"))
+
+    def test_statefulset_with_persistence(self):
+        objects = self.rendered["persistence"]
+        w = workload(objects)
+        self.assertEqual(w["kind"], "StatefulSet")
+        self.assertEqual(w["spec"]["replicas"], 1)
+        headless = find(objects, "Service", w["spec"]["serviceName"])
+        self.assertEqual(len(headless), 1)
+        self.assertEqual(headless[0]["spec"]["clusterIP"], "None")
+        (claim,) = w["spec"]["volumeClaimTemplates"]
+        self.assertEqual(claim["metadata"]["name"], "state")
+        self.assertEqual(claim["spec"]["resources"]["requests"]["storage"],
+                         "5Gi")
+        self.assertEqual(claim["spec"]["storageClassName"], "fast")
+        volumes = [v["name"] for v in w["spec"]["template"]["spec"]["volumes"]]
+        self.assertNotIn("state", volumes)  # it comes from the claim
+
+    def test_hpa_targets_the_deployment(self):
+        objects = self.rendered["netpol-hpa"]
+        hpa = one(objects, "HorizontalPodAutoscaler")
+        w = workload(objects)
+        self.assertEqual(hpa["apiVersion"], "autoscaling/v2")
+        self.assertEqual(hpa["spec"]["scaleTargetRef"]["kind"], w["kind"])
+        self.assertEqual(hpa["spec"]["scaleTargetRef"]["name"],
+                         w["metadata"]["name"])
+        self.assertNotIn("replicas", w["spec"])
+        np = one(objects, "NetworkPolicy")
+        grpc_rule = [r for r in np["spec"]["ingress"]
+                     if r["ports"][0]["port"] == "grpclb"][0]
+        self.assertEqual(grpc_rule["from"],
+                         VARIANTS["netpol-hpa"]["networkPolicy"]["clients"])
+
+    def test_optional_objects_are_off_by_default(self):
+        kinds = {o["kind"] for o in self.rendered["default"]}
+        self.assertEqual(
+            kinds, {"ConfigMap", "Deployment", "Service", "ServiceAccount",
+                    "PodDisruptionBudget"})
+
+
+class ChartValidationTest(unittest.TestCase):
+    """Values that would deploy something broken are refused at render."""
+
+    def assertRefused(self, values, message):
+        result = run_render(values, check=False)
+        self.assertNotEqual(result.returncode, 0, result.stdout)
+        self.assertIn(message, result.stderr)
+
+    def test_persistence_needs_one_replica(self):
+        self.assertRefused({"persistence": {"enabled": True},
+                            "replicaCount": 2}, "replicaCount: 1")
+
+    def test_persistence_refuses_autoscaling(self):
+        self.assertRefused({"persistence": {"enabled": True}, "replicaCount": 1,
+                            "autoscaling": {"enabled": True}},
+                           "autoscaling.enabled")
+
+    def test_tls_needs_the_health_port(self):
+        self.assertRefused({"tls": {"enabled": True, "existingSecret": "s"},
+                            "ports": {"health": 0}}, "cannot do TLS")
+
+    def test_tls_needs_a_secret(self):
+        self.assertRefused({"tls": {"enabled": True}}, "tls.existingSecret")
+
+    def test_chart_owned_keys(self):
+        self.assertRefused({"config": {"listen": "0.0.0.0:1"}},
+                           "config.listen is set by the chart")
+        self.assertRefused({"config": {"groups": []}},
+                           "config.groups is set by the chart")
+        self.assertRefused({"config": {"session_key_file": "/k"}},
+                           "config.session_key_file is set by the chart")
+
+    def test_short_termination_grace(self):
+        self.assertRefused({"terminationGracePeriodSeconds": 12},
+                           "must exceed config.shutdown_grace")
+        self.assertRefused({"config": {"shutdown_grace": "ten seconds"}},
+                           "invalid duration")
+
+    def test_identities_need_mtls(self):
+        self.assertRefused({"admin": {"allowedIdentities": [
+            {"identity": "x", "role": "admin"}]}}, "tls.clientCA.enabled")
+
+    def test_service_monitor_needs_metrics(self):
+        self.assertRefused({"serviceMonitor": {"enabled": True},
+                            "ports": {"metrics": 0}}, "ports.metrics is 0")
+
+
+class ChartValuesTest(unittest.TestCase):
+    """Values reach aside.yaml as Helm passes them."""
+
+    def test_null_removes_a_config_key(self):
+        # Helm deletes a key the user sets to null: the way to leave a
+        # server setting at its built-in default.
+        objects, _ = render({"config": {"discovery": None,
+                                        "limits": {"max_groups": None}}})
+        config, _ = server_config(objects)
+        self.assertNotIn("discovery", config)
+        self.assertNotIn("max_groups", config["limits"])
+        self.assertEqual(config["limits"]["max_concurrent_streams"], 100)
+
+    def test_user_values_override_and_merge(self):
+        objects, _ = render({"config": {"limits": {"max_groups": 7}},
+                             "listenHost": "[::]",
+                             "ports": {"grpc": 6000}})
+        config, _ = server_config(objects)
+        self.assertEqual(config["limits"]["max_groups"], 7)
+        self.assertEqual(config["limits"]["max_receive_message_bytes"],
+                         4194304)
+        self.assertEqual(config["listen"], "[::]:6000")
+        self.assertEqual(config["health_listen"], "[::]:50052")
+
+    def test_kube_version_constraint(self):
+        result = run_render({}, extra=["--kube-version", "v1.23.0"],
+                            check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("kubeVersion", result.stderr)
+        run_render({}, extra=["--kube-version", "v1.24.3"])
+
+
+class ChartChecksumTest(unittest.TestCase):
+    """The checksum annotation rolls the pods exactly when aside.yaml
+    changes."""
+
+    def test_checksum_follows_config(self):
+        base = checksum(render({})[0])
+        self.assertRegex(base, r"^[0-9a-f]{64}$")
+        self.assertEqual(base, checksum(render({})[0]))
+        for change in ({"config": {"log_level": "debug"}},
+                       {"config": {"limits": {"max_groups": 50}}},
+                       {"groups": VARIANTS["groups"]["groups"]},
+                       {"ports": {"metrics": 9465}}):
+            with self.subTest(change=change):
+                self.assertNotEqual(base, checksum(render(change)[0]))
+        # Changes outside aside.yaml do not roll the pods for nothing.
+        for change in ({"podAnnotations": {"a": "b"}},
+                       {"resources": {"requests": {"cpu": "1"}}}):
+            with self.subTest(change=change):
+                self.assertEqual(base, checksum(render(change)[0]))
+
+    def test_checksum_is_of_the_configmap(self):
+        import hashlib
+        objects, text = render({"config": {"log_level": "warn"}})
+        source = "# Source: aside/templates/configmap.yaml\n"
+        start = text.index(source) + len(source)
+        end = text.find("\n---", start)
+        body = text[start:end if end >= 0 else len(text)]
+        # Helm hashes the template's output including its final newline.
+        self.assertIn(checksum(objects),
+                      {hashlib.sha256(body.encode()).hexdigest(),
+                       hashlib.sha256((body + "\n").encode()).hexdigest()})
+
+
+def make_tls(root, tls):
+    """Writes a self-signed certificate and key (and the same certificate as
+    the client CA) where the config's tls section names them, under root."""
+    for key in ("cert_file", "key_file", "client_ca_file"):
+        if key in tls:
+            os.makedirs(os.path.dirname(root + tls[key]), exist_ok=True)
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+         "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+         "-subj", "/CN=aside.lb.svc",
+         "-keyout", root + tls["key_file"],
+         "-out", root + tls["cert_file"]],
+        check=True, capture_output=True, timeout=60)
+    if "client_ca_file" in tls:
+        shutil.copy(root + tls["cert_file"], root + tls["client_ca_file"])
+
+
+def health_check(address, timeout=10):
+    """What the kubelet's gRPC probe does: a plaintext
+    grpc.health.v1.Health/Check for the server (""). Returns the raw
+    response; HealthCheckResponse{status: SERVING} is 08 01."""
+    import grpc
+    with grpc.insecure_channel(address) as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                    request_serializer=lambda b: b,
+                                    response_deserializer=lambda b: b)
+        return check(b"", timeout=timeout)
+
+
+def wait_for_line(process, needles, timeout):
+    """Reads the process's stderr until a line contains one of `needles`;
+    returns the lines read. Fails after `timeout` seconds or at EOF."""
+    import selectors
+    import time
+    deadline = time.monotonic() + timeout
+    lines, partial = [], b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stderr, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                raise AssertionError("no %s within %ss:\n%s"
+                                     % (needles, timeout, b"".join(lines)))
+            chunk = os.read(process.stderr.fileno(), 65536)
+            if not chunk:
+                raise AssertionError("stderr closed:\n%s" % b"".join(lines))
+            partial += chunk
+            *complete, partial = partial.split(b"\n")
+            for line in complete:
+                lines.append(line + b"\n")
+                if any(n.encode() in line for n in needles):
+                    return lines
+
+
+class ChartServerConfigTest(unittest.TestCase):
+    """The ConfigMap's aside.yaml is a config aside-server accepts."""
+
+    def check_config(self, values, variant):
+        objects, _ = render(values)
+        config, cm = server_config(objects)
+        with tempfile.TemporaryDirectory() as tmp:
+            # The files the pod gets from its volumes, under a temporary root.
+            text = cm["data"]["aside.yaml"]
+            root = os.path.join(tmp, "root")
+            for prefix in ("/etc/aside", "/var/lib/aside"):
+                text = text.replace(prefix, root + prefix)
+            os.makedirs(root + "/var/lib/aside")
+            if "tls" in config:
+                make_tls(root, config["tls"])
+            if "session_key_file" in config:
+                path = root + config["session_key_file"]
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(os.urandom(32))
+            if "token_file" in config.get("admin", {}):
+                path = root + config["admin"]["token_file"]
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write("# test tokens\nsecret-admin-token admin\n"
+                            "secret-read-token read\n")
+            path = os.path.join(tmp, "aside.yaml")
+            with open(path, "w") as f:
+                f.write(text)
+            result = self.run_check(path)
+        self.assertEqual(result.returncode, 0,
+                         "variant %s: %s%s\n%s" % (variant, result.stdout,
+                                                   result.stderr, text))
+        groups = len(values.get("groups", []))
+        self.assertIn("ok (%d groups)" % groups, result.stdout)
+
+    @staticmethod
+    def run_check(path):
+        return subprocess.run([ARGS.server, "--check-config", path],
+                              capture_output=True, text=True, timeout=60)
+
+    def test_every_variant_passes_check_config(self):
+        for name, values in VARIANTS.items():
+            with self.subTest(variant=name):
+                self.check_config(values, name)
+
+    def test_check_config_rejects_a_broken_group(self):
+        # The test would pass vacuously if --check-config accepted anything.
+        values = {"groups": [{"name": "bad", "backends": [
+            {"address": "10.0.0.1:8080", "weight": 20000}]}]}
+        objects, _ = render(values)
+        _, cm = server_config(objects)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "aside.yaml")
+            with open(path, "w") as f:
+                f.write(cm["data"]["aside.yaml"])
+            result = subprocess.run([ARGS.server, "--check-config", path],
+                                    capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("weight", result.stderr)
+
+
+def free_port():
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ChartServeTest(unittest.TestCase):
+    """The server runs on the rendered aside.yaml and answers what the
+    kubelet probes, on the port the probes use; SIGTERM ends it well within
+    terminationGracePeriodSeconds."""
+
+    def serve(self, variant):
+        import grpc
+        import time
+        import urllib.request
+        objects, _ = render(VARIANTS[variant])
+        config, cm = server_config(objects)
+        c, pod = container(objects)
+        probe_port = c["readinessProbe"]["grpc"]["port"]
+        with tempfile.TemporaryDirectory() as tmp:
+            # The pod's files under a temporary root, and the pod's ports
+            # moved to free loopback ports.
+            root = os.path.join(tmp, "root")
+            text = cm["data"]["aside.yaml"]
+            for prefix in ("/etc/aside", "/var/lib/aside"):
+                text = text.replace(prefix, root + prefix)
+            os.makedirs(root + "/var/lib/aside")
+            served = yaml.safe_load(text)
+            if "tls" in served:
+                make_tls(root, config["tls"])
+            if "token_file" in served.get("admin", {}):
+                os.makedirs(os.path.dirname(served["admin"]["token_file"]))
+                with open(served["admin"]["token_file"], "w") as f:
+                    f.write("t0ken-for-the-chart-test admin\n")
+            moved = {}
+            for key in ("listen", "health_listen", "metrics"):
+                if served.get(key):
+                    moved[port_of(served[key])] = free_port()
+                    served[key] = "127.0.0.1:%d" % moved[port_of(served[key])]
+            path = os.path.join(tmp, "aside.yaml")
+            with open(path, "w") as f:
+                yaml.safe_dump(served, f)
+            server = subprocess.Popen([ARGS.server, "--config", path],
+                                      stderr=subprocess.PIPE)
+            try:
+                wait_for_line(server, ["event=server.started",
+                                       '"event":"server.started"'], 30)
+                self.assertEqual(
+                    health_check("127.0.0.1:%d" % moved[probe_port]),
+                    b"\x08\x01")
+                if "tls" in served:
+                    # The gRPC port itself speaks only TLS.
+                    with self.assertRaises(grpc.RpcError):
+                        health_check(served["listen"], timeout=5)
+                if served.get("metrics"):
+                    url = "http://%s/metrics" % served["metrics"]
+                    with urllib.request.urlopen(url, timeout=10) as r:
+                        self.assertIn(b"aside_build_info", r.read())
+                server.terminate()
+                started = time.monotonic()
+                self.assertEqual(server.wait(timeout=60), 0)
+                self.assertLess(time.monotonic() - started,
+                                pod["terminationGracePeriodSeconds"])
+            finally:
+                if server.poll() is None:
+                    server.kill()
+                    server.wait(timeout=10)
+                server.stderr.close()
+        return served
+
+    def test_default_values(self):
+        self.serve("default")
+
+    def test_tls_keeps_plaintext_probes(self):
+        served = self.serve("tls")
+        self.assertIn("tls", served)
+
+    def test_probes_on_the_grpc_port_without_health_port(self):
+        self.serve("no-health-port")
+
+
+class ChartNotesTest(unittest.TestCase):
+    """NOTES.txt gives working grpcurl commands for the release."""
+
+    def notes(self, values):
+        return run_render(values, extra=["--notes"]).stdout
+
+    def test_plaintext_notes(self):
+        text = self.notes(VARIANTS["groups"])
+        self.assertIn("port-forward svc/aside 50051:50051", text)
+        self.assertIn("grpcurl -plaintext localhost:50051 list", text)
+        self.assertIn("""grpcurl -plaintext -d '{"group":"payments"}' """
+                      "localhost:50051 aside.v1.LoadBalancer/Pick", text)
+        self.assertIn("grpc.health.v1.Health/Check", text)
+        self.assertIn('-H "authorization: Bearer $TOKEN"', text)
+        self.assertIn("aside.v1.Admin/ListGroups", text)
+        self.assertIn("_grpclb._tcp.aside.lb.svc.cluster.local", text)
+        self.assertIn("_grpclb._tcp.payments.lb.svc.cluster.local", text)
+
+    def test_tls_notes(self):
+        text = self.notes(VARIANTS["tls"])
+        self.assertNotIn("-plaintext", text)
+        self.assertIn("-cacert ca.crt -servername aside.lb.svc "
+                      "-cert client.crt -key client.key", text)
+        self.assertIn("get secret aside-admin", text)
+
+    def test_persistence_notes(self):
+        self.assertIn("sqlite3", self.notes(VARIANTS["persistence"]))
+        self.assertIn("lost when the pod goes away", self.notes({}))
+
+
+class DockerfileTest(unittest.TestCase):
+    """The image's runtime stage installs every library the server links."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(ARGS.source, "Dockerfile")) as f:
+            cls.text = f.read()
+        stages = re.split(r"(?m)^FROM ", cls.text)
+        cls.runtime = "FROM " + stages[-1]
+
+    def runtime_packages(self):
+        # The runtime stage lists its packages between two marker comments.
+        match = re.search(r"# runtime-packages-begin\n(.*?)# runtime-packages-end",
+                          self.runtime, re.S)
+        self.assertIsNotNone(match, "runtime package markers not found")
+        packages = set()
+        for line in match.group(1).splitlines():
+            line = line.split("#", 1)[0].replace("\\", " ")
+            packages.update(w for w in line.split() if w)
+        return packages
+
+    @staticmethod
+    def owning_packages(paths):
+        """Maps each library path to its Debian package (None if unowned),
+        trying the usr-merged spellings of the path too; one dpkg call."""
+        candidates = {}
+        for path in paths:
+            spellings = [path, os.path.realpath(path)]
+            for p in list(spellings):
+                spellings.append(p[len("/usr"):] if p.startswith("/usr/")
+                                 else "/usr" + p)
+            candidates[path] = spellings
+        every = sorted({p for s in candidates.values() for p in s})
+        result = subprocess.run(["dpkg", "-S", *every], capture_output=True,
+                                text=True, timeout=120)
+        owner = {}
+        for line in result.stdout.splitlines():
+            packages, _, owned = line.partition(": ")
+            owner[owned.strip()] = packages.split(",")[0].split(":")[0].strip()
+        return {path: next((owner[p] for p in spellings if p in owner), None)
+                for path, spellings in candidates.items()}
+
+    def test_runtime_packages_cover_ldd(self):
+        result = subprocess.run(["ldd", ARGS.server], capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("not found", result.stdout)
+        listed = self.runtime_packages()
+        libraries = []
+        for line in result.stdout.splitlines():
+            match = re.search(r"=>\s+(/\S+)", line) or \
+                re.match(r"\s*(/\S+)", line)
+            if match:  # linux-vdso has no file
+                libraries.append(match.group(1))
+        needed = {}
+        for library, package in self.owning_packages(libraries).items():
+            self.assertIsNotNone(package, "no package owns %s" % library)
+            needed.setdefault(package, []).append(os.path.basename(library))
+        self.assertGreater(len(needed), 5)
+        missing = {p: libs for p, libs in needed.items() if p not in listed}
+        self.assertEqual(missing, {},
+                         "runtime stage lacks packages for these libraries")
+        self.assertFalse([p for p in listed if p.endswith("-dev")])
+
+    def test_image_shape(self):
+        self.assertRegex(self.text, r"(?m)^FROM debian:12\S* AS build")
+        self.assertRegex(self.runtime, r"^FROM debian:12")
+        self.assertIn("scripts/install-deps.sh", self.text)
+        self.assertIn("make build", self.text)
+        user = re.findall(r"(?m)^USER\s+(\S+)", self.runtime)
+        self.assertTrue(user)
+        self.assertNotIn(user[-1].split(":")[0], ("root", "0"))
+        exposed = set()
+        for line in re.findall(r"(?m)^EXPOSE\s+(.*)$", self.runtime):
+            exposed.update(line.split())
+        self.assertEqual(exposed, {"50051", "50052", "9464"})
+        cmd = re.search(r"(?m)^CMD\s+(\[.*\])", self.runtime)
+        self.assertIsNotNone(cmd)
+        self.assertIn('"/etc/aside/aside.yaml"', cmd.group(1))
+        self.assertIn('"/var/lib/aside"', cmd.group(1))
+        # The chart's pod user owns the state directory in the image too.
+        values = yaml.safe_load(open(os.path.join(chart_dir(), "values.yaml")))
+        self.assertIn(str(values["podSecurityContext"]["runAsUser"]),
+                      user[-1])
+
+    def test_dockerignore_keeps_build_trees_out(self):
+        with open(os.path.join(ARGS.source, ".dockerignore")) as f:
+            ignored = f.read().split()
+        for entry in ("build*", ".git", "var"):
+            self.assertIn(entry, ignored)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--helmrender", required=True)
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--source", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
