@@ -15,6 +15,7 @@
 #include "client/client.h"
 #include "tests/client/client_helpers.h"
 #include "tests/integration/server_helpers.h"
+#include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -172,6 +173,65 @@ TEST(ClientBinaryTest, UnknownGroupsFailWithNotFoundUntilCreated) {
   EXPECT_EQ(still.address(), "127.0.0.1:9301");
   still.Done(true);
   ASSERT_OK(stub->Group("rr")->Pick());
+}
+
+// The value of a metric sample line `name{labels} value` (-1 if absent).
+double MetricValue(const std::string& body, const std::string& series) {
+  size_t at = body.find(series + " ");
+  if (at == std::string::npos) {
+    return -1;
+  }
+  return std::stod(body.substr(at + series.size() + 1));
+}
+
+TEST(ClientBinaryTest, LoadReportsReachTheServer) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(
+      RunningServer server,
+      StartServer(dir.path() + "/state",
+                  {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
+                   "--admin-token-file",
+                   dir.WriteFile("tokens", absl::StrCat(kClientTestToken, " admin\n"))}));
+  ClientOptions o = StubOptions(server.target());
+  o.reporter = "stub-1";
+  o.groups = {"rr"};
+  ASSERT_OK_AND_ASSIGN(auto stub, Client::Create(o));
+  ClientGroup* rr = stub->Group("rr");
+  Admin admin(server.target());
+  ASSERT_OK_AND_ASSIGN(v1::Group before, admin.Get("rr"));
+  ASSERT_TRUE(rr->WaitForGeneration(before.generation(), absl::Seconds(10)));
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_OK_AND_ASSIGN(Pick pick, rr->Pick());
+    pick.Done(i % 10 != 0);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  double accepted = 0;
+  double rejected = -1;
+  uint32_t reporters = 0;
+  double rps = 0;
+  while (absl::Now() < deadline) {
+    auto metrics = aside::testing::HttpGet("127.0.0.1", server.metrics_port, "/metrics");
+    ASSERT_OK(metrics);
+    accepted = MetricValue(metrics->body, R"(aside_load_reports_total{result="accepted"})");
+    rejected = MetricValue(metrics->body, R"(aside_load_reports_total{result="rejected"})");
+    ASSERT_OK_AND_ASSIGN(v1::Group g, admin.Get("rr"));
+    reporters = 0;
+    rps = 0;
+    for (const v1::TableBackend& b : g.state()) {
+      reporters = std::max(reporters, b.load().reporters());
+      rps += b.load().requests_per_second();
+    }
+    if (accepted >= 3 && reporters >= 1 && rps > 0) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_GE(accepted, 3) << "one observation per backend with traffic";
+  EXPECT_LE(rejected, 0);
+  EXPECT_EQ(reporters, 1u);
+  EXPECT_GT(rps, 0);
+  EXPECT_FALSE(stub->stats().reporting_unavailable);
+  EXPECT_GE(stub->stats().reports_sent, 1u);
 }
 
 // Several stubs pick steadily from several groups on threads while the
