@@ -130,6 +130,21 @@ TEST(ClientTest, WithoutTableOrFallbackPicksFailAfterWaitForTable) {
   EXPECT_LT(absl::Now() - again, absl::Milliseconds(100));
 }
 
+TEST(ClientTest, ReconnectsGoRoundRobinOverTheTargets) {
+  FakeServer fake;
+  fake.Start();
+  const std::string dead =
+      absl::StrCat("127.0.0.1:", aside::testing::PickUnusedPort());
+  ClientOptions options = FastOptions(dead);
+  options.targets.push_back(fake.target());
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 3, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(3, absl::Seconds(10)));
+  EXPECT_GE(client->stats().watch_attempts, 2u);
+  EXPECT_EQ(client->stats().watch_connected, 1u);
+}
+
 TEST(ClientTest, APickWaitingForTheFirstTableGetsIt) {
   FakeServer fake;
   fake.Start();
