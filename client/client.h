@@ -133,7 +133,9 @@ struct GroupSnapshot {
 // succeed) with the time elapsed so far, so the in-flight count never
 // leaks. Move-only; the table it came from stays alive while it exists, so
 // address(), locality() and metadata() stay valid, after Done() too. Done()
-// records once; later calls do nothing.
+// records once; later calls do nothing. One thread uses a Pick at a time,
+// any thread (an async completion) may call Done(); Done costs a clock
+// read and a few relaxed atomics.
 class Pick {
  public:
   Pick(Pick&& other) noexcept { *this = std::move(other); }
