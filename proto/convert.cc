@@ -1,5 +1,6 @@
 #include "proto/convert.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -309,6 +310,165 @@ void ToProto(const Table& table, v1::Table* pb) {
     zw->set_utilization(z.utilization);
     zw->set_host_count(z.host_count);
   }
+}
+
+HealthState FromProto(v1::HealthState pb) {
+  switch (pb) {
+    case v1::HEALTH_STATE_HEALTHY:
+      return HealthState::kHealthy;
+    case v1::HEALTH_STATE_UNHEALTHY:
+      return HealthState::kUnhealthy;
+    default:
+      return HealthState::kUnknown;
+  }
+}
+
+absl::StatusOr<Member> FromProto(absl::string_view field,
+                                 const v1::TableBackend& pb) {
+  Member m;
+  ASIDE_ASSIGN_OR_RETURN(
+      m.backend, FromProto(absl::StrCat(field, ".backend"), pb.backend(),
+                           /*allow_hostname=*/true));
+  if (pb.effective_weight() > kMaxWeight) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".effective_weight: ", pb.effective_weight(),
+                     " out of range 0..", kMaxWeight));
+  }
+  if (!v1::HealthState_IsValid(pb.health())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".health: unknown value ",
+                     static_cast<int>(pb.health())));
+  }
+  m.weight = pb.effective_weight();
+  m.ready = pb.ready();
+  m.health = FromProto(pb.health());
+  return m;
+}
+
+absl::StatusOr<ZoneWeight> FromProto(absl::string_view field,
+                                     const v1::ZoneWeight& pb) {
+  if (!std::isfinite(pb.weight()) || pb.weight() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".weight: not a finite number >= 0"));
+  }
+  if (!std::isfinite(pb.utilization()) || pb.utilization() < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".utilization: not a finite number >= -1"));
+  }
+  ZoneWeight z;
+  z.locality = FromProto(pb.locality());
+  z.weight = pb.weight();
+  z.utilization = pb.utilization();
+  z.host_count = pb.host_count();
+  return z;
+}
+
+namespace {
+
+absl::Status ZoneWeightsFromProto(
+    absl::string_view field,
+    const google::protobuf::RepeatedPtrField<v1::ZoneWeight>& pb,
+    std::vector<ZoneWeight>* out) {
+  out->clear();
+  out->reserve(static_cast<size_t>(pb.size()));
+  for (int i = 0; i < pb.size(); ++i) {
+    ASIDE_ASSIGN_OR_RETURN(ZoneWeight z,
+                           FromProto(absl::StrCat(field, "[", i, "]"), pb[i]));
+    out->push_back(std::move(z));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TableSpec> FromProto(absl::string_view group,
+                                    uint64_t generation, const v1::Table& pb) {
+  TableSpec spec;
+  spec.group = std::string(group);
+  spec.generation = generation;
+  ASIDE_ASSIGN_OR_RETURN(spec.policy, FromProto("full.policy", pb.policy()));
+  spec.members.reserve(static_cast<size_t>(pb.backends_size()));
+  for (int i = 0; i < pb.backends_size(); ++i) {
+    ASIDE_ASSIGN_OR_RETURN(
+        Member m, FromProto(absl::StrCat("full.backends[", i, "]"),
+                            pb.backends(i)));
+    spec.members.push_back(std::move(m));
+  }
+  spec.panic_threshold = pb.panic() ? 100 : 0;
+  ASIDE_RETURN_IF_ERROR(ZoneWeightsFromProto("full.zone_weights",
+                                             pb.zone_weights(),
+                                             &spec.zone_weights));
+  return spec;
+}
+
+absl::Status ApplyDelta(const v1::TableDelta& pb, uint64_t generation,
+                        TableSpec* spec) {
+  // Index the held members by address.
+  std::sort(spec->members.begin(), spec->members.end(),
+            [](const Member& a, const Member& b) {
+              return a.backend.address < b.backend.address;
+            });
+  auto find = [&](absl::string_view address) {
+    auto it = std::lower_bound(spec->members.begin(), spec->members.end(),
+                               address, [](const Member& m, absl::string_view a) {
+                                 return m.backend.address < a;
+                               });
+    return (it != spec->members.end() && it->backend.address == address)
+               ? it
+               : spec->members.end();
+  };
+  std::vector<uint8_t> gone(spec->members.size(), 0);
+  for (int i = 0; i < pb.removed_size(); ++i) {
+    auto it = find(pb.removed(i));
+    if (it == spec->members.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "delta.removed[", i, "]: ", pb.removed(i), " is not in the table"));
+    }
+    gone[static_cast<size_t>(it - spec->members.begin())] = 1;
+  }
+  std::vector<Member> added;
+  std::vector<std::string> upserted;
+  upserted.reserve(static_cast<size_t>(pb.upserted_size()));
+  for (int i = 0; i < pb.upserted_size(); ++i) {
+    ASIDE_ASSIGN_OR_RETURN(
+        Member m,
+        FromProto(absl::StrCat("delta.upserted[", i, "]"), pb.upserted(i)));
+    upserted.push_back(m.backend.address);
+    auto it = find(m.backend.address);
+    if (it != spec->members.end() &&
+        !gone[static_cast<size_t>(it - spec->members.begin())]) {
+      *it = std::move(m);
+    } else {
+      added.push_back(std::move(m));
+    }
+  }
+  std::sort(upserted.begin(), upserted.end());
+  if (auto dup = std::adjacent_find(upserted.begin(), upserted.end());
+      dup != upserted.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delta.upserted: backend ", *dup, " is listed twice"));
+  }
+  std::vector<Member> members;
+  members.reserve(spec->members.size() + added.size());
+  for (size_t i = 0; i < spec->members.size(); ++i) {
+    if (!gone[i]) {
+      members.push_back(std::move(spec->members[i]));
+    }
+  }
+  for (Member& m : added) {
+    members.push_back(std::move(m));
+  }
+  spec->members = std::move(members);
+  if (pb.has_policy()) {
+    ASIDE_ASSIGN_OR_RETURN(spec->policy, FromProto("delta.policy", pb.policy()));
+  }
+  spec->panic_threshold = pb.panic() ? 100 : 0;
+  if (pb.zone_weights_changed()) {
+    ASIDE_RETURN_IF_ERROR(ZoneWeightsFromProto(
+        "delta.zone_weights", pb.zone_weights(), &spec->zone_weights));
+  }
+  spec->generation = generation;
+  return absl::OkStatus();
 }
 
 }  // namespace aside

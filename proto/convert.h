@@ -42,6 +42,39 @@ v1::HealthState ToProto(HealthState state);
 // The full table as Watch sends it.
 void ToProto(const Table& table, v1::Table* pb);
 
+// --- Tables received over Watch (the client stub) ---------------------------
+//
+// Everything a stub receives is validated before it is used: addresses
+// (canonicalised; host names allowed), weights, metadata limits, health
+// enum values, zone weights, and the policy. Errors are InvalidArgument and
+// start with the field path, e.g. "full.backends[2].backend.weight: ...".
+
+HealthState FromProto(v1::HealthState pb);
+
+// A table backend as a Member (effective weight, readiness, health).
+absl::StatusOr<Member> FromProto(absl::string_view field,
+                                 const v1::TableBackend& pb);
+
+absl::StatusOr<ZoneWeight> FromProto(absl::string_view field,
+                                     const v1::ZoneWeight& pb);
+
+// A full table as the spec a stub builds its Table from. The server's panic
+// decision is carried over exactly: `panic` becomes panic_threshold 100 (every
+// non-drained member with weight > 0 is eligible as soon as one is not
+// ready) and no panic becomes 0 (only ready members are eligible), so the
+// stub never re-decides panic with a threshold it does not know. Duplicate
+// addresses are left for Table::Create to reject.
+absl::StatusOr<TableSpec> FromProto(absl::string_view group,
+                                    uint64_t generation, const v1::Table& pb);
+
+// Applies a delta to `spec` (which holds the delta's base): upserts and
+// removals by address, the policy when set, the panic flag, the zone weights
+// when marked changed; sets spec->generation to `generation`. On error
+// `spec` may be partly changed: apply to a copy. Removing an address that is
+// not there is an error (the delta does not fit what is held).
+absl::Status ApplyDelta(const v1::TableDelta& pb, uint64_t generation,
+                        TableSpec* spec);
+
 }  // namespace aside
 
 #endif  // ASIDE_PROTO_CONVERT_H_

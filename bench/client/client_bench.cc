@@ -1,0 +1,174 @@
+// The stub's local pick against its floors, in the same run:
+// - BM_RelaxedIncrement: one relaxed fetch_add on a shared counter, the
+//   floor every pick pays at least once (the round-robin position);
+// - BM_SnapshotCellAcquire: atomic<shared_ptr>::load, what a pick would
+//   cost if it pinned the table through SnapshotCell (not lock-free on
+//   libstdc++ 12);
+// - BM_ClientPick / BM_ClientPickDone: aside::ClientGroup::Pick (and Done)
+//   on a group whose table came over a real Watch stream.
+// Allocations are counted with a replaced global operator new and
+// reported per pick (counter allocs_per_op); the steady-state pick path
+// must not allocate.
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "lib/snapshot_cell.h"
+#include "tests/client/fake_lookaside.h"
+
+namespace {
+std::atomic<uint64_t> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) {
+    return p;
+  }
+  std::abort();  // a benchmark out of memory has nothing to measure
+}
+void* operator new[](std::size_t size) { return operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace aside {
+namespace {
+
+struct Fixture {
+  testing::FakeServer fake;
+  std::unique_ptr<Client> client;
+
+  Fixture() {
+    fake.Start();
+    for (const char* policy : {"rr", "wrr"}) {
+      v1::GroupUpdate u;
+      u.set_group(policy);
+      u.set_generation(1);
+      u.set_server_id("bench");
+      if (std::string(policy) == "rr") {
+        u.mutable_full()->mutable_policy()->mutable_round_robin();
+      } else {
+        u.mutable_full()->mutable_policy()->mutable_weighted_round_robin();
+      }
+      for (int i = 0; i < 10; ++i) {
+        v1::TableBackend* b = u.mutable_full()->add_backends();
+        b->mutable_backend()->set_address(absl::StrCat("127.0.0.1:", 9000 + i));
+        b->set_effective_weight(static_cast<uint32_t>(100 * (1 + i % 3)));
+        b->set_ready(true);
+        b->set_health(v1::HEALTH_STATE_HEALTHY);
+      }
+      fake.service.Push(u);
+    }
+    ClientOptions options;
+    options.targets = {fake.target()};
+    options.groups = {"rr", "wrr"};
+    options.report_interval = absl::ZeroDuration();
+    client = *Client::Create(options);
+    client->Group("rr")->WaitForGeneration(1, absl::Seconds(10));
+    client->Group("wrr")->WaitForGeneration(1, absl::Seconds(10));
+  }
+};
+
+Fixture& Get() {
+  static Fixture* f = new Fixture();
+  return *f;
+}
+
+std::atomic<uint64_t> g_counter{0};
+
+void BM_RelaxedIncrement(benchmark::State& state) {
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(g_counter.fetch_add(1, std::memory_order_relaxed));
+  }
+}
+BENCHMARK(BM_RelaxedIncrement)->Threads(1)->Threads(2);
+
+SnapshotCell<int>& Cell() {
+  static auto* cell = new SnapshotCell<int>(std::make_shared<const int>(7));
+  return *cell;
+}
+
+void BM_SnapshotCellAcquire(benchmark::State& state) {
+  SnapshotCell<int>& cell = Cell();
+  for (auto _ : state) {
+    std::shared_ptr<const int> p = cell.Acquire();
+    benchmark::DoNotOptimize(*p);
+  }
+}
+BENCHMARK(BM_SnapshotCellAcquire)->Threads(1)->Threads(2);
+
+// The two parts of a stub pick that are not the stub's own: the lib/
+// selector on the same table, and one read of the clock (a pick and its
+// Done read it once each, for the latency).
+void BM_TableSelectorPick(benchmark::State& state) {
+  TableConstPtr table = Get().client->Group("rr")->table();
+  uint32_t index = 0;
+  for (auto _ : state) {
+    PickRequest request;
+    benchmark::DoNotOptimize(table->Pick(request, absl::Span<uint32_t>(&index, 1)));
+  }
+}
+BENCHMARK(BM_TableSelectorPick)->Threads(1)->Threads(2);
+
+void BM_ClockNow(benchmark::State& state) {
+  const Clock& clock = SystemClock::Get();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(clock.NowNanos());
+  }
+}
+BENCHMARK(BM_ClockNow)->Threads(1)->Threads(2);
+
+void PickLoop(benchmark::State& state, const char* group_name, bool done) {
+  ClientGroup* group = Get().client->Group(group_name);
+  // Warm the thread's cache outside the timed region.
+  { auto warm = group->Pick(); }
+  const uint64_t before = g_allocations.load();
+  int64_t failures = 0;
+  for (auto _ : state) {
+    absl::StatusOr<Pick> pick = group->Pick();
+    if (!pick.ok()) {
+      ++failures;
+      continue;
+    }
+    benchmark::DoNotOptimize(pick->address().data());
+    if (done) {
+      pick->Done(true);
+    }
+  }
+  state.counters["allocs_per_op"] = benchmark::Counter(
+      static_cast<double>(g_allocations.load() - before),
+      benchmark::Counter::kAvgIterations);
+  state.counters["failures"] = static_cast<double>(failures);
+}
+
+void BM_ClientPickRoundRobin(benchmark::State& state) {
+  PickLoop(state, "rr", /*done=*/false);
+}
+BENCHMARK(BM_ClientPickRoundRobin)->Threads(1)->Threads(2);
+
+void BM_ClientPickDoneRoundRobin(benchmark::State& state) {
+  PickLoop(state, "rr", /*done=*/true);
+}
+BENCHMARK(BM_ClientPickDoneRoundRobin)->Threads(1)->Threads(2);
+
+void BM_ClientPickWeightedRoundRobin(benchmark::State& state) {
+  PickLoop(state, "wrr", /*done=*/false);
+}
+BENCHMARK(BM_ClientPickWeightedRoundRobin)->Threads(1)->Threads(2);
+
+void BM_ClientPickDoneWeightedRoundRobin(benchmark::State& state) {
+  PickLoop(state, "wrr", /*done=*/true);
+}
+BENCHMARK(BM_ClientPickDoneWeightedRoundRobin)->Threads(1)->Threads(2);
+
+}  // namespace
+}  // namespace aside
+
+BENCHMARK_MAIN();

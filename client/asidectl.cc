@@ -1,0 +1,803 @@
+// asidectl: Aside from the command line, for people without grpcurl.
+//
+// Exit codes: 0 success, 1 the RPC failed (the gRPC status is printed),
+// 2 usage errors (unknown command or flag, missing argument, unreadable
+// file).
+#include <grpcpp/grpcpp.h>
+#include <google/protobuf/util/json_util.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "aside/v1/admin.grpc.pb.h"
+#include "aside/v1/lookaside.grpc.pb.h"
+#include "client/credentials.h"
+#include "lib/policy_config.h"
+#include "proto/convert.h"
+
+namespace aside {
+namespace {
+
+constexpr char kUsage[] = R"(usage: asidectl [flags] COMMAND [args]
+
+commands:
+  groups                          list groups
+  group NAME                      show a group with its backends and their state
+  targets [GROUP]                 list health-check targets (of one group)
+  pick GROUP [KEY] [--count N]    ask the server for a backend
+  watch GROUP... [--updates N]    print weight-table updates as they arrive
+  create-group FILE               create the group(s) in a JSON or YAML file
+                                  (a Group, {"group": ...}, or {"groups": [...]})
+  create-group NAME --backend ADDR[=WEIGHT]... [--policy P] [--health-check KIND]
+  delete-group NAME
+  add-backend GROUP ADDR[=WEIGHT]...
+  remove-backend GROUP ADDR...
+  drain GROUP ADDR...
+  undrain GROUP ADDR...
+
+flags:
+  --server HOST:PORT     Aside server (default $ASIDE_SERVER or localhost:50051)
+  --token TOKEN          Admin bearer token (default $ASIDE_TOKEN)
+  --tls                  use TLS (implied by the other --tls-* flags)
+  --tls-ca FILE          CA certificate (PEM) to verify the server
+  --tls-cert FILE        client certificate (PEM), with --tls-key, for mTLS
+  --tls-key FILE         client key (PEM)
+  --tls-server-name NAME name to verify the server certificate against
+  --json                 print protobuf JSON instead of tables
+  --timeout DURATION     per-call deadline (default 10s; watch has none)
+)";
+
+// A string as a JSON string body (quotes, backslashes, control bytes).
+std::string JsonEscape(absl::string_view in) {
+  std::string out;
+  for (char c : in) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppend(&out, "\\u00", absl::Hex(static_cast<unsigned char>(c),
+                                                  absl::kZeroPad2));
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  return out;
+}
+
+// Reported as a usage error (exit code 2).
+absl::Status Usage(absl::string_view message) {
+  return absl::InvalidArgumentError(message);
+}
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::vector<std::string>> flags;
+
+  bool Has(const std::string& name) const { return flags.contains(name); }
+  std::string Get(const std::string& name, const std::string& def = "") const {
+    auto it = flags.find(name);
+    return it == flags.end() || it->second.empty() ? def : it->second.back();
+  }
+  std::vector<std::string> All(const std::string& name) const {
+    auto it = flags.find(name);
+    return it == flags.end() ? std::vector<std::string>{} : it->second;
+  }
+};
+
+const std::map<std::string, bool>& KnownFlags() {
+  // name -> takes a value
+  static const auto* flags = new std::map<std::string, bool>{
+      {"server", true},   {"token", true},           {"tls", false},
+      {"tls-ca", true},   {"tls-cert", true},        {"tls-key", true},
+      {"tls-server-name", true}, {"json", false},    {"timeout", true},
+      {"count", true},    {"updates", true},         {"backend", true},
+      {"policy", true},   {"health-check", true},    {"help", false}};
+  return *flags;
+}
+
+bool ParseArgs(int argc, char** argv, Args* out, std::string* error) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h") {
+      arg = "--help";
+    }
+    if (!absl::StartsWith(arg, "--") || arg == "--") {
+      out->positional.push_back(arg);
+      continue;
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    auto known = KnownFlags().find(name);
+    if (known == KnownFlags().end()) {
+      *error = absl::StrCat("unknown flag --", name);
+      return false;
+    }
+    if (known->second && !has_value) {
+      if (i + 1 >= argc) {
+        *error = absl::StrCat("flag --", name, " needs a value");
+        return false;
+      }
+      value = argv[++i];
+    }
+    out->flags[name].push_back(value);
+  }
+  return true;
+}
+
+std::string StatusCodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+std::string ToJson(const google::protobuf::Message& m, bool pretty = true) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.always_print_primitive_fields = false;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+  if (!pretty) {
+    return out;
+  }
+  return out;
+}
+
+std::string PolicyText(const v1::Policy& p) {
+  absl::StatusOr<PolicyConfig> c = FromProto("policy", p);
+  return c.ok() ? std::string(c->name()) : "invalid";
+}
+
+std::string SourceText(v1::GroupSource s) {
+  switch (s) {
+    case v1::GROUP_SOURCE_FILE:
+      return "file";
+    case v1::GROUP_SOURCE_STORE:
+      return "admin";
+    default:
+      return "-";
+  }
+}
+
+std::string HealthText(v1::HealthState s) {
+  switch (s) {
+    case v1::HEALTH_STATE_HEALTHY:
+      return "healthy";
+    case v1::HEALTH_STATE_UNHEALTHY:
+      return "unhealthy";
+    case v1::HEALTH_STATE_UNKNOWN:
+      return "unknown";
+    default:
+      return "-";
+  }
+}
+
+std::string LocalityText(const v1::Locality& l) {
+  if (l.region().empty() && l.zone().empty() && l.subzone().empty()) {
+    return "-";
+  }
+  return FromProto(l).ToString();
+}
+
+std::string MetadataText(const google::protobuf::Map<std::string, std::string>& m) {
+  if (m.empty()) {
+    return "-";
+  }
+  std::map<std::string, std::string> sorted(m.begin(), m.end());
+  return absl::StrJoin(sorted, ",", absl::PairFormatter("="));
+}
+
+// Prints rows as left-aligned columns.
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) {
+        line += std::string(widths[i] - row[i].size() + 2, ' ');
+      }
+    }
+    std::cout << line << "\n";
+  }
+}
+
+class Ctl {
+ public:
+  Ctl(const Args& args, std::shared_ptr<grpc::Channel> channel)
+      : args_(args),
+        json_(args.Has("json")),
+        admin_(v1::Admin::NewStub(channel)),
+        lb_(v1::LoadBalancer::NewStub(channel)) {
+    token_ = args.Get("token");
+    if (token_.empty()) {
+      const char* env = std::getenv("ASIDE_TOKEN");
+      token_ = env != nullptr ? env : "";
+    }
+  }
+
+  int Run(const std::string& command, const std::vector<std::string>& a) {
+    command_ = command;
+    if (command == "groups") return Groups(a);
+    if (command == "group") return GetGroup(a);
+    if (command == "targets") return Targets(a);
+    if (command == "pick") return PickCmd(a);
+    if (command == "watch") return Watch(a);
+    if (command == "create-group") return CreateGroup(a);
+    if (command == "delete-group") return DeleteGroup(a);
+    if (command == "add-backend") return AddBackends(a);
+    if (command == "remove-backend") return RemoveBackends(a);
+    if (command == "drain") return Drain(a, true);
+    if (command == "undrain") return Drain(a, false);
+    return UsageFail(absl::StrCat("unknown command '", command, "'"));
+  }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Context(bool deadline = true) {
+    auto c = std::make_unique<grpc::ClientContext>();
+    if (deadline) {
+      c->set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    }
+    if (!token_.empty()) {
+      c->AddMetadata("authorization", absl::StrCat("Bearer ", token_));
+    }
+    return c;
+  }
+
+  int Fail(const grpc::Status& s) {
+    std::cerr << "asidectl: " << command_ << ": " << StatusCodeName(s.error_code())
+              << ": " << s.error_message() << "\n";
+    // A method the server does not have (as opposed to a feature inside a
+    // method, whose message says what is missing).
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
+        (s.error_message().empty() || command_ == "targets")) {
+      std::cerr << "asidectl: this server does not implement " << command_
+                << " yet\n";
+    }
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED && token_.empty()) {
+      std::cerr << "asidectl: pass an Admin token with --token or ASIDE_TOKEN\n";
+    }
+    return 1;
+  }
+
+  // Records a usage error; the command returns kUsage.
+  static constexpr int kUsage = -2;
+  int UsageFail(absl::string_view message) {
+    usage_error_ = std::string(message);
+    return kUsage;
+  }
+  bool Missing(const std::vector<std::string>& a, size_t min, const char* what) {
+    if (a.size() < min) {
+      usage_error_ = absl::StrCat("missing ", what);
+      return true;
+    }
+    return false;
+  }
+
+  int PrintGroup(const v1::Group& g) {
+    if (json_) {
+      std::cout << ToJson(g) << "\n";
+      return 0;
+    }
+    PrintTable({{"group:", g.name()},
+                {"source:", SourceText(g.source())},
+                {"policy:", PolicyText(g.policy())},
+                {"generation:", absl::StrCat(g.generation())},
+                {"ready:", absl::StrCat(g.ready_count(), " of ", g.state_size())},
+                {"panic:", g.panic() ? "yes" : "no"}});
+    std::vector<std::vector<std::string>> rows = {
+        {"ADDRESS", "WEIGHT", "EFFECTIVE", "READY", "HEALTH", "DRAINED",
+         "LOCALITY", "METADATA"}};
+    for (const v1::TableBackend& b : g.state()) {
+      rows.push_back({b.backend().address(),
+                      absl::StrCat(b.backend().has_weight() ? b.backend().weight()
+                                                            : kDefaultWeight),
+                      absl::StrCat(b.effective_weight()),
+                      b.ready() ? "yes" : "no", HealthText(b.health()),
+                      b.backend().drained() ? "yes" : "no",
+                      LocalityText(b.backend().locality()),
+                      MetadataText(b.backend().metadata())});
+    }
+    std::cout << "\n";
+    PrintTable(rows);
+    return 0;
+  }
+
+  int Groups(const std::vector<std::string>&) {
+    v1::ListGroupsResponse out;
+    auto ctx = Context();
+    grpc::Status s = admin_->ListGroups(ctx.get(), {}, &out);
+    if (!s.ok()) return Fail(s);
+    if (json_) {
+      std::cout << ToJson(out) << "\n";
+      return 0;
+    }
+    std::vector<std::vector<std::string>> rows = {
+        {"NAME", "SOURCE", "POLICY", "GENERATION", "READY", "PANIC"}};
+    for (const v1::Group& g : out.groups()) {
+      rows.push_back({g.name(), SourceText(g.source()), PolicyText(g.policy()),
+                      absl::StrCat(g.generation()), absl::StrCat(g.ready_count()),
+                      g.panic() ? "yes" : "no"});
+    }
+    PrintTable(rows);
+    return 0;
+  }
+
+  int GetGroup(const std::vector<std::string>& a) {
+    if (Missing(a, 1, "group name")) return kUsage;
+    v1::GetGroupRequest req;
+    req.set_name(a[0]);
+    v1::Group out;
+    auto ctx = Context();
+    grpc::Status s = admin_->GetGroup(ctx.get(), req, &out);
+    if (!s.ok()) return Fail(s);
+    return PrintGroup(out);
+  }
+
+  int Targets(const std::vector<std::string>& a) {
+    v1::ListTargetsRequest req;
+    if (!a.empty()) req.set_group(a[0]);
+    v1::ListTargetsResponse out;
+    auto ctx = Context();
+    grpc::Status s = admin_->ListTargets(ctx.get(), req, &out);
+    if (!s.ok()) return Fail(s);
+    if (json_) {
+      std::cout << ToJson(out) << "\n";
+      return 0;
+    }
+    std::vector<std::vector<std::string>> rows = {
+        {"ADDRESS", "STATE", "PROBES", "LAST RESULT", "GROUPS"}};
+    for (const v1::Target& t : out.targets()) {
+      std::string last = "-";
+      if (t.has_last_result()) {
+        last = t.last_result().success() ? "ok" : "failed";
+        if (!t.last_result().reason().empty()) {
+          absl::StrAppend(&last, " (", t.last_result().reason(), ")");
+        }
+      }
+      rows.push_back({t.address(), HealthText(t.state()), absl::StrCat(t.probes()),
+                      last, absl::StrJoin(t.groups(), ",")});
+    }
+    PrintTable(rows);
+    return 0;
+  }
+
+  int PickCmd(const std::vector<std::string>& a) {
+    if (Missing(a, 1, "group name")) return kUsage;
+    v1::PickRequest req;
+    req.set_group(a[0]);
+    if (a.size() > 1) req.set_key(a[1]);
+    if (args_.Has("count")) {
+      uint32_t count = 0;
+      if (!absl::SimpleAtoi(args_.Get("count"), &count)) {
+        return UsageFail("--count: not a number");
+      }
+      req.set_count(count);
+    }
+    v1::PickResponse out;
+    auto ctx = Context();
+    grpc::Status s = lb_->Pick(ctx.get(), req, &out);
+    if (!s.ok()) return Fail(s);
+    if (json_) {
+      std::cout << ToJson(out) << "\n";
+      return 0;
+    }
+    std::vector<std::vector<std::string>> rows = {
+        {"ADDRESS", "WEIGHT", "LOCALITY", "METADATA"}};
+    for (const v1::PickedBackend& b : out.backends()) {
+      rows.push_back({b.address(), absl::StrCat(b.weight()),
+                      LocalityText(b.locality()), MetadataText(b.metadata())});
+    }
+    PrintTable(rows);
+    std::cout << "generation " << out.generation() << (out.panic() ? " (panic)" : "")
+              << "\n";
+    return 0;
+  }
+
+  int Watch(const std::vector<std::string>& a) {
+    if (Missing(a, 1, "group name")) return kUsage;
+    v1::WatchRequest req;
+    for (const std::string& g : a) req.add_groups(g);
+    req.set_subscriber("asidectl");
+    int64_t limit = -1;
+    if (args_.Has("updates") && !absl::SimpleAtoi(args_.Get("updates"), &limit)) {
+      return UsageFail("--updates: not a number");
+    }
+    auto ctx = Context(/*deadline=*/false);
+    auto reader = lb_->Watch(ctx.get(), req);
+    v1::GroupUpdate u;
+    int64_t seen = 0;
+    while (limit != 0 && reader->Read(&u)) {
+      if (json_) {
+        std::cout << ToJson(u, /*pretty=*/false) << std::endl;
+      } else {
+        std::string what;
+        switch (u.update_case()) {
+          case v1::GroupUpdate::kFull: {
+            int ready = 0;
+            for (const auto& b : u.full().backends()) ready += b.ready() ? 1 : 0;
+            what = absl::StrCat("full policy=", PolicyText(u.full().policy()),
+                                " backends=", u.full().backends_size(),
+                                " ready=", ready, u.full().panic() ? " panic" : "");
+            break;
+          }
+          case v1::GroupUpdate::kDelta:
+            what = absl::StrCat("delta base=", u.delta().base_generation(),
+                                " upserted=", u.delta().upserted_size(),
+                                " removed=", u.delta().removed_size(),
+                                u.delta().panic() ? " panic" : "");
+            break;
+          case v1::GroupUpdate::kRemoved:
+            what = absl::StrCat("removed (", u.removed().reason(), ")");
+            break;
+          default:
+            what = "empty";
+        }
+        std::cout << absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::LocalTimeZone())
+                  << " " << u.group() << " generation=" << u.generation() << " "
+                  << what << std::endl;
+        if (u.has_full() || u.has_delta()) {
+          const auto& list = u.has_full() ? u.full().backends() : u.delta().upserted();
+          for (const auto& b : list) {
+            std::cout << "    " << b.backend().address()
+                      << " weight=" << b.effective_weight()
+                      << (b.ready() ? " ready" : " not-ready")
+                      << (b.backend().drained() ? " drained" : "") << std::endl;
+          }
+          if (u.has_delta()) {
+            for (const auto& r : u.delta().removed()) {
+              std::cout << "    " << r << " removed" << std::endl;
+            }
+          }
+        }
+      }
+      if (limit > 0 && ++seen >= limit) {
+        ctx->TryCancel();
+        break;
+      }
+    }
+    grpc::Status s = reader->Finish();
+    if (limit > 0 && seen >= limit) return 0;
+    if (!s.ok()) return Fail(s);
+    return 0;
+  }
+
+  static absl::StatusOr<v1::Backend> ParseBackend(const std::string& spec) {
+    v1::Backend b;
+    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits('=', 1));
+    b.set_address(parts[0]);
+    if (parts.size() == 2) {
+      uint32_t w = 0;
+      if (!absl::SimpleAtoi(parts[1], &w)) {
+        return Usage(absl::StrCat("backend '", spec, "': weight is not a number"));
+      }
+      b.set_weight(w);
+    }
+    return b;
+  }
+
+  int CreateOne(const v1::Group& group) {
+    v1::CreateGroupRequest req;
+    *req.mutable_group() = group;
+    v1::Group out;
+    auto ctx = Context();
+    grpc::Status s = admin_->CreateGroup(ctx.get(), req, &out);
+    if (!s.ok()) return Fail(s);
+    if (json_) {
+      std::cout << ToJson(out) << "\n";
+    } else {
+      std::cout << "created group " << out.name() << " (generation "
+                << out.generation() << ", " << out.state_size() << " backends)\n";
+    }
+    return 0;
+  }
+
+  int CreateGroup(const std::vector<std::string>& a) {
+    if (Missing(a, 1, "group name or file")) return kUsage;
+    const bool from_file = absl::EndsWith(a[0], ".json") ||
+                           absl::EndsWith(a[0], ".yaml") ||
+                           absl::EndsWith(a[0], ".yml") || a[0].find('/') != std::string::npos;
+    if (!from_file) {
+      v1::Group g;
+      g.set_name(a[0]);
+      for (const std::string& b : args_.All("backend")) {
+        absl::StatusOr<v1::Backend> backend = ParseBackend(b);
+        if (!backend.ok()) return UsageFail(backend.status().message());
+        *g.add_backends() = *std::move(backend);
+      }
+      if (args_.Has("policy")) {
+        absl::StatusOr<PolicyKind> kind = ParsePolicyName(args_.Get("policy"));
+        if (!kind.ok()) {
+          return UsageFail(absl::StrCat("--policy: ", kind.status().message()));
+        }
+        PolicyConfig c;
+        c.kind = *kind;
+        ToProto(c, g.mutable_policy());
+      }
+      if (args_.Has("health-check")) {
+        v1::HealthCheck::Kind kind;
+        if (!v1::HealthCheck::Kind_Parse(absl::AsciiStrToUpper(args_.Get("health-check")),
+                                         &kind)) {
+          return UsageFail("--health-check: one of tcp, http, grpc, none");
+        }
+        g.mutable_health_check()->set_kind(kind);
+      }
+      return CreateOne(g);
+    }
+    absl::StatusOr<std::vector<v1::Group>> groups = LoadGroups(a[0]);
+    if (!groups.ok()) return UsageFail(groups.status().message());
+    for (const v1::Group& g : *groups) {
+      if (int rc = CreateOne(g); rc != 0) return rc;
+    }
+    return 0;
+  }
+
+  // YAML (and JSON, which is YAML) to protobuf JSON, accepting the config
+  // file's shorthands: `policy: ketama`, backends as plain addresses,
+  // lowercase health-check kinds.
+  static void EmitJson(const YAML::Node& n, const std::string& key, std::string* out) {
+    switch (n.Type()) {
+      case YAML::NodeType::Map: {
+        out->push_back('{');
+        bool first = true;
+        for (const auto& kv : n) {
+          const std::string k = kv.first.as<std::string>();
+          if (!first) out->push_back(',');
+          first = false;
+          absl::StrAppend(out, "\"", JsonEscape(k), "\":");
+          if (k == "policy" && kv.second.IsScalar()) {
+            absl::StrAppend(out, "{\"", kv.second.as<std::string>(), "\":{}}");
+          } else if (k == "kind" && kv.second.IsScalar()) {
+            absl::StrAppend(out, "\"", absl::AsciiStrToUpper(kv.second.as<std::string>()),
+                            "\"");
+          } else {
+            EmitJson(kv.second, k, out);
+          }
+        }
+        out->push_back('}');
+        break;
+      }
+      case YAML::NodeType::Sequence: {
+        out->push_back('[');
+        bool first = true;
+        for (const auto& item : n) {
+          if (!first) out->push_back(',');
+          first = false;
+          if (key == "backends" && item.IsScalar()) {
+            absl::StrAppend(out, "{\"address\":\"", JsonEscape(item.as<std::string>()),
+                            "\"}");
+          } else {
+            EmitJson(item, "", out);
+          }
+        }
+        out->push_back(']');
+        break;
+      }
+      case YAML::NodeType::Scalar: {
+        const std::string v = n.as<std::string>();
+        double d;
+        if (n.Tag() != "!" && (v == "true" || v == "false" ||
+                               (absl::SimpleAtod(v, &d) && !v.empty() &&
+                                v.find_first_not_of("0123456789.-+eE") == std::string::npos))) {
+          out->append(v);
+        } else {
+          absl::StrAppend(out, "\"", JsonEscape(v), "\"");
+        }
+        break;
+      }
+      default:
+        out->append("null");
+    }
+  }
+
+  static absl::StatusOr<std::vector<v1::Group>> LoadGroups(const std::string& path) {
+    YAML::Node root;
+    // yaml-cpp reports errors by exception: caught here, at the boundary.
+    try {
+      root = YAML::LoadFile(path);
+    } catch (const std::exception& e) {
+      return Usage(absl::StrCat(path, ": ", e.what()));
+    }
+    std::vector<YAML::Node> nodes;
+    if (root.IsMap() && root["groups"] && root["groups"].IsSequence()) {
+      for (const auto& g : root["groups"]) nodes.push_back(g);
+    } else if (root.IsMap() && root["group"]) {
+      nodes.push_back(root["group"]);
+    } else {
+      nodes.push_back(root);
+    }
+    std::vector<v1::Group> out;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      std::string json;
+      try {
+        EmitJson(nodes[i], "", &json);
+      } catch (const std::exception& e) {
+        return Usage(absl::StrCat(path, ": group ", i, ": ", e.what()));
+      }
+      v1::Group g;
+      google::protobuf::util::JsonParseOptions options;
+      auto status = google::protobuf::util::JsonStringToMessage(json, &g, options);
+      if (!status.ok()) {
+        return Usage(absl::StrCat(path, ": group ", i, ": ",
+                                  std::string(status.message())));
+      }
+      out.push_back(std::move(g));
+    }
+    return out;
+  }
+
+  int DeleteGroup(const std::vector<std::string>& a) {
+    if (Missing(a, 1, "group name")) return kUsage;
+    v1::DeleteGroupRequest req;
+    req.set_name(a[0]);
+    v1::DeleteGroupResponse out;
+    auto ctx = Context();
+    grpc::Status s = admin_->DeleteGroup(ctx.get(), req, &out);
+    if (!s.ok()) return Fail(s);
+    if (json_) {
+      std::cout << ToJson(out) << "\n";
+    } else {
+      std::cout << "deleted group " << a[0] << " (generation " << out.generation()
+                << ")\n";
+    }
+    return 0;
+  }
+
+  int Changed(const grpc::Status& s, const v1::Group& out, const std::string& what) {
+    if (!s.ok()) return Fail(s);
+    if (json_) {
+      std::cout << ToJson(out) << "\n";
+    } else {
+      std::cout << what << " (group " << out.name() << ", generation "
+                << out.generation() << ")\n";
+    }
+    return 0;
+  }
+
+  int AddBackends(const std::vector<std::string>& a) {
+    if (Missing(a, 2, "group name and backend address")) return kUsage;
+    v1::AddBackendsRequest req;
+    req.set_group(a[0]);
+    for (size_t i = 1; i < a.size(); ++i) {
+      absl::StatusOr<v1::Backend> backend = ParseBackend(a[i]);
+      if (!backend.ok()) return UsageFail(backend.status().message());
+      *req.add_backends() = *std::move(backend);
+    }
+    v1::Group out;
+    auto ctx = Context();
+    return Changed(admin_->AddBackends(ctx.get(), req, &out), out,
+                   absl::StrCat("added ", a.size() - 1, " backend(s)"));
+  }
+
+  int RemoveBackends(const std::vector<std::string>& a) {
+    if (Missing(a, 2, "group name and backend address")) return kUsage;
+    v1::RemoveBackendsRequest req;
+    req.set_group(a[0]);
+    for (size_t i = 1; i < a.size(); ++i) req.add_addresses(a[i]);
+    v1::Group out;
+    auto ctx = Context();
+    return Changed(admin_->RemoveBackends(ctx.get(), req, &out), out,
+                   absl::StrCat("removed ", a.size() - 1, " backend(s)"));
+  }
+
+  int Drain(const std::vector<std::string>& a, bool drained) {
+    if (Missing(a, 2, "group name and backend address")) return kUsage;
+    v1::DrainBackendsRequest req;
+    req.set_group(a[0]);
+    req.set_drained(drained);
+    for (size_t i = 1; i < a.size(); ++i) req.add_addresses(a[i]);
+    v1::Group out;
+    auto ctx = Context();
+    return Changed(admin_->DrainBackends(ctx.get(), req, &out), out,
+                   absl::StrCat(drained ? "drained " : "undrained ", a.size() - 1,
+                                " backend(s)"));
+  }
+
+  const Args& args_;
+  const bool json_;
+  absl::Duration timeout_ = absl::Seconds(10);
+  std::string usage_error_;
+
+ public:
+  const std::string& usage_error() const { return usage_error_; }
+  bool SetTimeout(const std::string& text) {
+    return absl::ParseDuration(text, &timeout_) && timeout_ > absl::ZeroDuration();
+  }
+
+ private:
+  std::string token_;
+  std::string command_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+  std::unique_ptr<v1::LoadBalancer::Stub> lb_;
+};
+
+int Main(int argc, char** argv) {
+  Args args;
+  std::string error;
+  if (!ParseArgs(argc, argv, &args, &error)) {
+    std::cerr << "asidectl: " << error << "\n\n" << kUsage;
+    return 2;
+  }
+  if (args.Has("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (args.positional.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  std::string server = args.Get("server");
+  if (server.empty()) {
+    const char* env = std::getenv("ASIDE_SERVER");
+    server = env != nullptr && *env != '\0' ? env : "localhost:50051";
+  }
+  TlsOptions tls;
+  tls.enabled = args.Has("tls") || args.Has("tls-ca") || args.Has("tls-cert") ||
+                args.Has("tls-key") || args.Has("tls-server-name");
+  tls.ca_file = args.Get("tls-ca");
+  tls.cert_file = args.Get("tls-cert");
+  tls.key_file = args.Get("tls-key");
+  tls.server_name = args.Get("tls-server-name");
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeCredentials(tls);
+  if (!creds.ok()) {
+    std::cerr << "asidectl: " << creds.status().message() << "\n";
+    return 2;
+  }
+  grpc::ChannelArguments channel_args;
+  ApplyTlsArgs(tls, &channel_args);
+  channel_args.SetMaxReceiveMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(server, *creds, channel_args);
+  Ctl ctl(args, channel);
+  if (args.Has("timeout") && !ctl.SetTimeout(args.Get("timeout"))) {
+    std::cerr << "asidectl: --timeout: cannot parse '" << args.Get("timeout")
+              << "'\n";
+    return 2;
+  }
+  const std::string command = args.positional[0];
+  std::vector<std::string> rest(args.positional.begin() + 1, args.positional.end());
+  const int rc = ctl.Run(command, rest);
+  if (rc < 0) {
+    std::cerr << "asidectl: " << command << ": " << ctl.usage_error() << "\n\n"
+              << kUsage;
+    return 2;
+  }
+  return rc;
+}
+
+}  // namespace
+}  // namespace aside
+
+int main(int argc, char** argv) { return aside::Main(argc, argv); }

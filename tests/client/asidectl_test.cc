@@ -1,0 +1,223 @@
+// asidectl against the real server binary: every command's output and exit
+// code, --json, the token from the flag or ASIDE_TOKEN, a bad token, and
+// usage errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "absl/strings/str_cat.h"
+#include "tests/client/client_helpers.h"
+#include "tests/integration/server_helpers.h"
+#include "tests/testing/process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace aside {
+namespace {
+
+using ::aside::testing::CommandResult;
+using ::aside::testing::kClientTestConfig;
+using ::aside::testing::kClientTestToken;
+using ::aside::testing::RunCommand;
+using ::aside::testing::RunningServer;
+using ::aside::testing::TempDir;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class AsidectlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("ASIDE_TOKEN");
+    auto server = aside::testing::StartServer(
+        dir_.path() + "/state",
+        {"--config", dir_.WriteFile("aside.yaml", kClientTestConfig),
+         "--admin-token-file",
+         dir_.WriteFile("tokens", absl::StrCat(kClientTestToken, " admin\n"))});
+    ASSERT_OK(server);
+    server_ = *std::move(server);
+  }
+
+  // Runs asidectl with --server and the token, plus `args`.
+  CommandResult Ctl(std::vector<std::string> args, bool token = true) {
+    std::vector<std::string> argv = {aside::testing::BinDir() + "/asidectl",
+                                     "--server", server_.target()};
+    if (token) {
+      argv.push_back("--token");
+      argv.push_back(kClientTestToken);
+    }
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, absl::Seconds(30));
+  }
+
+  TempDir dir_;
+  RunningServer server_;
+};
+
+TEST_F(AsidectlTest, ReadCommandsPrintTablesOrJson) {
+  CommandResult r = Ctl({"groups"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("NAME"), HasSubstr("GENERATION"),
+                              HasSubstr("rr"), HasSubstr("wrr"),
+                              HasSubstr("weighted_round_robin"), HasSubstr("file")));
+  r = Ctl({"groups", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("\"groups\""), HasSubstr("\"name\": \"rr\""),
+                              HasSubstr("GROUP_SOURCE_FILE")));
+
+  r = Ctl({"group", "wrr"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("group:"), HasSubstr("wrr"), HasSubstr("ADDRESS"),
+                    HasSubstr("127.0.0.1:9101"), HasSubstr("500"),
+                    HasSubstr("local/a"), HasSubstr("version=v2"),
+                    HasSubstr("ready:       3 of 3")));
+  r = Ctl({"--json", "group", "wrr"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("\"state\""), HasSubstr("\"effectiveWeight\": 500")));
+
+  r = Ctl({"pick", "rr"}, /*token=*/false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("ADDRESS"), HasSubstr("127.0.0.1:900"),
+                              HasSubstr("generation ")));
+  r = Ctl({"pick", "rr", "some-key", "--count", "3", "--json"}, /*token=*/false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("\"backends\""), HasSubstr("127.0.0.1:9001"),
+                              HasSubstr("127.0.0.1:9002"), HasSubstr("127.0.0.1:9003")));
+
+  r = Ctl({"watch", "rr", "--updates", "1"}, /*token=*/false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("rr generation="), HasSubstr("full policy=round_robin"),
+                              HasSubstr("127.0.0.1:9002 weight=100 ready")));
+  r = Ctl({"watch", "rr", "wrr", "--updates", "2", "--json"}, /*token=*/false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("\"group\":\"rr\""), HasSubstr("\"group\":\"wrr\""),
+                              HasSubstr("\"full\"")));
+
+  // ListTargets: either a table, or a clear word that the server does not
+  // implement it yet.
+  r = Ctl({"targets"});
+  if (r.exit_code == 0) {
+    EXPECT_THAT(r.output, HasSubstr("ADDRESS"));
+  } else {
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.output, AllOf(HasSubstr("UNIMPLEMENTED"),
+                                HasSubstr("does not implement targets")));
+  }
+}
+
+TEST_F(AsidectlTest, MutationsFromFlagsAndFiles) {
+  CommandResult r =
+      Ctl({"create-group", "web", "--backend", "127.0.0.1:9401=200", "--backend",
+           "127.0.0.1:9402", "--policy", "weighted_round_robin", "--health-check",
+           "none"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("created group web"));
+  r = Ctl({"group", "web"});
+  EXPECT_THAT(r.output, AllOf(HasSubstr("weighted_round_robin"), HasSubstr("127.0.0.1:9401"),
+                              HasSubstr("200"), HasSubstr("admin")));
+
+  r = Ctl({"add-backend", "web", "127.0.0.1:9403=50"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("added 1 backend(s) (group web, generation"));
+  r = Ctl({"drain", "web", "127.0.0.1:9401"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("drained 1 backend(s)"));
+  r = Ctl({"group", "web"});
+  EXPECT_THAT(r.output, HasSubstr("ready:       2 of 3"));
+  r = Ctl({"undrain", "web", "127.0.0.1:9401", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("\"name\": \"web\""));
+  r = Ctl({"remove-backend", "web", "127.0.0.1:9403"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("removed 1 backend(s)"));
+  r = Ctl({"remove-backend", "web", "127.0.0.1:9403"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("NOT_FOUND"));
+  r = Ctl({"delete-group", "web"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("deleted group web"));
+
+  // YAML in the config file's shape, with its shorthands.
+  const std::string yaml = dir_.WriteFile("groups.yaml", R"(groups:
+  - name: from-yaml
+    policy: round_robin
+    health_check: {kind: none}
+    backends:
+      - 127.0.0.1:9501
+      - address: 127.0.0.1:9502
+        weight: 300
+        metadata: {tier: gold}
+)");
+  r = Ctl({"create-group", yaml});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("created group from-yaml"));
+  r = Ctl({"group", "from-yaml"});
+  EXPECT_THAT(r.output, AllOf(HasSubstr("127.0.0.1:9502"), HasSubstr("300"),
+                              HasSubstr("tier=gold")));
+  // Protobuf JSON, as grpcurl takes it.
+  const std::string json = dir_.WriteFile(
+      "group.json",
+      R"({"group": {"name": "from-json", "policy": {"weightedRoundRobin": {}},
+          "healthCheck": {"kind": "NONE"},
+          "backends": [{"address": "127.0.0.1:9601", "weight": 7}]}})");
+  r = Ctl({"create-group", json});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = Ctl({"group", "from-json", "--json"});
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("weightedRoundRobin"), HasSubstr("127.0.0.1:9601")));
+  // A policy this server build lacks is the server's answer, not a usage
+  // error.
+  r = Ctl({"create-group", "hashed", "--backend", "127.0.0.1:9801", "--policy",
+           "maglev"});
+  EXPECT_THAT(r.exit_code, ::testing::AnyOf(0, 1)) << r.output;
+
+  // Server-side validation errors come back as RPC errors.
+  r = Ctl({"create-group", "bad", "--backend", "127.0.0.1:9701=20000"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("weight")));
+}
+
+TEST_F(AsidectlTest, TokensFromTheEnvironmentAndBadTokens) {
+  CommandResult r = Ctl({"groups"}, /*token=*/false);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("UNAUTHENTICATED"),
+                              HasSubstr("--token or ASIDE_TOKEN")));
+  r = Ctl({"groups", "--token", "not-the-right-token-at-all"}, /*token=*/false);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("asidectl: groups: UNAUTHENTICATED"));
+  setenv("ASIDE_TOKEN", kClientTestToken, 1);
+  r = Ctl({"groups"}, /*token=*/false);
+  unsetenv("ASIDE_TOKEN");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("wrr"));
+}
+
+TEST_F(AsidectlTest, UsageErrorsExitWithTwo) {
+  const std::string bin = aside::testing::BinDir() + "/asidectl";
+  EXPECT_EQ(RunCommand({bin}).exit_code, 2);
+  CommandResult r = RunCommand({bin, "frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, AllOf(HasSubstr("unknown command 'frobnicate'"), HasSubstr("usage:")));
+  r = RunCommand({bin, "--bogus", "groups"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown flag --bogus"));
+  r = Ctl({"group"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("missing group name"));
+  r = Ctl({"create-group", dir_.path() + "/missing.yaml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("missing.yaml"));
+  r = RunCommand({bin, "--tls-ca", "/nonexistent/ca.pem", "groups"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("/nonexistent/ca.pem"));
+  EXPECT_EQ(RunCommand({bin, "--help"}).exit_code, 0);
+  // An unreachable server is an RPC error.
+  r = RunCommand({bin, "--server",
+                  absl::StrCat("127.0.0.1:", aside::testing::PickUnusedPort()),
+                  "--timeout", "2s", "pick", "rr"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("UNAVAILABLE"), Not(HasSubstr("usage:"))));
+}
+
+}  // namespace
+}  // namespace aside

@@ -1,0 +1,403 @@
+// aside::Client against an in-process fake LoadBalancer: fallback lists,
+// wait_for_table, rejected tables, load reports, picks on several threads
+// while tables swap (run under TSan), and Pick handle semantics.
+#include "client/client.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tests/client/fake_lookaside.h"
+#include "tests/testing/process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace aside {
+namespace {
+
+using ::aside::testing::FakeServer;
+using ::aside::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+v1::GroupUpdate Full(const std::string& group, uint64_t generation,
+                     std::vector<std::pair<std::string, uint32_t>> backends,
+                     bool weighted = false) {
+  v1::GroupUpdate u;
+  u.set_group(group);
+  u.set_generation(generation);
+  u.set_server_id("fake");
+  if (weighted) {
+    u.mutable_full()->mutable_policy()->mutable_weighted_round_robin();
+  } else {
+    u.mutable_full()->mutable_policy()->mutable_round_robin();
+  }
+  for (const auto& [address, weight] : backends) {
+    v1::TableBackend* b = u.mutable_full()->add_backends();
+    b->mutable_backend()->set_address(address);
+    b->mutable_backend()->set_weight(weight);
+    b->set_effective_weight(weight);
+    b->set_ready(true);
+    b->set_health(v1::HEALTH_STATE_HEALTHY);
+  }
+  return u;
+}
+
+// Collects the stub's log lines.
+struct LogSink {
+  absl::Mutex mu;
+  std::vector<std::string> lines;
+  std::function<void(absl::string_view)> fn() {
+    return [this](absl::string_view line) {
+      absl::MutexLock lock(&mu);
+      lines.emplace_back(line);
+    };
+  }
+  int Count(absl::string_view needle) {
+    absl::MutexLock lock(&mu);
+    int n = 0;
+    for (const auto& l : lines) {
+      n += absl::StrContains(l, needle) ? 1 : 0;
+    }
+    return n;
+  }
+};
+
+ClientOptions FastOptions(const std::string& target) {
+  ClientOptions o;
+  o.targets = {target};
+  o.backoff.initial = absl::Milliseconds(50);
+  o.backoff.max = absl::Milliseconds(200);
+  o.report_interval = absl::Milliseconds(100);
+  o.reporter = "test-reporter";
+  return o;
+}
+
+TEST(ClientTest, FallbackServesUntilTheFirstTableArrives) {
+  FakeServer fake;
+  fake.Start();
+  ClientOptions options = FastOptions(fake.target());
+  options.fallback["web"] = {"127.0.0.1:7001", "127.0.0.1:7002"};
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+
+  std::map<std::string, int> counts;
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+    EXPECT_TRUE(pick.from_fallback());
+    EXPECT_EQ(pick.generation(), 0u);
+    counts[std::string(pick.address())]++;
+    pick.Done(true);
+  }
+  EXPECT_EQ(counts["127.0.0.1:7001"], 5);
+  EXPECT_EQ(counts["127.0.0.1:7002"], 5);
+
+  fake.service.Push(Full("web", 42, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(42, absl::Seconds(10)));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+    EXPECT_FALSE(pick.from_fallback());
+    EXPECT_EQ(pick.address(), "127.0.0.1:8001");
+    EXPECT_EQ(pick.generation(), 42u);
+    pick.Done(true);
+  }
+}
+
+TEST(ClientTest, WithoutTableOrFallbackPicksFailAfterWaitForTable) {
+  const int port = aside::testing::PickUnusedPort();
+  const std::string target = absl::StrCat("127.0.0.1:", port);
+  ClientOptions options = FastOptions(target);
+  options.wait_for_table = absl::Milliseconds(300);
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Pick> pick = web->Pick();
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_THAT(pick, StatusIs(absl::StatusCode::kUnavailable,
+                             AllOf(HasSubstr("group 'web'"), HasSubstr(target),
+                                   HasSubstr("300ms"))));
+  EXPECT_GE(waited, absl::Milliseconds(250));
+  EXPECT_LT(waited, absl::Seconds(5));
+  // The cause: the connection error once one attempt has failed.
+  EXPECT_THAT(pick.status().message(), HasSubstr("UNAVAILABLE"));
+  // After the deadline, picks fail at once.
+  const absl::Time again = absl::Now();
+  EXPECT_THAT(web->Pick(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(target)));
+  EXPECT_LT(absl::Now() - again, absl::Milliseconds(100));
+}
+
+TEST(ClientTest, ReconnectsGoRoundRobinOverTheTargets) {
+  FakeServer fake;
+  fake.Start();
+  const std::string dead =
+      absl::StrCat("127.0.0.1:", aside::testing::PickUnusedPort());
+  ClientOptions options = FastOptions(dead);
+  options.targets.push_back(fake.target());
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 3, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(3, absl::Seconds(10)));
+  EXPECT_GE(client->stats().watch_attempts, 2u);
+  EXPECT_EQ(client->stats().watch_connected, 1u);
+}
+
+TEST(ClientTest, APickWaitingForTheFirstTableGetsIt) {
+  FakeServer fake;
+  fake.Start();
+  ClientOptions options = FastOptions(fake.target());
+  options.wait_for_table = absl::Seconds(20);
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  std::thread pusher([&] {
+    absl::SleepFor(absl::Milliseconds(100));  // the pick must be waiting
+    fake.service.Push(Full("web", 5, {{"127.0.0.1:8001", 100}}));
+  });
+  absl::StatusOr<Pick> pick = web->Pick();
+  pusher.join();
+  ASSERT_OK(pick);
+  EXPECT_EQ(pick->address(), "127.0.0.1:8001");
+}
+
+TEST(ClientTest, InvalidNamesAndOptionsAreRejected) {
+  EXPECT_THAT(Client::Create({}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("targets")));
+  ClientOptions bad_fallback;
+  bad_fallback.targets = {"127.0.0.1:1"};
+  bad_fallback.fallback["web"] = {"10.0.0.1"};
+  EXPECT_THAT(Client::Create(bad_fallback),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("fallback['web'][0]")));
+  ClientOptions bad_tls;
+  bad_tls.targets = {"127.0.0.1:1"};
+  bad_tls.tls.enabled = true;
+  bad_tls.tls.ca_file = "/nonexistent/ca.pem";
+  EXPECT_THAT(Client::Create(bad_tls),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("/nonexistent/ca.pem")));
+
+  ClientOptions ok;
+  ok.targets = {"127.0.0.1:1"};
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(ok));
+  EXPECT_THAT(client->Group("Not A Name")->Pick(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("group 'Not A Name'")));
+}
+
+TEST(ClientTest, ARejectedTableLeavesThePreviousOneServing) {
+  FakeServer fake;
+  fake.Start();
+  LogSink log;
+  ClientOptions options = FastOptions(fake.target());
+  options.log = log.fn();
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
+
+  fake.service.Push(Full("web", 2, {{"127.0.0.1:8002", 100}, {"bad", 1}}));
+  fake.service.Push(Full("web", 3, {{"127.0.0.1:8003", 20000}}));
+  // A good one after them, to know the bad ones were processed.
+  v1::GroupUpdate confirm = Full("web", 1, {});
+  confirm.clear_full();
+  confirm.mutable_delta()->set_base_generation(1);
+  fake.service.Push(confirm);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (web->rejected_updates() < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(web->rejected_updates(), 2u);
+  EXPECT_EQ(web->generation(), 1u);
+  ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+  EXPECT_EQ(pick.address(), "127.0.0.1:8001");
+  EXPECT_EQ(client->stats().updates_rejected, 2u);
+  EXPECT_EQ(log.Count("event=table.rejected"), 2);
+}
+
+TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
+  FakeServer fake;
+  fake.Start();
+  ClientOptions options = FastOptions(fake.target());
+  options.locality.zone = "z1";
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
+
+  {
+    ASSERT_OK_AND_ASSIGN(Pick a, web->Pick());
+    ASSERT_OK_AND_ASSIGN(Pick b, web->Pick());
+    const BackendLoad* load = a.member().load;
+    EXPECT_EQ(load->in_flight(), 2);
+    a.Done(absl::OkStatus());
+    b.Done(grpc::Status(grpc::StatusCode::INTERNAL, "boom"));
+    EXPECT_EQ(load->in_flight(), 0);
+    // Still valid after Done; a second Done records nothing.
+    EXPECT_EQ(a.address(), "127.0.0.1:8001");
+    a.Done(false);
+    EXPECT_EQ(load->in_flight(), 0);
+    ASSERT_OK_AND_ASSIGN(Pick abandoned, web->Pick());
+    // Destroyed without Done: recorded as a failure.
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  v1::BackendLoad last;
+  while (absl::Now() < deadline) {
+    auto reports = fake.service.reports();
+    if (!reports.empty() && reports.back().loads_size() > 0 &&
+        reports.back().loads(0).requests() == 3) {
+      last = reports.back().loads(0);
+      EXPECT_EQ(reports.back().reporter(), "test-reporter");
+      EXPECT_EQ(reports.back().reporter_locality().zone(), "z1");
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(last.group(), "web");
+  EXPECT_EQ(last.address(), "127.0.0.1:8001");
+  EXPECT_EQ(last.requests(), 3u);
+  EXPECT_EQ(last.failures(), 2u);
+  EXPECT_EQ(last.consecutive_failures(), 2u);
+  EXPECT_EQ(last.in_flight(), 0u);
+  // The first report of a counter sets `reset` (a new baseline); later
+  // ones do not.
+  EXPECT_TRUE(last.reset());
+  {
+    ASSERT_OK_AND_ASSIGN(Pick more, web->Pick());
+    more.Done(true);
+  }
+  const absl::Time deadline2 = absl::Now() + absl::Seconds(10);
+  v1::BackendLoad next;
+  while (absl::Now() < deadline2 && next.requests() != 4) {
+    for (const auto& r : fake.service.reports()) {
+      if (r.loads_size() > 0 && r.loads(0).requests() == 4) {
+        next = r.loads(0);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(next.requests(), 4u);
+  EXPECT_EQ(next.consecutive_failures(), 0u);
+  EXPECT_FALSE(next.reset());
+  // Idle backends are left out of later reports.
+  const size_t count = fake.service.reports().size();
+  absl::SleepFor(absl::Milliseconds(400));
+  for (size_t i = count; i < fake.service.reports().size(); ++i) {
+    EXPECT_EQ(fake.service.reports()[i].loads_size(), 0);
+  }
+}
+
+TEST(ClientTest, UnimplementedReportingIsRetriedQuietly) {
+  FakeServer fake;
+  fake.service.set_report_status(
+      grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "not yet"));
+  fake.Start();
+  LogSink log;
+  ClientOptions options = FastOptions(fake.target());
+  options.log = log.fn();
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (client->stats().report_stream_failures < 3 && absl::Now() < deadline) {
+    ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+    pick.Done(true);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_GE(client->stats().report_stream_failures, 3u);
+  EXPECT_TRUE(client->stats().reporting_unavailable);
+  EXPECT_EQ(log.Count("event=report.unavailable"), 1);
+  EXPECT_EQ(log.Count("event=report.failed"), 0);
+}
+
+TEST(ClientTest, PicksOnSeveralThreadsWhileTablesSwap) {
+  FakeServer fake;
+  fake.Start();
+  ClientOptions options = FastOptions(fake.target());
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> picks{0};
+  std::atomic<int64_t> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<Pick> held;
+      while (!stop.load()) {
+        absl::StatusOr<Pick> pick = web->Pick(absl::StrCat("key", t));
+        if (!pick.ok()) {
+          failures.fetch_add(1);
+          continue;
+        }
+        picks.fetch_add(1);
+        // Keep a few handles across swaps; finish some on another turn.
+        held.push_back(*std::move(pick));
+        if (held.size() > 8) {
+          held.front().Done(true);
+          held.erase(held.begin());
+        }
+      }
+    });
+  }
+  constexpr uint64_t kSwaps = 100;
+  for (uint64_t g = 2; g <= kSwaps; ++g) {
+    std::vector<std::pair<std::string, uint32_t>> backends;
+    for (uint64_t i = 0; i < 1 + g % 5; ++i) {
+      backends.emplace_back(absl::StrCat("127.0.0.1:", 8000 + (g + i) % 7),
+                            static_cast<uint32_t>(1 + i));
+    }
+    fake.service.Push(Full("web", g, backends, /*weighted=*/g % 2 == 0));
+    if (g % 10 == 0) {
+      ASSERT_TRUE(web->WaitForGeneration(g, absl::Seconds(10)));
+    }
+  }
+  ASSERT_TRUE(web->WaitForGeneration(kSwaps, absl::Seconds(10)));
+  absl::SleepFor(absl::Milliseconds(50));
+  stop.store(true);
+  for (auto& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(picks.load(), 0);
+  EXPECT_EQ(client->stats().updates_applied, kSwaps);
+}
+
+TEST(ClientTest, ChannelsOfDepartedBackendsAreEvicted) {
+  FakeServer fake;
+  fake.Start();
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(FastOptions(fake.target())));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}, {"127.0.0.1:8002", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
+  auto a = client->channels().Get("127.0.0.1:8001");
+  EXPECT_EQ(client->channels().Get("127.0.0.1:8001"), a);
+  client->channels().Get("127.0.0.1:8002");
+  EXPECT_EQ(client->channels().size(), 2u);
+  fake.service.Push(Full("web", 2, {{"127.0.0.1:8002", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(2, absl::Seconds(10)));
+  EXPECT_EQ(client->channels().size(), 1u);
+  EXPECT_NE(client->channels().Get("127.0.0.1:8001"), a);
+}
+
+TEST(ChannelPoolTest, IsBoundedAndPrefersEvictingDepartedBackends) {
+  ChannelPoolOptions options;
+  options.max_channels = 2;
+  ChannelPool pool(options);
+  auto a = pool.Get("127.0.0.1:1");
+  auto b = pool.Get("127.0.0.1:2");
+  pool.Retain({"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"});
+  EXPECT_EQ(pool.size(), 2u);
+  pool.Get("127.0.0.1:3");  // evicts the oldest: :1
+  EXPECT_EQ(pool.size(), 2u);
+  EXPECT_EQ(pool.Get("127.0.0.1:2"), b);
+  EXPECT_NE(pool.Get("127.0.0.1:1"), a);
+}
+
+}  // namespace
+}  // namespace aside
