@@ -1,6 +1,7 @@
 #include "server/health/health_registry.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <random>
@@ -230,9 +231,14 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
         transition->result = result;
         transition->groups = SortedGroupsLocked(target);
       }
-      event.target_id = target.id;
-      event.address = target.address;
-      event.after = target.counters;
+      if (has_probe_observer_.load(std::memory_order_relaxed)) {
+        event.target_id = target.id;
+        event.address = target.address;
+        event.after = target.counters;
+      }
+    }
+    if (!transition && !has_probe_observer_.load(std::memory_order_relaxed)) {
+      return;  // the common case: nothing to tell anyone
     }
     event.result = std::move(result);
     std::lock_guard<std::mutex> lock(observers_mu_);
@@ -241,7 +247,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
         observer(*transition);
       }
     }
-    if (probe_observer_) {
+    if (probe_observer_ && event.target_id != 0) {
       probe_observer_(event);
     }
   }
@@ -268,6 +274,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
 
   void SetProbeObserver(std::function<void(const ProbeEvent&)> fn) {
     std::lock_guard<std::mutex> lock(observers_mu_);
+    has_probe_observer_.store(fn != nullptr, std::memory_order_relaxed);
     probe_observer_ = std::move(fn);
   }
 
@@ -363,6 +370,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   std::vector<std::pair<uint64_t, HealthRegistry::Observer>> observers_;
   uint64_t next_observer_id_ = 1;
   std::function<void(const ProbeEvent&)> probe_observer_;
+  std::atomic<bool> has_probe_observer_{false};
 };
 
 }  // namespace health_internal

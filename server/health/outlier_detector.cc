@@ -69,6 +69,24 @@ bool OutlierDetector::ReportConsecutiveFailures(absl::string_view address,
   return FailLocked(it->second, n, clock_->NowNanos());
 }
 
+bool OutlierDetector::ReportBatch(absl::string_view address,
+                                  uint64_t requests, uint64_t failures,
+                                  uint64_t trailing_failures) {
+  failures = std::min(failures, requests);
+  trailing_failures = std::min(trailing_failures, failures);
+  constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
+  if (requests == 0) {
+    return false;
+  }
+  if (failures == requests) {
+    return ReportConsecutiveFailures(
+        address, static_cast<uint32_t>(std::min(failures, kMax)));
+  }
+  Report(address, true);
+  return ReportConsecutiveFailures(
+      address, static_cast<uint32_t>(std::min(trailing_failures, kMax)));
+}
+
 bool OutlierDetector::FailLocked(Entry& entry, uint32_t n, int64_t now) {
   if (EjectedAt(entry, now)) {
     return false;

@@ -70,6 +70,18 @@ class OutlierDetector {
   // times, in O(1)). Returns true when the backend was ejected.
   bool ReportConsecutiveFailures(absl::string_view address, uint32_t n);
 
+  // A batch of outcomes one reporter saw since its previous report
+  // (aside.v1.BackendLoad deltas): `requests` completed, `failures` of them
+  // failed, the last `trailing_failures` of them in a row
+  // (BackendLoad.consecutive_failures, capped at `failures`). Taken as: when
+  // every request failed, `failures` more in the current run; otherwise a
+  // success (resetting the run) followed by `trailing_failures` failures.
+  // Reports of several reporters interleave, so the fleet-wide run is an
+  // approximation, as with any aggregated detector. Returns true when the
+  // backend was ejected.
+  bool ReportBatch(absl::string_view address, uint64_t requests,
+                   uint64_t failures, uint64_t trailing_failures);
+
   // Whether `address` is ejected now (or at `now_nanos`, so that a table
   // build uses one instant for every member).
   bool IsEjected(absl::string_view address) const;

@@ -242,8 +242,10 @@ TEST(BlackHoleTest, ThousandBlackHolesDoNotDelayAHealthyTarget) {
 
   auto healthy = std::make_unique<FakeBackend>(FakeBackend::Mode::kHttp);
   auto holes = std::make_unique<FakeBackend>(FakeBackend::Mode::kBlackHole);
-  const absl::Duration interval = absl::Milliseconds(200);
-  const absl::Duration timeout = absl::Milliseconds(100);
+  const absl::Duration interval =
+      absl::Milliseconds(200) * testing::kSanitizerSlowdown;
+  const absl::Duration timeout =
+      absl::Milliseconds(100) * testing::kSanitizerSlowdown;
   const HealthCheckSpec spec = ProbeSpec(Kind::kHttp, interval, timeout);
   ASSERT_OK_AND_ASSIGN(uint16_t healthy_port, healthy->Listen());
   ASSERT_OK_AND_ASSIGN(HealthHandle good,
@@ -290,7 +292,9 @@ TEST(BlackHoleTest, ThousandBlackHolesDoNotDelayAHealthyTarget) {
   }
   max_gap = std::max(max_gap, end - last);
   EXPECT_GE(in_window, 3u);
-  const absl::Duration bound = interval + timeout + absl::Milliseconds(100);
+  const absl::Duration bound =
+      interval + timeout +
+      absl::Milliseconds(100) * testing::kSanitizerSlowdown;
   EXPECT_LE(absl::Nanoseconds(max_gap), bound)
       << "largest gap between healthy probes: "
       << absl::FormatDuration(absl::Nanoseconds(max_gap));

@@ -15,6 +15,14 @@
 
 namespace aside::testing {
 
+// How much slower sanitizer builds run: timing budgets of tests that load
+// the prober (1000 black holes) scale by it.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr int kSanitizerSlowdown = 5;
+#else
+inline constexpr int kSanitizerSlowdown = 1;
+#endif
+
 // A short-interval spec without jitter (tests count probes).
 inline server::HealthCheckSpec ProbeSpec(
     server::HealthCheckSpec::Kind kind,

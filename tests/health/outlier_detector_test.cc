@@ -170,6 +170,22 @@ TEST(OutlierDetectorTest, BatchedFailuresEqualSingleReports) {
   EXPECT_EQ(d.Ejections()[0].count, 2u);
 }
 
+TEST(OutlierDetectorTest, BatchesFromReportersContinueOrResetTheRun) {
+  FakeClock clock;
+  OutlierDetector d(Enabled(), &clock);
+  d.SetMembers(Members(10));
+  const std::string a = "10.0.0.1:80";
+  EXPECT_FALSE(d.ReportBatch(a, 0, 0, 0));
+  EXPECT_FALSE(d.ReportBatch(a, 2, 2, 2));  // all failed: run of 2
+  EXPECT_FALSE(d.ReportBatch(a, 5, 1, 1));  // a success reset it: run of 1
+  EXPECT_FALSE(d.ReportBatch(a, 1, 1, 1));  // run of 2
+  EXPECT_TRUE(d.ReportBatch(a, 1, 1, 1));   // run of 3: ejected
+  clock.Advance(absl::Seconds(30));
+  // Trailing failures past the threshold eject even after successes, and
+  // inconsistent counts are clamped rather than trusted.
+  EXPECT_TRUE(d.ReportBatch(a, 10, 4, 99));
+}
+
 TEST(OutlierDetectorTest, NonMembersAreIgnoredAndDepartedStateIsDropped) {
   FakeClock clock;
   OutlierDetector d(Enabled(), &clock);
