@@ -192,7 +192,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   // On the prober thread.
   void OnProbeResult(Target& target, ProbeResult result) {
     result.finished_at = clock_->WallNow();
-    metrics_.RecordProbe(target.spec.kind, result.success,
+    metrics_.RecordProbe(target.kind, result.success,
                          absl::ToDoubleSeconds(result.latency));
     std::optional<HealthTransition> transition;
     ProbeEvent event;
@@ -203,12 +203,12 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       }
       ++target.probes;
       const HealthState before = target.counters.state;
-      const bool changed = ApplyProbeResult(target.spec.rise, target.spec.fall,
+      const bool changed = ApplyProbeResult(target.rise, target.fall,
                                             result.success, target.counters);
       target.last_result = result;
       if (changed) {
         const HealthState after = target.counters.state;
-        const bool require = target.spec.require_first_probe;
+        const bool require = target.require_first_probe;
         target.last_transition = result.finished_at;
         target.state.store(after, std::memory_order_release);
         const bool was_ready = HealthReady(before, require);
@@ -415,7 +415,7 @@ HealthState HealthHandle::state() const {
 }
 
 bool HealthHandle::ready() const {
-  return HealthReady(state(), target_->spec.require_first_probe);
+  return HealthReady(state(), target_->require_first_probe);
 }
 
 int64_t HealthHandle::ready_since_nanos() const {

@@ -1,9 +1,13 @@
 // Internal: runs the probes of the registry's targets on one Boost.Asio
 // io_context and its own thread (DESIGN.md §3).
 //
-// - Scheduling: one steady_timer drives a min-heap of due times (rounded up
-//   to 1 ms ticks so that targets due together share one wake-up); entries
-//   are cancelled lazily by sequence number. A new target is probed at once;
+// - Scheduling: one steady_timer drives a calendar of probe start times
+//   (a map from due tick to the targets due then, in the order they were
+//   scheduled) and one FIFO of probe timeouts per timeout value (probes with
+//   equal timeouts expire in start order, so O(1) per probe). All times are
+//   rounded up to ticks of interval / 100 (1..10 ms): targets due together
+//   start in one batch on one wake-up, and a 1 s interval has only ~100
+//   live ticks. Entries are cancelled lazily by sequence number. A new target is probed at once;
 //   the next probe of a target is due interval x (1 +/- jitter) after the
 //   start of the previous one, and never before that one finished: at most
 //   one probe per target is in flight.

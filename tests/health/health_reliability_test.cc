@@ -151,7 +151,7 @@ TEST(FlappingTest, ThousandFlipsMatchTheReferenceModel) {
   RegistryUnderTest r;
   std::mutex mu;
   std::vector<std::pair<HealthState, HealthState>> transitions;
-  r.registry->AddObserver([&](const HealthTransition& t) {
+  const uint64_t observer = r.registry->AddObserver([&](const HealthTransition& t) {
     std::lock_guard<std::mutex> lock(mu);
     transitions.emplace_back(t.from, t.to);
   });
@@ -194,6 +194,7 @@ TEST(FlappingTest, ThousandFlipsMatchTheReferenceModel) {
       kWait));
   h.Reset();
   ASSERT_TRUE(r.registry->FlushForTest(kWait));
+  r.registry->RemoveObserver(observer);
 
   // Replay what the prober observed into the model: every state, count and
   // transition must match.
