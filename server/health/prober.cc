@@ -60,6 +60,7 @@ int64_t TickFor(const HealthCheckSpec& spec) {
   return std::clamp<int64_t>(absl::ToInt64Nanoseconds(spec.interval) / 100,
                              kMinTickNanos, kMaxTickNanos);
 }
+
 // Backend-provided text kept in a reason.
 constexpr size_t kMaxReasonDetail = 200;
 
@@ -342,11 +343,14 @@ class Prober::Impl {
       }
       shut_down_ = true;
     }
-    asio::post(io_, [this] { StopNow(); });
-    {
-      // Cancelled calls complete promptly (their callbacks post to io_).
+    if (thread_.joinable()) {
+      asio::post(io_, [this] { StopNow(); });
+      // Once StopNow has run no gRPC call can start; the ones in flight were
+      // cancelled and complete promptly. Their callbacks post to io_ and
+      // touch this object, so both must be over before run() may return.
       std::unique_lock<std::mutex> lock(grpc_mu_);
-      grpc_idle_.wait(lock, [this] { return grpc_outstanding_ == 0; });
+      grpc_idle_.wait(lock,
+                      [this] { return stopped_ && grpc_outstanding_ == 0; });
     }
     // With the work guard gone, run() returns once the aborted handlers
     // have run.
@@ -439,6 +443,9 @@ class Prober::Impl {
       }
     }
     timer_.cancel();
+    std::lock_guard<std::mutex> lock(grpc_mu_);
+    stopped_ = true;
+    grpc_idle_.notify_all();
   }
 
   // ---- Scheduling (prober thread) ----
@@ -834,10 +841,12 @@ class Prober::Impl {
   uint32_t in_flight_ = 0;
   bool stopping_ = false;
 
-  // gRPC calls whose completion callback has not finished yet.
+  // gRPC calls whose completion callback has not finished yet, and whether
+  // StopNow has run (after which none start).
   std::mutex grpc_mu_;
   std::condition_variable grpc_idle_;
   uint64_t grpc_outstanding_ = 0;
+  bool stopped_ = false;
 
   mutable std::mutex thread_mu_;
   bool shut_down_ = false;
