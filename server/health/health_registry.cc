@@ -1,0 +1,487 @@
+#include "server/health/health_registry.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <tuple>
+#include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "lib/address.h"
+#include "server/health/prober.h"
+#include "server/health/target.h"
+
+namespace aside::server {
+namespace health_internal {
+namespace {
+
+// Checks what would break the prober; the full validation (ranges, paths,
+// status ranges) is ValidateHealthCheck's, run when a group is accepted.
+absl::Status CheckProbeSpec(absl::string_view address,
+                            const HealthCheckSpec& spec) {
+  auto error = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("health target ", address, ": ", what));
+  };
+  switch (spec.kind) {
+    case HealthCheckSpec::Kind::kTcp:
+    case HealthCheckSpec::Kind::kHttp:
+    case HealthCheckSpec::Kind::kGrpc:
+    case HealthCheckSpec::Kind::kNone:
+      break;
+    default:
+      return error("unknown health-check kind");
+  }
+  if (spec.kind == HealthCheckSpec::Kind::kNone) {
+    return absl::OkStatus();
+  }
+  if (spec.interval < absl::Milliseconds(1)) {
+    return error("interval must be at least 1ms");
+  }
+  if (spec.timeout < absl::Milliseconds(1)) {
+    return error("timeout must be at least 1ms");
+  }
+  if (!(spec.jitter >= 0 && spec.jitter <= 0.5)) {
+    return error("jitter must be within 0..0.5");
+  }
+  if (spec.rise < 1 || spec.fall < 1) {
+    return error("rise and fall must be at least 1");
+  }
+  if (spec.port > 65535) {
+    return error("port out of range 0..65535");
+  }
+  if (spec.kind == HealthCheckSpec::Kind::kHttp) {
+    if (spec.http_path.empty() || spec.http_path.front() != '/') {
+      return error("http path must start with '/'");
+    }
+    for (char c : spec.http_path + spec.http_host) {
+      if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
+        return error("http path and host must hold no spaces or control "
+                     "characters");
+      }
+    }
+    if (spec.http_expected_statuses.empty() || spec.http_body_limit == 0) {
+      return error("http needs expected statuses and a body limit");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// The registry's state, shared with the handles so that they may outlive
+// the HealthRegistry object.
+class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
+ public:
+  RegistryCore(const HealthRegistry::Options& options,
+               prometheus::Registry& metrics)
+      : clock_(options.clock != nullptr ? options.clock
+                                        : &SystemClock::Get()),
+        metrics_(metrics),
+        max_concurrent_probes_(options.max_concurrent_probes),
+        seed_(options.seed != 0 ? options.seed : std::random_device{}()) {}
+
+  absl::Status Start() {
+    auto prober = Prober::Create(
+        max_concurrent_probes_, seed_,
+        [this](Target& target, ProbeResult result) {
+          OnProbeResult(target, std::move(result));
+        });
+    if (!prober.ok()) {
+      return prober.status();
+    }
+    prober_ = *std::move(prober);
+    return absl::OkStatus();
+  }
+
+  void Shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shut_down_ = true;
+    }
+    if (prober_ != nullptr) {
+      prober_->Shutdown();
+    }
+  }
+
+  absl::StatusOr<HealthHandle> Acquire(absl::string_view address,
+                                       const HealthCheckSpec& spec,
+                                       absl::string_view group) {
+    if (group.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "health target ", address, ": the group name is empty"));
+    }
+    absl::StatusOr<Address> parsed = ParseAddress(address);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "health target ", address, ": ", parsed.status().message()));
+    }
+    const std::string canonical = parsed->ToString();
+    if (absl::Status s = CheckProbeSpec(canonical, spec); !s.ok()) {
+      return s;
+    }
+    if (spec.kind != HealthCheckSpec::Kind::kNone && !parsed->is_ip()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "health target ", canonical,
+          ": a host name must be resolved to addresses before it is probed"));
+    }
+
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "health target ", canonical, ": the health registry is shut down"));
+    }
+    Key key{canonical, spec};
+    auto it = targets_.find(key);
+    std::shared_ptr<Target> target;
+    if (it != targets_.end()) {
+      target = it->second;
+    } else {
+      const uint16_t port = spec.port != 0
+                                ? static_cast<uint16_t>(spec.port)
+                                : parsed->port;
+      target = std::make_shared<Target>(
+          next_id_++, canonical, spec, parsed->host, port,
+          parsed->kind == Address::Kind::kIpv6);
+      const HealthState initial = spec.kind == HealthCheckSpec::Kind::kNone
+                                      ? HealthState::kHealthy
+                                      : HealthState::kUnknown;
+      target->counters.state = initial;
+      target->state.store(initial, std::memory_order_release);
+      if (HealthReady(initial, spec.require_first_probe)) {
+        target->ready_since_nanos.store(clock_->NowNanos(),
+                                        std::memory_order_release);
+      }
+      metrics_.AddTarget(initial);
+      targets_.emplace(std::move(key), target);
+      if (spec.kind != HealthCheckSpec::Kind::kNone) {
+        // Posted under the lock: a Remove posted by a later release cannot
+        // overtake it.
+        prober_->Add(target);
+      }
+    }
+    ++target->refs;
+    ++target->groups[group];
+    return HealthHandle(shared_from_this(), std::move(target),
+                        std::string(group));
+  }
+
+  void Release(Target& target, const std::string& group) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto g = target.groups.find(group);
+    if (g != target.groups.end() && --g->second == 0) {
+      target.groups.erase(g);
+    }
+    if (--target.refs > 0) {
+      return;
+    }
+    target.removed = true;
+    if (!shut_down_) {  // the metrics may be gone once the registry is
+      metrics_.RemoveTarget(target.counters.state);
+    }
+    targets_.erase(Key{target.address, target.spec});
+    if (target.spec.kind != HealthCheckSpec::Kind::kNone &&
+        prober_ != nullptr) {
+      prober_->Remove(target.id);
+    }
+  }
+
+  // On the prober thread.
+  void OnProbeResult(Target& target, ProbeResult result) {
+    result.finished_at = clock_->WallNow();
+    metrics_.RecordProbe(target.kind, result.success,
+                         absl::ToDoubleSeconds(result.latency));
+    std::optional<HealthTransition> transition;
+    ProbeEvent event;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (target.removed) {
+        return;
+      }
+      ++target.probes;
+      const HealthState before = target.counters.state;
+      const bool changed = ApplyProbeResult(target.rise, target.fall,
+                                            result.success, target.counters);
+      target.last_result = result;
+      if (changed) {
+        const HealthState after = target.counters.state;
+        const bool require = target.require_first_probe;
+        target.last_transition = result.finished_at;
+        target.state.store(after, std::memory_order_release);
+        const bool was_ready = HealthReady(before, require);
+        const bool ready = HealthReady(after, require);
+        if (!was_ready && ready) {
+          target.ready_since_nanos.store(clock_->NowNanos(),
+                                         std::memory_order_release);
+        } else if (was_ready && !ready) {
+          target.ready_since_nanos.store(0, std::memory_order_release);
+        }
+        metrics_.RecordTransition(before, after);
+        transition.emplace();
+        transition->target_id = target.id;
+        transition->address = target.address;
+        transition->spec = target.spec;
+        transition->from = before;
+        transition->to = after;
+        transition->was_ready = was_ready;
+        transition->ready = ready;
+        transition->result = result;
+        transition->groups = SortedGroupsLocked(target);
+      }
+      if (has_probe_observer_.load(std::memory_order_relaxed)) {
+        event.target_id = target.id;
+        event.address = target.address;
+        event.after = target.counters;
+      }
+    }
+    if (!transition && !has_probe_observer_.load(std::memory_order_relaxed)) {
+      return;  // the common case: nothing to tell anyone
+    }
+    event.result = std::move(result);
+    std::lock_guard<std::mutex> lock(observers_mu_);
+    if (transition) {
+      for (auto& [id, observer] : observers_) {
+        observer(*transition);
+      }
+    }
+    if (probe_observer_ && event.target_id != 0) {
+      probe_observer_(event);
+    }
+  }
+
+  uint64_t AddObserver(HealthRegistry::Observer observer) {
+    std::lock_guard<std::mutex> lock(observers_mu_);
+    const uint64_t id = next_observer_id_++;
+    observers_.emplace_back(id, std::move(observer));
+    return id;
+  }
+
+  void RemoveObserver(uint64_t id) {
+    // Holding observers_mu_ waits for a dispatch in progress to end.
+    HealthRegistry::Observer removed;
+    std::lock_guard<std::mutex> lock(observers_mu_);
+    for (auto it = observers_.begin(); it != observers_.end(); ++it) {
+      if (it->first == id) {
+        removed = std::move(it->second);
+        observers_.erase(it);
+        break;
+      }
+    }
+  }
+
+  void SetProbeObserver(std::function<void(const ProbeEvent&)> fn) {
+    std::lock_guard<std::mutex> lock(observers_mu_);
+    has_probe_observer_.store(fn != nullptr, std::memory_order_relaxed);
+    probe_observer_ = std::move(fn);
+  }
+
+  std::vector<TargetInfo> List(absl::string_view group) const {
+    std::vector<TargetInfo> out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [key, target] : targets_) {
+        if (!group.empty() && !target->groups.contains(group)) {
+          continue;
+        }
+        TargetInfo info;
+        info.id = target->id;
+        info.address = target->address;
+        info.spec = target->spec;
+        info.state = target->counters.state;
+        info.consecutive_successes = target->counters.consecutive_successes;
+        info.consecutive_failures = target->counters.consecutive_failures;
+        info.last_result = target->last_result;
+        info.probes = target->probes;
+        info.last_transition = target->last_transition;
+        info.groups = SortedGroupsLocked(*target);
+        out.push_back(std::move(info));
+      }
+    }
+    std::sort(out.begin(), out.end(),
+              [](const TargetInfo& a, const TargetInfo& b) {
+                return std::tie(a.address, a.spec.kind, a.spec.port, a.id) <
+                       std::tie(b.address, b.spec.kind, b.spec.port, b.id);
+              });
+    return out;
+  }
+
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return targets_.size();
+  }
+
+  Prober* prober() const { return prober_.get(); }
+
+ private:
+  struct Key {
+    std::string address;
+    HealthCheckSpec spec;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& key) const {
+      const HealthCheckSpec& s = key.spec;
+      size_t h = absl::HashOf(
+          key.address, static_cast<int>(s.kind), s.interval, s.timeout,
+          s.jitter, s.rise, s.fall, s.require_first_probe, s.port,
+          s.http_path, s.http_host, s.http_body_limit, s.grpc_service,
+          s.grpc_authority, s.http_expected_statuses.size());
+      for (const StatusRange& r : s.http_expected_statuses) {
+        h = absl::HashOf(h, r.from, r.to);
+      }
+      return h;
+    }
+  };
+  struct KeyEq {
+    bool operator()(const Key& a, const Key& b) const {
+      return a.address == b.address && a.spec == b.spec;
+    }
+  };
+
+  static std::vector<std::string> SortedGroupsLocked(const Target& target) {
+    std::vector<std::string> groups;
+    groups.reserve(target.groups.size());
+    for (const auto& [name, count] : target.groups) {
+      groups.push_back(name);
+    }
+    std::sort(groups.begin(), groups.end());
+    return groups;
+  }
+
+  const Clock* const clock_;
+  HealthMetrics metrics_;
+  const uint32_t max_concurrent_probes_;
+  const uint64_t seed_;
+  std::unique_ptr<Prober> prober_;  // set by Start, before any use
+
+  // std::mutex rather than absl::Mutex: Debian's abseil is not built with
+  // ThreadSanitizer, which would not see absl::Mutex synchronisation.
+  mutable std::mutex mu_;
+  absl::flat_hash_map<Key, std::shared_ptr<Target>, KeyHash, KeyEq>
+      targets_;  // guarded by mu_
+  uint64_t next_id_ = 1;  // guarded by mu_
+  bool shut_down_ = false;  // guarded by mu_
+
+  // Held while observers run (prober thread) so that RemoveObserver can
+  // wait for them.
+  std::mutex observers_mu_;
+  std::vector<std::pair<uint64_t, HealthRegistry::Observer>> observers_;
+  uint64_t next_observer_id_ = 1;
+  std::function<void(const ProbeEvent&)> probe_observer_;
+  std::atomic<bool> has_probe_observer_{false};
+};
+
+}  // namespace health_internal
+
+using health_internal::RegistryCore;
+using health_internal::Target;
+
+// ---- HealthHandle ----
+
+HealthHandle::HealthHandle(std::shared_ptr<RegistryCore> core,
+                           std::shared_ptr<Target> target, std::string group)
+    : core_(std::move(core)),
+      target_(std::move(target)),
+      group_(std::move(group)) {}
+
+HealthHandle& HealthHandle::operator=(HealthHandle&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    core_ = std::move(other.core_);
+    target_ = std::move(other.target_);
+    group_ = std::move(other.group_);
+  }
+  return *this;
+}
+
+HealthHandle::~HealthHandle() { Reset(); }
+
+void HealthHandle::Reset() {
+  if (target_ != nullptr) {
+    core_->Release(*target_, group_);
+    target_.reset();
+    core_.reset();
+  }
+}
+
+uint64_t HealthHandle::target_id() const { return target_->id; }
+const std::string& HealthHandle::address() const { return target_->address; }
+const HealthCheckSpec& HealthHandle::spec() const { return target_->spec; }
+
+HealthState HealthHandle::state() const {
+  return target_->state.load(std::memory_order_acquire);
+}
+
+bool HealthHandle::ready() const {
+  return HealthReady(state(), target_->require_first_probe);
+}
+
+int64_t HealthHandle::ready_since_nanos() const {
+  return target_->ready_since_nanos.load(std::memory_order_acquire);
+}
+
+// ---- HealthRegistry ----
+
+absl::StatusOr<std::unique_ptr<HealthRegistry>> HealthRegistry::Create(
+    const Options& options, prometheus::Registry& metrics) {
+  if (options.max_concurrent_probes < 1) {
+    return absl::InvalidArgumentError(
+        "health registry: max_concurrent_probes must be at least 1");
+  }
+  auto core = std::make_shared<RegistryCore>(options, metrics);
+  if (absl::Status s = core->Start(); !s.ok()) {
+    return s;
+  }
+  return std::unique_ptr<HealthRegistry>(new HealthRegistry(std::move(core)));
+}
+
+HealthRegistry::HealthRegistry(std::shared_ptr<RegistryCore> core)
+    : core_(std::move(core)) {}
+
+HealthRegistry::~HealthRegistry() { core_->Shutdown(); }
+
+absl::StatusOr<HealthHandle> HealthRegistry::Acquire(
+    absl::string_view address, const HealthCheckSpec& spec,
+    absl::string_view group) {
+  return core_->Acquire(address, spec, group);
+}
+
+uint64_t HealthRegistry::AddObserver(Observer observer) {
+  return core_->AddObserver(std::move(observer));
+}
+
+void HealthRegistry::RemoveObserver(uint64_t id) {
+  core_->RemoveObserver(id);
+}
+
+std::vector<TargetInfo> HealthRegistry::List(absl::string_view group) const {
+  return core_->List(group);
+}
+
+size_t HealthRegistry::size() const { return core_->size(); }
+
+absl::Duration HealthRegistry::ProberCpuTime() const {
+  return core_->prober()->CpuTime();
+}
+
+void HealthRegistry::SetProbeObserverForTest(
+    std::function<void(const ProbeEvent&)> fn) {
+  core_->SetProbeObserver(std::move(fn));
+}
+
+bool HealthRegistry::FlushForTest(absl::Duration timeout) {
+  auto done = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+  auto flag = std::make_shared<bool>(false);
+  core_->prober()->Post([done, flag] {
+    std::lock_guard<std::mutex> lock(done->first);
+    *flag = true;
+    done->second.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(done->first);
+  return done->second.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                               [&] { return *flag; });
+}
+
+}  // namespace aside::server
