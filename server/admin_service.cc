@@ -74,12 +74,14 @@ grpc::Status CanonicalAddresses(
 
 AdminService::AdminService(GroupRegistry* groups, StateStore* store,
                            const AdminAuth* auth, Metrics* metrics,
-                           const LoadAggregator* loads)
+                           const LoadAggregator* loads,
+                           const HealthRegistry* health)
     : groups_(groups),
       store_(store),
       auth_(auth),
       metrics_(metrics),
-      loads_(loads) {}
+      loads_(loads),
+      health_(health) {}
 
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* AdminService::Handle(
@@ -490,10 +492,54 @@ grpc::Status AdminService::DoDrainBackends(
 
 grpc::Status AdminService::DoListTargets(const v1::ListTargetsRequest& request,
                                          v1::ListTargetsResponse* response) {
-  (void)request;
-  (void)response;
-  return {grpc::StatusCode::UNIMPLEMENTED,
-          "ListTargets arrives with the health registry"};
+  if (!request.group().empty() && groups_->Find(request.group()) == nullptr) {
+    return {grpc::StatusCode::NOT_FOUND,
+            absl::StrCat("group '", request.group(), "' not found")};
+  }
+  if (health_ == nullptr) {
+    return grpc::Status::OK;
+  }
+  for (const TargetInfo& info : health_->List(request.group())) {
+    v1::Target* t = response->add_targets();
+    t->set_address(info.address);
+    HealthCheckToProto(info.spec, t->mutable_health_check());
+    t->set_state(ToProto(info.state));
+    t->set_consecutive_successes(info.consecutive_successes);
+    t->set_consecutive_failures(info.consecutive_failures);
+    if (info.last_result) {
+      v1::ProbeResult* r = t->mutable_last_result();
+      r->set_success(info.last_result->success);
+      r->set_reason(info.last_result->reason);
+      ToProto(info.last_result->latency, r->mutable_latency());
+      r->mutable_finished_at()->set_seconds(
+          absl::ToUnixSeconds(info.last_result->finished_at));
+      r->mutable_finished_at()->set_nanos(static_cast<int32_t>(
+          absl::ToUnixNanos(info.last_result->finished_at) % 1000000000));
+    }
+    for (const std::string& g : info.groups) {
+      t->add_groups(g);
+    }
+    t->set_probes(info.probes);
+    if (info.last_transition != absl::InfinitePast()) {
+      t->mutable_last_transition()->set_seconds(
+          absl::ToUnixSeconds(info.last_transition));
+    }
+    for (const std::string& g : info.groups) {
+      GroupPtr group = groups_->Find(g);
+      if (group == nullptr) {
+        continue;
+      }
+      for (const OutlierDetector::Ejection& e : group->Ejections()) {
+        if (e.address == info.address) {
+          v1::Ejection* out = t->add_ejections();
+          out->set_group(g);
+          out->mutable_until()->set_seconds(absl::ToUnixSeconds(e.until));
+          out->set_count(e.count);
+        }
+      }
+    }
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace aside::server

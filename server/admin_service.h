@@ -25,7 +25,8 @@ class AdminService final : public v1::Admin::CallbackService {
  public:
   // `store` may be null (nothing is persisted: for tests of validation).
   AdminService(GroupRegistry* groups, StateStore* store, const AdminAuth* auth,
-               Metrics* metrics, const LoadAggregator* loads = nullptr);
+               Metrics* metrics, const LoadAggregator* loads = nullptr,
+               const HealthRegistry* health = nullptr);
 
   grpc::ServerUnaryReactor* CreateGroup(grpc::CallbackServerContext* context,
                                         const v1::CreateGroupRequest* request,
@@ -99,6 +100,7 @@ class AdminService final : public v1::Admin::CallbackService {
   const AdminAuth* const auth_;
   Metrics* const metrics_;
   const LoadAggregator* const loads_;
+  const HealthRegistry* const health_;
   absl::Mutex mutation_mu_;
 };
 

@@ -899,7 +899,18 @@ void Parser::ParseTop(const YAML::Node& root, ServerConfig* out) {
     }
   }
   if (const YAML::Node h = root["health"]; h) {
-    if (CheckMap(h, "health", {"max_concurrent_probes"})) {
+    if (CheckMap(h, "health", {"max_concurrent_probes", "merge_window"})) {
+      if (h["merge_window"]) {
+        absl::Duration d;
+        if (GetDuration(h["merge_window"], "health.merge_window", &d)) {
+          if (d > absl::Seconds(10)) {
+            Error(h["merge_window"], "health.merge_window",
+                  "out of range 0..10s");
+          } else {
+            out->health_merge_window = d;
+          }
+        }
+      }
       if (h["max_concurrent_probes"]) {
         GetUintAs(h["max_concurrent_probes"], "health.max_concurrent_probes",
                   1, 100000, &out->max_concurrent_probes);

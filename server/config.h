@@ -36,6 +36,8 @@ struct ServerConfig {
   uint32_t max_groups = 10000;
   // Global cap on probes in flight.
   uint32_t max_concurrent_probes = 1000;
+  // Health flips within this window go out as one table update.
+  absl::Duration health_merge_window = absl::Milliseconds(100);
   // A Watch subscriber whose stream does not take a write for this long is
   // ended with RESOURCE_EXHAUSTED.
   absl::Duration watch_stall_timeout = absl::Seconds(30);

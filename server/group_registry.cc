@@ -8,6 +8,7 @@
 #include "lib/status_macros.h"
 #include "server/discovery/dns_discovery.h"
 #include "server/log.h"
+#include "server/health/slow_start.h"
 #include "server/rebuild_scheduler.h"
 
 namespace aside::server {
@@ -47,7 +48,8 @@ Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
       group_metrics_(std::move(group_metrics)),
       inputs_(inputs),
       spec_cell_(std::make_shared<const GroupSpec>(spec)),
-      spec_(std::move(spec)) {}
+      spec_(spec),
+      outliers_(spec.outlier, inputs.clock) {}
 
 Group::~Group() = default;
 
@@ -128,19 +130,125 @@ absl::StatusOr<TableConstPtr> Group::BuildLocked(const GroupSpec& spec) {
       }
     }
   }
+  SyncHealthLocked(spec, backends);
+  const int64_t now = inputs_.clock->NowNanos();
+  // Hash policies keep their configured weights: a ramp would move keys.
+  const bool slow_start =
+      spec.slow_start > absl::ZeroDuration() && !IsHashPolicy(spec.policy.kind);
   ts.members.reserve(backends.size());
   for (const Backend& b : backends) {
     Member m;
     m.backend = b;
     m.weight = b.weight;
-    m.ready = !b.drained;
-    m.health = spec.health_check.kind == HealthCheckSpec::Kind::kNone
-                   ? HealthState::kHealthy
-                   : HealthState::kUnknown;
+    auto h = health_.find(b.address);
+    if (h != health_.end() && h->second.handle.valid()) {
+      m.health = h->second.handle.state();
+      m.ready = !b.drained && h->second.handle.ready() &&
+                !outliers_.IsEjected(b.address, now);
+      if (slow_start && m.ready) {
+        m.weight = SlowStartWeight(
+            b.weight,
+            std::max(h->second.handle.ready_since_nanos(),
+                     h->second.added_nanos),
+            now, spec.slow_start);
+      }
+    } else {
+      m.health = HealthState::kHealthy;
+      m.ready = !b.drained && !outliers_.IsEjected(b.address, now);
+      if (slow_start && m.ready && h != health_.end()) {
+        m.weight = SlowStartWeight(b.weight, h->second.added_nanos, now,
+                                   spec.slow_start);
+      }
+    }
     ts.members.push_back(std::move(m));
   }
+  ScheduleTimedRebuildLocked(spec, now);
   TableConstPtr previous = table_.Acquire();
   return Table::Create(std::move(ts), previous.get(), &loads_);
+}
+
+void Group::SyncHealthLocked(const GroupSpec& spec,
+                             const std::vector<Backend>& backends) {
+  const int64_t now = inputs_.clock->NowNanos();
+  std::map<std::string, MemberHealth, std::less<>> next;
+  std::vector<std::string> addresses;
+  addresses.reserve(backends.size());
+  for (const Backend& b : backends) {
+    addresses.push_back(b.address);
+    MemberHealth entry;
+    auto old = health_.find(b.address);
+    if (old != health_.end()) {
+      entry.added_nanos = old->second.added_nanos;
+      if (old->second.handle.valid() &&
+          old->second.handle.spec() == spec.health_check) {
+        entry.handle = std::move(old->second.handle);
+      }
+    } else {
+      entry.added_nanos = now;
+    }
+    if (!entry.handle.valid() && inputs_.health != nullptr &&
+        spec.health_check.kind != HealthCheckSpec::Kind::kNone) {
+      absl::StatusOr<HealthHandle> handle =
+          inputs_.health->Acquire(b.address, spec.health_check, name_);
+      if (handle.ok()) {
+        entry.handle = *std::move(handle);
+      } else {
+        Log(LogLevel::kWarn, "health.acquire_failed",
+            {{"group", name_},
+             {"address", b.address},
+             {"error", std::string(handle.status().message())}});
+      }
+    }
+    next.emplace(b.address, std::move(entry));
+  }
+  // Old handles are released only now, after the new ones exist.
+  health_ = std::move(next);
+  outliers_.SetMembers(addresses);
+  if (outliers_.SetSpec(spec.outlier)) {
+    // Ejections changed with the spec; this build already sees it.
+  }
+}
+
+void Group::ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now) {
+  if (inputs_.scheduler == nullptr) {
+    return;
+  }
+  std::optional<int64_t> next = outliers_.NextExpiry();
+  if (spec.slow_start > absl::ZeroDuration() && !IsHashPolicy(spec.policy.kind)) {
+    for (const auto& [address, h] : health_) {
+      const int64_t since =
+          h.handle.valid() ? std::max(h.handle.ready_since_nanos(), h.added_nanos)
+                           : h.added_nanos;
+      std::optional<int64_t> tick =
+          NextSlowStartRebuild(since, now, spec.slow_start);
+      if (tick && (!next || *tick < *next)) {
+        next = tick;
+      }
+    }
+  }
+  if (next) {
+    std::weak_ptr<Group> weak = weak_from_this();
+    if (std::shared_ptr<Group> self = weak.lock()) {
+      inputs_.scheduler->Schedule(
+          self, absl::Nanoseconds(std::max<int64_t>(0, *next - now)));
+    }
+  }
+}
+
+void Group::OnLoadReport(const std::string& address, uint64_t requests,
+                         uint64_t failures, uint32_t consecutive_failures) {
+  if (!outliers_.enabled()) {
+    return;
+  }
+  if (outliers_.ReportBatch(address, requests, failures,
+                            consecutive_failures) &&
+      inputs_.scheduler != nullptr) {
+    inputs_.scheduler->Schedule(shared_from_this(), absl::ZeroDuration());
+  }
+}
+
+std::vector<OutlierDetector::Ejection> Group::Ejections() const {
+  return outliers_.Ejections();
 }
 
 void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <memory>
 #include <string>
@@ -24,6 +25,8 @@
 #include "lib/table.h"
 #include "server/group_spec.h"
 #include "server/metrics.h"
+#include "server/health/health_registry.h"
+#include "server/health/outlier_detector.h"
 #include "server/table_encoding.h"
 
 namespace aside::server {
@@ -74,13 +77,17 @@ struct GroupMetrics {
 };
 
 class DnsDiscovery;
+class HealthRegistry;
 class RebuildScheduler;
 
-// What groups use to follow inputs that change on their own (DNS answers
-// now; health and load through the same scheduler). Both may be null.
+// What groups use to follow inputs that change on their own: DNS answers,
+// probe results, passive health from load reports, slow-start ramps. Any may
+// be null (no probing: every member healthy).
 struct GroupInputs {
   DnsDiscovery* dns = nullptr;
   RebuildScheduler* scheduler = nullptr;
+  HealthRegistry* health = nullptr;
+  const Clock* clock = &SystemClock::Get();
 };
 
 // One group. Thread-safe: table() from any thread without locks; mutations
@@ -148,6 +155,14 @@ class Group : public std::enable_shared_from_this<Group> {
   // The last DNS failure ("" when the last resolution succeeded).
   std::string dns_error() const;
 
+  // Passive health from load reports (ReportLoad, grpclb): new requests and
+  // failures of one backend since the reporter's last report, and the
+  // failures in a row it sees now. Ejections take effect in a rebuild.
+  void OnLoadReport(const std::string& address, uint64_t requests,
+                    uint64_t failures, uint32_t consecutive_failures);
+  // Current outlier ejections of this group's backends.
+  std::vector<OutlierDetector::Ejection> Ejections() const;
+
  private:
   absl::StatusOr<TableConstPtr> BuildLocked(const GroupSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -163,6 +178,14 @@ class Group : public std::enable_shared_from_this<Group> {
   LoadTracker loads_;
   SnapshotCell<Table> table_;
 
+  // Brings health handles in line with `backends` and `spec` (acquiring new
+  // ones before dropping old ones).
+  void SyncHealthLocked(const GroupSpec& spec,
+                        const std::vector<Backend>& backends)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Schedules the next rebuild a slow-start ramp or an ejection expiry needs.
+  void ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WatchDnsLocked(const GroupSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnwatchDnsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -171,6 +194,14 @@ class Group : public std::enable_shared_from_this<Group> {
   mutable absl::Mutex mu_;
   GroupSpec spec_ ABSL_GUARDED_BY(mu_);
   uint64_t dns_watch_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Per member address: its probe handle and when it joined the group.
+  struct MemberHealth {
+    HealthHandle handle;
+    int64_t added_nanos = 0;
+  };
+  std::map<std::string, MemberHealth, std::less<>> health_ ABSL_GUARDED_BY(mu_);
+  OutlierDetector outliers_;
 
   // Written by DNS callbacks, read by table builds. A plain std::mutex that
   // DNS callbacks may take while an Unwatch (under mu_) waits for them.

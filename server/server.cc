@@ -73,6 +73,11 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   }
 
   server->scheduler_ = std::make_unique<RebuildScheduler>();
+  ASIDE_ASSIGN_OR_RETURN(
+      server->health_,
+      HealthRegistry::Create({.max_concurrent_probes = cfg.max_concurrent_probes,
+                              .clock = clock},
+                             *server->metrics_.registry()));
   DnsDiscoveryOptions dns_options;
   dns_options.servers = cfg.dns_servers;
   dns_options.clock = clock;
@@ -80,7 +85,32 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       server->dns_,
       DnsDiscovery::Create(std::move(dns_options),
                            *server->metrics_.registry()));
-  server->groups_->set_inputs({server->dns_.get(), server->scheduler_.get()});
+  server->groups_->set_inputs({.dns = server->dns_.get(),
+                               .scheduler = server->scheduler_.get(),
+                               .health = server->health_.get(),
+                               .clock = clock});
+  // A flip republishes every group that holds the target, once per merge
+  // window however many flips arrive.
+  {
+    GroupRegistry* groups = server->groups_.get();
+    RebuildScheduler* scheduler = server->scheduler_.get();
+    const absl::Duration window = cfg.health_merge_window;
+    server->health_observer_ = server->health_->AddObserver(
+        [groups, scheduler, window](const HealthTransition& t) {
+          Log(t.to == HealthState::kUnhealthy ? LogLevel::kWarn : LogLevel::kInfo,
+              "health.transition",
+              {{"address", t.address},
+               {"check", std::string(HealthCheckKindName(t.spec.kind))},
+               {"from", std::string(HealthStateName(t.from))},
+               {"to", std::string(HealthStateName(t.to))},
+               {"reason", t.result.reason}});
+          for (const std::string& name : t.groups) {
+            if (GroupPtr g = groups->Find(name)) {
+              scheduler->Schedule(g, window);
+            }
+          }
+        });
+  }
 
   for (const GroupSpec& spec : cfg.groups) {
     absl::Status s = server->groups_->Add(spec);
@@ -121,6 +151,12 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
         GroupPtr g = groups->Find(group);
         return g != nullptr && g->table()->Find(address) >= 0;
       });
+  server->loads_->set_listener([groups](const LoadAggregator::Accepted& a) {
+    if (GroupPtr g = groups->Find(a.group)) {
+      g->OnLoadReport(a.address, a.new_requests, a.new_failures,
+                      a.consecutive_failures);
+    }
+  });
   server->watch_hub_ = std::make_unique<WatchHub>(
       server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout);
   server->lb_service_ = std::make_unique<LoadBalancerService>(
@@ -128,7 +164,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       server->watch_hub_.get(), server->loads_.get());
   server->admin_service_ = std::make_unique<AdminService>(
       server->groups_.get(), store, server->auth_.get(), &server->metrics_,
-      server->loads_.get());
+      server->loads_.get(), server->health_.get());
   server->grpclb_service_ = std::make_unique<GrpclbService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers);

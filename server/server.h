@@ -48,6 +48,7 @@ class AsideServer {
   WatchHub& watch_hub() { return *watch_hub_; }
   LoadAggregator& loads() { return *loads_; }
   GrpclbService& grpclb() { return *grpclb_service_; }
+  HealthRegistry& health() { return *health_; }
   GroupRegistry& groups() { return *groups_; }
   Metrics& metrics() { return metrics_; }
   const ServerConfig& config() const { return config_; }
@@ -60,6 +61,9 @@ class AsideServer {
   const Clock* clock_;
   Metrics metrics_;
   std::unique_ptr<StateStore> store_;
+  // Before groups_: groups hold handles into it (handles may outlive it, but
+  // its probes should stop before the groups go).
+  std::unique_ptr<HealthRegistry> health_;
   std::unique_ptr<GroupRegistry> groups_;
   // Declared after groups_ so they stop (no more callbacks or rebuilds)
   // before the groups go away.
@@ -78,6 +82,7 @@ class AsideServer {
   int grpc_port_ = 0;
   int metrics_port_ = 0;
   int health_port_ = 0;
+  uint64_t health_observer_ = 0;
   bool shut_down_ = false;
 };
 
