@@ -1,16 +1,72 @@
 // Mutable per-backend load state, kept outside the immutable tables so that
 // it survives rebuilds. Every operation is a few relaxed atomics: no locks,
 // no allocation.
+//
+// Three load models live here, each readable in O(1) on the pick path:
+// - in-flight requests (p2c `pending`, and the (pending + 1) factor of
+//   peak-EWMA);
+// - peak-EWMA RTT (p2c `peak_ewma`, after Finagle and Tower): a sample
+//   slower than the estimate replaces it at once; a faster one moves it
+//   towards the sample with weight 1 - exp(-dt/tau), dt being the time since
+//   the previous completion; between completions the estimate decays
+//   towards zero as estimate * exp(-dt/tau), so a backend that was slow and
+//   is no longer picked gets retried (Tower and Finagle decay it the same
+//   way when they read it; here reading does not write). A backend without
+//   samples costs `default_rtt`; its first sample replaces the default.
+// - latency EWMAs for least_time, time to first byte and to last byte:
+//   e = alpha * sample + (1 - alpha) * e, the first sample taken as is.
+//
+// Failed requests are counted; their latency may raise an estimate (a slow
+// failure is news) but never lowers it, so a backend that fails fast does
+// not look fast.
 #ifndef ASIDE_LIB_LOAD_BACKEND_LOAD_H_
 #define ASIDE_LIB_LOAD_BACKEND_LOAD_H_
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace aside {
 
+struct PolicyConfig;
+
+// The parameters of the load models a group's policy reads, derived once
+// per table (Table::load_model()) so that recording a completion does not
+// look at the policy.
+struct LoadModel {
+  // Which estimates a completion updates (the others are left alone, so a
+  // completion costs only what the policy reads).
+  bool peak_ewma = true;
+  bool latency_ewma = true;
+  // Peak-EWMA: 1 / tau in 1/ns, and the RTT of a backend without samples.
+  double inverse_decay_nanos = 1.0 / 10e9;
+  double default_rtt_nanos = 30e6;
+  // Least-time EWMA smoothing factor and the latency of a backend without
+  // samples.
+  double alpha = 0.3;
+  double default_latency_nanos = 10e6;
+
+  // The model of `policy` (of its child for sticky and locality). Every
+  // estimate is updated for policies that read none of them, so a policy
+  // change finds warm estimates.
+  static LoadModel For(const PolicyConfig& policy);
+};
+
+// One finished request, as the caller saw it.
+struct Completion {
+  // Monotonic time (lib/clock.h) when the request finished.
+  int64_t now_nanos = 0;
+  // Start to last byte (completion).
+  int64_t latency_nanos = 0;
+  // Start to the first response message; < 0 when unknown.
+  int64_t first_byte_nanos = -1;
+  bool ok = true;
+};
+
 // Load of one backend of one group as seen by one process (a stub, or the
-// server, which also merges reports from every stub into it).
+// server, which also merges reports from every stub into it). Thread-safe;
+// every method is lock-free and allocation-free.
 class BackendLoad {
  public:
   BackendLoad() = default;
@@ -20,8 +76,7 @@ class BackendLoad {
   // A request to the backend started.
   void Start() noexcept { in_flight_.fetch_add(1, std::memory_order_relaxed); }
 
-  // A request started with Start() finished. Latencies are in nanoseconds;
-  // `first_byte_nanos` < 0 means unknown.
+  // A request started with Start() finished (counts only; no latency).
   void Finish(bool ok) noexcept {
     in_flight_.fetch_sub(1, std::memory_order_relaxed);
     requests_.fetch_add(1, std::memory_order_relaxed);
@@ -29,6 +84,15 @@ class BackendLoad {
       failures_.fetch_add(1, std::memory_order_relaxed);
     }
   }
+
+  // A request started with Start() finished: counts, and the estimates
+  // `model` asks for. A few atomic operations (one compare-and-swap per
+  // estimate, retried only when another thread updated it in between).
+  void Finish(const Completion& completion, const LoadModel& model) noexcept;
+
+  // Records a latency sample without touching the in-flight count (load
+  // reports merged from elsewhere).
+  void Observe(const Completion& completion, const LoadModel& model) noexcept;
 
   int64_t in_flight() const noexcept {
     return in_flight_.load(std::memory_order_relaxed);
@@ -40,10 +104,64 @@ class BackendLoad {
     return failures_.load(std::memory_order_relaxed);
   }
 
+  // The peak-EWMA RTT estimate in ns, decayed to `now_nanos`; the model's
+  // default when there is no sample yet.
+  double PeakEwmaRtt(int64_t now_nanos, const LoadModel& model) const noexcept;
+  // PeakEwmaRtt() * (in-flight + 1): what p2c `peak_ewma` compares (before
+  // dividing by the weight).
+  double PeakEwmaCost(int64_t now_nanos, const LoadModel& model) const noexcept {
+    const int64_t pending = in_flight();
+    return PeakEwmaRtt(now_nanos, model) *
+           static_cast<double>((pending > 0 ? pending : 0) + 1);
+  }
+  bool has_rtt_sample() const noexcept {
+    return peak_.load(std::memory_order_relaxed) != 0;
+  }
+
+  // Least-time EWMAs in ns; the model's default latency without samples.
+  double LastByteEwma(const LoadModel& model) const noexcept {
+    return Ewma(last_byte_, model);
+  }
+  double FirstByteEwma(const LoadModel& model) const noexcept {
+    return Ewma(first_byte_, model);
+  }
+
+  // Peak-EWMA state packing, exposed for tests: 24 bits of RTT (a float32
+  // without its sign and low 7 mantissa bits: relative precision 2^-17) and
+  // 40 bits of time in 1024 ns ticks (wraps after 13 days; a backend whose
+  // last completion is older than that may see its estimate revived, which
+  // with tau <= 1 h is long decayed anyway).
+  static constexpr int kTickShift = 10;
+  static constexpr uint64_t kTickMask = (uint64_t{1} << 40) - 1;
+  static uint64_t PackPeak(double rtt_nanos, int64_t now_nanos) noexcept;
+  static double UnpackPeakRtt(uint64_t state) noexcept;
+
  private:
+  static constexpr uint64_t kNoSample = ~uint64_t{0};
+
+  static double Ewma(const std::atomic<uint64_t>& cell,
+                     const LoadModel& model) noexcept {
+    const uint64_t bits = cell.load(std::memory_order_relaxed);
+    if (bits == kNoSample) {
+      return model.default_latency_nanos;
+    }
+    double v;
+    std::memcpy(&v, &bits, sizeof(v));
+    return v;
+  }
+  static void UpdateEwma(std::atomic<uint64_t>& cell, double sample,
+                         const LoadModel& model, bool ok) noexcept;
+  void UpdatePeak(const Completion& completion,
+                  const LoadModel& model) noexcept;
+
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> failures_{0};
+  // Peak-EWMA (packed, see PackPeak); 0 = no sample yet.
+  std::atomic<uint64_t> peak_{0};
+  // Least-time EWMAs (double bits); kNoSample = no sample yet.
+  std::atomic<uint64_t> last_byte_{kNoSample};
+  std::atomic<uint64_t> first_byte_{kNoSample};
 };
 
 }  // namespace aside

@@ -1,0 +1,69 @@
+// Hash functions the policies share. All of them are fixed functions of
+// their input bytes (no per-process seed, no std::hash), so a ring or table
+// built from the same members is the same in every process and every build.
+//
+// Thread-safe (pure functions). Costs: Fnv1a64 ~1 ns per byte; Hash64 ~1 ns
+// per 8 bytes plus ~2 ns; Crc32 runs zlib's table-driven CRC.
+#ifndef ASIDE_LIB_HASH_H_
+#define ASIDE_LIB_HASH_H_
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/string_view.h"
+
+namespace aside {
+
+// FNV-1a, 64 bits (offset basis 0xcbf29ce484222325, prime 0x100000001b3):
+// what Rust's `fnv::FnvHasher` computes for one `write(key)`, so Pingora's
+// FNVHash selection can be reproduced bit for bit.
+inline uint64_t Fnv1a64(absl::string_view data) noexcept {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+// 64x64 -> 128 multiply folded to 64 bits (the "mum" mixer of wyhash).
+inline uint64_t Mum64(uint64_t a, uint64_t b) noexcept {
+  const __uint128_t m = static_cast<__uint128_t>(a) * b;
+  return static_cast<uint64_t>(m) ^ static_cast<uint64_t>(m >> 64);
+}
+
+// A fast, well-mixed 64-bit hash of `data` under `seed`. Reads 8 bytes at a
+// time, little-endian, so the value is the same on every little-endian
+// machine (x86-64, AArch64). Used for Maglev permutations and key lookups,
+// and to name backends in session tokens.
+uint64_t Hash64(absl::string_view data, uint64_t seed) noexcept;
+
+// Finalises a 64-bit value (splitmix64's mixer): consecutive inputs give
+// unrelated outputs.
+inline uint64_t Mix64(uint64_t x) noexcept {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// Uniform map of a 64-bit hash onto [0, n) (Lemire's multiply-shift; no
+// division).
+inline uint64_t ReduceTo(uint64_t hash, uint64_t n) noexcept {
+  return static_cast<uint64_t>((static_cast<__uint128_t>(hash) * n) >> 64);
+}
+
+// CRC-32 (the zlib / IEEE 802.3 polynomial, as nginx's ngx_crc32_long and
+// zlib's crc32()). Crc32Update continues a finished CRC over more bytes:
+// Crc32Update(Crc32(a), b) == Crc32(a + b).
+uint32_t Crc32(absl::string_view data) noexcept;
+uint32_t Crc32Update(uint32_t crc, absl::string_view data) noexcept;
+// Crc32Update over the 4 little-endian bytes of `word`, table-driven
+// (slicing by 4): the step that makes each Ketama point from the previous.
+uint32_t Crc32UpdateWord(uint32_t crc, uint32_t word) noexcept;
+
+}  // namespace aside
+
+#endif  // ASIDE_LIB_HASH_H_
