@@ -36,8 +36,16 @@ void CallerZoneShares(absl::Span<const ZoneWeight> zones, int local,
                       const LocalityParams& params,
                       absl::Span<double> shares) {
   const size_t n = zones.size();
+  double total_weight = 0;
   for (size_t i = 0; i < n; ++i) {
-    shares[i] = zones[i].weight;
+    shares[i] = std::max(0.0, zones[i].weight);
+    total_weight += shares[i];
+  }
+  if (total_weight == 0) {
+    // Weights that say nothing (all zero): share by host count.
+    for (size_t i = 0; i < n; ++i) {
+      shares[i] = zones[i].host_count;
+    }
   }
   if (local < 0 || static_cast<size_t>(local) >= n) {
     return;

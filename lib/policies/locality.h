@@ -13,7 +13,8 @@
 //    - weight = host_count * max(0, 1 - utilisation); a zone without fresh
 //      data gets host_count; when every weight is 0 (all overloaded), weights
 //      are the host counts.
-// 2. The selector, per pick: the caller's zone (PickRequest::caller, region
+// 2. The selector, per pick (published weights that are all zero share by
+//    host count): the caller's zone (PickRequest::caller, region
 //    and zone compared) gets all the traffic while its utilisation is at
 //    most the remote zones' host-weighted mean utilisation +
 //    utilization_variance_threshold and it has headroom; then, if the
