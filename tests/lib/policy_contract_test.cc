@@ -37,6 +37,8 @@ struct PolicyCase {
   bool key_deterministic = false;
 };
 
+void PrintTo(const PolicyCase& c, std::ostream* os) { *os << c.name; }
+
 std::vector<PolicyCase> AllPolicies() {
   std::vector<PolicyCase> cases;
   auto add = [&](std::string name, PolicyKind kind, bool rr, bool hash,
