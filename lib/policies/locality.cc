@@ -181,8 +181,8 @@ class LocalitySelector final : public Selector {
         }
       }
     }
-    const double* cum = &cumulative_[row * n];
-    const uint32_t* order = &order_[row * n];
+    const double* cum = cumulative_.data() + row * n;
+    const uint32_t* order = order_.data() + row * n;
     size_t chosen = order[0];
     const double total = cum[n - 1];
     if (total > 0) {
@@ -286,7 +286,7 @@ absl::StatusOr<std::unique_ptr<const Selector>> BuildLocalitySelector(
       sum += std::max(0.0, shares[z]);
       cumulative[row * n + z] = sum;
     }
-    uint32_t* o = &order[row * n];
+    uint32_t* o = order.data() + row * n;
     std::iota(o, o + n, 0u);
     std::stable_sort(o, o + n, [&](uint32_t a, uint32_t b) {
       return shares[a] > shares[b];
