@@ -9,11 +9,14 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/clock.h"
 #include "lib/load/backend_load.h"
 #include "lib/policies/ketama.h"
@@ -22,6 +25,10 @@
 #include "lib/random.h"
 #include "lib/table.h"
 #include "tests/testing/tables.h"
+
+// The replacement operators below pair malloc with free; GCC, seeing both
+// inlined, mistakes the pairing for new/free.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 namespace {
 std::atomic<uint64_t> g_allocations{0};
@@ -133,22 +140,40 @@ TableConstPtr MakeBenchTable(const PolicyConfig& policy, size_t n) {
 }
 
 struct PickCase {
+  std::string name;
   PolicyConfig policy;
   bool with_token = false;  // sticky: present a valid token
 };
 
-void BM_Pick(benchmark::State& state, PickCase pick_case) {
-  static TableConstPtr table;
-  static SessionToken token;
-  if (state.thread_index() == 0) {
-    table = MakeBenchTable(pick_case.policy, static_cast<size_t>(state.range(0)));
+// A table per (case, size), built once and shared by the benchmark's
+// threads (each thread fetches it before its timed loop).
+struct BenchTable {
+  TableConstPtr table;
+  SessionToken token;
+};
+const BenchTable& TableFor(const std::string& name, const PickCase& pick_case,
+                           size_t n) {
+  static absl::Mutex mu;
+  static auto* tables = new std::map<std::string, std::unique_ptr<BenchTable>>();
+  absl::MutexLock lock(&mu);
+  std::unique_ptr<BenchTable>& entry = (*tables)[absl::StrCat(name, "/", n)];
+  if (entry == nullptr) {
+    entry = std::make_unique<BenchTable>();
+    entry->table = MakeBenchTable(pick_case.policy, n);
     if (pick_case.with_token) {
       std::array<uint32_t, 1> out;
       PickRequest first;
-      first.issued_token = &token;
-      table->Pick(first, absl::MakeSpan(out));
+      first.issued_token = &entry->token;
+      entry->table->Pick(first, absl::MakeSpan(out));
     }
   }
+  return *entry;
+}
+
+void BM_Pick(benchmark::State& state, PickCase pick_case) {
+  const BenchTable& bench = TableFor(pick_case.name, pick_case,
+                                     static_cast<size_t>(state.range(0)));
+  const Table& table = *bench.table;
   const std::vector<std::string>& keys = Keys();
   const Locality caller{"r", "a", ""};
   std::array<uint32_t, 1> out;
@@ -157,13 +182,13 @@ void BM_Pick(benchmark::State& state, PickCase pick_case) {
   request.now_nanos = 1'000'000'000;  // injected: no clock read per pick
   request.wall_now = absl::FromUnixSeconds(1'800'000'000);
   if (pick_case.with_token) {
-    request.session_token = token.view();
+    request.session_token = bench.token.view();
   }
   size_t k = static_cast<size_t>(state.thread_index()) * 97;
   const uint64_t allocs_before = g_allocations.load();
   for (auto _ : state) {
     request.key = keys[k++ & 4095];
-    benchmark::DoNotOptimize(table->Pick(request, absl::MakeSpan(out)));
+    benchmark::DoNotOptimize(table.Pick(request, absl::MakeSpan(out)));
   }
   const uint64_t allocs = g_allocations.load() - allocs_before;
   state.counters["allocs_per_pick"] = benchmark::Counter(
@@ -171,7 +196,7 @@ void BM_Pick(benchmark::State& state, PickCase pick_case) {
 }
 
 #define ASIDE_PICK_BENCH(name, ...)                                     \
-  BENCHMARK_CAPTURE(BM_Pick, name, PickCase{__VA_ARGS__})               \
+  BENCHMARK_CAPTURE(BM_Pick, name, PickCase{#name, __VA_ARGS__})        \
       ->RangeMultiplier(10)                                             \
       ->Range(10, 10000)                                                \
       ->Threads(1)                                                      \

@@ -31,6 +31,31 @@ inline bool StateIsNewer(uint64_t state, int64_t now_nanos) noexcept {
   return diff >= (uint64_t{1} << 39);
 }
 
+// exp(-x) for x >= 0, to ~2e-7 relative (the packed estimate keeps 2^-17):
+// 2^(-x log2 e) split into 2^n (exponent bits) and 2^f, f in [-0.5, 0.5]
+// (a degree-6 Taylor polynomial). About a third of libm's exp.
+inline double ExpNegative(double x) noexcept {
+  const double y = -x * 1.4426950408889634;  // log2(e)
+  if (!(y > -1000.0)) {
+    return 0.0;  // also NaN
+  }
+  const double n = std::nearbyint(y);
+  const double f = y - n;
+  const double p =
+      1.0 +
+      f * (0.6931471805599453 +
+           f * (0.2402265069591007 +
+                f * (0.05550410866482158 +
+                     f * (0.009618129107628477 +
+                          f * (0.0013333558146428443 +
+                               f * 0.00015403530393381608)))));
+  const uint64_t bits = static_cast<uint64_t>(static_cast<int64_t>(n) + 1023)
+                        << 52;
+  double scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
 inline double ToDouble(uint64_t bits) noexcept {
   double v;
   std::memcpy(&v, &bits, sizeof(v));
@@ -94,7 +119,7 @@ double BackendLoad::PeakEwmaRtt(int64_t now_nanos,
     return model.default_rtt_nanos;
   }
   const double elapsed = static_cast<double>(ElapsedNanos(s, now_nanos));
-  return UnpackPeakRtt(s) * std::exp(-elapsed * model.inverse_decay_nanos);
+  return UnpackPeakRtt(s) * ExpNegative(elapsed * model.inverse_decay_nanos);
 }
 
 void BackendLoad::UpdatePeak(const Completion& c,
@@ -119,7 +144,7 @@ void BackendLoad::UpdatePeak(const Completion& c,
         return;  // a fast failure never makes a backend look faster
       } else {
         const double elapsed = static_cast<double>(ElapsedNanos(old, stamp));
-        const double decay = std::exp(-elapsed * model.inverse_decay_nanos);
+        const double decay = ExpNegative(elapsed * model.inverse_decay_nanos);
         next = estimate * decay + sample * (1.0 - decay);
       }
       if (StateIsNewer(old, stamp)) {
@@ -164,7 +189,12 @@ void BackendLoad::UpdateEwma(std::atomic<uint64_t>& cell, double sample,
 
 void BackendLoad::Observe(const Completion& c,
                           const LoadModel& model) noexcept {
-  requests_.fetch_add(1, std::memory_order_relaxed);
+  counts_.fetch_add(kObserveDelta, std::memory_order_relaxed);
+  Estimate(c, model);
+}
+
+void BackendLoad::Estimate(const Completion& c,
+                           const LoadModel& model) noexcept {
   if (!c.ok) {
     failures_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -184,8 +214,8 @@ void BackendLoad::Observe(const Completion& c,
 
 void BackendLoad::Finish(const Completion& c,
                          const LoadModel& model) noexcept {
-  in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  Observe(c, model);
+  counts_.fetch_add(kFinishDelta, std::memory_order_relaxed);
+  Estimate(c, model);
 }
 
 }  // namespace aside

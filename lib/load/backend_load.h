@@ -74,31 +74,40 @@ class BackendLoad {
   BackendLoad& operator=(const BackendLoad&) = delete;
 
   // A request to the backend started.
-  void Start() noexcept { in_flight_.fetch_add(1, std::memory_order_relaxed); }
+  void Start() noexcept { counts_.fetch_add(1, std::memory_order_relaxed); }
 
   // A request started with Start() finished (counts only; no latency).
   void Finish(bool ok) noexcept {
-    in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    requests_.fetch_add(1, std::memory_order_relaxed);
+    counts_.fetch_add(kFinishDelta, std::memory_order_relaxed);
     if (!ok) {
       failures_.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
   // A request started with Start() finished: counts, and the estimates
-  // `model` asks for. A few atomic operations (one compare-and-swap per
-  // estimate, retried only when another thread updated it in between).
+  // `model` asks for. One atomic add for the counts (in flight and
+  // requests share a word) and one compare-and-swap per estimate, retried
+  // only when another thread updated it in between.
   void Finish(const Completion& completion, const LoadModel& model) noexcept;
 
-  // Records a latency sample without touching the in-flight count (load
+  // Records a finished request without touching the in-flight count (load
   // reports merged from elsewhere).
   void Observe(const Completion& completion, const LoadModel& model) noexcept;
 
+  // Requests in flight (Start() minus Finish(); Finish must follow Start).
   int64_t in_flight() const noexcept {
-    return in_flight_.load(std::memory_order_relaxed);
+    // The low 24 bits, sign-extended.
+    const uint64_t low = counts_.load(std::memory_order_relaxed) & kInFlightMask;
+    return static_cast<int64_t>(low ^ kInFlightSign) -
+           static_cast<int64_t>(kInFlightSign);
   }
+  // Finished requests, a counter wrapping at 2^40: take differences modulo
+  // 2^40 (RequestsSince).
   uint64_t requests() const noexcept {
-    return requests_.load(std::memory_order_relaxed);
+    return counts_.load(std::memory_order_relaxed) >> kInFlightBits;
+  }
+  static uint64_t RequestsSince(uint64_t now, uint64_t before) noexcept {
+    return (now - before) & ((uint64_t{1} << (64 - kInFlightBits)) - 1);
   }
   uint64_t failures() const noexcept {
     return failures_.load(std::memory_order_relaxed);
@@ -153,9 +162,19 @@ class BackendLoad {
                          const LoadModel& model, bool ok) noexcept;
   void UpdatePeak(const Completion& completion,
                   const LoadModel& model) noexcept;
+  // Failures and the estimates of one completion.
+  void Estimate(const Completion& completion, const LoadModel& model) noexcept;
 
-  std::atomic<int64_t> in_flight_{0};
-  std::atomic<uint64_t> requests_{0};
+  // In flight (low 24 bits, two's complement: up to 8M concurrent
+  // requests) and finished requests (high 40 bits): Finish() adds 2^24 - 1,
+  // which takes one from the first and, through the borrow, adds one to the
+  // second, in one atomic add.
+  static constexpr int kInFlightBits = 24;
+  static constexpr uint64_t kInFlightMask = (uint64_t{1} << kInFlightBits) - 1;
+  static constexpr uint64_t kInFlightSign = uint64_t{1} << (kInFlightBits - 1);
+  static constexpr uint64_t kFinishDelta = (uint64_t{1} << kInFlightBits) - 1;
+  static constexpr uint64_t kObserveDelta = uint64_t{1} << kInFlightBits;
+  std::atomic<uint64_t> counts_{0};
   std::atomic<uint64_t> failures_{0};
   // Peak-EWMA (packed, see PackPeak); 0 = no sample yet.
   std::atomic<uint64_t> peak_{0};

@@ -61,6 +61,32 @@ TEST(LoadModelTest, FollowsThePolicy) {
   EXPECT_DOUBLE_EQ(m.alpha, 0.5);
 }
 
+TEST(BackendLoadTest, CountsShareOneWordWithoutMixingUp) {
+  const LoadModel model;
+  BackendLoad load;
+  for (int i = 0; i < 3; ++i) {
+    load.Start();
+  }
+  EXPECT_EQ(load.in_flight(), 3);
+  EXPECT_EQ(load.requests(), 0u);
+  load.Finish(true);
+  EXPECT_EQ(load.in_flight(), 2);
+  EXPECT_EQ(load.requests(), 1u);
+  Completion c;
+  c.ok = false;
+  load.Observe(c, model);  // merged from elsewhere: not in flight here
+  EXPECT_EQ(load.in_flight(), 2);
+  EXPECT_EQ(load.requests(), 2u);
+  EXPECT_EQ(load.failures(), 1u);
+  load.Finish(c, model);
+  load.Finish(c, model);
+  EXPECT_EQ(load.in_flight(), 0);
+  EXPECT_EQ(load.requests(), 4u);
+  EXPECT_EQ(load.failures(), 3u);
+  // The counter wraps at 2^40; differences are taken modulo that.
+  EXPECT_EQ(BackendLoad::RequestsSince(5, (uint64_t{1} << 40) - 3), 8u);
+}
+
 TEST(BackendLoadTest, PackedEstimateKeepsSeventeenBits) {
   for (double rtt : {1.0, 999.0, 30e6, 123456789.0, 7.5e10}) {
     const uint64_t s = BackendLoad::PackPeak(rtt, 123456789);
@@ -103,6 +129,12 @@ TEST(BackendLoadTest, PeakEwmaFollowsItsDefinition) {
   const double d = std::exp(-5e9 / tau);
   EXPECT_NEAR(load.PeakEwmaRtt(clock.NowNanos(), model), 100 * kMs * d,
               100 * kMs * kPrecision);
+
+  // Long idle: decayed to (almost) nothing, without overflow.
+  EXPECT_LT(load.PeakEwmaRtt(clock.NowNanos() + 3'600'000'000'000, model),
+            1e-100);
+  EXPECT_NEAR(load.PeakEwmaRtt(clock.NowNanos() + 20'000'000'000, model),
+              100 * kMs * std::exp(-2.5), 100 * kMs * kPrecision);
 
   // A faster sample moves it towards the sample with weight 1 - exp(-dt/tau).
   load.Start();
