@@ -23,6 +23,7 @@
 #include "lib/policies/locality.h"
 #include "lib/policies/maglev.h"
 #include "lib/random.h"
+#include "lib/snapshot_cell.h"
 #include "lib/table.h"
 #include "tests/testing/tables.h"
 
@@ -31,11 +32,12 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 namespace {
-std::atomic<uint64_t> g_allocations{0};
+// Per thread, so that a benchmark thread counts only its own allocations.
+thread_local uint64_t t_allocations = 0;
 }  // namespace
 
 void* operator new(size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  ++t_allocations;
   if (void* p = std::malloc(size == 0 ? 1 : size)) {
     return p;
   }
@@ -43,7 +45,7 @@ void* operator new(size_t size) {
 }
 void* operator new[](size_t size) { return operator new(size); }
 void* operator new(size_t size, const std::nothrow_t&) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  ++t_allocations;
   return std::malloc(size == 0 ? 1 : size);
 }
 void* operator new[](size_t size, const std::nothrow_t& t) noexcept {
@@ -185,12 +187,12 @@ void BM_Pick(benchmark::State& state, PickCase pick_case) {
     request.session_token = bench.token.view();
   }
   size_t k = static_cast<size_t>(state.thread_index()) * 97;
-  const uint64_t allocs_before = g_allocations.load();
+  const uint64_t allocs_before = t_allocations;
   for (auto _ : state) {
     request.key = keys[k++ & 4095];
     benchmark::DoNotOptimize(table.Pick(request, absl::MakeSpan(out)));
   }
-  const uint64_t allocs = g_allocations.load() - allocs_before;
+  const uint64_t allocs = t_allocations - allocs_before;
   state.counters["allocs_per_pick"] = benchmark::Counter(
       static_cast<double>(allocs), benchmark::Counter::kAvgIterations);
 }
@@ -233,14 +235,14 @@ void BM_RecordCompletion(benchmark::State& state, LoadModel model) {
   c.latency_nanos = 12'000'000;
   c.first_byte_nanos = 3'000'000;
   int64_t now = 1'000'000'000;
-  const uint64_t allocs_before = g_allocations.load();
+  const uint64_t allocs_before = t_allocations;
   for (auto _ : state) {
     load.Start();
     c.now_nanos = (now += 1000);
     load.Finish(c, model);
   }
   state.counters["allocs_per_op"] = benchmark::Counter(
-      static_cast<double>(g_allocations.load() - allocs_before),
+      static_cast<double>(t_allocations - allocs_before),
       benchmark::Counter::kAvgIterations);
 }
 LoadModel PeakEwmaModel() {
@@ -257,6 +259,18 @@ BENCHMARK_CAPTURE(BM_RecordCompletion, pending, PendingModel())
     ->Threads(1)->Threads(2);
 BENCHMARK_CAPTURE(BM_RecordCompletion, least_time, LeastTimeModel())
     ->Threads(1)->Threads(2);
+
+// -------------------------------------------------------------- snapshots
+
+// Acquiring the current table (what a pick pays before Table::Pick).
+void BM_SnapshotAcquire(benchmark::State& state) {
+  static SnapshotCell<Table> cell(
+      MakeBenchTable(Policy(PolicyKind::kRoundRobin), 10));
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cell.Acquire());
+  }
+}
+BENCHMARK(BM_SnapshotAcquire)->Threads(1)->Threads(2);
 
 // ---------------------------------------------------------------- builds
 

@@ -2,7 +2,6 @@
 
 #include <zlib.h>
 
-#include <array>
 
 namespace aside {
 namespace {
@@ -20,26 +19,6 @@ constexpr uint64_t kP0 = 0xa0761d6478bd642fULL;
 constexpr uint64_t kP1 = 0xe7037ed1a0b428dbULL;
 constexpr uint64_t kP2 = 0x8ebc6af09c88c6e3ULL;
 constexpr uint64_t kP3 = 0x589965cc75374cc3ULL;
-
-// Slicing-by-4 tables for the reflected CRC-32 polynomial 0xedb88320.
-struct Crc32Tables {
-  std::array<std::array<uint32_t, 256>, 4> t{};
-  constexpr Crc32Tables() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) {
-        c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      }
-      t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; ++i) {
-      for (int s = 1; s < 4; ++s) {
-        t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
-      }
-    }
-  }
-};
-constexpr Crc32Tables kCrc;
 
 }  // namespace
 
@@ -84,13 +63,6 @@ uint32_t Crc32Update(uint32_t crc, absl::string_view data) noexcept {
     len -= chunk;
   }
   return static_cast<uint32_t>(c);
-}
-
-uint32_t Crc32UpdateWord(uint32_t crc, uint32_t word) noexcept {
-  uint32_t c = ~crc ^ word;
-  c = kCrc.t[3][c & 0xff] ^ kCrc.t[2][(c >> 8) & 0xff] ^
-      kCrc.t[1][(c >> 16) & 0xff] ^ kCrc.t[0][c >> 24];
-  return ~c;
 }
 
 }  // namespace aside

@@ -60,9 +60,34 @@ inline uint64_t ReduceTo(uint64_t hash, uint64_t n) noexcept {
 // Crc32Update(Crc32(a), b) == Crc32(a + b).
 uint32_t Crc32(absl::string_view data) noexcept;
 uint32_t Crc32Update(uint32_t crc, absl::string_view data) noexcept;
+// Slicing-by-4 tables for the reflected CRC-32 polynomial 0xedb88320.
+struct Crc32Tables {
+  uint32_t t[4][256] = {};
+  constexpr Crc32Tables() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) {
+        c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      }
+      t[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; ++i) {
+      for (int s = 1; s < 4; ++s) {
+        t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
+      }
+    }
+  }
+};
+inline constexpr Crc32Tables kCrc32Tables;
+
 // Crc32Update over the 4 little-endian bytes of `word`, table-driven
 // (slicing by 4): the step that makes each Ketama point from the previous.
-uint32_t Crc32UpdateWord(uint32_t crc, uint32_t word) noexcept;
+inline uint32_t Crc32UpdateWord(uint32_t crc, uint32_t word) noexcept {
+  uint32_t c = ~crc ^ word;
+  c = kCrc32Tables.t[3][c & 0xff] ^ kCrc32Tables.t[2][(c >> 8) & 0xff] ^
+      kCrc32Tables.t[1][(c >> 16) & 0xff] ^ kCrc32Tables.t[0][c >> 24];
+  return ~c;
+}
 
 }  // namespace aside
 

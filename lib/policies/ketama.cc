@@ -1,6 +1,7 @@
 #include "lib/policies/ketama.h"
 
 #include <algorithm>
+#include <array>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -42,34 +43,6 @@ void AppendPoints(const KetamaNode& node, uint32_t position,
     const uint32_t h = Crc32UpdateWord(base, prev);
     keys.push_back((static_cast<uint64_t>(h) << 32) | position);
     prev = h;
-  }
-}
-
-// Stable LSD radix sort on the top 32 bits (the hash), 11+11+10 bits per
-// pass: keys generated in position order stay in position order among
-// equal hashes, which is the full (hash, position) order.
-void RadixSortByHash(std::vector<uint64_t>& keys) {
-  std::vector<uint64_t> tmp(keys.size());
-  constexpr int kShifts[3] = {32, 43, 54};
-  constexpr int kBits[3] = {11, 11, 10};
-  std::vector<uint32_t> count(1u << 11);
-  for (int pass = 0; pass < 3; ++pass) {
-    const int shift = kShifts[pass];
-    const uint64_t mask = (uint64_t{1} << kBits[pass]) - 1;
-    std::fill(count.begin(), count.end(), 0);
-    for (uint64_t k : keys) {
-      ++count[(k >> shift) & mask];
-    }
-    uint32_t sum = 0;
-    for (uint32_t& c : count) {
-      const uint32_t x = c;
-      c = sum;
-      sum += x;
-    }
-    for (uint64_t k : keys) {
-      tmp[count[(k >> shift) & mask]++] = k;
-    }
-    keys.swap(tmp);
   }
 }
 
@@ -171,12 +144,51 @@ absl::StatusOr<std::shared_ptr<const KetamaRing>> KetamaRing::Build(
   }
   auto ring = std::shared_ptr<KetamaRing>(new KetamaRing());
   ring->points_per_weight_ = points_per_weight;
-  ring->keys_.reserve(*points);
-  for (uint32_t pos = 0; pos < nodes.size(); ++pos) {
-    AppendPoints(nodes[pos], pos, points_per_weight, ring->keys_);
+  std::unique_ptr<uint64_t[]> generated(new uint64_t[*points]);
+  // Counts of the top 8 bits of the hash, for the sort's first pass.
+  std::array<uint32_t, 257> counts{};
+  // Each point depends on the previous one of its node: generate four
+  // nodes' chains in lockstep so the CRC steps overlap. Keys land in
+  // position order; the first sort pass's counts are taken on the way.
+  uint64_t offset = 0;
+  for (size_t first = 0; first < nodes.size(); first += 4) {
+    const size_t group = std::min<size_t>(4, nodes.size() - first);
+    uint32_t base[4] = {};
+    uint32_t prev[4] = {};
+    uint64_t count[4] = {};
+    uint64_t* out[4] = {};
+    uint64_t common = ~uint64_t{0};
+    for (size_t g = 0; g < group; ++g) {
+      base[g] = KetamaBaseHash(nodes[first + g].address);
+      count[g] = uint64_t{nodes[first + g].weight} * points_per_weight;
+      out[g] = generated.get() + offset;
+      offset += count[g];
+      common = std::min(common, count[g]);
+    }
+    auto emit = [&](size_t g, uint64_t j) {
+      const uint32_t h = Crc32UpdateWord(base[g], prev[g]);
+      const uint64_t key =
+          (static_cast<uint64_t>(h) << 32) | static_cast<uint32_t>(first + g);
+      out[g][j] = key;
+      ++counts[(key >> 56) + 1];
+      prev[g] = h;
+    };
+    uint64_t j = 0;
+    if (group == 4) {
+      for (; j < common; ++j) {
+        emit(0, j);
+        emit(1, j);
+        emit(2, j);
+        emit(3, j);
+      }
+    }
+    for (size_t g = 0; g < group; ++g) {
+      for (uint64_t k = j; k < count[g]; ++k) {
+        emit(g, k);
+      }
+    }
   }
-  RadixSortByHash(ring->keys_);
-  ring->BuildIndex();
+  ring->SortAndIndex(std::move(generated), *points, counts);
   return std::shared_ptr<const KetamaRing>(std::move(ring));
 }
 
@@ -232,11 +244,13 @@ absl::StatusOr<std::shared_ptr<const KetamaRing>> KetamaRing::Update(
 
   auto ring = std::shared_ptr<KetamaRing>(new KetamaRing());
   ring->points_per_weight_ = points_per_weight;
-  ring->keys_.resize(*points);
-  uint64_t* out = ring->keys_.data();
+  ring->size_ = *points;
+  ring->keys_.reset(new uint64_t[ring->size_]);
+  uint64_t* out = ring->keys_.get();
   const uint64_t* f = fresh.data();
   const uint64_t* const f_end = f + fresh.size();
-  for (uint64_t key : previous.keys_) {
+  for (size_t i = 0; i < previous.size_; ++i) {
+    const uint64_t key = previous.keys_[i];
     const uint32_t pos = old_to_new[static_cast<uint32_t>(key)];
     if (pos == kGone) {
       continue;
@@ -255,22 +269,78 @@ absl::StatusOr<std::shared_ptr<const KetamaRing>> KetamaRing::Update(
   return std::shared_ptr<const KetamaRing>(std::move(ring));
 }
 
-void KetamaRing::BuildIndex() {
-  const uint64_t n = keys_.size();
+void KetamaRing::SizeIndex(uint64_t n) {
   uint32_t bits = 1;
   while ((uint64_t{1} << bits) < n / 2 && bits < 24) {
     ++bits;
   }
   shift_ = 32 - bits;
-  const uint32_t buckets = 1u << bits;
-  index_.assign(buckets + 1, static_cast<uint32_t>(n));
-  size_t i = 0;
-  for (uint32_t b = 0; b < buckets; ++b) {
-    while (i < n && hash_at(i) >> shift_ < b) {
-      ++i;
-    }
-    index_[b] = static_cast<uint32_t>(i);
+  index_.assign((size_t{1} << bits) + 1, 0);
+}
+
+void KetamaRing::BuildIndex() {
+  SizeIndex(size_);
+  // Points per bucket, then prefix sums: index_[b] = points in buckets
+  // before b. No data-dependent branches.
+  const uint32_t shift = 32 + shift_;  // bucket of a key
+  for (size_t i = 0; i < size_; ++i) {
+    ++index_[(keys_[i] >> shift) + 1];
   }
+  for (size_t b = 1; b < index_.size(); ++b) {
+    index_[b] += index_[b - 1];
+  }
+}
+
+void KetamaRing::SortAndIndex(std::unique_ptr<uint64_t[]> generated,
+                              size_t n, std::array<uint32_t, 257>& top) {
+  // A two-level counting sort on the hash, most significant bits first: 8
+  // bits (256 write streams), then 9 bits inside each of those ranges (which
+  // stay in cache). The hashes are uniform, so what is left unsorted is
+  // ~n / 2^17 runs of ~1 key: a final insertion pass over the nearly sorted
+  // array finishes it. Every pass is stable and keys are in position order
+  // to begin with, and the final pass compares whole keys, so equal hashes
+  // end in position order.
+  std::unique_ptr<uint64_t[]> tmp(new uint64_t[n]);
+  for (size_t b = 1; b < top.size(); ++b) {
+    top[b] += top[b - 1];
+  }
+  std::array<uint32_t, 256> cursor;
+  std::copy(top.begin(), top.end() - 1, cursor.begin());
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t key = generated[i];
+    tmp[cursor[key >> 56]++] = key;
+  }
+  std::array<uint32_t, 513> sub;
+  for (size_t t = 0; t < 256; ++t) {
+    const uint32_t lo = top[t];
+    const uint32_t hi = top[t + 1];
+    sub.fill(0);
+    for (uint32_t i = lo; i < hi; ++i) {
+      ++sub[((tmp[i] >> 47) & 511) + 1];
+    }
+    uint32_t sum = lo;
+    for (size_t b = 0; b < 512; ++b) {
+      const uint32_t c = sub[b + 1];
+      sub[b] = sum;
+      sum += c;
+    }
+    for (uint32_t i = lo; i < hi; ++i) {
+      generated[sub[(tmp[i] >> 47) & 511]++] = tmp[i];
+    }
+  }
+  uint64_t* k = generated.get();
+  for (size_t i = 1; i < n; ++i) {
+    const uint64_t x = k[i];
+    size_t j = i;
+    while (j > 0 && k[j - 1] > x) {
+      k[j] = k[j - 1];
+      --j;
+    }
+    k[j] = x;
+  }
+  keys_ = std::move(generated);
+  size_ = n;
+  BuildIndex();
 }
 
 absl::StatusOr<std::unique_ptr<const Selector>> BuildKetamaSelector(

@@ -29,6 +29,7 @@
 #ifndef ASIDE_LIB_POLICIES_KETAMA_H_
 #define ASIDE_LIB_POLICIES_KETAMA_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -74,7 +75,7 @@ class KetamaRing {
       const KetamaRing& previous, absl::Span<const KetamaNode> old_nodes,
       absl::Span<const KetamaNode> new_nodes, uint32_t points_per_weight);
 
-  size_t size() const { return keys_.size(); }
+  size_t size() const { return size_; }
   uint32_t points_per_weight() const { return points_per_weight_; }
   uint32_t hash_at(size_t i) const {
     return static_cast<uint32_t>(keys_[i] >> 32);
@@ -92,19 +93,28 @@ class KetamaRing {
     while (i < end && keys_[i] < key) {
       ++i;
     }
-    return i == keys_.size() ? 0 : i;
+    return i == size_ ? 0 : i;
   }
 
  private:
   KetamaRing() = default;
+  // Sizes the bucket index for `n` points (about two points per bucket).
+  void SizeIndex(uint64_t n);
+  // Fills index_ from the sorted keys_.
   void BuildIndex();
+  // Sorts `generated` (n keys in position order; `top` counts them by the
+  // top 8 bits of the hash, shifted by one) into keys_ and builds index_.
+  void SortAndIndex(std::unique_ptr<uint64_t[]> generated, size_t n,
+                    std::array<uint32_t, 257>& top);
 
   uint32_t points_per_weight_ = 160;
   // (hash << 32) | position, ascending: sorted by hash, then position.
-  std::vector<uint64_t> keys_;
+  // Not value-initialised: every element is written by the build.
+  std::unique_ptr<uint64_t[]> keys_;
+  size_t size_ = 0;
   // index_[b] = first point whose hash >> shift_ >= b; 2^bits + 1 entries.
   std::vector<uint32_t> index_;
-  uint32_t shift_ = 32;
+  uint32_t shift_ = 31;
 };
 
 absl::StatusOr<std::unique_ptr<const Selector>> BuildKetamaSelector(

@@ -151,6 +151,41 @@ class NaiveNginxRing {
   std::vector<std::pair<uint32_t, std::string>> points_;
 };
 
+TEST(KetamaTest, LargeRingIsExactlySortedByHashThenPosition) {
+  std::vector<KetamaNode> nodes;
+  std::vector<std::string> addresses;
+  for (size_t i = 0; i < 400; ++i) {
+    addresses.push_back(testing::TestAddress(i));  // in address order
+  }
+  std::vector<uint64_t> expected;
+  for (uint32_t i = 0; i < addresses.size(); ++i) {
+    const uint32_t weight = 1 + i % 4;
+    nodes.push_back({addresses[i], weight});
+    const uint32_t base = KetamaBaseHash(addresses[i]);
+    uint32_t prev = 0;
+    for (uint32_t j = 0; j < weight * 160; ++j) {
+      prev = Crc32UpdateWord(base, prev);
+      expected.push_back((uint64_t{prev} << 32) | i);
+    }
+  }
+  std::sort(expected.begin(), expected.end());
+  ASSERT_OK_AND_ASSIGN(auto ring, KetamaRing::Build(nodes, 160));
+  ASSERT_EQ(ring->size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(ring->hash_at(i), expected[i] >> 32) << i;
+    ASSERT_EQ(ring->position_at(i), static_cast<uint32_t>(expected[i])) << i;
+  }
+  // The index finds the first point >= any hash.
+  FastRng rng(3);
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t h = static_cast<uint32_t>(rng.Next());
+    const size_t want = static_cast<size_t>(
+        std::lower_bound(expected.begin(), expected.end(), uint64_t{h} << 32) -
+        expected.begin());
+    ASSERT_EQ(ring->Find(h), want == expected.size() ? 0 : want) << h;
+  }
+}
+
 TEST(KetamaTest, SplitsServerNamesAsNginxDoes) {
   auto split = [](absl::string_view s) {
     KetamaHostPort hp = SplitKetamaServer(s);
