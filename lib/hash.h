@@ -60,6 +60,9 @@ inline uint64_t ReduceTo(uint64_t hash, uint64_t n) noexcept {
 // Crc32Update(Crc32(a), b) == Crc32(a + b).
 uint32_t Crc32(absl::string_view data) noexcept;
 uint32_t Crc32Update(uint32_t crc, absl::string_view data) noexcept;
+// Crc32 for short inputs such as request keys: inline, 4 bytes per step
+// (zlib's call and setup cost more than the work below 64 bytes).
+inline uint32_t Crc32Short(absl::string_view data) noexcept;
 // Slicing-by-4 tables for the reflected CRC-32 polynomial 0xedb88320.
 struct Crc32Tables {
   uint32_t t[4][256] = {};
@@ -88,6 +91,70 @@ inline uint32_t Crc32UpdateWord(uint32_t crc, uint32_t word) noexcept {
       kCrc32Tables.t[1][(c >> 16) & 0xff] ^ kCrc32Tables.t[0][c >> 24];
   return ~c;
 }
+
+inline uint32_t Crc32Short(absl::string_view data) noexcept {
+  if (data.size() > 64) {
+    return Crc32(data);
+  }
+  const char* p = data.data();
+  size_t n = data.size();
+  uint32_t c = 0xffffffffu;
+  while (n >= 4) {
+    uint32_t word;
+    std::memcpy(&word, p, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    word = __builtin_bswap32(word);
+#endif
+    c ^= word;
+    c = kCrc32Tables.t[3][c & 0xff] ^ kCrc32Tables.t[2][(c >> 8) & 0xff] ^
+        kCrc32Tables.t[1][(c >> 16) & 0xff] ^ kCrc32Tables.t[0][c >> 24];
+    p += 4;
+    n -= 4;
+  }
+  while (n > 0) {
+    c = kCrc32Tables.t[0][(c ^ static_cast<unsigned char>(*p)) & 0xff] ^
+        (c >> 8);
+    ++p;
+    --n;
+  }
+  return ~c;
+}
+
+// Exact a % d for a fixed divisor d >= 1 and any 64-bit a, without a
+// division instruction (Granlund and Montgomery, "Division by invariant
+// integers using multiplication", PLDI 1994, figure 4.1): one multiply-high,
+// shifts and a multiply. Thread-safe (immutable).
+class FastModulo {
+ public:
+  FastModulo() = default;
+  explicit FastModulo(uint64_t d) : d_(d == 0 ? 1 : d) {
+    uint32_t l = 0;
+    while (l < 64 && (uint64_t{1} << l) < d_) {
+      ++l;
+    }
+    shift_ = l;
+    if (l >= 1) {
+      // m = floor(2^64 * (2^l - d) / d) + 1, which fits in 64 bits.
+      const __uint128_t two_l = static_cast<__uint128_t>(1) << l;
+      magic_ = static_cast<uint64_t>(((two_l - d_) << 64) / d_ + 1);
+    }
+  }
+  uint64_t divisor() const noexcept { return d_; }
+  uint64_t Quotient(uint64_t a) const noexcept {
+    if (shift_ == 0) {
+      return a;  // d == 1
+    }
+    const uint64_t t = static_cast<uint64_t>(
+        (static_cast<__uint128_t>(magic_) * a) >> 64);
+    return (t + ((a - t) >> 1)) >> (shift_ - 1);
+  }
+  uint64_t Mod(uint64_t a) const noexcept { return a - Quotient(a) * d_; }
+
+ private:
+  uint64_t d_ = 1;
+  uint64_t magic_ = 0;
+  uint32_t shift_ = 0;
+};
 
 }  // namespace aside
 

@@ -17,6 +17,7 @@ constexpr int kWeightedProbes = 8;
 struct HashSlots {
   // Reduced total weight: the modulus.
   uint64_t total = 0;
+  FastModulo modulo;  // % total without a division, same result
   // Slot -> position in the selector's weighted member list (when total <=
   // kMaxHashSlots).
   std::vector<uint32_t> slots;
@@ -24,7 +25,7 @@ struct HashSlots {
   std::vector<uint64_t> prefix;
 
   uint32_t PositionOf(uint64_t hash) const noexcept {
-    const uint64_t r = hash % total;
+    const uint64_t r = modulo.Mod(hash);
     if (!slots.empty()) {
       return slots[r];
     }
@@ -46,6 +47,7 @@ std::shared_ptr<const HashSlots> BuildSlots(const Table& table,
   for (uint32_t index : members) {
     s->total += table.member(index).weight / g;
   }
+  s->modulo = FastModulo(s->total);
   if (s->total <= kMaxHashSlots) {
     s->slots.reserve(s->total);
     for (uint32_t pos = 0; pos < members.size(); ++pos) {

@@ -50,7 +50,12 @@ class KetamaSelector final : public Selector {
  public:
   KetamaSelector(const Table& table, std::vector<uint32_t> members,
                  std::shared_ptr<const KetamaRing> ring)
-      : table_(table), members_(std::move(members)), ring_(std::move(ring)) {}
+      : table_(table), members_(std::move(members)), ring_(std::move(ring)) {
+    identity_ = true;
+    for (size_t i = 0; i < members_.size(); ++i) {
+      identity_ = identity_ && members_[i] == i;
+    }
+  }
 
   size_t Pick(const PickRequest& request,
               absl::Span<uint32_t> out) const noexcept override {
@@ -59,7 +64,7 @@ class KetamaSelector final : public Selector {
     if (points == 0 || out.empty()) {
       return 0;
     }
-    const size_t start = ring.Find(Crc32(request.key));
+    const size_t start = ring.Find(Crc32Short(request.key));
     const size_t limit =
         std::min(points, kRingWalkBase + kRingWalkPerPick * out.size());
     size_t count = 0;
@@ -74,7 +79,8 @@ class KetamaSelector final : public Selector {
         continue;  // nginx keeps one point per hash
       }
       prev_hash = h;
-      const uint32_t index = members_[ring.position_at(i)];
+      const uint32_t pos = ring.position_at(i);
+      const uint32_t index = identity_ ? pos : members_[pos];
       if (pick_internal::Acceptable(table_, request, out, count, index)) {
         out[count++] = index;
       }
@@ -95,6 +101,9 @@ class KetamaSelector final : public Selector {
   const Table& table_;
   // Members with weight > 0, in address order; ring positions index it.
   std::vector<uint32_t> members_;
+  // members_[i] == i (every member has weight > 0, the group's own
+  // selector): skip that lookup.
+  bool identity_ = false;
   std::shared_ptr<const KetamaRing> ring_;
 };
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <vector>
 
+#include "lib/hash.h"
 #include "lib/random.h"
 #include "lib/table.h"
 
@@ -14,6 +15,7 @@ class RoundRobinSelector final : public Selector {
   explicit RoundRobinSelector(const SelectorInput& input)
       : table_(*input.table),
         members_(input.members.begin(), input.members.end()),
+        modulo_(members_.size()),
         position_(members_.empty() ? 0 : ThreadRng().Below(members_.size())) {}
 
   size_t Pick(const PickRequest& request,
@@ -24,7 +26,7 @@ class RoundRobinSelector final : public Selector {
     }
     // The one shared step of this pick; fallbacks walk on from it locally.
     const uint64_t start =
-        position_.fetch_add(1, std::memory_order_relaxed) % n;
+        modulo_.Mod(position_.fetch_add(1, std::memory_order_relaxed));
     size_t count = 0;
     for (size_t step = 0; step < n && count < out.size(); ++step) {
       size_t pos = start + step;
@@ -43,6 +45,7 @@ class RoundRobinSelector final : public Selector {
  private:
   const Table& table_;
   std::vector<uint32_t> members_;
+  FastModulo modulo_;  // % members_.size() without a division
   // Padded so that picks on one group do not share a cache line with
   // anything else.
   alignas(64) mutable std::atomic<uint64_t> position_;
