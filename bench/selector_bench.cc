@@ -245,6 +245,25 @@ void BM_RecordCompletion(benchmark::State& state, LoadModel model) {
       static_cast<double>(t_allocations - allocs_before),
       benchmark::Counter::kAvgIterations);
 }
+// Finish alone (what the caller pays when a request completes; Start() is
+// paid when it begins). Without a matching Start() the in-flight count goes
+// negative, which costs the same.
+void BM_FinishOnly(benchmark::State& state, LoadModel model) {
+  static BackendLoad load;
+  Completion c;
+  c.latency_nanos = 12'000'000;
+  c.first_byte_nanos = 3'000'000;
+  int64_t now = 1'000'000'000;
+  const uint64_t allocs_before = t_allocations;
+  for (auto _ : state) {
+    c.now_nanos = (now += 1000);
+    load.Finish(c, model);
+  }
+  state.counters["allocs_per_op"] = benchmark::Counter(
+      static_cast<double>(t_allocations - allocs_before),
+      benchmark::Counter::kAvgIterations);
+}
+
 LoadModel PeakEwmaModel() {
   PolicyConfig c = P2cPeak();
   return LoadModel::For(c);
@@ -258,6 +277,10 @@ BENCHMARK_CAPTURE(BM_RecordCompletion, peak_ewma, PeakEwmaModel())
 BENCHMARK_CAPTURE(BM_RecordCompletion, pending, PendingModel())
     ->Threads(1)->Threads(2);
 BENCHMARK_CAPTURE(BM_RecordCompletion, least_time, LeastTimeModel())
+    ->Threads(1)->Threads(2);
+BENCHMARK_CAPTURE(BM_FinishOnly, peak_ewma, PeakEwmaModel())
+    ->Threads(1)->Threads(2);
+BENCHMARK_CAPTURE(BM_FinishOnly, pending, PendingModel())
     ->Threads(1)->Threads(2);
 
 // -------------------------------------------------------------- snapshots

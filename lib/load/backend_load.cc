@@ -8,20 +8,6 @@
 namespace aside {
 namespace {
 
-// Ticks elapsed from the packed state's time to `now_nanos`; 0 when the
-// state is newer (another thread recorded a later completion first).
-inline int64_t ElapsedNanos(uint64_t state, int64_t now_nanos) noexcept {
-  const uint64_t then = state & BackendLoad::kTickMask;
-  const uint64_t now =
-      (static_cast<uint64_t>(now_nanos) >> BackendLoad::kTickShift) &
-      BackendLoad::kTickMask;
-  const uint64_t diff = (now - then) & BackendLoad::kTickMask;
-  if (diff >= (uint64_t{1} << 39)) {
-    return 0;
-  }
-  return static_cast<int64_t>(diff << BackendLoad::kTickShift);
-}
-
 inline bool StateIsNewer(uint64_t state, int64_t now_nanos) noexcept {
   const uint64_t then = state & BackendLoad::kTickMask;
   const uint64_t now =
@@ -29,31 +15,6 @@ inline bool StateIsNewer(uint64_t state, int64_t now_nanos) noexcept {
       BackendLoad::kTickMask;
   const uint64_t diff = (now - then) & BackendLoad::kTickMask;
   return diff >= (uint64_t{1} << 39);
-}
-
-// exp(-x) for x >= 0, to ~2e-7 relative (the packed estimate keeps 2^-17):
-// 2^(-x log2 e) split into 2^n (exponent bits) and 2^f, f in [-0.5, 0.5]
-// (a degree-6 Taylor polynomial). About a third of libm's exp.
-inline double ExpNegative(double x) noexcept {
-  const double y = -x * 1.4426950408889634;  // log2(e)
-  if (!(y > -1000.0)) {
-    return 0.0;  // also NaN
-  }
-  const double n = std::nearbyint(y);
-  const double f = y - n;
-  const double p =
-      1.0 +
-      f * (0.6931471805599453 +
-           f * (0.2402265069591007 +
-                f * (0.05550410866482158 +
-                     f * (0.009618129107628477 +
-                          f * (0.0013333558146428443 +
-                               f * 0.00015403530393381608)))));
-  const uint64_t bits = static_cast<uint64_t>(static_cast<int64_t>(n) + 1023)
-                        << 52;
-  double scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
 }
 
 inline double ToDouble(uint64_t bits) noexcept {
@@ -105,23 +66,6 @@ uint64_t BackendLoad::PackPeak(double rtt_nanos, int64_t now_nanos) noexcept {
   return (code << 40) | tick;
 }
 
-double BackendLoad::UnpackPeakRtt(uint64_t state) noexcept {
-  const uint32_t bits = static_cast<uint32_t>((state >> 40) << 7);
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-double BackendLoad::PeakEwmaRtt(int64_t now_nanos,
-                                const LoadModel& model) const noexcept {
-  const uint64_t s = peak_.load(std::memory_order_relaxed);
-  if (s == 0) {
-    return model.default_rtt_nanos;
-  }
-  const double elapsed = static_cast<double>(ElapsedNanos(s, now_nanos));
-  return UnpackPeakRtt(s) * ExpNegative(elapsed * model.inverse_decay_nanos);
-}
-
 void BackendLoad::UpdatePeak(const Completion& c,
                              const LoadModel& model) noexcept {
   const double sample =
@@ -143,8 +87,10 @@ void BackendLoad::UpdatePeak(const Completion& c,
       } else if (!c.ok) {
         return;  // a fast failure never makes a backend look faster
       } else {
-        const double elapsed = static_cast<double>(ElapsedNanos(old, stamp));
-        const double decay = ExpNegative(elapsed * model.inverse_decay_nanos);
+        const double elapsed =
+            static_cast<double>(load_internal::ElapsedNanos(old, stamp));
+        const double decay =
+            load_internal::ExpNegative(elapsed * model.inverse_decay_nanos);
         next = estimate * decay + sample * (1.0 - decay);
       }
       if (StateIsNewer(old, stamp)) {

@@ -31,6 +31,52 @@ namespace aside {
 
 struct PolicyConfig;
 
+namespace load_internal {
+
+// exp(-x) for x >= 0, to 1e-7 relative (the packed estimate keeps 2^-17):
+// 2^(-x log2 e) split into 2^n (exponent bits) and 2^f, f in [-0.5, 0.5],
+// the latter a degree-5 polynomial fitted to 2^f (relative error 7.7e-8)
+// evaluated in Estrin's form (a short dependency chain). Inline, a fraction
+// of libm's exp.
+inline double ExpNegative(double x) noexcept {
+  if (x < 0.015625) {
+    // The usual case (completions much closer together than tau): a cubic,
+    // error below x^4 / 24 < 3e-9.
+    return 1.0 - x * (1.0 - x * (0.5 - x * (1.0 / 6.0)));
+  }
+  const double y = -x * 1.4426950408889634;  // log2(e)
+  if (!(y > -1000.0)) {
+    return 0.0;  // also NaN
+  }
+  // Round to nearest with one conversion (y <= 0).
+  const int64_t n = -static_cast<int64_t>(0.5 - y);
+  const double f = y - static_cast<double>(n);
+  const double f2 = f * f;
+  const double p01 = 1.0000000710296986 + 0.6931469491613137 * f;
+  const double p23 = 0.24022121753565218 + 0.055507426156320275 * f;
+  const double p45 = 0.009675459745413454 + 0.001326697050099577 * f;
+  const double p = p01 + f2 * (p23 + f2 * p45);
+  const uint64_t bits = static_cast<uint64_t>(n + 1023) << 52;
+  double scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+// Nanoseconds from a packed peak-EWMA state's time to `now_nanos` (1024 ns
+// ticks over 40 bits); 0 when the state is newer.
+inline int64_t ElapsedNanos(uint64_t state, int64_t now_nanos) noexcept {
+  constexpr uint64_t kMask = (uint64_t{1} << 40) - 1;
+  const uint64_t then = state & kMask;
+  const uint64_t now = (static_cast<uint64_t>(now_nanos) >> 10) & kMask;
+  const uint64_t diff = (now - then) & kMask;
+  if (diff >= (uint64_t{1} << 39)) {
+    return 0;
+  }
+  return static_cast<int64_t>(diff << 10);
+}
+
+}  // namespace load_internal
+
 // The parameters of the load models a group's policy reads, derived once
 // per table (Table::load_model()) so that recording a completion does not
 // look at the policy.
@@ -115,7 +161,16 @@ class BackendLoad {
 
   // The peak-EWMA RTT estimate in ns, decayed to `now_nanos`; the model's
   // default when there is no sample yet.
-  double PeakEwmaRtt(int64_t now_nanos, const LoadModel& model) const noexcept;
+  double PeakEwmaRtt(int64_t now_nanos, const LoadModel& model) const noexcept {
+    const uint64_t s = peak_.load(std::memory_order_relaxed);
+    if (s == 0) {
+      return model.default_rtt_nanos;
+    }
+    const double elapsed =
+        static_cast<double>(load_internal::ElapsedNanos(s, now_nanos));
+    return UnpackPeakRtt(s) *
+           load_internal::ExpNegative(elapsed * model.inverse_decay_nanos);
+  }
   // PeakEwmaRtt() * (in-flight + 1): what p2c `peak_ewma` compares (before
   // dividing by the weight).
   double PeakEwmaCost(int64_t now_nanos, const LoadModel& model) const noexcept {
@@ -140,10 +195,15 @@ class BackendLoad {
   // 40 bits of time in 1024 ns ticks (wraps after 13 days; a backend whose
   // last completion is older than that may see its estimate revived, which
   // with tau <= 1 h is long decayed anyway).
-  static constexpr int kTickShift = 10;
+  static constexpr int kTickShift = 10;  // see load_internal::ElapsedNanos
   static constexpr uint64_t kTickMask = (uint64_t{1} << 40) - 1;
   static uint64_t PackPeak(double rtt_nanos, int64_t now_nanos) noexcept;
-  static double UnpackPeakRtt(uint64_t state) noexcept;
+  static double UnpackPeakRtt(uint64_t state) noexcept {
+    const uint32_t bits = static_cast<uint32_t>((state >> 40) << 7);
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
 
  private:
   static constexpr uint64_t kNoSample = ~uint64_t{0};

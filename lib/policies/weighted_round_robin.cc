@@ -88,6 +88,10 @@ class WeightedRoundRobinSelector final : public Selector {
     const uint64_t start =
         modulo_.Mod(position_.fetch_add(1, std::memory_order_relaxed));
     const uint32_t first = cycle_[start];
+    if (out.size() == 1 && request.exclude.empty()) {
+      out[0] = first;  // the common case: one pick, no retry
+      return 1;
+    }
     size_t count = 0;
     if (!pick_internal::Contains(request.exclude, first)) {
       out[count++] = first;
