@@ -141,6 +141,8 @@ TableConstPtr MakeBenchTable(const PolicyConfig& policy, size_t n) {
   return *t;
 }
 
+const absl::Time kBenchWallTime = absl::FromUnixSeconds(1'800'000'000);
+
 struct PickCase {
   std::string name;
   PolicyConfig policy;
@@ -165,6 +167,7 @@ const BenchTable& TableFor(const std::string& name, const PickCase& pick_case,
     if (pick_case.with_token) {
       std::array<uint32_t, 1> out;
       PickRequest first;
+      first.wall_now = kBenchWallTime;
       first.issued_token = &entry->token;
       entry->table->Pick(first, absl::MakeSpan(out));
     }
@@ -182,7 +185,9 @@ void BM_Pick(benchmark::State& state, PickCase pick_case) {
   PickRequest request;
   request.caller = &caller;
   request.now_nanos = 1'000'000'000;  // injected: no clock read per pick
-  request.wall_now = absl::FromUnixSeconds(1'800'000'000);
+  request.wall_now = kBenchWallTime;
+  SessionToken issued;  // sticky: where a new session's token goes
+  request.issued_token = &issued;
   if (pick_case.with_token) {
     request.session_token = bench.token.view();
   }
