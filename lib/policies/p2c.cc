@@ -1,5 +1,6 @@
 #include "lib/policies/p2c.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "lib/load/backend_load.h"

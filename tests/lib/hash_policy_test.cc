@@ -82,5 +82,62 @@ TEST(HashPolicyTest, WeightsAreReducedByTheirCommonDivisor) {
               ::testing::ElementsAre(9925, 19982, 30105, 39988));
 }
 
+TEST(HashPolicyTest, SlotTableIsSharedWhenOnlyReadinessChanges) {
+  TableConstPtr all = Make(SeedSpec({1, 2, 3, 4}));
+  TableConstPtr down = Make(SeedSpec({1, 2, 3, 4}, {true, false, true, true}),
+                            all.get());
+  EXPECT_NE(HashTableIdentityForTest(all->selector()), nullptr);
+  EXPECT_EQ(HashTableIdentityForTest(all->selector()),
+            HashTableIdentityForTest(down->selector()));
+  TableConstPtr reweighted = Make(SeedSpec({1, 2, 3, 5}), down.get());
+  EXPECT_NE(HashTableIdentityForTest(down->selector()),
+            HashTableIdentityForTest(reweighted->selector()));
+  // Only the keys of the member that went away move, each to a fixed
+  // fallback.
+  std::array<uint32_t, 1> a;
+  std::array<uint32_t, 1> b;
+  for (int i = 0; i < 20000; ++i) {
+    const std::string key = absl::StrCat("key-", i);
+    PickRequest r;
+    r.key = key;
+    ASSERT_EQ(all->Pick(r, absl::MakeSpan(a)), 1u);
+    ASSERT_EQ(down->Pick(r, absl::MakeSpan(b)), 1u);
+    if (a[0] != 1) {
+      ASSERT_EQ(a[0], b[0]) << key;
+    } else {
+      ASSERT_NE(b[0], 1u);
+      std::array<uint32_t, 1> again;
+      ASSERT_EQ(down->Pick(r, absl::MakeSpan(again)), 1u);
+      ASSERT_EQ(again[0], b[0]);
+    }
+  }
+}
+
+TEST(HashPolicyTest, LargeWeightSumsGiveTheSameAnswersWithoutASlotTable) {
+  // Weights whose reduced sum passes kMaxHashSlots use a prefix-sum search:
+  // the first choice is still weighted_slot(fnv % total).
+  std::vector<uint32_t> weights;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < 100; ++i) {
+    weights.push_back(9000 + i * 7 + 1);  // gcd 1, sum > 2^18
+    total += weights.back();
+  }
+  ASSERT_GT(total, kMaxHashSlots);
+  TableConstPtr t = Make(MakeTableSpec(HashPolicy(), {.weights = weights}));
+  std::array<uint32_t, 1> out;
+  for (int i = 0; i < 5000; ++i) {
+    const std::string key = absl::StrCat("k", i);
+    uint64_t r = Fnv1a64(key) % total;
+    uint32_t expected = 0;
+    while (r >= weights[expected]) {
+      r -= weights[expected++];
+    }
+    PickRequest req;
+    req.key = key;
+    ASSERT_EQ(t->Pick(req, absl::MakeSpan(out)), 1u);
+    ASSERT_EQ(out[0], expected) << key;
+  }
+}
+
 }  // namespace
 }  // namespace aside
