@@ -1,7 +1,15 @@
 #include "lib/selector_factory.h"
 
 #include "absl/strings/str_cat.h"
+#include "lib/policies/hash.h"
+#include "lib/policies/ketama.h"
+#include "lib/policies/least_time.h"
+#include "lib/policies/locality.h"
+#include "lib/policies/maglev.h"
+#include "lib/policies/p2c.h"
 #include "lib/policies/round_robin.h"
+#include "lib/policies/sticky.h"
+#include "lib/policies/weighted_random.h"
 #include "lib/policies/weighted_round_robin.h"
 
 namespace aside {
@@ -13,10 +21,25 @@ absl::StatusOr<std::unique_ptr<const Selector>> BuildSelector(
       return MakeRoundRobinSelector(input);
     case PolicyKind::kWeightedRoundRobin:
       return MakeWeightedRoundRobinSelector(input);
-    default:
-      return absl::UnimplementedError(absl::StrCat(
-          "policy '", config.name(), "' is not available in this build"));
+    case PolicyKind::kRandom:
+      return MakeRandomSelector(input);
+    case PolicyKind::kHash:
+      return MakeHashSelector(input);
+    case PolicyKind::kKetama:
+      return BuildKetamaSelector(input, config.ketama.points_per_weight);
+    case PolicyKind::kMaglev:
+      return BuildMaglevSelector(input, config.maglev.table_size);
+    case PolicyKind::kP2c:
+      return MakeP2cSelector(input, config.p2c);
+    case PolicyKind::kLeastTime:
+      return MakeLeastTimeSelector(input, config.least_time);
+    case PolicyKind::kSticky:
+      return BuildStickySelector(input, config);
+    case PolicyKind::kLocality:
+      return BuildLocalitySelector(input, config);
   }
+  return absl::InvalidArgumentError(
+      absl::StrCat("policy: invalid kind ", static_cast<int>(config.kind)));
 }
 
 }  // namespace aside

@@ -53,6 +53,7 @@ absl::StatusOr<TableConstPtr> Table::Create(TableSpec spec,
   table->group_ = std::move(spec.group);
   table->generation_ = spec.generation;
   table->policy_ = std::move(spec.policy);
+  table->load_model_ = LoadModel::For(table->policy_);
   table->panic_threshold_ = spec.panic_threshold;
   table->session_key_ = std::move(spec.session_key);
   table->zone_weights_ = std::move(spec.zone_weights);

@@ -91,6 +91,9 @@ class Table {
   const std::shared_ptr<const std::string>& session_key() const {
     return session_key_;
   }
+  // The load-model parameters of the policy: what callers pass to
+  // BackendLoad::Finish when a request to a member completes.
+  const LoadModel& load_model() const { return load_model_; }
   // Sorted by address.
   const std::vector<Member>& members() const { return members_; }
   const Member& member(uint32_t index) const { return members_[index]; }
@@ -125,6 +128,7 @@ class Table {
   std::string group_;
   uint64_t generation_ = 0;
   PolicyConfig policy_;
+  LoadModel load_model_;
   double panic_threshold_ = 0;
   std::shared_ptr<const std::string> session_key_;
   std::vector<Member> members_;

@@ -1,16 +1,118 @@
 // Mutable per-backend load state, kept outside the immutable tables so that
 // it survives rebuilds. Every operation is a few relaxed atomics: no locks,
 // no allocation.
+//
+// Three load models live here, each readable in O(1) on the pick path:
+// - in-flight requests (p2c `pending`, and the (pending + 1) factor of
+//   peak-EWMA);
+// - peak-EWMA RTT (p2c `peak_ewma`, after Finagle and Tower): a sample
+//   slower than the estimate replaces it at once; a faster one moves it
+//   towards the sample with weight 1 - exp(-dt/tau), dt being the time since
+//   the previous completion; between completions the estimate decays
+//   towards zero as estimate * exp(-dt/tau), so a backend that was slow and
+//   is no longer picked gets retried (Tower and Finagle decay it the same
+//   way when they read it; here reading does not write). A backend without
+//   samples costs `default_rtt`; its first sample replaces the default.
+// - latency EWMAs for least_time, time to first byte and to last byte:
+//   e = alpha * sample + (1 - alpha) * e, the first sample taken as is.
+//
+// Failed requests are counted; their latency may raise an estimate (a slow
+// failure is news) but never lowers it, so a backend that fails fast does
+// not look fast.
 #ifndef ASIDE_LIB_LOAD_BACKEND_LOAD_H_
 #define ASIDE_LIB_LOAD_BACKEND_LOAD_H_
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace aside {
 
+struct PolicyConfig;
+
+namespace load_internal {
+
+// exp(-x) for x >= 0, to 1e-7 relative (the packed estimate keeps 2^-17):
+// 2^(-x log2 e) split into 2^n (exponent bits) and 2^f, f in [-0.5, 0.5],
+// the latter a degree-5 polynomial fitted to 2^f (relative error 7.7e-8)
+// evaluated in Estrin's form (a short dependency chain). Inline, a fraction
+// of libm's exp.
+inline double ExpNegative(double x) noexcept {
+  if (x < 0.015625) {
+    // The usual case (completions much closer together than tau): a cubic,
+    // error below x^4 / 24 < 3e-9.
+    return 1.0 - x * (1.0 - x * (0.5 - x * (1.0 / 6.0)));
+  }
+  const double y = -x * 1.4426950408889634;  // log2(e)
+  if (!(y > -1000.0)) {
+    return 0.0;  // also NaN
+  }
+  // Round to nearest with one conversion (y <= 0).
+  const int64_t n = -static_cast<int64_t>(0.5 - y);
+  const double f = y - static_cast<double>(n);
+  const double f2 = f * f;
+  const double p01 = 1.0000000710296986 + 0.6931469491613137 * f;
+  const double p23 = 0.24022121753565218 + 0.055507426156320275 * f;
+  const double p45 = 0.009675459745413454 + 0.001326697050099577 * f;
+  const double p = p01 + f2 * (p23 + f2 * p45);
+  const uint64_t bits = static_cast<uint64_t>(n + 1023) << 52;
+  double scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+// Nanoseconds from a packed peak-EWMA state's time to `now_nanos` (1024 ns
+// ticks over 40 bits); 0 when the state is newer.
+inline int64_t ElapsedNanos(uint64_t state, int64_t now_nanos) noexcept {
+  constexpr uint64_t kMask = (uint64_t{1} << 40) - 1;
+  const uint64_t then = state & kMask;
+  const uint64_t now = (static_cast<uint64_t>(now_nanos) >> 10) & kMask;
+  const uint64_t diff = (now - then) & kMask;
+  if (diff >= (uint64_t{1} << 39)) {
+    return 0;
+  }
+  return static_cast<int64_t>(diff << 10);
+}
+
+}  // namespace load_internal
+
+// The parameters of the load models a group's policy reads, derived once
+// per table (Table::load_model()) so that recording a completion does not
+// look at the policy.
+struct LoadModel {
+  // Which estimates a completion updates (the others are left alone, so a
+  // completion costs only what the policy reads).
+  bool peak_ewma = true;
+  bool latency_ewma = true;
+  // Peak-EWMA: 1 / tau in 1/ns, and the RTT of a backend without samples.
+  double inverse_decay_nanos = 1.0 / 10e9;
+  double default_rtt_nanos = 30e6;
+  // Least-time EWMA smoothing factor and the latency of a backend without
+  // samples.
+  double alpha = 0.3;
+  double default_latency_nanos = 10e6;
+
+  // The model of `policy` (of its child for sticky and locality). Every
+  // estimate is updated for policies that read none of them, so a policy
+  // change finds warm estimates.
+  static LoadModel For(const PolicyConfig& policy);
+};
+
+// One finished request, as the caller saw it.
+struct Completion {
+  // Monotonic time (lib/clock.h) when the request finished.
+  int64_t now_nanos = 0;
+  // Start to last byte (completion).
+  int64_t latency_nanos = 0;
+  // Start to the first response message; < 0 when unknown.
+  int64_t first_byte_nanos = -1;
+  bool ok = true;
+};
+
 // Load of one backend of one group as seen by one process (a stub, or the
-// server, which also merges reports from every stub into it).
+// server, which also merges reports from every stub into it). Thread-safe;
+// every method is lock-free and allocation-free.
 class BackendLoad {
  public:
   BackendLoad() = default;
@@ -18,32 +120,127 @@ class BackendLoad {
   BackendLoad& operator=(const BackendLoad&) = delete;
 
   // A request to the backend started.
-  void Start() noexcept { in_flight_.fetch_add(1, std::memory_order_relaxed); }
+  void Start() noexcept { counts_.fetch_add(1, std::memory_order_relaxed); }
 
-  // A request started with Start() finished. Latencies are in nanoseconds;
-  // `first_byte_nanos` < 0 means unknown.
+  // A request started with Start() finished (counts only; no latency).
   void Finish(bool ok) noexcept {
-    in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    requests_.fetch_add(1, std::memory_order_relaxed);
+    counts_.fetch_add(kFinishDelta, std::memory_order_relaxed);
     if (!ok) {
       failures_.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
+  // A request started with Start() finished: counts, and the estimates
+  // `model` asks for. One atomic add for the counts (in flight and
+  // requests share a word) and one compare-and-swap per estimate, retried
+  // only when another thread updated it in between.
+  void Finish(const Completion& completion, const LoadModel& model) noexcept;
+
+  // Records a finished request without touching the in-flight count (load
+  // reports merged from elsewhere).
+  void Observe(const Completion& completion, const LoadModel& model) noexcept;
+
+  // Requests in flight (Start() minus Finish(); Finish must follow Start).
   int64_t in_flight() const noexcept {
-    return in_flight_.load(std::memory_order_relaxed);
+    // The low 24 bits, sign-extended.
+    const uint64_t low = counts_.load(std::memory_order_relaxed) & kInFlightMask;
+    return static_cast<int64_t>(low ^ kInFlightSign) -
+           static_cast<int64_t>(kInFlightSign);
   }
+  // Finished requests, a counter wrapping at 2^40: take differences modulo
+  // 2^40 (RequestsSince).
   uint64_t requests() const noexcept {
-    return requests_.load(std::memory_order_relaxed);
+    return counts_.load(std::memory_order_relaxed) >> kInFlightBits;
+  }
+  static uint64_t RequestsSince(uint64_t now, uint64_t before) noexcept {
+    return (now - before) & ((uint64_t{1} << (64 - kInFlightBits)) - 1);
   }
   uint64_t failures() const noexcept {
     return failures_.load(std::memory_order_relaxed);
   }
 
+  // The peak-EWMA RTT estimate in ns, decayed to `now_nanos`; the model's
+  // default when there is no sample yet.
+  double PeakEwmaRtt(int64_t now_nanos, const LoadModel& model) const noexcept {
+    const uint64_t s = peak_.load(std::memory_order_relaxed);
+    if (s == 0) {
+      return model.default_rtt_nanos;
+    }
+    const double elapsed =
+        static_cast<double>(load_internal::ElapsedNanos(s, now_nanos));
+    return UnpackPeakRtt(s) *
+           load_internal::ExpNegative(elapsed * model.inverse_decay_nanos);
+  }
+  // PeakEwmaRtt() * (in-flight + 1): what p2c `peak_ewma` compares (before
+  // dividing by the weight).
+  double PeakEwmaCost(int64_t now_nanos, const LoadModel& model) const noexcept {
+    const int64_t pending = in_flight();
+    return PeakEwmaRtt(now_nanos, model) *
+           static_cast<double>((pending > 0 ? pending : 0) + 1);
+  }
+  bool has_rtt_sample() const noexcept {
+    return peak_.load(std::memory_order_relaxed) != 0;
+  }
+
+  // Least-time EWMAs in ns; the model's default latency without samples.
+  double LastByteEwma(const LoadModel& model) const noexcept {
+    return Ewma(last_byte_, model);
+  }
+  double FirstByteEwma(const LoadModel& model) const noexcept {
+    return Ewma(first_byte_, model);
+  }
+
+  // Peak-EWMA state packing, exposed for tests: 24 bits of RTT (a float32
+  // without its sign and low 7 mantissa bits: relative precision 2^-17) and
+  // 40 bits of time in 1024 ns ticks (wraps after 13 days; a backend whose
+  // last completion is older than that may see its estimate revived, which
+  // with tau <= 1 h is long decayed anyway).
+  static constexpr int kTickShift = 10;  // see load_internal::ElapsedNanos
+  static constexpr uint64_t kTickMask = (uint64_t{1} << 40) - 1;
+  static uint64_t PackPeak(double rtt_nanos, int64_t now_nanos) noexcept;
+  static double UnpackPeakRtt(uint64_t state) noexcept {
+    const uint32_t bits = static_cast<uint32_t>((state >> 40) << 7);
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
+
  private:
-  std::atomic<int64_t> in_flight_{0};
-  std::atomic<uint64_t> requests_{0};
+  static constexpr uint64_t kNoSample = ~uint64_t{0};
+
+  static double Ewma(const std::atomic<uint64_t>& cell,
+                     const LoadModel& model) noexcept {
+    const uint64_t bits = cell.load(std::memory_order_relaxed);
+    if (bits == kNoSample) {
+      return model.default_latency_nanos;
+    }
+    double v;
+    std::memcpy(&v, &bits, sizeof(v));
+    return v;
+  }
+  static void UpdateEwma(std::atomic<uint64_t>& cell, double sample,
+                         const LoadModel& model, bool ok) noexcept;
+  void UpdatePeak(const Completion& completion,
+                  const LoadModel& model) noexcept;
+  // Failures and the estimates of one completion.
+  void Estimate(const Completion& completion, const LoadModel& model) noexcept;
+
+  // In flight (low 24 bits, two's complement: up to 8M concurrent
+  // requests) and finished requests (high 40 bits): Finish() adds 2^24 - 1,
+  // which takes one from the first and, through the borrow, adds one to the
+  // second, in one atomic add.
+  static constexpr int kInFlightBits = 24;
+  static constexpr uint64_t kInFlightMask = (uint64_t{1} << kInFlightBits) - 1;
+  static constexpr uint64_t kInFlightSign = uint64_t{1} << (kInFlightBits - 1);
+  static constexpr uint64_t kFinishDelta = (uint64_t{1} << kInFlightBits) - 1;
+  static constexpr uint64_t kObserveDelta = uint64_t{1} << kInFlightBits;
+  std::atomic<uint64_t> counts_{0};
   std::atomic<uint64_t> failures_{0};
+  // Peak-EWMA (packed, see PackPeak); 0 = no sample yet.
+  std::atomic<uint64_t> peak_{0};
+  // Least-time EWMAs (double bits); kNoSample = no sample yet.
+  std::atomic<uint64_t> last_byte_{kNoSample};
+  std::atomic<uint64_t> first_byte_{kNoSample};
 };
 
 }  // namespace aside

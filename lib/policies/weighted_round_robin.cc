@@ -6,6 +6,7 @@
 #include <memory>
 #include <queue>
 
+#include "lib/hash.h"
 #include "lib/random.h"
 #include "lib/table.h"
 
@@ -75,6 +76,7 @@ class WeightedRoundRobinSelector final : public Selector {
       : table_(table),
         cycle_(std::move(cycle)),
         distinct_(distinct),
+        modulo_(cycle_.size()),
         position_(cycle_.empty() ? 0 : ThreadRng().Below(cycle_.size())) {}
 
   size_t Pick(const PickRequest& request,
@@ -84,8 +86,12 @@ class WeightedRoundRobinSelector final : public Selector {
       return 0;
     }
     const uint64_t start =
-        position_.fetch_add(1, std::memory_order_relaxed) % n;
+        modulo_.Mod(position_.fetch_add(1, std::memory_order_relaxed));
     const uint32_t first = cycle_[start];
+    if (out.size() == 1 && request.exclude.empty()) {
+      out[0] = first;  // the common case: one pick, no retry
+      return 1;
+    }
     size_t count = 0;
     if (!pick_internal::Contains(request.exclude, first)) {
       out[count++] = first;
@@ -110,6 +116,7 @@ class WeightedRoundRobinSelector final : public Selector {
   // Table member indexes, one cycle. Only eligible members appear.
   std::vector<uint32_t> cycle_;
   size_t distinct_;
+  FastModulo modulo_;  // % cycle_.size() without a division
   alignas(64) mutable std::atomic<uint64_t> position_;
 };
 

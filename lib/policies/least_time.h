@@ -1,0 +1,28 @@
+// least_time: the member with the lowest latency EWMA (Lolly's least-time,
+// nginx Plus's least_time): time to first byte or to last byte, smoothed
+// with `alpha` (BackendLoad, lib/load/backend_load.h); a member without
+// samples counts as default_latency so new members are not starved. Among
+// equal minima one is chosen uniformly at random (reservoir sampling), so
+// idle members with the default do not all send traffic to one of them.
+// Weights only decide eligibility (weight 0 is never picked). Fallbacks are
+// the next lowest, then a walk from a random position.
+//
+// Built per table on the control path (O(n)); Pick from any thread in O(n)
+// per choice (it reads every eligible member's estimate), lock-free, no
+// allocation.
+#ifndef ASIDE_LIB_POLICIES_LEAST_TIME_H_
+#define ASIDE_LIB_POLICIES_LEAST_TIME_H_
+
+#include <memory>
+
+#include "lib/policy_config.h"
+#include "lib/selector.h"
+
+namespace aside {
+
+std::unique_ptr<const Selector> MakeLeastTimeSelector(
+    const SelectorInput& input, const LeastTimeParams& params);
+
+}  // namespace aside
+
+#endif  // ASIDE_LIB_POLICIES_LEAST_TIME_H_

@@ -1,0 +1,196 @@
+#include "lib/policies/maglev.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "lib/hash.h"
+#include "lib/policies/pick_util.h"
+#include "lib/table.h"
+
+namespace aside {
+namespace {
+
+// Following slots scanned for fallbacks before walking the member list.
+constexpr size_t kSlotScanBase = 32;
+constexpr size_t kSlotScanPerPick = 16;
+
+// Immutable; shared between selectors of consecutive tables.
+struct MaglevTable {
+  uint64_t size = 0;
+  // Slot -> position in the selector's weighted member list.
+  std::vector<uint16_t> narrow;
+  std::vector<uint32_t> wide;
+
+  uint32_t at(uint64_t slot) const noexcept {
+    return narrow.empty() ? wide[slot] : narrow[slot];
+  }
+};
+
+class MaglevSelector final : public Selector {
+ public:
+  MaglevSelector(const Table& table, std::vector<uint32_t> members,
+                 std::shared_ptr<const MaglevTable> lookup)
+      : table_(table),
+        members_(std::move(members)),
+        lookup_(std::move(lookup)) {}
+
+  size_t Pick(const PickRequest& request,
+              absl::Span<uint32_t> out) const noexcept override {
+    const MaglevTable& t = *lookup_;
+    if (members_.empty() || out.empty()) {
+      return 0;
+    }
+    const uint64_t slot = ReduceTo(Hash64(request.key, kMaglevKeySeed), t.size);
+    size_t count = 0;
+    const uint32_t first_pos = t.at(slot);
+    const uint32_t first = members_[first_pos];
+    if (pick_internal::Acceptable(table_, request, out, count, first)) {
+      out[count++] = first;
+      if (count == out.size()) {
+        return count;
+      }
+    }
+    const size_t limit = std::min<size_t>(
+        t.size, kSlotScanBase + kSlotScanPerPick * out.size());
+    for (size_t step = 1; step < limit && count < out.size(); ++step) {
+      uint64_t s = slot + step;
+      if (s >= t.size) {
+        s -= t.size;
+      }
+      const uint32_t index = members_[t.at(s)];
+      if (pick_internal::Acceptable(table_, request, out, count, index)) {
+        out[count++] = index;
+      }
+    }
+    if (count < out.size()) {
+      count = pick_internal::FillByWalk(table_, request, members_,
+                                        first_pos + 1, out, count);
+    }
+    return count;
+  }
+
+  const Table& table() const { return table_; }
+  const std::vector<uint32_t>& members() const { return members_; }
+  const std::shared_ptr<const MaglevTable>& lookup() const { return lookup_; }
+
+ private:
+  const Table& table_;
+  // Members with weight > 0, in address order; the table holds positions.
+  std::vector<uint32_t> members_;
+  std::shared_ptr<const MaglevTable> lookup_;
+};
+
+}  // namespace
+
+std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
+                                     uint64_t table_size) {
+  constexpr uint32_t kEmpty = ~uint32_t{0};
+  if (nodes.empty() || table_size < 2) {
+    return {};
+  }
+  struct Entry {
+    uint64_t next;    // the permutation's current slot
+    uint64_t skip;
+    uint64_t target;  // the round at which this entry takes its next turn,
+                      // scaled by its weight
+    uint64_t weight;
+    uint32_t position;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(nodes.size());
+  uint64_t max_weight = 0;
+  for (uint32_t pos = 0; pos < nodes.size(); ++pos) {
+    if (nodes[pos].weight == 0) {
+      continue;
+    }
+    const uint64_t offset =
+        Hash64(nodes[pos].address, kMaglevOffsetSeed) % table_size;
+    const uint64_t skip =
+        Hash64(nodes[pos].address, kMaglevSkipSeed) % (table_size - 1) + 1;
+    entries.push_back({offset, skip, 0, nodes[pos].weight, pos});
+    max_weight = std::max<uint64_t>(max_weight, nodes[pos].weight);
+  }
+  if (entries.empty()) {
+    return {};
+  }
+  std::vector<uint32_t> table(table_size, kEmpty);
+  // Occupancy as a bitmap: the probes (~M ln M of them) test bits in a few
+  // KiB that stay in L1 instead of the table itself.
+  std::vector<uint64_t> taken((table_size + 63) / 64, 0);
+  auto is_taken = [&](uint64_t c) {
+    return (taken[c >> 6] >> (c & 63)) & 1;
+  };
+  uint64_t filled = 0;
+  for (uint64_t round = 0; filled < table_size; ++round) {
+    for (Entry& e : entries) {
+      // Weight w takes a turn when round * w reaches its target, which
+      // grows by max_weight per turn: w turns every max_weight rounds.
+      if (round * e.weight < e.target) {
+        continue;
+      }
+      e.target += max_weight;
+      uint64_t c = e.next;
+      while (is_taken(c)) {
+        c += e.skip;
+        if (c >= table_size) {
+          c -= table_size;
+        }
+      }
+      table[c] = e.position;
+      taken[c >> 6] |= uint64_t{1} << (c & 63);
+      c += e.skip;
+      if (c >= table_size) {
+        c -= table_size;
+      }
+      e.next = c;
+      if (++filled == table_size) {
+        break;
+      }
+    }
+  }
+  return table;
+}
+
+absl::StatusOr<std::unique_ptr<const Selector>> BuildMaglevSelector(
+    const SelectorInput& input, uint64_t table_size) {
+  const Table& table = *input.table;
+  std::vector<uint32_t> members =
+      pick_internal::WeightedMembers(table, input.members);
+  if (members.size() > table_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy.maglev.table_size: ", table_size, " is smaller than the ",
+        members.size(), " backends with weight > 0"));
+  }
+  std::shared_ptr<const MaglevTable> lookup;
+  const auto* prev = dynamic_cast<const MaglevSelector*>(input.previous);
+  if (prev != nullptr && prev->lookup()->size == table_size &&
+      pick_internal::SameMembersAndWeights(prev->table(), prev->members(),
+                                           table, members)) {
+    lookup = prev->lookup();
+  } else {
+    std::vector<MaglevNode> nodes;
+    nodes.reserve(members.size());
+    for (uint32_t index : members) {
+      const Member& m = table.member(index);
+      nodes.push_back({m.backend.address, m.weight});
+    }
+    auto t = std::make_shared<MaglevTable>();
+    t->size = table_size;
+    std::vector<uint32_t> slots = MaglevPopulate(nodes, table_size);
+    if (members.size() <= 0xffff) {
+      t->narrow.assign(slots.begin(), slots.end());
+    } else {
+      t->wide = std::move(slots);
+    }
+    lookup = std::move(t);
+  }
+  return std::unique_ptr<const Selector>(std::make_unique<MaglevSelector>(
+      table, std::move(members), std::move(lookup)));
+}
+
+const void* MaglevTableIdentityForTest(const Selector& selector) {
+  const auto* s = dynamic_cast<const MaglevSelector*>(&selector);
+  return s != nullptr ? s->lookup().get() : nullptr;
+}
+
+}  // namespace aside
