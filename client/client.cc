@@ -100,9 +100,12 @@ void Pick::Done(bool ok) noexcept {
 
 void Pick::Record(bool ok, int64_t latency_nanos) noexcept {
   latency_nanos = std::max<int64_t>(latency_nanos, 0);
-  // The load model; when BackendLoad grows latency-aware models this
-  // becomes Finish(ok, latency_nanos).
-  member_->load->Finish(ok);
+  // The policies' load models (in-flight, peak-EWMA, least-time EWMA).
+  Completion completion;
+  completion.now_nanos = start_nanos_ + latency_nanos;
+  completion.latency_nanos = latency_nanos;
+  completion.ok = ok;
+  member_->load->Finish(completion, keep_->table->load_model());
   stats_->requests.fetch_add(1, std::memory_order_relaxed);
   stats_->latency_sum_nanos.fetch_add(static_cast<uint64_t>(latency_nanos),
                                       std::memory_order_relaxed);

@@ -9,6 +9,8 @@
 #include "server/discovery/dns_discovery.h"
 #include "server/log.h"
 #include "server/health/slow_start.h"
+#include "server/load_aggregator.h"
+#include <cmath>
 #include "server/rebuild_scheduler.h"
 
 namespace aside::server {
@@ -94,6 +96,29 @@ absl::Status Group::Update(GroupSpec spec, const Persist& persist) {
   return absl::OkStatus();
 }
 
+namespace {
+
+bool SameContent(const Table& a, const Table& b) {
+  if (a.size() != b.size() || a.panic() != b.panic() ||
+      !(a.policy() == b.policy()) || a.zone_weights() != b.zone_weights()) {
+    return false;
+  }
+  for (uint32_t i = 0; i < a.size(); ++i) {
+    const Member& x = a.member(i);
+    const Member& y = b.member(i);
+    if (!(x.backend == y.backend) || x.weight != y.weight ||
+        x.ready != y.ready || x.health != y.health ||
+        x.eligible != y.eligible) {
+      return false;
+    }
+  }
+  return true;
+}
+
+double Round3(double v) { return std::round(v * 1000) / 1000; }
+
+}  // namespace
+
 void Group::Rebuild() {
   absl::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
@@ -105,8 +130,13 @@ void Group::Rebuild() {
     }
     return;
   }
+  TableConstPtr current = table_.Acquire();
+  if (current != nullptr && SameContent(*current, **table)) {
+    return;  // nothing a pick or a subscriber would see changed
+  }
   PublishLocked(*std::move(table), start);
 }
+
 
 absl::StatusOr<TableConstPtr> Group::BuildLocked(const GroupSpec& spec) {
   TableSpec ts;
@@ -162,6 +192,37 @@ absl::StatusOr<TableConstPtr> Group::BuildLocked(const GroupSpec& spec) {
     }
     ts.members.push_back(std::move(m));
   }
+  if (spec.policy.kind == PolicyKind::kLocality) {
+    if (zones_ == nullptr) {
+      zones_ = std::make_unique<ZoneWeightCalculator>(spec.policy.locality);
+    } else {
+      zones_->set_params(spec.policy.locality);
+    }
+    const absl::Time wall_now = inputs_.clock->WallNow();
+    std::vector<HostLoadReport> hosts;
+    hosts.reserve(ts.members.size());
+    for (const Member& m : ts.members) {
+      HostLoadReport h;
+      h.locality = m.backend.locality;
+      h.ready = m.ready;
+      if (inputs_.loads != nullptr) {
+        const LoadSnapshot l = inputs_.loads->Snapshot(name_, m.backend.address);
+        if (l.utilization.has_value()) {
+          h.utilization = *l.utilization;
+          h.reported_at_nanos =
+              now - absl::ToInt64Nanoseconds(wall_now - l.utilization_at);
+        }
+      }
+      hosts.push_back(std::move(h));
+    }
+    ts.zone_weights = zones_->Update(hosts, now);
+    for (ZoneWeight& z : ts.zone_weights) {
+      z.weight = Round3(z.weight);
+      z.utilization = z.utilization < 0 ? z.utilization : Round3(z.utilization);
+    }
+  } else {
+    zones_.reset();
+  }
   ScheduleTimedRebuildLocked(spec, now);
   TableConstPtr previous = table_.Acquire();
   return Table::Create(std::move(ts), previous.get(), &loads_);
@@ -214,6 +275,14 @@ void Group::ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now) {
     return;
   }
   std::optional<int64_t> next = outliers_.NextExpiry();
+  if (spec.policy.kind == PolicyKind::kLocality) {
+    // Zone weights follow load reports every update_period.
+    const int64_t tick =
+        now + absl::ToInt64Nanoseconds(spec.policy.locality.update_period);
+    if (!next || tick < *next) {
+      next = tick;
+    }
+  }
   if (spec.slow_start > absl::ZeroDuration() && !IsHashPolicy(spec.policy.kind)) {
     for (const auto& [address, h] : health_) {
       const int64_t since =
@@ -236,7 +305,25 @@ void Group::ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now) {
 }
 
 void Group::OnLoadReport(const std::string& address, uint64_t requests,
-                         uint64_t failures, uint32_t consecutive_failures) {
+                         uint64_t failures, uint32_t consecutive_failures,
+                         absl::Duration mean_latency,
+                         absl::Duration mean_first_byte_latency) {
+  if (requests > 0 && mean_latency > absl::ZeroDuration()) {
+    TableConstPtr table = table_.Acquire();
+    const int64_t i = table->Find(address);
+    if (i >= 0) {
+      Completion c;
+      c.now_nanos = inputs_.clock->NowNanos();
+      c.latency_nanos = absl::ToInt64Nanoseconds(mean_latency);
+      c.first_byte_nanos =
+          mean_first_byte_latency > absl::ZeroDuration()
+              ? absl::ToInt64Nanoseconds(mean_first_byte_latency)
+              : -1;
+      c.ok = failures < requests;
+      table->member(static_cast<uint32_t>(i)).load->Observe(
+          c, table->load_model());
+    }
+  }
   if (!outliers_.enabled()) {
     return;
   }

@@ -27,6 +27,7 @@
 #include "server/metrics.h"
 #include "server/health/health_registry.h"
 #include "server/health/outlier_detector.h"
+#include "lib/policies/locality.h"
 #include "server/table_encoding.h"
 
 namespace aside::server {
@@ -78,6 +79,7 @@ struct GroupMetrics {
 
 class DnsDiscovery;
 class HealthRegistry;
+class LoadAggregator;
 class RebuildScheduler;
 
 // What groups use to follow inputs that change on their own: DNS answers,
@@ -87,6 +89,8 @@ struct GroupInputs {
   DnsDiscovery* dns = nullptr;
   RebuildScheduler* scheduler = nullptr;
   HealthRegistry* health = nullptr;
+  // Utilisation for the locality policy's zone weights.
+  const LoadAggregator* loads = nullptr;
   const Clock* clock = &SystemClock::Get();
 };
 
@@ -130,8 +134,9 @@ class Group : public std::enable_shared_from_this<Group> {
   // Builds a table from `spec`, persists (if given), then publishes it and
   // keeps the spec. On any error nothing changes.
   absl::Status Update(GroupSpec spec, const Persist& persist = nullptr);
-  // Rebuilds the table from the current spec and inputs (health, load) with
-  // a new generation. Called off the request path; concurrent calls are
+  // Rebuilds the table from the current spec and inputs (health, load) and
+  // publishes it with a new generation if anything a pick or a subscriber
+  // sees changed. Called off the request path; concurrent calls are
   // serialised.
   void Rebuild();
 
@@ -158,8 +163,12 @@ class Group : public std::enable_shared_from_this<Group> {
   // Passive health from load reports (ReportLoad, grpclb): new requests and
   // failures of one backend since the reporter's last report, and the
   // failures in a row it sees now. Ejections take effect in a rebuild.
+  // The mean latencies of those requests also feed the server's load models
+  // (peak-EWMA, least-time), so server-side picks see the fleet's view.
   void OnLoadReport(const std::string& address, uint64_t requests,
-                    uint64_t failures, uint32_t consecutive_failures);
+                    uint64_t failures, uint32_t consecutive_failures,
+                    absl::Duration mean_latency,
+                    absl::Duration mean_first_byte_latency);
   // Current outlier ejections of this group's backends.
   std::vector<OutlierDetector::Ejection> Ejections() const;
 
@@ -202,6 +211,8 @@ class Group : public std::enable_shared_from_this<Group> {
   };
   std::map<std::string, MemberHealth, std::less<>> health_ ABSL_GUARDED_BY(mu_);
   OutlierDetector outliers_;
+  // Smoothed zone utilisation of the locality policy (null otherwise).
+  std::unique_ptr<ZoneWeightCalculator> zones_ ABSL_GUARDED_BY(mu_);
 
   // Written by DNS callbacks, read by table builds. A plain std::mutex that
   // DNS callbacks may take while an Unwatch (under mu_) waits for them.

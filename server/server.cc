@@ -85,9 +85,17 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       server->dns_,
       DnsDiscovery::Create(std::move(dns_options),
                            *server->metrics_.registry()));
+  GroupRegistry* groups = server->groups_.get();
+  server->loads_ = std::make_unique<LoadAggregator>(
+      clock, cfg.load_window,
+      [groups](const std::string& group, const std::string& address) {
+        GroupPtr g = groups->Find(group);
+        return g != nullptr && g->table()->Find(address) >= 0;
+      });
   server->groups_->set_inputs({.dns = server->dns_.get(),
                                .scheduler = server->scheduler_.get(),
                                .health = server->health_.get(),
+                               .loads = server->loads_.get(),
                                .clock = clock});
   // A flip republishes every group that holds the target, once per merge
   // window however many flips arrive.
@@ -144,17 +152,11 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       {{"path", store->path()},
        {"stored_groups", absl::StrCat(contents.groups.size())}});
 
-  GroupRegistry* groups = server->groups_.get();
-  server->loads_ = std::make_unique<LoadAggregator>(
-      clock, cfg.load_window,
-      [groups](const std::string& group, const std::string& address) {
-        GroupPtr g = groups->Find(group);
-        return g != nullptr && g->table()->Find(address) >= 0;
-      });
   server->loads_->set_listener([groups](const LoadAggregator::Accepted& a) {
     if (GroupPtr g = groups->Find(a.group)) {
       g->OnLoadReport(a.address, a.new_requests, a.new_failures,
-                      a.consecutive_failures);
+                      a.consecutive_failures, a.mean_latency,
+                      a.mean_first_byte_latency);
     }
   });
   server->watch_hub_ = std::make_unique<WatchHub>(

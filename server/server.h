@@ -65,12 +65,12 @@ class AsideServer {
   // its probes should stop before the groups go).
   std::unique_ptr<HealthRegistry> health_;
   std::unique_ptr<GroupRegistry> groups_;
-  // Declared after groups_ so they stop (no more callbacks or rebuilds)
-  // before the groups go away.
+  std::unique_ptr<LoadAggregator> loads_;
+  // Declared after groups_ and loads_ so they stop (no more callbacks or
+  // rebuilds) before those go away.
   std::unique_ptr<RebuildScheduler> scheduler_;
   std::unique_ptr<DnsDiscovery> dns_;
   std::unique_ptr<AdminAuth> auth_;
-  std::unique_ptr<LoadAggregator> loads_;
   std::unique_ptr<WatchHub> watch_hub_;
   std::unique_ptr<LoadBalancerService> lb_service_;
   std::unique_ptr<AdminService> admin_service_;
