@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "lib/clock.h"
 #include "lib/load/backend_load.h"
 #include "lib/policies/ketama.h"
@@ -157,9 +157,9 @@ struct BenchTable {
 };
 const BenchTable& TableFor(const std::string& name, const PickCase& pick_case,
                            size_t n) {
-  static absl::Mutex mu;
+  static aside::Mutex mu;
   static auto* tables = new std::map<std::string, std::unique_ptr<BenchTable>>();
-  absl::MutexLock lock(&mu);
+  aside::MutexLock lock(&mu);
   std::unique_ptr<BenchTable>& entry = (*tables)[absl::StrCat(name, "/", n)];
   if (entry == nullptr) {
     entry = std::make_unique<BenchTable>();

@@ -16,13 +16,13 @@ ChannelPool::ChannelPool(ChannelPoolOptions options)
 
 std::shared_ptr<grpc::Channel> ChannelPool::Get(absl::string_view address) {
   {
-    absl::ReaderMutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     auto it = channels_.find(address);
     if (it != channels_.end()) {
       return it->second.channel;
     }
   }
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   auto it = channels_.find(address);
   if (it != channels_.end()) {
     return it->second.channel;
@@ -57,7 +57,7 @@ void ChannelPool::EvictOneLocked() {
 }
 
 void ChannelPool::Retain(const absl::flat_hash_set<std::string>& live) {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   live_ = live;
   have_live_ = true;
   absl::erase_if(channels_, [&](const auto& entry) {
@@ -66,7 +66,7 @@ void ChannelPool::Retain(const absl::flat_hash_set<std::string>& live) {
 }
 
 size_t ChannelPool::size() const {
-  absl::ReaderMutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   return channels_.size();
 }
 

@@ -22,7 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 
 namespace aside {
 
@@ -54,7 +54,7 @@ class ChannelPool {
   void EvictOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ChannelPoolOptions options_;
-  mutable absl::Mutex mu_;
+  mutable aside::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> channels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> live_ ABSL_GUARDED_BY(mu_);
   bool have_live_ ABSL_GUARDED_BY(mu_) = false;

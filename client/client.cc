@@ -149,7 +149,7 @@ ClientGroup::ClientGroup(Client* client, std::string name,
         Table::Create(std::move(spec), nullptr, &loads_);
     if (table.ok()) {
       fallback_ = *std::move(table);
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       snapshot->table = fallback_;
       snapshot->fallback = true;
       for (const Member& m : fallback_->members()) {
@@ -219,7 +219,7 @@ absl::StatusOr<aside::Pick> ClientGroup::PickWithoutTable(
   }
   const Clock* clock = client_->clock_;
   {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     while (cell_.Acquire()->table == nullptr) {
       if (!missing_.ok()) {
         return missing_;
@@ -233,7 +233,7 @@ absl::StatusOr<aside::Pick> ClientGroup::PickWithoutTable(
         return published_version_ != seen || !missing_.ok();
       };
       mu_.AwaitWithTimeout(
-          absl::Condition(&changed),
+          aside::Cond(&changed),
           std::min(absl::Nanoseconds(deadline_nanos_ - now),
                    absl::Milliseconds(50)));
     }
@@ -244,7 +244,7 @@ absl::StatusOr<aside::Pick> ClientGroup::PickWithoutTable(
   }
   std::string last_error;
   {
-    absl::MutexLock lock(&client_->mu_);
+    aside::MutexLock lock(&client_->mu_);
     last_error = client_->last_error_;
   }
   return absl::UnavailableError(absl::StrCat(
@@ -257,22 +257,22 @@ absl::StatusOr<aside::Pick> ClientGroup::PickWithoutTable(
 TableConstPtr ClientGroup::table() const { return cell_.Acquire()->table; }
 
 std::string ClientGroup::server_id() const {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   return server_id_;
 }
 
 bool ClientGroup::removed() const {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   return removed_;
 }
 
 bool ClientGroup::WaitForGeneration(uint64_t generation,
                                     absl::Duration timeout) const {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   auto reached = [this, generation]() {
     return generation_.load(std::memory_order_acquire) >= generation;
   };
-  return mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
+  return mu_.AwaitWithTimeout(aside::Cond(&reached), timeout);
 }
 
 void ClientGroup::Publish(SnapshotPtr next) {
@@ -285,7 +285,7 @@ void ClientGroup::PublishTable(TableConstPtr table,
   auto snapshot = std::make_shared<GroupSnapshot>();
   snapshot->table = table;
   {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     absl::flat_hash_set<absl::string_view> present;
     for (const Member& m : table->members()) {
       present.insert(m.backend.address);
@@ -369,7 +369,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   std::unique_ptr<Client> client(
       new Client(std::move(options), *std::move(credentials)));
   {
-    absl::MutexLock lock(&client->mu_);
+    aside::MutexLock lock(&client->mu_);
     for (const std::string& name : client->options_.groups) {
       client->GroupLocked(name);
     }
@@ -390,7 +390,7 @@ Client::Client(ClientOptions options,
 
 Client::~Client() {
   {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     stopping_ = true;
     if (watch_context_ != nullptr) {
       watch_context_->TryCancel();
@@ -408,7 +408,7 @@ Client::~Client() {
 }
 
 ClientGroup* Client::Group(absl::string_view name) {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   return GroupLocked(name);
 }
 
@@ -442,7 +442,7 @@ ClientGroup* Client::GroupLocked(absl::string_view name) {
 }
 
 std::vector<ClientGroup*> Client::AllGroups() const {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   std::vector<ClientGroup*> out;
   out.reserve(groups_.size());
   for (const auto& [name, group] : groups_) {
@@ -452,7 +452,7 @@ std::vector<ClientGroup*> Client::AllGroups() const {
 }
 
 void Client::RestartWatch() {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   restart_ = true;
   if (watch_context_ != nullptr) {
     watch_context_->TryCancel();
@@ -460,7 +460,7 @@ void Client::RestartWatch() {
 }
 
 Client::Stats Client::stats() const {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   Stats s = stats_;
   s.last_error = last_error_;
   return s;
@@ -514,14 +514,14 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
       group->need_full_ = false;
       group->PublishTable(group->watched_.table(), update.server_id());
       {
-        absl::MutexLock lock(&mu_);
+        aside::MutexLock lock(&mu_);
         ++stats_.updates_applied;
       }
       RetainChannels();
       break;
     }
     case WatchedTable::Outcome::kUnchanged: {
-      absl::MutexLock lock(&group->mu_);
+      aside::MutexLock lock(&group->mu_);
       group->removed_ = false;
       group->missing_ = absl::OkStatus();
       break;
@@ -531,7 +531,7 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
     case WatchedTable::Outcome::kRejected: {
       group->rejected_.fetch_add(1, std::memory_order_relaxed);
       {
-        absl::MutexLock lock(&mu_);
+        aside::MutexLock lock(&mu_);
         ++stats_.updates_rejected;
       }
       Log(absl::StrCat("event=table.rejected ", result.error.message(),
@@ -543,7 +543,7 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
       group->need_full_ = true;
       Log(absl::StrCat("event=table.resync ", result.error.message()));
       {
-        absl::MutexLock lock(&mu_);
+        aside::MutexLock lock(&mu_);
         restart_ = true;
       }
       context->TryCancel();
@@ -556,7 +556,7 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
                                           group->watched_.generation(),
                                           " keeps serving")
                            : std::string()));
-      absl::MutexLock lock(&group->mu_);
+      aside::MutexLock lock(&group->mu_);
       group->removed_ = true;
       if (group->watched_.table() == nullptr && group->fallback_ == nullptr) {
         group->missing_ = absl::NotFoundError(absl::StrCat(
@@ -578,7 +578,7 @@ bool Client::MarkMissing(const std::vector<ClientGroup*>& watched,
       continue;
     }
     any = true;
-    absl::MutexLock lock(&g->mu_);
+    aside::MutexLock lock(&g->mu_);
     g->retry_at_ = MonotonicNanos() + ToNanos(options_.missing_group_retry);
     if (g->watched_.table() != nullptr) {
       g->removed_ = true;
@@ -598,7 +598,7 @@ void Client::CheckMissingRetries() {
   const int64_t now = MonotonicNanos();
   bool due = false;
   for (ClientGroup* g : AllGroups()) {
-    absl::MutexLock lock(&g->mu_);
+    aside::MutexLock lock(&g->mu_);
     if (g->retry_at_ != 0 && now >= g->retry_at_) {
       g->retry_at_ = 0;
       due = true;
@@ -616,7 +616,7 @@ void Client::WatchLoop() {
     std::vector<ClientGroup*> watched;
     std::string target;
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       if (stopping_) {
         return;
       }
@@ -625,7 +625,7 @@ void Client::WatchLoop() {
         if (!g->name_status_.ok()) {
           continue;
         }
-        absl::MutexLock glock(&g->mu_);
+        aside::MutexLock glock(&g->mu_);
         if (g->retry_at_ == 0) {
           watched.push_back(g.get());
         }
@@ -634,7 +634,7 @@ void Client::WatchLoop() {
         auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return restart_ || stopping_;
         };
-        mu_.Await(absl::Condition(&wake));
+        mu_.Await(aside::Cond(&wake));
         continue;
       }
       target = options_.targets[target_index_ % options_.targets.size()];
@@ -656,7 +656,7 @@ void Client::WatchLoop() {
     auto stub = v1::LoadBalancer::NewStub(MakeChannel(target));
     grpc::ClientContext context;
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       if (stopping_) {
         return;
       }
@@ -675,7 +675,7 @@ void Client::WatchLoop() {
         delivered = true;
         backoff.Reset();
         {
-          absl::MutexLock lock(&mu_);
+          aside::MutexLock lock(&mu_);
           ++stats_.watch_connected;
           last_error_.clear();
         }
@@ -693,7 +693,7 @@ void Client::WatchLoop() {
     const grpc::Status status = reader->Finish();
     bool restart = false;
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       watch_context_ = nullptr;
       if (stopping_) {
         return;
@@ -719,10 +719,10 @@ void Client::WatchLoop() {
                        absl::FormatDuration(delay)));
     }
     connected = false;
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     last_error_ = error;
     ++target_index_;
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), delay);
+    mu_.AwaitWithTimeout(aside::Cond(&stopping_), delay);
   }
 }
 
@@ -737,7 +737,7 @@ bool Client::CollectReport(v1::LoadReport* report,
       continue;
     }
     TableConstPtr table = g->table();
-    absl::MutexLock lock(&g->mu_);
+    aside::MutexLock lock(&g->mu_);
     for (const auto& [address, stats] : g->stats_) {
       int64_t in_flight = 0;
       if (table != nullptr) {
@@ -787,7 +787,7 @@ void Client::ReportLoop() {
   auto close = [&]() -> grpc::Status {
     grpc::Status status = writer->Finish();
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       report_context_ = nullptr;
     }
     writer.reset();
@@ -797,11 +797,11 @@ void Client::ReportLoop() {
   };
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       if (stopping_) {
         break;
       }
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick);
+      mu_.AwaitWithTimeout(aside::Cond(&stopping_), tick);
       if (stopping_) {
         break;
       }
@@ -827,7 +827,7 @@ void Client::ReportLoop() {
       std::string target;
       context = std::make_unique<grpc::ClientContext>();
       {
-        absl::MutexLock lock(&mu_);
+        aside::MutexLock lock(&mu_);
         if (stopping_) {
           break;
         }
@@ -848,7 +848,7 @@ void Client::ReportLoop() {
         backoff.Reset();
         said_failed = false;
       }
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       ++stats_.reports_sent;
       if (writes_ok >= 2) {
         stats_.reporting_unavailable = false;
@@ -861,7 +861,7 @@ void Client::ReportLoop() {
     const bool unimplemented =
         status.error_code() == grpc::StatusCode::UNIMPLEMENTED;
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       ++stats_.report_stream_failures;
       stats_.reporting_unavailable = unimplemented;
     }
@@ -879,7 +879,7 @@ void Client::ReportLoop() {
   }
   if (writer != nullptr) {
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       report_context_ = nullptr;
     }
     context->TryCancel();

@@ -47,7 +47,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "absl/time/time.h"
 #include "client/backoff.h"
 #include "client/channel_pool.h"
@@ -256,7 +256,7 @@ class ClientGroup {
   WatchedTable watched_;
   bool need_full_ = false;
 
-  mutable absl::Mutex mu_;
+  mutable aside::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<client_internal::BackendStats>>
       stats_ ABSL_GUARDED_BY(mu_);
   std::string server_id_ ABSL_GUARDED_BY(mu_);
@@ -335,7 +335,7 @@ class Client {
   std::string reporter_;
   ChannelPool channels_;
 
-  mutable absl::Mutex mu_;
+  mutable aside::Mutex mu_;
   // unique_ptr: groups never move; never erased before ~Client.
   absl::flat_hash_map<std::string, std::unique_ptr<ClientGroup>> groups_
       ABSL_GUARDED_BY(mu_);

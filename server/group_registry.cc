@@ -62,7 +62,7 @@ std::shared_ptr<const GroupSpec> Group::spec_snapshot() const {
 }
 
 absl::Status Group::Init(const Persist& persist) {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
   ASIDE_ASSIGN_OR_RETURN(TableConstPtr table, BuildLocked(spec_));
   if (persist) {
@@ -73,7 +73,7 @@ absl::Status Group::Init(const Persist& persist) {
 }
 
 absl::Status Group::Update(GroupSpec spec, const Persist& persist) {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
   ASIDE_ASSIGN_OR_RETURN(TableConstPtr table, BuildLocked(spec));
   if (persist) {
@@ -120,7 +120,7 @@ double Round3(double v) { return std::round(v * 1000) / 1000; }
 }  // namespace
 
 void Group::Rebuild() {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
   absl::StatusOr<TableConstPtr> table = BuildLocked(spec_);
   if (!table.ok()) {
@@ -340,14 +340,14 @@ std::vector<OutlierDetector::Ejection> Group::Ejections() const {
 
 void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
   {
-    absl::MutexLock lock(&encode_mu_);
+    aside::MutexLock lock(&encode_mu_);
     previous_table_ = table_.Acquire();
     encoded_.reset();
   }
   table_.Publish(table);
   loads_.Prune();
   {
-    absl::MutexLock lock(&listeners_mu_);
+    aside::MutexLock lock(&listeners_mu_);
     for (Listener* l : listeners_) {
       l->OnPublish(*this);
     }
@@ -364,12 +364,12 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
 }
 
 void Group::StartDiscovery() {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   WatchDnsLocked(spec_);
 }
 
 void Group::StopDiscovery() {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   UnwatchDnsLocked();
 }
 
@@ -430,23 +430,23 @@ std::string Group::dns_error() const {
 }
 
 void Group::AddListener(Listener* listener) {
-  absl::MutexLock lock(&listeners_mu_);
+  aside::MutexLock lock(&listeners_mu_);
   listeners_.push_back(listener);
 }
 
 void Group::RemoveListener(Listener* listener) {
-  absl::MutexLock lock(&listeners_mu_);
+  aside::MutexLock lock(&listeners_mu_);
   listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), listener),
                    listeners_.end());
 }
 
 size_t Group::listener_count() const {
-  absl::MutexLock lock(&listeners_mu_);
+  aside::MutexLock lock(&listeners_mu_);
   return listeners_.size();
 }
 
 void Group::NotifyRemoved(uint64_t generation) {
-  absl::MutexLock lock(&listeners_mu_);
+  aside::MutexLock lock(&listeners_mu_);
   for (Listener* l : listeners_) {
     l->OnRemoved(*this, generation);
   }
@@ -454,7 +454,7 @@ void Group::NotifyRemoved(uint64_t generation) {
 
 std::shared_ptr<const EncodedUpdate> Group::Encoded() {
   TableConstPtr current = table_.Acquire();
-  absl::MutexLock lock(&encode_mu_);
+  aside::MutexLock lock(&encode_mu_);
   if (encoded_ == nullptr || encoded_->generation != current->generation()) {
     const Table* previous =
         previous_table_ != nullptr &&
@@ -470,7 +470,7 @@ GenerationSource::GenerationSource(uint64_t base, Reserver reserver)
     : last_(base), reserver_(std::move(reserver)) {}
 
 uint64_t GenerationSource::Next() {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   ++last_;
   if (reserver_ && last_ >= reserved_) {
     // A failed reservation is retried on the next generation; the clock-based
@@ -483,7 +483,7 @@ uint64_t GenerationSource::Next() {
 }
 
 uint64_t GenerationSource::last() const {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   return last_;
 }
 
@@ -552,7 +552,7 @@ void GroupRegistry::set_session_key(std::string key) {
 }
 
 absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
-  absl::MutexLock lock(&write_mu_);
+  aside::MutexLock lock(&write_mu_);
   std::shared_ptr<const GroupMap> current = groups_.Acquire();
   if (current->contains(spec.name)) {
     return absl::AlreadyExistsError(
@@ -576,7 +576,7 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
 
 absl::Status GroupRegistry::Remove(absl::string_view name,
                                    const Persist& persist) {
-  absl::MutexLock lock(&write_mu_);
+  aside::MutexLock lock(&write_mu_);
   std::shared_ptr<const GroupMap> current = groups_.Acquire();
   if (!current->contains(name)) {
     return absl::NotFoundError(absl::StrCat("group '", name, "' not found"));

@@ -18,7 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "lib/clock.h"
 #include "lib/load/load_tracker.h"
 #include "lib/snapshot_cell.h"
@@ -46,7 +46,7 @@ class GenerationSource {
   uint64_t last() const;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable aside::Mutex mu_;
   uint64_t last_ ABSL_GUARDED_BY(mu_);
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   Reserver reserver_;
@@ -200,7 +200,7 @@ class Group : public std::enable_shared_from_this<Group> {
 
   const GroupInputs inputs_;
   SnapshotCell<GroupSpec> spec_cell_;
-  mutable absl::Mutex mu_;
+  mutable aside::Mutex mu_;
   GroupSpec spec_ ABSL_GUARDED_BY(mu_);
   uint64_t dns_watch_ ABSL_GUARDED_BY(mu_) = 0;
 
@@ -220,12 +220,12 @@ class Group : public std::enable_shared_from_this<Group> {
   std::vector<Backend> dns_members_;
   std::string dns_error_;
 
-  mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  mutable aside::Mutex listeners_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<Listener*> listeners_ ABSL_GUARDED_BY(listeners_mu_);
 
   // The table published before the current one (the base of its delta) and
   // the encoding of the current one, built on first use.
-  absl::Mutex encode_mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
+  aside::Mutex encode_mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
   TableConstPtr previous_table_ ABSL_GUARDED_BY(encode_mu_);
   std::shared_ptr<const EncodedUpdate> encoded_ ABSL_GUARDED_BY(encode_mu_);
 };
@@ -285,7 +285,7 @@ class GroupRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 
   SnapshotCell<GroupMap> groups_;
-  absl::Mutex write_mu_;  // serialises Add/Remove
+  aside::Mutex write_mu_;  // serialises Add/Remove
   absl::flat_hash_map<std::string, std::weak_ptr<GroupMetrics>> metrics_by_name_
       ABSL_GUARDED_BY(write_mu_);
 };

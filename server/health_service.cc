@@ -16,7 +16,7 @@ class HealthService::Watcher final
 
   void Start() {
     {
-      absl::MutexLock lock(&service_->mu_);
+      aside::MutexLock lock(&service_->mu_);
       service_->watchers_.insert(this);
     }
     Changed();
@@ -24,7 +24,7 @@ class HealthService::Watcher final
 
   // Re-reads the status and writes it if it differs from the last one sent.
   void Changed() {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     if (finished_) {
       return;
     }
@@ -36,7 +36,7 @@ class HealthService::Watcher final
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       FinishLocked(grpc::Status::CANCELLED);
@@ -54,13 +54,13 @@ class HealthService::Watcher final
   }
 
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     FinishLocked(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
     {
-      absl::MutexLock lock(&service_->mu_);
+      aside::MutexLock lock(&service_->mu_);
       service_->watchers_.erase(this);
     }
     delete this;
@@ -95,7 +95,7 @@ class HealthService::Watcher final
 
   HealthService* const service_;
   const std::string name_;
-  absl::Mutex mu_;
+  aside::Mutex mu_;
   HealthCheckResponse response_ ABSL_GUARDED_BY(mu_);
   HealthCheckResponse::ServingStatus last_ ABSL_GUARDED_BY(mu_) =
       HealthCheckResponse::UNKNOWN;
@@ -151,7 +151,7 @@ grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
 }
 
 void HealthService::Notify() {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   for (Watcher* w : watchers_) {
     w->Changed();
   }

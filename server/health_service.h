@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/group_registry.h"
 
@@ -49,7 +49,7 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   GroupRegistry* const groups_;
   std::atomic<bool> shutting_down_{false};
-  absl::Mutex mu_;
+  aside::Mutex mu_;
   std::set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -13,7 +13,7 @@ namespace {
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::atomic<bool> g_json{false};
-absl::Mutex g_write_mu;
+aside::Mutex g_write_mu;
 
 absl::string_view LevelName(LogLevel level) {
   switch (level) {
@@ -127,7 +127,7 @@ void Log(LogLevel level, absl::string_view event,
     }
     line.push_back('\n');
   }
-  absl::MutexLock lock(&g_write_mu);
+  aside::MutexLock lock(&g_write_mu);
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
 }

@@ -79,7 +79,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
   }
   sqlite3_busy_timeout(db, 5000);
   auto store = std::unique_ptr<StateStore>(new StateStore(db, path));
-  absl::MutexLock lock(&store->mu_);
+  aside::MutexLock lock(&store->mu_);
   auto fail = [&](const absl::Status& s) {
     return absl::FailedPreconditionError(absl::StrCat(
         "state database ", path, ": ", s.message(),
@@ -152,7 +152,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
 }
 
 StateStore::~StateStore() {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   sqlite3_close(db_);
 }
 
@@ -191,7 +191,7 @@ absl::Status StateStore::Transaction(Body body) {
 }
 
 absl::StatusOr<StateStore::Contents> StateStore::Load() {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   Contents out;
   {
     Statement st(db_, "SELECT name, definition FROM groups ORDER BY name");
@@ -283,7 +283,7 @@ absl::Status StateStore::RaiseFloorLocked(uint64_t floor) {
 absl::Status StateStore::PutGroup(const v1::Group& definition,
                                   uint64_t generation) {
   const std::string blob = definition.SerializeAsString();
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
     Statement st(db_,
                  "INSERT INTO groups(name, definition, generation) "
@@ -308,7 +308,7 @@ absl::Status StateStore::PutGroup(const v1::Group& definition,
 
 absl::Status StateStore::DeleteGroup(const std::string& name,
                                      uint64_t generation) {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
     Statement st(db_, "DELETE FROM groups WHERE name = ?1");
     if (st.prepare_rc() != SQLITE_OK) {
@@ -324,17 +324,17 @@ absl::Status StateStore::DeleteGroup(const std::string& name,
 }
 
 absl::Status StateStore::RaiseGenerationFloor(uint64_t floor) {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   return Transaction([&]() { return RaiseFloorLocked(floor); });
 }
 
 absl::Status StateStore::SetSessionKey(const std::string& key) {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   return Transaction([&]() { return SetMetaLocked("session_key", key); });
 }
 
 absl::StatusOr<std::string> StateStore::IntegrityCheck() {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   Statement st(db_, "PRAGMA integrity_check");
   if (st.prepare_rc() != SQLITE_OK || sqlite3_step(st.get()) != SQLITE_ROW) {
     return Error("integrity check", sqlite3_errcode(db_));

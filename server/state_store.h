@@ -20,7 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "aside/v1/admin.pb.h"
 
 namespace aside::server {
@@ -71,7 +71,7 @@ class StateStore {
   absl::Status RaiseFloorLocked(uint64_t floor)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Mutex mu_;
+  aside::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
   const std::string path_;
 };

@@ -4,7 +4,7 @@ namespace aside {
 
 std::shared_ptr<BackendLoad> LoadTracker::GetOrCreate(
     absl::string_view address) {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   auto [it, inserted] = loads_.try_emplace(address);
   if (inserted) {
     it->second = std::make_shared<BackendLoad>();
@@ -13,14 +13,14 @@ std::shared_ptr<BackendLoad> LoadTracker::GetOrCreate(
 }
 
 void LoadTracker::Prune() {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   absl::erase_if(loads_, [](const auto& entry) {
     return entry.second.use_count() == 1;
   });
 }
 
 size_t LoadTracker::size() const {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   return loads_.size();
 }
 

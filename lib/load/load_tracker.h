@@ -10,7 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "lib/load/backend_load.h"
 
 namespace aside {
@@ -26,7 +26,7 @@ class LoadTracker {
   size_t size() const;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable aside::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<BackendLoad>> loads_
       ABSL_GUARDED_BY(mu_);
 };

@@ -257,7 +257,7 @@ class SteadyPickers {
               pick->Done(true);
             } else {
               failures_.fetch_add(1);
-              absl::MutexLock lock(&mu_);
+              aside::MutexLock lock(&mu_);
               last_error_ = pick.status().ToString();
             }
             absl::SleepFor(absl::Milliseconds(1));
@@ -278,7 +278,7 @@ class SteadyPickers {
   int64_t picks() const { return picks_.load(); }
   int64_t failures() const { return failures_.load(); }
   std::string last_error() {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     return last_error_;
   }
 
@@ -286,7 +286,7 @@ class SteadyPickers {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> picks_{0};
   std::atomic<int64_t> failures_{0};
-  absl::Mutex mu_;
+  aside::Mutex mu_;
   std::string last_error_;
   std::vector<std::thread> threads_;
 };

@@ -49,16 +49,16 @@ v1::GroupUpdate Full(const std::string& group, uint64_t generation,
 
 // Collects the stub's log lines.
 struct LogSink {
-  absl::Mutex mu;
+  aside::Mutex mu;
   std::vector<std::string> lines;
   std::function<void(absl::string_view)> fn() {
     return [this](absl::string_view line) {
-      absl::MutexLock lock(&mu);
+      aside::MutexLock lock(&mu);
       lines.emplace_back(line);
     };
   }
   int Count(absl::string_view needle) {
-    absl::MutexLock lock(&mu);
+    aside::MutexLock lock(&mu);
     int n = 0;
     for (const auto& l : lines) {
       n += absl::StrContains(l, needle) ? 1 : 0;

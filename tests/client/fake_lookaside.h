@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 
 namespace aside::testing {
@@ -21,24 +21,24 @@ class FakeLookaside final : public v1::LoadBalancer::Service {
   // Queues an update for every open and future Watch stream that subscribed
   // to its group (future streams get the whole history, in order).
   void Push(const v1::GroupUpdate& update) {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     history_.push_back(update);
   }
 
   int watch_calls() const {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     return watch_calls_;
   }
   std::vector<v1::LoadReport> reports() const {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     return reports_;
   }
   void set_report_status(grpc::Status s) {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     report_status_ = s;
   }
   void Stop() {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     stopped_ = true;
   }
 
@@ -47,15 +47,15 @@ class FakeLookaside final : public v1::LoadBalancer::Service {
                      grpc::ServerWriter<v1::GroupUpdate>* writer) override {
     size_t next = 0;
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       ++watch_calls_;
     }
     while (!context->IsCancelled()) {
       std::vector<v1::GroupUpdate> batch;
       {
-        absl::MutexLock lock(&mu_);
+        aside::MutexLock lock(&mu_);
         auto ready = [&] { return next < history_.size() || stopped_; };
-        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(20));
+        mu_.AwaitWithTimeout(aside::Cond(&ready), absl::Milliseconds(20));
         if (stopped_) {
           return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stopped");
         }
@@ -80,14 +80,14 @@ class FakeLookaside final : public v1::LoadBalancer::Service {
                           grpc::ServerReader<v1::LoadReport>* reader,
                           v1::ReportLoadResponse* response) override {
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       if (!report_status_.ok()) {
         return report_status_;
       }
     }
     v1::LoadReport report;
     while (reader->Read(&report)) {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       response->set_accepted(response->accepted() +
                              static_cast<uint64_t>(report.loads_size()));
       reports_.push_back(report);
@@ -96,7 +96,7 @@ class FakeLookaside final : public v1::LoadBalancer::Service {
   }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable aside::Mutex mu_;
   std::deque<v1::GroupUpdate> history_;
   std::vector<v1::LoadReport> reports_;
   grpc::Status report_status_;

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "server/server.h"
@@ -93,34 +93,34 @@ class Subscriber {
   // Waits until `group` is at least at `generation`.
   bool WaitFor(const std::string& group, uint64_t generation,
                absl::Duration timeout = absl::Seconds(20)) {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     auto reached = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       auto it = tables_.find(group);
       return done_ || (it != tables_.end() && it->second.generation >= generation);
     };
-    mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
+    mu_.AwaitWithTimeout(aside::Cond(&reached), timeout);
     auto it = tables_.find(group);
     return it != tables_.end() && it->second.generation >= generation;
   }
   bool WaitDone(absl::Duration timeout = absl::Seconds(20)) {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+    aside::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(aside::Cond(&done_), timeout);
   }
 
   AppliedTable table(const std::string& group) {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     return tables_[group];
   }
   grpc::Status status() {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     return status_;
   }
   bool ordered() {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     return ordered_;
   }
   std::vector<v1::GroupUpdate> updates() {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     return updates_;
   }
 
@@ -128,12 +128,12 @@ class Subscriber {
   void Run() {
     v1::GroupUpdate u;
     while (reader_->Read(&u)) {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       updates_.push_back(u);
       ordered_ = tables_[u.group()].Apply(u) && ordered_;
     }
     grpc::Status s = reader_->Finish();
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     status_ = s;
     done_ = true;
   }
@@ -141,7 +141,7 @@ class Subscriber {
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReader<v1::GroupUpdate>> reader_;
   std::thread thread_;
-  absl::Mutex mu_;
+  aside::Mutex mu_;
   std::map<std::string, AppliedTable> tables_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::GroupUpdate> updates_ ABSL_GUARDED_BY(mu_);
   bool ordered_ ABSL_GUARDED_BY(mu_) = true;
