@@ -468,11 +468,15 @@ TEST_F(StockClientsTest, OverloadDropsReachStockClientsAndTheirStats) {
   CreateGroup({100, 100}, /*max_requests_per_second=*/20);
   StartClients();
   WaitUntilClientsCall({0, 1}, 5);
+  const absl::Time calling = absl::Now();
   // Once their reports show the rate (within a few seconds), the server
   // lists drop entries and the clients drop calls without sending them.
   for (StockClient& c : clients_) {
     ASSERT_OK_AND_ASSIGN(const std::string failure,
                          c.process->WaitForLine("event=call.failed", kWait));
+    RecordProperty(c.name + "_seconds_to_first_drop",
+                   absl::StrCat(absl::ToDoubleSeconds(absl::Now() - calling)));
+    RecordProperty(c.name + "_drop", failure);
     EXPECT_EQ(aside::testing::LogField(failure, "code"), "14") << failure;
     EXPECT_THAT(absl::AsciiStrToLower(failure), HasSubstr("drop")) << failure;
   }
@@ -543,6 +547,36 @@ TEST_F(StockClientsTest, WithoutABalancerClientsFallBackToTheNamesAddresses) {
                  absl::StrCat(absl::ToDoubleSeconds(absl::Now() - start)));
   // Calls to a fallback address carry no token.
   EXPECT_THAT(log_.Tokens(kFallback), ElementsAre(""));
+
+  // The clients keep asking the balancer: once the group exists, those
+  // that asked for it leave fallback for its list.
+  v1::CreateGroupRequest request;
+  request.mutable_group()->set_name("nogroup");
+  request.mutable_group()->mutable_health_check()->set_kind(
+      v1::HealthCheck::NONE);
+  request.mutable_group()->add_backends()->set_address(backends_->address(0));
+  v1::Group created;
+  const grpc::Status s =
+      admin_->CreateGroup(AdminContext().get(), request, &created);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const absl::Time created_at = absl::Now();
+  ASSERT_TRUE(log_.WaitUntil(
+      [](const CallLog::Calls& calls) {
+        for (const char* name : {"nogroup-cpp", "nogroup-python"}) {
+          auto it = calls.find(name);
+          if (it == calls.end() ||
+              std::count(it->second.begin(), it->second.end(), 0) < 20) {
+            return false;
+          }
+        }
+        return true;
+      },
+      kWait))
+      << Describe();
+  RecordProperty("seconds_to_leave_fallback",
+                 absl::StrCat(absl::ToDoubleSeconds(absl::Now() - created_at)));
+  EXPECT_THAT(log_.Tokens(0), ElementsAre("nogroup/" + backends_->address(0)));
+  EXPECT_EQ(PerBackend(log_.CallsSince("nolb-cpp", 0))[0], 0);
 }
 
 }  // namespace
