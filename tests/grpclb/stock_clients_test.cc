@@ -14,11 +14,13 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,6 +102,22 @@ class StockClientsTest : public ::testing::Test {
                      "admin: {token_file: ", tokens, "}\n",
                      "grpclb: {client_stats_report_interval: 1s}\n"));
     ASSERT_OK(StartAside());
+  }
+
+  // Stops the clients, then Aside with SIGTERM: it must exit cleanly (and,
+  // in sanitizer builds, without reports) after serving them.
+  void TearDown() override {
+    clients_.clear();
+    if (aside_ == nullptr) {
+      return;
+    }
+    aside_->Signal(SIGTERM);
+    const std::optional<int> status = aside_->Wait(kWait);
+    ASSERT_TRUE(status.has_value()) << "aside-server did not exit";
+    aside_->DrainStderr(absl::Seconds(5));
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << "aside-server exit status " << *status << "; stderr:\n"
+        << aside_->StderrText();
   }
 
   // The target every stock client dials.
