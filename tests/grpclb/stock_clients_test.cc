@@ -85,23 +85,24 @@ class StockClientsTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_OK_AND_ASSIGN(backends_,
                          GreeterBackends::Start(kMembers + 1, &log_));
-    // Clients find the balancer by SRV, so its port is fixed up front and
-    // kept across restarts.
-    aside_port_ = aside::testing::PickUnusedPort();
+    // Clients find the balancer by SRV, so its port is chosen up front and
+    // kept across restarts. Aside starts before dnsmasq picks a port, and
+    // again on another port if the one chosen was taken meanwhile.
+    tokens_ = dir_.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n"));
+    absl::Status started;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      aside_port_ = aside::testing::PickUnusedPort();
+      started = StartAside();
+      if (started.ok()) {
+        break;
+      }
+    }
+    ASSERT_OK(started);
     Dnsmasq::Options dns;
     dns.hosts = "127.0.0.1 lb.lb.test\n127.0.0.1 web.lb.test\n";
     dns.args = {absl::StrCat("--srv-host=_grpclb._tcp.web.lb.test,lb.lb.test,",
                              aside_port_)};
     ASSERT_OK_AND_ASSIGN(dnsmasq_, Dnsmasq::Start(std::move(dns)));
-    const std::string tokens =
-        dir_.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n"));
-    config_ = dir_.WriteFile(
-        "aside.yaml",
-        absl::StrCat("listen: 127.0.0.1:", aside_port_, "\n", "metrics: \"\"\n",
-                     "state_dir: ", dir_.path(), "/state\n",
-                     "admin: {token_file: ", tokens, "}\n",
-                     "grpclb: {client_stats_report_interval: 1s}\n"));
-    ASSERT_OK(StartAside());
   }
 
   // Stops the clients, then Aside with SIGTERM: it must exit cleanly (and,
@@ -126,10 +127,17 @@ class StockClientsTest : public ::testing::Test {
                         "/web.lb.test:", backends_->port(kFallback));
   }
 
+  // Starts aside-server listening on aside_port_.
   absl::Status StartAside() {
+    const std::string config = dir_.WriteFile(
+        "aside.yaml",
+        absl::StrCat("listen: 127.0.0.1:", aside_port_, "\n", "metrics: \"\"\n",
+                     "state_dir: ", dir_.path(), "/state\n",
+                     "admin: {token_file: ", tokens_, "}\n",
+                     "grpclb: {client_stats_report_interval: 1s}\n"));
     ASIDE_ASSIGN_OR_RETURN(
         aside_, StartChild({aside::testing::BinDir() + "/aside-server",
-                            "--config", config_}));
+                            "--config", config}));
     ASIDE_RETURN_IF_ERROR(
         aside_->WaitForLine("event=server.started", kWait).status());
     admin_ = v1::Admin::NewStub(
@@ -331,10 +339,10 @@ class StockClientsTest : public ::testing::Test {
   TempDir dir_;
   CallLog log_;
   std::unique_ptr<GreeterBackends> backends_;
-  std::unique_ptr<Dnsmasq> dnsmasq_;
+  std::string tokens_;
   int aside_port_ = 0;
-  std::string config_;
   std::unique_ptr<Process> aside_;
+  std::unique_ptr<Dnsmasq> dnsmasq_;
   std::unique_ptr<v1::Admin::Stub> admin_;
   std::vector<StockClient> clients_;
 };
