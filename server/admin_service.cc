@@ -198,8 +198,10 @@ void AdminService::Describe(const Group& group, bool with_backends,
     }
     if (loads_ != nullptr) {
       const ClientStatsTotals stats = loads_->ClientStats(spec.name);
-      if (stats.last_report != absl::InfinitePast()) {
+      const uint32_t streams = grpclb_streams_ ? grpclb_streams_(spec.name) : 0;
+      if (stats.last_report != absl::InfinitePast() || streams > 0) {
         v1::ClientStatsView* view = out->mutable_client_stats();
+        view->set_streams(streams);
         view->set_calls_started(stats.calls_started);
         view->set_calls_finished(stats.calls_finished);
         view->set_calls_finished_with_client_failed_to_send(
@@ -208,8 +210,10 @@ void AdminService::Describe(const Group& group, bool with_backends,
         for (const auto& [token, n] : stats.dropped) {
           (*view->mutable_calls_dropped())[token] = n;
         }
-        view->mutable_last_report()->set_seconds(
-            absl::ToUnixSeconds(stats.last_report));
+        if (stats.last_report != absl::InfinitePast()) {
+          view->mutable_last_report()->set_seconds(
+              absl::ToUnixSeconds(stats.last_report));
+        }
       }
     }
   } else {

@@ -9,6 +9,8 @@
 
 #include <prometheus/counter.h>
 
+#include <functional>
+
 #include "absl/synchronization/mutex.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "server/admin_auth.h"
@@ -59,6 +61,13 @@ class AdminService final : public v1::Admin::CallbackService {
       const v1::ListTargetsRequest* request,
       v1::ListTargetsResponse* response) override;
 
+  // Counts the open grpclb streams of a group (GetGroup's
+  // client_stats.streams). Set once while wiring, before serving.
+  using GrpclbStreams = std::function<uint32_t(const std::string& group)>;
+  void set_grpclb_streams(GrpclbStreams streams) {
+    grpclb_streams_ = std::move(streams);
+  }
+
   // The operations without RPC plumbing (authorisation is the caller's).
   grpc::Status DoCreateGroup(const v1::CreateGroupRequest& request,
                              v1::Group* response);
@@ -101,6 +110,7 @@ class AdminService final : public v1::Admin::CallbackService {
   Metrics* const metrics_;
   const LoadAggregator* const loads_;
   const HealthRegistry* const health_;
+  GrpclbStreams grpclb_streams_;
   absl::Mutex mutation_mu_;
 };
 

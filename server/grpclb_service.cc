@@ -145,12 +145,12 @@ class GrpclbService::Stream final
       : service_(service), context_(context) {
     bool shutting_down;
     {
-      absl::MutexLock lock(&service_->mu_);
+      std::lock_guard<std::mutex> lock(service_->mu_);
       shutting_down = service_->shutting_down_;
       service_->streams_.insert(this);
     }
     if (shutting_down) {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 "server is shutting down"));
       return;
@@ -160,7 +160,7 @@ class GrpclbService::Stream final
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       FinishLocked(grpc::Status::OK);
       return;
     }
@@ -171,7 +171,7 @@ class GrpclbService::Stream final
     }
     bool finished;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       finished = finished_;
     }
     if (!finished) {
@@ -181,7 +181,7 @@ class GrpclbService::Stream final
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
@@ -191,20 +191,20 @@ class GrpclbService::Stream final
   }
 
   void OnPublish(Group& /*group*/) override {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     dirty_ = true;
     WriteNextLocked();
   }
 
   void OnRemoved(Group& group, uint64_t /*generation*/) override {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     ForceFinishLocked(grpc::Status(
         grpc::StatusCode::NOT_FOUND,
         absl::StrCat("group '", group.name(), "' was deleted")));
   }
 
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     FinishLocked(grpc::Status::CANCELLED);
   }
 
@@ -216,15 +216,21 @@ class GrpclbService::Stream final
       }
     }
     {
-      absl::MutexLock lock(&service_->mu_);
+      std::lock_guard<std::mutex> lock(service_->mu_);
       service_->streams_.erase(this);
     }
     delete this;
   }
 
+  // Whether the stream serves `group` (any thread).
+  bool ServesGroup(const std::string& group) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return group_ != nullptr && group_->name() == group;
+  }
+
   // Re-checks load-based drops (ticker thread).
   void Recheck() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (group_ != nullptr && group_->spec_snapshot()->grpclb.max_requests_per_second > 0) {
       dirty_ = true;
       WriteNextLocked();
@@ -232,17 +238,15 @@ class GrpclbService::Stream final
   }
 
   void Shutdown() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     ForceFinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                    "server is shutting down"));
   }
 
-  const GroupPtr& group() const { return group_; }
-
  private:
   void HandleInitial() {
     if (!request_.has_initial_request()) {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       FinishLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                 "the first message must be initial_request"));
       return;
@@ -252,7 +256,7 @@ class GrpclbService::Stream final
                          ? ResolveGrpclbName(*service_->groups_, name)
                          : nullptr;
     if (group == nullptr) {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       FinishLocked(grpc::Status(
           grpc::StatusCode::NOT_FOUND,
           absl::StrCat("no group for grpclb name '", name.substr(0, 512),
@@ -260,7 +264,7 @@ class GrpclbService::Stream final
       return;
     }
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       group_ = group;
       pending_initial_ = true;
       dirty_ = true;
@@ -273,7 +277,7 @@ class GrpclbService::Stream final
     // Added without holding mu_ (publication calls in with the group's
     // listener lock held).
     group->AddListener(this);
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     WriteNextLocked();
   }
 
@@ -356,10 +360,13 @@ class GrpclbService::Stream final
   GrpclbService* const service_;
   grpc::CallbackServerContext* const context_;
   lb::LoadBalanceRequest request_;
-  // Set once by the reading side before any listener or writer uses it.
+  // Set once by the reading side (under mu_) before any listener or writer
+  // uses it; other threads read it under mu_.
   GroupPtr group_;
 
-  absl::Mutex mu_;
+  // std::mutex rather than absl::Mutex so ThreadSanitizer sees the
+  // ordering (Debian's abseil is not instrumented).
+  std::mutex mu_;
   lb::LoadBalanceResponse response_ ABSL_GUARDED_BY(mu_);
   std::string last_sent_ ABSL_GUARDED_BY(mu_);
   bool pending_initial_ ABSL_GUARDED_BY(mu_) = false;
@@ -382,9 +389,10 @@ GrpclbService::GrpclbService(GroupRegistry* groups, LoadAggregator* loads,
 GrpclbService::~GrpclbService() {
   Shutdown();
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  stop_changed_.notify_all();
   ticker_.join();
 }
 
@@ -394,7 +402,7 @@ GrpclbService::BalanceLoad(grpc::CallbackServerContext* context) {
 }
 
 void GrpclbService::Shutdown() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   shutting_down_ = true;
   for (Stream* s : streams_) {
     s->Shutdown();
@@ -402,15 +410,15 @@ void GrpclbService::Shutdown() {
 }
 
 size_t GrpclbService::streams() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return streams_.size();
 }
 
 uint32_t GrpclbService::streams_for(const std::string& group) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   uint32_t n = 0;
   for (Stream* s : streams_) {
-    if (s->group() != nullptr && s->group()->name() == group) {
+    if (s->ServesGroup(group)) {
       ++n;
     }
   }
@@ -418,9 +426,10 @@ uint32_t GrpclbService::streams_for(const std::string& group) const {
 }
 
 void GrpclbService::Ticker() {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1));
+    stop_changed_.wait_for(lock, std::chrono::seconds(1),
+                           [this] { return stop_; });
     if (stop_) {
       break;
     }

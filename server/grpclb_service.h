@@ -22,11 +22,12 @@
 #ifndef ASIDE_SERVER_GRPCLB_SERVICE_H_
 #define ASIDE_SERVER_GRPCLB_SERVICE_H_
 
+#include <condition_variable>
+#include <mutex>
 #include <set>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "grpc/lb/v1/load_balancer.grpc.pb.h"
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
@@ -73,7 +74,11 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   const absl::Duration stats_interval_;
   const uint32_t max_servers_;
 
-  mutable absl::Mutex mu_;
+  // Taken before a stream's own lock, never after. std::mutex rather than
+  // absl::Mutex so ThreadSanitizer sees the ordering (Debian's abseil is
+  // not instrumented).
+  mutable std::mutex mu_;
+  std::condition_variable stop_changed_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

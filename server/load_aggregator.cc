@@ -148,7 +148,7 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
       state.utilization = o.application.has_value() ? o.application : o.cpu;
       state.utilization_at = clock_->WallNow();
     }
-    AddToBucketsLocked(state, now, delta);
+    AddToBucketsLocked(state.buckets, now, delta);
 
     accepted.group = o.group;
     accepted.address = o.address;
@@ -171,21 +171,22 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
   return absl::OkStatus();
 }
 
-void LoadAggregator::AddToBucketsLocked(BackendState& state, int64_t now_nanos,
+void LoadAggregator::AddToBucketsLocked(std::deque<Bucket>& buckets,
+                                        int64_t now_nanos,
                                         const Bucket& delta) {
   const int64_t second = now_nanos / 1'000'000'000;
-  if (state.buckets.empty() || state.buckets.back().second != second) {
-    state.buckets.push_back(Bucket{.second = second});
+  if (buckets.empty() || buckets.back().second != second) {
+    buckets.push_back(Bucket{.second = second});
   }
-  Bucket& b = state.buckets.back();
+  Bucket& b = buckets.back();
   b.requests += delta.requests;
   b.failures += delta.failures;
   b.latency_nanos += delta.latency_nanos;
   b.first_byte_nanos += delta.first_byte_nanos;
   b.first_byte_requests += delta.first_byte_requests;
   const int64_t oldest = second - absl::ToInt64Seconds(window_);
-  while (!state.buckets.empty() && state.buckets.front().second <= oldest) {
-    state.buckets.pop_front();
+  while (!buckets.empty() && buckets.front().second <= oldest) {
+    buckets.pop_front();
   }
 }
 
@@ -269,6 +270,8 @@ absl::Status LoadAggregator::AddClientStats(
     it->second += static_cast<uint64_t>(n);
   }
   t.last_report = clock_->WallNow();
+  AddToBucketsLocked(client_call_buckets_[group], clock_->NowNanos(),
+                     Bucket{.requests = static_cast<uint64_t>(finished)});
   return absl::OkStatus();
 }
 
@@ -289,6 +292,14 @@ double LoadAggregator::GroupRequestsPerSecond(const std::string& group) const {
       continue;
     }
     for (const Bucket& b : state.buckets) {
+      if (b.second > oldest) {
+        requests += b.requests;
+      }
+    }
+  }
+  if (auto it = client_call_buckets_.find(group);
+      it != client_call_buckets_.end()) {
+    for (const Bucket& b : it->second) {
       if (b.second > oldest) {
         requests += b.requests;
       }
@@ -326,6 +337,10 @@ void LoadAggregator::Prune() {
   absl::erase_if(backends_, [](const auto& entry) {
     return entry.second.reporters.empty() && entry.second.buckets.empty() &&
            !entry.second.utilization.has_value();
+  });
+  const int64_t oldest = now / 1'000'000'000 - absl::ToInt64Seconds(window_);
+  absl::erase_if(client_call_buckets_, [oldest](const auto& entry) {
+    return entry.second.empty() || entry.second.back().second <= oldest;
   });
 }
 

@@ -116,8 +116,10 @@ class LoadAggregator {
                                   dropped);
   ClientStatsTotals ClientStats(const std::string& group) const;
 
-  // Completed requests per second over the window, summed over the
-  // group's backends.
+  // Completed requests per second over the window: ReportLoad requests
+  // summed over the group's backends, plus the calls grpclb clients
+  // reported finished (ClientStats count a dropped call as finished, so
+  // theirs is the offered rate, drops included).
   double GroupRequestsPerSecond(const std::string& group) const;
 
   // The aggregated view of one backend (zeros when nothing is known).
@@ -155,7 +157,7 @@ class LoadAggregator {
     absl::Time utilization_at = absl::InfinitePast();
   };
 
-  void AddToBucketsLocked(BackendState& state, int64_t now_nanos,
+  void AddToBucketsLocked(std::deque<Bucket>& buckets, int64_t now_nanos,
                           const Bucket& delta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -168,6 +170,9 @@ class LoadAggregator {
   // Keyed by "group\naddress".
   absl::flat_hash_map<std::string, BackendState> backends_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, ClientStatsTotals> client_stats_
+      ABSL_GUARDED_BY(mu_);
+  // grpclb calls finished per group, in one-second buckets over the window.
+  absl::flat_hash_map<std::string, std::deque<Bucket>> client_call_buckets_
       ABSL_GUARDED_BY(mu_);
 };
 

@@ -170,6 +170,10 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->grpclb_service_ = std::make_unique<GrpclbService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers);
+  server->admin_service_->set_grpclb_streams(
+      [grpclb = server->grpclb_service_.get()](const std::string& group) {
+        return grpclb->streams_for(group);
+      });
   server->health_service_ =
       std::make_unique<HealthService>(server->groups_.get());
   if (!cfg.health_listen.empty()) {

@@ -47,7 +47,7 @@ class WatchHub::Stream final
       }
     }
     {
-      absl::MutexLock lock(&hub_->mu_);
+      std::lock_guard<std::mutex> lock(hub_->mu_);
       if (error.ok() && hub_->shutting_down_) {
         error = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                              "server is shutting down");
@@ -117,7 +117,7 @@ class WatchHub::Stream final
   void OnDone() override {
     Unsubscribe();
     {
-      absl::MutexLock lock(&hub_->mu_);
+      std::lock_guard<std::mutex> lock(hub_->mu_);
       hub_->streams_.erase(this);
     }
     delete this;
@@ -326,9 +326,10 @@ WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
 WatchHub::~WatchHub() {
   Shutdown();
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stop_janitor_ = true;
   }
+  janitor_changed_.notify_all();
   janitor_.join();
 }
 
@@ -341,7 +342,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchHub::Start(
 
 void WatchHub::Shutdown() {
   std::vector<Stream*> streams;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   shutting_down_ = true;
   // Holding mu_ keeps every stream alive (OnDone erases under mu_).
   for (Stream* s : streams_) {
@@ -350,16 +351,17 @@ void WatchHub::Shutdown() {
 }
 
 size_t WatchHub::streams() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return streams_.size();
 }
 
 void WatchHub::Janitor() {
   const absl::Duration tick =
       std::min(absl::Seconds(1), stall_timeout_ / 4);
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   while (!stop_janitor_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stop_janitor_), tick);
+    janitor_changed_.wait_for(lock, absl::ToChronoNanoseconds(tick),
+                              [this] { return stop_janitor_; });
     if (stop_janitor_) {
       break;
     }

@@ -14,6 +14,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -51,7 +53,10 @@ class WatchHub {
   Metrics* const metrics_;
   const absl::Duration stall_timeout_;
 
-  mutable absl::Mutex mu_;
+  // std::mutex rather than absl::Mutex so ThreadSanitizer sees the
+  // ordering (Debian's abseil is not instrumented).
+  mutable std::mutex mu_;
+  std::condition_variable janitor_changed_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_janitor_ ABSL_GUARDED_BY(mu_) = false;

@@ -7,7 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpc/lb/v1/load_balancer.grpc.pb.h"
 #include "server/server.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
@@ -152,6 +154,48 @@ TEST_F(AdminTest, CreateGetListAndPick) {
   v1::PickResponse pick;
   ASSERT_TRUE(Pick("web", &pick).ok());
   EXPECT_EQ(pick.generation(), created.generation());
+}
+
+TEST_F(AdminTest, GetGroupShowsOpenGrpclbStreamsAndTheirClientStats) {
+  // One grpclb client of the file group.
+  auto lb = grpc::lb::v1::LoadBalancer::NewStub(channel_);
+  auto context = Context(nullptr);
+  auto stream = lb->BalanceLoad(context.get());
+  grpc::lb::v1::LoadBalanceRequest request;
+  request.mutable_initial_request()->set_name("from-file.lb.test:443");
+  ASSERT_TRUE(stream->Write(request));
+  grpc::lb::v1::LoadBalanceResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_TRUE(response.has_initial_response());
+  v1::Group got;
+  ASSERT_TRUE(Get("from-file", &got).ok());
+  EXPECT_EQ(got.client_stats().streams(), 1u);
+  EXPECT_FALSE(got.client_stats().has_last_report());
+
+  grpc::lb::v1::LoadBalanceRequest stats;
+  stats.mutable_client_stats()->set_num_calls_started(7);
+  ASSERT_TRUE(stream->Write(stats));
+  // The report is folded in when the server reads it: poll, bounded.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (got.client_stats().calls_started() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_TRUE(Get("from-file", &got).ok());
+  }
+  EXPECT_EQ(got.client_stats().calls_started(), 7u);
+  EXPECT_EQ(got.client_stats().streams(), 1u);
+  EXPECT_TRUE(got.client_stats().has_last_report());
+
+  stream->WritesDone();
+  while (stream->Read(&response)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  // Closed streams no longer count; the totals stay.
+  while (got.client_stats().streams() != 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_TRUE(Get("from-file", &got).ok());
+  }
+  EXPECT_EQ(got.client_stats().streams(), 0u);
+  EXPECT_EQ(got.client_stats().calls_started(), 7u);
 }
 
 TEST_F(AdminTest, BackendsAddRemoveDrainAndGenerationsIncrease) {

@@ -145,6 +145,27 @@ TEST_F(LoadAggregatorTest, DeltaReportersAddAsTheyCome) {
   EXPECT_EQ(loads_.Snapshot("web", "10.0.0.1:80").window_failures, 10u);
 }
 
+TEST_F(LoadAggregatorTest, GrpclbClientStatsCountInTheGroupRate) {
+  // Stock grpclb clients report no per-backend counts, only their calls
+  // (a drop counts as started and finished): the group's rate, which
+  // drives overload drops, must include them.
+  ASSERT_OK(loads_.Add("a", Obs(0, 0, absl::ZeroDuration())));
+  ASSERT_OK(loads_.Add("a", Obs(100, 0, absl::ZeroDuration())));
+  ASSERT_OK(loads_.AddClientStats("web", 210, 200, 0, 150,
+                                  {{"drop/web/overload", 50}}));
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_OK(loads_.AddClientStats("web", 100, 100, 0, 100, {}));
+  EXPECT_DOUBLE_EQ(loads_.GroupRequestsPerSecond("web"), 40);  // 400 / 10 s
+  EXPECT_DOUBLE_EQ(loads_.GroupRequestsPerSecond("api"), 0);
+  // Not a backend's load: the per-backend view is ReportLoad's alone.
+  EXPECT_EQ(loads_.Snapshot("web", "10.0.0.1:80").window_requests, 100u);
+  // Out of the window, out of the rate; the totals stay.
+  clock_.Advance(absl::Seconds(10));
+  loads_.Prune();
+  EXPECT_DOUBLE_EQ(loads_.GroupRequestsPerSecond("web"), 0);
+  EXPECT_EQ(loads_.ClientStats("web").calls_finished, 300u);
+}
+
 TEST_F(LoadAggregatorTest, UtilisationPrefersApplicationOverCpu) {
   LoadObservation o = Obs(0, 0, absl::ZeroDuration());
   o.cpu = 0.9;
