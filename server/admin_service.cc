@@ -279,7 +279,7 @@ grpc::Status AdminService::DoCreateGroup(const v1::CreateGroupRequest& request,
   if (!spec.ok()) {
     return ToGrpcStatus(spec.status());
   }
-  absl::MutexLock lock(&mutation_mu_);
+  aside::MutexLock lock(&mutation_mu_);
   const std::string name = spec->name;
   const Persist persist = PersistGroup(*spec);
   if (absl::Status s = groups_->Add(*std::move(spec), persist); !s.ok()) {
@@ -294,7 +294,7 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
   if (!request.has_group()) {
     return Invalid("group: required");
   }
-  absl::MutexLock lock(&mutation_mu_);
+  aside::MutexLock lock(&mutation_mu_);
   GroupPtr group;
   if (grpc::Status s = FindMutable(request.group().name(), &group); !s.ok()) {
     return s;
@@ -353,7 +353,7 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
 
 grpc::Status AdminService::DoDeleteGroup(const v1::DeleteGroupRequest& request,
                                          v1::DeleteGroupResponse* response) {
-  absl::MutexLock lock(&mutation_mu_);
+  aside::MutexLock lock(&mutation_mu_);
   GroupPtr group;
   if (grpc::Status s = FindMutable(request.name(), &group); !s.ok()) {
     return s;
@@ -413,7 +413,7 @@ grpc::Status AdminService::DoAddBackends(const v1::AddBackendsRequest& request,
     }
     added.push_back(*std::move(b));
   }
-  absl::MutexLock lock(&mutation_mu_);
+  aside::MutexLock lock(&mutation_mu_);
   GroupPtr group;
   if (grpc::Status s = FindMutable(request.group(), &group); !s.ok()) {
     return s;
@@ -449,7 +449,7 @@ grpc::Status AdminService::DoRemoveBackends(
       !s.ok()) {
     return s;
   }
-  absl::MutexLock lock(&mutation_mu_);
+  aside::MutexLock lock(&mutation_mu_);
   GroupPtr group;
   if (grpc::Status s = FindMutable(request.group(), &group); !s.ok()) {
     return s;
@@ -475,7 +475,7 @@ grpc::Status AdminService::DoDrainBackends(
       !s.ok()) {
     return s;
   }
-  absl::MutexLock lock(&mutation_mu_);
+  aside::MutexLock lock(&mutation_mu_);
   GroupPtr group;
   if (grpc::Status s = FindMutable(request.group(), &group); !s.ok()) {
     return s;

@@ -11,7 +11,7 @@
 
 #include <functional>
 
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "server/admin_auth.h"
 #include "server/group_registry.h"
@@ -111,7 +111,7 @@ class AdminService final : public v1::Admin::CallbackService {
   const LoadAggregator* const loads_;
   const HealthRegistry* const health_;
   GrpclbStreams grpclb_streams_;
-  absl::Mutex mutation_mu_;
+  aside::Mutex mutation_mu_;
 };
 
 }  // namespace aside::server

@@ -364,7 +364,7 @@ class GrpclbService::Stream final
   // uses it; other threads read it under mu_.
   GroupPtr group_;
 
-  // std::mutex rather than absl::Mutex so ThreadSanitizer sees the
+  // std::mutex rather than aside::Mutex so ThreadSanitizer sees the
   // ordering (Debian's abseil is not instrumented).
   std::mutex mu_;
   lb::LoadBalanceResponse response_ ABSL_GUARDED_BY(mu_);

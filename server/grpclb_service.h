@@ -75,7 +75,7 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   const uint32_t max_servers_;
 
   // Taken before a stream's own lock, never after. std::mutex rather than
-  // absl::Mutex so ThreadSanitizer sees the ordering (Debian's abseil is
+  // aside::Mutex so ThreadSanitizer sees the ordering (Debian's abseil is
   // not instrumented).
   mutable std::mutex mu_;
   std::condition_variable stop_changed_;

@@ -75,7 +75,7 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
   const int64_t now = clock_->NowNanos();
   Accepted accepted;
   {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     BackendState& state = backends_[Key(o.group, o.address)];
     auto it = state.reporters.find(reporter);
     if (it == state.reporters.end()) {
@@ -196,7 +196,7 @@ LoadSnapshot LoadAggregator::Snapshot(const std::string& group,
   const int64_t now = clock_->NowNanos();
   const int64_t window_nanos = absl::ToInt64Nanoseconds(window_);
   const int64_t oldest = now / 1'000'000'000 - absl::ToInt64Seconds(window_);
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   auto it = backends_.find(Key(group, address));
   if (it == backends_.end()) {
     return out;
@@ -253,7 +253,7 @@ absl::Status LoadAggregator::AddClientStats(
           "client_stats.calls_finished_with_drop['", token, "']: negative"));
     }
   }
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   ClientStatsTotals& t = client_stats_[group];
   t.calls_started += static_cast<uint64_t>(started);
   t.calls_finished += static_cast<uint64_t>(finished);
@@ -276,7 +276,7 @@ absl::Status LoadAggregator::AddClientStats(
 }
 
 ClientStatsTotals LoadAggregator::ClientStats(const std::string& group) const {
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   auto it = client_stats_.find(group);
   return it == client_stats_.end() ? ClientStatsTotals{} : it->second;
 }
@@ -286,7 +286,7 @@ double LoadAggregator::GroupRequestsPerSecond(const std::string& group) const {
   const int64_t oldest = now / 1'000'000'000 - absl::ToInt64Seconds(window_);
   const std::string prefix = absl::StrCat(group, "\n");
   uint64_t requests = 0;
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   for (const auto& [key, state] : backends_) {
     if (key.compare(0, prefix.size(), prefix) != 0) {
       continue;
@@ -315,7 +315,7 @@ void LoadAggregator::Prune() {
   const int64_t horizon = 10 * absl::ToInt64Nanoseconds(window_);
   std::vector<std::pair<std::string, std::string>> keys;
   {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     for (auto& [key, state] : backends_) {
       absl::erase_if(state.reporters, [&](const auto& entry) {
         return now - entry.second.last_seen_nanos > horizon;
@@ -330,7 +330,7 @@ void LoadAggregator::Prune() {
       gone.push_back(Key(group, address));
     }
   }
-  absl::MutexLock lock(&mu_);
+  aside::MutexLock lock(&mu_);
   for (const std::string& key : gone) {
     backends_.erase(key);
   }

@@ -26,7 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "absl/time/time.h"
 #include "lib/clock.h"
 
@@ -166,7 +166,7 @@ class LoadAggregator {
   const Membership membership_;
   Listener listener_;
 
-  mutable absl::Mutex mu_;
+  mutable aside::Mutex mu_;
   // Keyed by "group\naddress".
   absl::flat_hash_map<std::string, BackendState> backends_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, ClientStatsTotals> client_stats_

@@ -39,7 +39,7 @@ class WatchHub::Stream final
     grpc::Status error;
     std::vector<GroupPtr> groups;
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       v1::WatchRequest req;
       error = ValidateLocked(request, &req);
       for (const Entry& e : entries_) {
@@ -55,7 +55,7 @@ class WatchHub::Stream final
       hub_->streams_.insert(this);
     }
     if (!error.ok()) {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       FinishLocked(error);
       return;
     }
@@ -69,13 +69,13 @@ class WatchHub::Stream final
             .Increment();
       }
     }
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     subscribed_ = true;
     WriteNextLocked();
   }
 
   void OnPublish(Group& group) override {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     for (Entry& e : entries_) {
       if (e.group.get() == &group) {
         e.dirty = true;
@@ -88,7 +88,7 @@ class WatchHub::Stream final
   }
 
   void OnRemoved(Group& group, uint64_t generation) override {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     for (Entry& e : entries_) {
       if (e.group.get() == &group && !e.removed) {
         e.removed = true;
@@ -100,7 +100,7 @@ class WatchHub::Stream final
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
@@ -110,7 +110,7 @@ class WatchHub::Stream final
   }
 
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     FinishLocked(grpc::Status::CANCELLED);
   }
 
@@ -125,7 +125,7 @@ class WatchHub::Stream final
 
   // Janitor: ends the stream if a write has been stuck for too long.
   void CheckStall(int64_t now, absl::Duration limit) {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     if (writing_ && !finished_ &&
         now - write_started_ > absl::ToInt64Nanoseconds(limit)) {
       Log(LogLevel::kWarn, "watch.stalled",
@@ -140,7 +140,7 @@ class WatchHub::Stream final
   }
 
   void Shutdown() {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     ForceFinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                    "server is shutting down"));
   }
@@ -288,7 +288,7 @@ class WatchHub::Stream final
   void Unsubscribe() {
     std::vector<Entry> entries;
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       if (!subscribed_) {
         return;
       }
@@ -307,7 +307,7 @@ class WatchHub::Stream final
 
   WatchHub* const hub_;
   grpc::CallbackServerContext* const context_;
-  absl::Mutex mu_;
+  aside::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);

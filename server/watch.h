@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 #include "absl/time/time.h"
 #include "server/group_registry.h"
 #include "server/metrics.h"
@@ -53,7 +53,7 @@ class WatchHub {
   Metrics* const metrics_;
   const absl::Duration stall_timeout_;
 
-  // std::mutex rather than absl::Mutex so ThreadSanitizer sees the
+  // std::mutex rather than aside::Mutex so ThreadSanitizer sees the
   // ordering (Debian's abseil is not instrumented).
   mutable std::mutex mu_;
   std::condition_variable janitor_changed_;
