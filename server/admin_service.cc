@@ -442,20 +442,22 @@ grpc::Status AdminService::DoAddBackends(const v1::AddBackendsRequest& request,
   return Apply(group, std::move(spec), response);
 }
 
-grpc::Status AdminService::DoRemoveBackends(
-    const v1::RemoveBackendsRequest& request, v1::Group* response) {
-  std::vector<std::string> addresses;
-  if (grpc::Status s = CanonicalAddresses(request.addresses(), &addresses);
-      !s.ok()) {
+grpc::Status AdminService::EditBackends(
+    const std::string& group_name,
+    const google::protobuf::RepeatedPtrField<std::string>& addresses,
+    const std::function<void(GroupSpec&, std::vector<Backend>::iterator)>& edit,
+    v1::Group* response) {
+  std::vector<std::string> canonical;
+  if (grpc::Status s = CanonicalAddresses(addresses, &canonical); !s.ok()) {
     return s;
   }
   aside::MutexLock lock(&mutation_mu_);
   GroupPtr group;
-  if (grpc::Status s = FindMutable(request.group(), &group); !s.ok()) {
+  if (grpc::Status s = FindMutable(group_name, &group); !s.ok()) {
     return s;
   }
   GroupSpec spec = group->spec();
-  for (const std::string& address : addresses) {
+  for (const std::string& address : canonical) {
     auto it = std::find_if(spec.backends.begin(), spec.backends.end(),
                            [&](const Backend& b) { return b.address == address; });
     if (it == spec.backends.end()) {
@@ -463,35 +465,30 @@ grpc::Status AdminService::DoRemoveBackends(
               absl::StrCat("backend ", address, " is not in group '",
                            spec.name, "'")};
     }
-    spec.backends.erase(it);
+    edit(spec, it);
   }
   return Apply(group, std::move(spec), response);
 }
 
+grpc::Status AdminService::DoRemoveBackends(
+    const v1::RemoveBackendsRequest& request, v1::Group* response) {
+  return EditBackends(
+      request.group(), request.addresses(),
+      [](GroupSpec& spec, std::vector<Backend>::iterator it) {
+        spec.backends.erase(it);
+      },
+      response);
+}
+
 grpc::Status AdminService::DoDrainBackends(
     const v1::DrainBackendsRequest& request, v1::Group* response) {
-  std::vector<std::string> addresses;
-  if (grpc::Status s = CanonicalAddresses(request.addresses(), &addresses);
-      !s.ok()) {
-    return s;
-  }
-  aside::MutexLock lock(&mutation_mu_);
-  GroupPtr group;
-  if (grpc::Status s = FindMutable(request.group(), &group); !s.ok()) {
-    return s;
-  }
-  GroupSpec spec = group->spec();
-  for (const std::string& address : addresses) {
-    auto it = std::find_if(spec.backends.begin(), spec.backends.end(),
-                           [&](const Backend& b) { return b.address == address; });
-    if (it == spec.backends.end()) {
-      return {grpc::StatusCode::NOT_FOUND,
-              absl::StrCat("backend ", address, " is not in group '",
-                           spec.name, "'")};
-    }
-    it->drained = request.drained();
-  }
-  return Apply(group, std::move(spec), response);
+  const bool drained = request.drained();
+  return EditBackends(
+      request.group(), request.addresses(),
+      [drained](GroupSpec&, std::vector<Backend>::iterator it) {
+        it->drained = drained;
+      },
+      response);
 }
 
 grpc::Status AdminService::DoListTargets(const v1::ListTargetsRequest& request,

@@ -95,6 +95,14 @@ class AdminService final : public v1::Admin::CallbackService {
   grpc::Status Apply(const GroupPtr& group, GroupSpec spec,
                      v1::Group* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutation_mu_);
+  // Finds each of `addresses` in a store-owned group and applies `edit` to
+  // it (NOT_FOUND naming the first missing one), then applies the result.
+  grpc::Status EditBackends(
+      const std::string& group_name,
+      const google::protobuf::RepeatedPtrField<std::string>& addresses,
+      const std::function<void(GroupSpec&, std::vector<Backend>::iterator)>&
+          edit,
+      v1::Group* response);
   Persist PersistGroup(const GroupSpec& spec);
   void Describe(const Group& group, bool with_backends, v1::Group* out) const;
 
