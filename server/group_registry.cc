@@ -25,7 +25,14 @@ GroupMetrics::GroupMetrics(Metrics* m, const std::string& group)
       total(&m->group_backends.Add({{"group", group}, {"state", "total"}})),
       panic(&m->group_panic.Add({{"group", group}})),
       generation(&m->group_generation.Add({{"group", group}})),
-      rebuilds(&m->table_rebuilds.Add({{"group", group}})) {}
+      rebuilds(&m->table_rebuilds.Add({{"group", group}})),
+      watch_subscribers(&m->watch_subscribers.Add({{"group", group}})),
+      watch_full(&m->watch_updates.Add({{"group", group}, {"kind", "full"}})),
+      watch_delta(&m->watch_updates.Add({{"group", group}, {"kind", "delta"}})),
+      watch_unchanged(
+          &m->watch_updates.Add({{"group", group}, {"kind", "unchanged"}})),
+      watch_removed(
+          &m->watch_updates.Add({{"group", group}, {"kind", "removed"}})) {}
 
 GroupMetrics::~GroupMetrics() {
   metrics->picks.Remove(picks_ok);
@@ -36,6 +43,11 @@ GroupMetrics::~GroupMetrics() {
   metrics->group_panic.Remove(panic);
   metrics->group_generation.Remove(generation);
   metrics->table_rebuilds.Remove(rebuilds);
+  metrics->watch_subscribers.Remove(watch_subscribers);
+  for (prometheus::Counter* c :
+       {watch_full, watch_delta, watch_unchanged, watch_removed}) {
+    metrics->watch_updates.Remove(c);
+  }
 }
 
 Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,

@@ -75,6 +75,12 @@ struct GroupMetrics {
   prometheus::Gauge* panic = nullptr;
   prometheus::Gauge* generation = nullptr;
   prometheus::Counter* rebuilds = nullptr;
+  // Watch: subscribers, and updates sent by kind.
+  prometheus::Gauge* watch_subscribers = nullptr;
+  prometheus::Counter* watch_full = nullptr;
+  prometheus::Counter* watch_delta = nullptr;
+  prometheus::Counter* watch_unchanged = nullptr;
+  prometheus::Counter* watch_removed = nullptr;
 };
 
 class DnsDiscovery;

@@ -64,9 +64,8 @@ class WatchHub::Stream final
     // first only marks its group dirty.
     for (const GroupPtr& g : groups) {
       g->AddListener(this);
-      if (hub_->metrics_ != nullptr) {
-        hub_->metrics_->watch_subscribers.Add({{"group", g->name()}})
-            .Increment();
+      if (const GroupMetrics* m = g->metrics()) {
+        m->watch_subscribers->Increment();
       }
     }
     aside::MutexLock lock(&mu_);
@@ -215,12 +214,13 @@ class WatchHub::Stream final
         continue;
       }
       e.dirty = false;
-      const char* kind = nullptr;
+      const GroupMetrics* gm = e.group->metrics();
+      prometheus::Counter* kind = nullptr;
       if (e.removed) {
         buffer_ = EncodeRemoved(e.group->name(), e.removed_generation,
                                 "group deleted", e.group->server_id());
         e.done = true;
-        kind = "removed";
+        kind = gm != nullptr ? gm->watch_removed : nullptr;
       } else {
         std::shared_ptr<const EncodedUpdate> update = e.group->Encoded();
         if (update->generation == e.sent) {
@@ -229,30 +229,29 @@ class WatchHub::Stream final
         if (e.sent == 0 && e.known != 0 && e.known == update->generation) {
           buffer_ = EncodeUnchanged(e.group->name(), update->generation,
                                     e.group->server_id());
-          kind = "unchanged";
+          kind = gm != nullptr ? gm->watch_unchanged : nullptr;
         } else if (update->delta.has_value() && update->base_generation != 0 &&
                    update->base_generation == (e.sent != 0 ? e.sent : e.known)) {
           buffer_ = *update->delta;
-          kind = "delta";
+          kind = gm != nullptr ? gm->watch_delta : nullptr;
         } else {
           buffer_ = update->full;
-          kind = "full";
+          kind = gm != nullptr ? gm->watch_full : nullptr;
         }
         e.sent = update->generation;
       }
-      if (hub_->metrics_ != nullptr) {
-        hub_->metrics_->watch_updates
-            .Add({{"group", e.group->name()}, {"kind", kind}})
-            .Increment();
-        if (e.published_at != 0) {
-          hub_->metrics_->watch_fanout.Observe(
-              static_cast<double>(MonotonicNanos() - e.published_at) * 1e-9);
-        }
+      const int64_t now = MonotonicNanos();
+      if (kind != nullptr) {
+        kind->Increment();
+      }
+      if (hub_->metrics_ != nullptr && e.published_at != 0) {
+        hub_->metrics_->watch_fanout.Observe(
+            static_cast<double>(now - e.published_at) * 1e-9);
       }
       e.published_at = 0;
       next_ = (next_ + step + 1) % entries_.size();
       writing_ = true;
-      write_started_ = MonotonicNanos();
+      write_started_ = now;
       StartWrite(&buffer_);
       return;
     }
@@ -298,9 +297,8 @@ class WatchHub::Stream final
     // Not holding mu_: see Start().
     for (Entry& e : entries) {
       e.group->RemoveListener(this);
-      if (hub_->metrics_ != nullptr) {
-        hub_->metrics_->watch_subscribers.Add({{"group", e.group->name()}})
-            .Decrement();
+      if (const GroupMetrics* m = e.group->metrics()) {
+        m->watch_subscribers->Decrement();
       }
     }
   }
