@@ -15,7 +15,15 @@ namespace aside::server {
 AsideServer::AsideServer(ServerConfig config, const Clock* clock)
     : config_(std::move(config)), clock_(clock) {}
 
-AsideServer::~AsideServer() { Shutdown(absl::ZeroDuration()); }
+AsideServer::~AsideServer() {
+  Shutdown(absl::ZeroDuration());
+  // The health observer schedules rebuilds from the prober thread, and the
+  // registry outlives the scheduler (groups hold handles into it): detach
+  // the observer, which waits for a call in progress, before members go.
+  if (health_ != nullptr && health_observer_ != 0) {
+    health_->RemoveObserver(health_observer_);
+  }
+}
 
 namespace {
 
