@@ -4,7 +4,10 @@
 #   make run                      build and run the server on the demo config
 #   make test                     build and run every test through ctest
 #   make test SANITIZE=address,undefined   (or SANITIZE=thread)
-#   make bench                    Release build, run the benchmarks
+#   make bench                    Release build, run every benchmark and the
+#                                 balancing lab; JSON and the target summary
+#                                 in build/bench/ (BENCH_QUICK=1: ~2 minutes;
+#                                 BENCH_ARGS="--only lab" runs one part)
 #   make format                   clang-format the sources
 
 JOBS ?= 2
@@ -22,6 +25,7 @@ endif
 comma := ,
 
 BENCH_DIR ?= build-release
+BENCH_ARGS ?=
 
 .PHONY: all deps configure build run test bench format clean
 
@@ -51,7 +55,7 @@ bench: deps
 	$(CMAKE) -S . -B $(BENCH_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DASIDE_BUILD_TESTS=OFF -DASIDE_BUILD_BENCH=ON
 	$(CMAKE) --build $(BENCH_DIR) -j $(JOBS)
-	./bench/run.sh $(BENCH_DIR)
+	./bench/run.sh $(BENCH_DIR) $(BENCH_ARGS)
 
 format:
 	find lib server client tests bench proto -name '*.h' -o -name '*.cc' \

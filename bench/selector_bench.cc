@@ -13,12 +13,14 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "lib/sync.h"
 #include "lib/clock.h"
 #include "lib/load/backend_load.h"
+#include "lib/load/load_tracker.h"
 #include "lib/policies/ketama.h"
 #include "lib/policies/locality.h"
 #include "lib/policies/maglev.h"
@@ -214,6 +216,11 @@ PolicyConfig P2cPeak() {
   c.p2c.load = P2cParams::Load::kPeakEwma;
   return c;
 }
+PolicyConfig LeastTimeFirstByte() {
+  PolicyConfig c = Policy(PolicyKind::kLeastTime);
+  c.least_time.metric = LeastTimeParams::Metric::kFirstByte;
+  return c;
+}
 PolicyConfig StickyHash() {
   PolicyConfig c = Policy(PolicyKind::kSticky);
   return c;
@@ -228,6 +235,7 @@ ASIDE_PICK_BENCH(maglev, Policy(PolicyKind::kMaglev));
 ASIDE_PICK_BENCH(p2c_pending, Policy(PolicyKind::kP2c));
 ASIDE_PICK_BENCH(p2c_peak_ewma, P2cPeak());
 ASIDE_PICK_BENCH(least_time, Policy(PolicyKind::kLeastTime));
+ASIDE_PICK_BENCH(least_time_first_byte, LeastTimeFirstByte());
 ASIDE_PICK_BENCH(sticky_new_session, StickyHash());
 ASIDE_PICK_BENCH(sticky_with_token, StickyHash(), true);
 ASIDE_PICK_BENCH(locality, Policy(PolicyKind::kLocality));
@@ -300,6 +308,94 @@ void BM_SnapshotAcquire(benchmark::State& state) {
 }
 BENCHMARK(BM_SnapshotAcquire)->Threads(1)->Threads(2);
 
+// Publishing a new snapshot (the pointer swap and the release of the
+// previous one; the table itself is prebuilt).
+void BM_SnapshotPublish(benchmark::State& state) {
+  const TableConstPtr a = MakeBenchTable(Policy(PolicyKind::kRoundRobin), 10);
+  const TableConstPtr b = MakeBenchTable(Policy(PolicyKind::kRoundRobin), 10);
+  SnapshotCell<Table> cell(a);
+  bool flip = false;
+  for (auto _ : state) {
+    cell.Publish((flip = !flip) ? b : a);
+  }
+}
+BENCHMARK(BM_SnapshotPublish);
+
+// The server's pick path (acquire the group's current table, pick round
+// robin over 100 backends) timed in batches of kBatch picks, so that the
+// tail is visible: counters p50_ns and p99_ns are per pick, from the batch
+// times. range(0): 0 = no writer (steady state); 1 = a writer thread
+// publishes a new table every 100 us; 2 = back to back. The writer takes the
+// machine's second core; the ratio of p99_ns to the steady run's is the
+// DESIGN.md target (picks during a snapshot swap, p99 <= 1.2x).
+void BM_PickDuringSwap(benchmark::State& state) {
+  constexpr int kBatch = 16;
+  const TableConstPtr a = MakeBenchTable(Policy(PolicyKind::kRoundRobin), 100);
+  const TableConstPtr b = MakeBenchTable(Policy(PolicyKind::kRoundRobin), 100);
+  SnapshotCell<Table> cell(a);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> swaps{0};
+  std::thread writer;
+  if (state.range(0) != 0) {
+    const bool paced = state.range(0) == 1;
+    writer = std::thread([&] {
+      bool flip = false;
+      int64_t next = MonotonicNanos();
+      while (!stop.load(std::memory_order_relaxed)) {
+        if (paced) {
+          next += 100'000;
+          while (MonotonicNanos() < next &&
+                 !stop.load(std::memory_order_relaxed)) {
+            std::this_thread::yield();
+          }
+        }
+        cell.Publish((flip = !flip) ? b : a);
+        swaps.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  std::vector<int64_t> batches;
+  batches.reserve(1 << 20);
+  std::array<uint32_t, 1> out;
+  PickRequest request;
+  const int64_t began = MonotonicNanos();
+  for (auto _ : state) {
+    const int64_t t0 = MonotonicNanos();
+    for (int j = 0; j < kBatch; ++j) {
+      TableConstPtr table = cell.Acquire();
+      benchmark::DoNotOptimize(table->Pick(request, absl::MakeSpan(out)));
+    }
+    if (batches.size() < batches.capacity()) {
+      batches.push_back(MonotonicNanos() - t0);
+    }
+  }
+  const int64_t elapsed = MonotonicNanos() - began;
+  stop.store(true);
+  if (writer.joinable()) {
+    writer.join();
+  }
+  std::sort(batches.begin(), batches.end());
+  auto per_pick = [&](double p) {
+    if (batches.empty()) {
+      return 0.0;
+    }
+    const size_t rank = std::min(
+        batches.size() - 1,
+        static_cast<size_t>(p * static_cast<double>(batches.size())));
+    return static_cast<double>(batches[rank]) / kBatch;
+  };
+  state.counters["p50_ns"] = per_pick(0.50);
+  state.counters["p99_ns"] = per_pick(0.99);
+  state.counters["p999_ns"] = per_pick(0.999);
+  state.counters["swaps_per_s"] =
+      static_cast<double>(swaps.load()) * 1e9 /
+      static_cast<double>(std::max<int64_t>(elapsed, 1));
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+// A fixed minimum time, whatever --benchmark_min_time says: the tail needs
+// enough batches and the writer enough swaps.
+BENCHMARK(BM_PickDuringSwap)->Arg(0)->Arg(1)->Arg(2)->MinTime(0.3);
+
 // ---------------------------------------------------------------- builds
 
 std::vector<std::string> Addresses(size_t n) {
@@ -356,6 +452,45 @@ void BM_MaglevBuild(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MaglevBuild)->Arg(1000)->Unit(benchmark::kMicrosecond);
+
+// A whole table build (validate, sort the members, derive eligibility,
+// build the selector) per policy, over range(0) backends of weights 1..7:
+// what a rebuild costs the control plane off the request path.
+void BM_TableBuild(benchmark::State& state, PolicyConfig policy) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  TableSpec spec;
+  spec.group = "build";
+  spec.policy = policy;
+  for (size_t i = 0; i < n; ++i) {
+    Member m;
+    m.backend.address = testing::TestAddress(i);
+    m.weight = static_cast<uint32_t>(1 + i % 7);
+    m.backend.weight = m.weight;
+    spec.members.push_back(std::move(m));
+  }
+  LoadTracker loads;
+  for (auto _ : state) {
+    state.PauseTiming();
+    TableSpec copy = spec;
+    state.ResumeTiming();
+    auto table = Table::Create(std::move(copy), nullptr, &loads);
+    benchmark::DoNotOptimize(table->get());
+  }
+}
+#define ASIDE_TABLE_BUILD_BENCH(name, ...)                                   \
+  BENCHMARK_CAPTURE(BM_TableBuild, name, __VA_ARGS__)                  \
+      ->Arg(1000)                                                      \
+      ->Arg(10000)                                                     \
+      ->Unit(benchmark::kMicrosecond)
+ASIDE_TABLE_BUILD_BENCH(round_robin, Policy(PolicyKind::kRoundRobin));
+ASIDE_TABLE_BUILD_BENCH(weighted_round_robin,
+                  Policy(PolicyKind::kWeightedRoundRobin));
+ASIDE_TABLE_BUILD_BENCH(random, Policy(PolicyKind::kRandom));
+ASIDE_TABLE_BUILD_BENCH(hash, Policy(PolicyKind::kHash));
+ASIDE_TABLE_BUILD_BENCH(ketama, Policy(PolicyKind::kKetama));
+ASIDE_TABLE_BUILD_BENCH(maglev, Policy(PolicyKind::kMaglev));
+ASIDE_TABLE_BUILD_BENCH(p2c_peak_ewma, P2cPeak());
+ASIDE_TABLE_BUILD_BENCH(least_time, Policy(PolicyKind::kLeastTime));
 
 // ------------------------------------------------------------ disruption
 

@@ -11,10 +11,14 @@
 // must not allocate.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
@@ -66,14 +70,36 @@ struct Fixture {
       }
       fake.service.Push(u);
     }
+    fake.service.Push(SwapUpdate(1));
     ClientOptions options;
     options.targets = {fake.target()};
-    options.groups = {"rr", "wrr"};
+    options.groups = {"rr", "wrr", "swap"};
     options.report_interval = absl::ZeroDuration();
     client = *Client::Create(options);
     client->Group("rr")->WaitForGeneration(1, absl::Seconds(10));
     client->Group("wrr")->WaitForGeneration(1, absl::Seconds(10));
+    client->Group("swap")->WaitForGeneration(1, absl::Seconds(10));
   }
+
+  // A full table of group "swap" (round robin, 10 backends) whose weights
+  // change with the generation, so that every update is a real change.
+  static v1::GroupUpdate SwapUpdate(uint64_t generation) {
+    v1::GroupUpdate u;
+    u.set_group("swap");
+    u.set_generation(generation);
+    u.set_server_id("bench");
+    u.mutable_full()->mutable_policy()->mutable_round_robin();
+    for (int i = 0; i < 10; ++i) {
+      v1::TableBackend* b = u.mutable_full()->add_backends();
+      b->mutable_backend()->set_address(absl::StrCat("127.0.0.1:", 9100 + i));
+      b->set_effective_weight(
+          static_cast<uint32_t>(100 + (generation + static_cast<uint64_t>(i)) % 7));
+      b->set_ready(true);
+      b->set_health(v1::HEALTH_STATE_HEALTHY);
+    }
+    return u;
+  }
+  uint64_t swap_generation = 1;
 };
 
 Fixture& Get() {
@@ -167,6 +193,80 @@ void BM_ClientPickDoneWeightedRoundRobin(benchmark::State& state) {
   PickLoop(state, "wrr", /*done=*/true);
 }
 BENCHMARK(BM_ClientPickDoneWeightedRoundRobin)->Threads(1)->Threads(2);
+
+// Stub picks while the group's table changes, timed in batches of kBatch
+// picks so that the tail shows: counters p50_ns and p99_ns are per pick.
+// range(0): 0 = no updates (steady state); N = a thread pushes N full
+// tables per second through the Watch stream, so the stub's watcher thread
+// builds and publishes a table every 1/N s and every picking thread
+// refreshes its cached snapshot after each one.
+void BM_ClientPickDuringUpdates(benchmark::State& state) {
+  constexpr int kBatch = 16;
+  Fixture& f = Get();
+  ClientGroup* group = f.client->Group("swap");
+  const int64_t per_second = state.range(0);
+  std::atomic<bool> stop{false};
+  std::thread pusher;
+  const uint64_t generation_before = group->generation();
+  if (per_second > 0) {
+    pusher = std::thread([&] {
+      const auto period = std::chrono::nanoseconds(1'000'000'000 / per_second);
+      auto next = std::chrono::steady_clock::now();
+      while (!stop.load(std::memory_order_relaxed)) {
+        next += period;
+        std::this_thread::sleep_until(next);
+        f.fake.service.Push(Fixture::SwapUpdate(++f.swap_generation));
+      }
+    });
+  }
+  { auto warm = group->Pick(); }
+  std::vector<int64_t> batches;
+  batches.reserve(1 << 20);
+  const auto began = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int j = 0; j < kBatch; ++j) {
+      absl::StatusOr<Pick> pick = group->Pick();
+      benchmark::DoNotOptimize(pick.ok());
+      if (pick.ok()) {
+        pick->Done(true);
+      }
+    }
+    if (batches.size() < batches.capacity()) {
+      batches.push_back((std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began)
+          .count();
+  stop.store(true);
+  if (pusher.joinable()) {
+    pusher.join();
+  }
+  std::sort(batches.begin(), batches.end());
+  auto per_pick = [&](double p) {
+    if (batches.empty()) {
+      return 0.0;
+    }
+    const size_t rank = std::min(
+        batches.size() - 1,
+        static_cast<size_t>(p * static_cast<double>(batches.size())));
+    return static_cast<double>(batches[rank]) / kBatch;
+  };
+  state.counters["p50_ns"] = per_pick(0.50);
+  state.counters["p99_ns"] = per_pick(0.99);
+  state.counters["p999_ns"] = per_pick(0.999);
+  state.counters["tables_per_s"] =
+      static_cast<double>(group->generation() - generation_before) /
+      std::max(seconds, 1e-9);
+}
+// A fixed minimum time, whatever --benchmark_min_time says: the tail needs
+// enough batches and the group enough updates.
+BENCHMARK(BM_ClientPickDuringUpdates)
+    ->Arg(0)
+    ->Arg(100)
+    ->Arg(1000)
+    ->MinTime(0.5);
 
 }  // namespace
 }  // namespace aside

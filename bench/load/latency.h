@@ -40,7 +40,8 @@ class Samples {
   std::vector<int64_t> values_;
 };
 
-// CPU time (user + system) a process has used, in seconds, from /proc.
+// CPU time (user + system) a process's live threads have used, in
+// seconds, from /proc (schedstat, nanosecond resolution).
 double ProcessCpuSeconds(int pid);
 
 }  // namespace aside::bench

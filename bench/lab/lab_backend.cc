@@ -1,0 +1,348 @@
+// lab_backend: one gRPC backend of the balancing-quality lab, with a
+// latency the lab controls. Every unary call to any method (served by a
+// generic service, so no proto is needed) is answered with the backend's
+// name after the current service time; the wait is a timer, not a busy
+// loop, so a slow backend costs no CPU that the load generator on the same
+// 2-core machine would miss.
+//
+// Capacity model: the backend has `--workers` service slots (0: unlimited).
+// A call holds a slot for the service time; calls that find every slot
+// taken wait in a FIFO queue. A healthy backend with 2 slots at 1 ms serves
+// up to 2000 calls/s; the same backend at 10 ms serves 200.
+//
+// Warm-up: with --cold_latency_us and --warmup_ms, the service time starts
+// at the cold latency when the first call arrives and falls linearly to
+// --latency_us over the warm-up window (a JIT or cache warming up).
+//
+// Control: a call to /aside.lab.Control/Set with a text payload
+// "latency_us=N" or "workers=N" changes the setting for calls that start
+// after it; the reply is "ok". grpc.health.v1 is served (SERVING) for the
+// Aside server's probes.
+//
+//   lab_backend --listen 127.0.0.1:0 --name 3 --latency_us 1000 --workers 2
+//               [--cold_latency_us 10000 --warmup_ms 3000]
+//
+// Prints "event=lab_backend.listening name=N port=P" on stderr once serving.
+// Threads: gRPC's callback threads accept calls; one timer thread completes
+// them. Cost per call: a mutex, a heap push and pop, one reply.
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <queue>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/strip.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace aside::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string listen = "127.0.0.1:0";
+  std::string name = "0";
+  int64_t latency_us = 1000;
+  int64_t cold_latency_us = 0;
+  int64_t warmup_ms = 0;
+  int workers = 2;
+};
+
+class Call;
+
+// The service slots, their queue and the timer thread that ends each call's
+// service time. Thread-safe.
+class Backend {
+ public:
+  explicit Backend(const Flags& flags)
+      : name_(flags.name),
+        latency_ns_(flags.latency_us * 1000),
+        cold_latency_ns_(flags.cold_latency_us * 1000),
+        warmup_ns_(flags.warmup_ms * 1000000),
+        workers_(flags.workers) {
+    timer_ = std::thread([this] { TimerLoop(); });
+  }
+  ~Backend() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    timer_.join();
+  }
+
+  const std::string& name() const { return name_; }
+
+  // A call arrived: starts its service time now or queues it.
+  void Submit(Call* call);
+
+  // Applies a control payload; returns false when it is not understood.
+  bool Control(absl::string_view payload) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t value = 0;
+    if (absl::ConsumePrefix(&payload, "latency_us=") &&
+        absl::SimpleAtoi(payload, &value) && value >= 0) {
+      latency_ns_ = value * 1000;
+      cold_latency_ns_ = 0;
+      return true;
+    }
+    if (absl::ConsumePrefix(&payload, "workers=") &&
+        absl::SimpleAtoi(payload, &value) && value >= 0) {
+      workers_ = static_cast<int>(value);
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  struct Due {
+    Clock::time_point at;
+    Call* call;
+    bool operator>(const Due& other) const { return at > other.at; }
+  };
+
+  // The service time of a call starting now.
+  Clock::duration ServiceTimeLocked(Clock::time_point now) {
+    int64_t ns = latency_ns_;
+    if (cold_latency_ns_ > 0 && warmup_ns_ > 0) {
+      if (first_call_ == Clock::time_point()) {
+        first_call_ = now;
+      }
+      const double into =
+          static_cast<double>((now - first_call_).count()) /
+          static_cast<double>(
+              std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::nanoseconds(warmup_ns_))
+                  .count());
+      if (into < 1.0) {
+        ns = static_cast<int64_t>(static_cast<double>(cold_latency_ns_) +
+                                  (static_cast<double>(latency_ns_) -
+                                   static_cast<double>(cold_latency_ns_)) *
+                                      into);
+      }
+    }
+    return std::chrono::nanoseconds(ns);
+  }
+
+  void StartLocked(Call* call, Clock::time_point now) {
+    due_.push({now + ServiceTimeLocked(now), call});
+  }
+
+  void TimerLoop();
+
+  const std::string name_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  int64_t latency_ns_;
+  int64_t cold_latency_ns_;
+  int64_t warmup_ns_;
+  int workers_;
+  int busy_ = 0;
+  Clock::time_point first_call_;
+  std::deque<Call*> waiting_;
+  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_;
+  bool stopping_ = false;
+  std::thread timer_;
+};
+
+// One call: reads the request, then either answers a control request at once
+// or waits for the Backend to end its service time. Deletes itself when
+// gRPC is done with it.
+class Call final : public grpc::ServerGenericBidiReactor {
+ public:
+  Call(grpc::GenericCallbackServerContext* context, Backend* backend)
+      : backend_(backend),
+        control_(context->method() == "/aside.lab.Control/Set") {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no request"));
+      return;
+    }
+    if (control_) {
+      std::vector<grpc::Slice> slices;
+      std::string payload;
+      if (request_.Dump(&slices).ok()) {
+        for (const grpc::Slice& s : slices) {
+          payload.append(reinterpret_cast<const char*>(s.begin()), s.size());
+        }
+      }
+      if (!backend_->Control(payload)) {
+        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("control: cannot apply '", payload,
+                                         "'")));
+        return;
+      }
+      Reply("ok");
+      return;
+    }
+    backend_->Submit(this);
+  }
+
+  // Called by the Backend's timer thread when the service time is over.
+  void Reply(const std::string& text) {
+    grpc::Slice slice(text);
+    response_ = grpc::ByteBuffer(&slice, 1);
+    StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  Backend* const backend_;
+  const bool control_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_;
+};
+
+void Backend::Submit(Call* call) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (workers_ > 0 && busy_ >= workers_) {
+      waiting_.push_back(call);
+      return;
+    }
+    ++busy_;
+    StartLocked(call, Clock::now());
+  }
+  wake_.notify_one();
+}
+
+void Backend::TimerLoop() {
+  // Wake-ups within a few microseconds of the due time, not the default
+  // 50 us timer slack.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (due_.empty()) {
+      wake_.wait(lock);
+      continue;
+    }
+    const Clock::time_point at = due_.top().at;
+    const Clock::time_point now = Clock::now();
+    if (at > now) {
+      wake_.wait_until(lock, at);
+      continue;
+    }
+    Call* call = due_.top().call;
+    due_.pop();
+    // The slot passes to the oldest waiting call, if any.
+    if (!waiting_.empty()) {
+      Call* next = waiting_.front();
+      waiting_.pop_front();
+      StartLocked(next, now);
+    } else {
+      --busy_;
+    }
+    lock.unlock();
+    call->Reply(name_);
+    lock.lock();
+  }
+}
+
+class Service final : public grpc::CallbackGenericService {
+ public:
+  explicit Service(Backend* backend) : backend_(backend) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    return new Call(context, backend_);
+  }
+
+ private:
+  Backend* const backend_;
+};
+
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    std::string value;
+    const size_t eq = arg.find('=');
+    absl::string_view name = arg.substr(0, eq);
+    if (eq != absl::string_view::npos) {
+      value = std::string(arg.substr(eq + 1));
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return false;
+    }
+    bool ok = true;
+    if (name == "--listen") {
+      flags->listen = value;
+    } else if (name == "--name") {
+      flags->name = value;
+    } else if (name == "--latency_us") {
+      ok = absl::SimpleAtoi(value, &flags->latency_us);
+    } else if (name == "--cold_latency_us") {
+      ok = absl::SimpleAtoi(value, &flags->cold_latency_us);
+    } else if (name == "--warmup_ms") {
+      ok = absl::SimpleAtoi(value, &flags->warmup_ms);
+    } else if (name == "--workers") {
+      ok = absl::SimpleAtoi(value, &flags->workers);
+    } else {
+      return false;
+    }
+    if (!ok) {
+      return false;
+    }
+  }
+  return flags->latency_us >= 0 && flags->workers >= 0;
+}
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) {
+    std::fprintf(stderr,
+                 "usage: lab_backend [--listen HOST:PORT] [--name N] "
+                 "[--latency_us US] [--workers N] [--cold_latency_us US "
+                 "--warmup_ms MS]\n");
+    return 2;
+  }
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  Backend backend(flags);
+  Service service(&backend);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterCallbackGenericService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "lab_backend: cannot listen on %s\n",
+                 flags.listen.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "event=lab_backend.listening name=%s port=%d\n",
+               flags.name.c_str(), port);
+  std::fflush(stderr);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  server->Shutdown(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(200));
+  server->Wait();
+  return 0;
+}
+
+}  // namespace
+}  // namespace aside::bench
+
+int main(int argc, char** argv) { return aside::bench::Main(argc, argv); }

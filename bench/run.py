@@ -1,0 +1,860 @@
+#!/usr/bin/env python3
+"""Runs every Aside benchmark of a Release build and summarises them.
+
+    bench/run.py --build-dir build-release [--quick] [--only micro,rpc,...]
+
+Parts (each writes JSON to build/bench/):
+  micro   selector_bench and client_bench (Google Benchmark, repetitions)
+  rpc     Pick against an empty unary RPC on one aside-server, rpc_load in a
+          separate process, alternating, repeated
+  fanout  one change to 1, 100 and 1000 Watch subscribers (fanout_load)
+  probe   the health prober against a bare Asio connect loop (probe_load)
+  lab     the balancing-quality lab (balance_lab)
+Then summary.json and summary.md: every DESIGN.md section 8 target with the
+measured figure, its ratio to the floor or peer of the same run, and whether
+it is met. BENCH_QUICK=1 (or --quick) runs everything shorter.
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PARTS = ["micro", "rpc", "fanout", "probe", "lab"]
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+# --------------------------------------------------------------- processes
+
+
+class Server:
+    """An aside-server child process on loopback; its stderr is drained by a
+    thread so that the pipe never fills."""
+
+    def __init__(self, bin_dir, state_dir, extra=()):
+        self.proc = subprocess.Popen(
+            [os.path.join(bin_dir, "aside-server"), "--listen", "127.0.0.1:0",
+             "--metrics", "127.0.0.1:0", "--state-dir", state_dir, *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.port = None
+        deadline = time.monotonic() + 30
+        for line in self.proc.stderr:
+            m = re.search(r"event=grpc\.listening .*port=(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+            if "event=server.started" in line:
+                break
+            if time.monotonic() > deadline:
+                break
+        if self.port is None:
+            self.stop()
+            raise RuntimeError("aside-server did not start")
+        self.drain = threading.Thread(target=self._drain, daemon=True)
+        self.drain.start()
+
+    def _drain(self):
+        for _ in self.proc.stderr:
+            pass
+
+    @property
+    def target(self):
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def run_json_line(argv, timeout):
+    """Runs a tool that prints one JSON object on stdout; returns it."""
+    out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(argv[0])} exited "
+                           f"{out.returncode}: {out.stderr.strip()[-500:]}")
+    for line in reversed(out.stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"{os.path.basename(argv[0])}: no JSON on stdout")
+
+
+def spread(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values),
+            "max": max(values), "n": len(values)}
+
+
+# ------------------------------------------------------------------- parts
+
+
+def run_micro(args, out_dir):
+    reps = 1 if args.quick else 3
+    min_time = "0.01" if args.quick else os.environ.get("BENCH_MIN_TIME", "0.2")
+    for name in ("selector_bench", "client_bench"):
+        binary = os.path.join(args.bin_dir, name)
+        log(f"== {name} (min_time {min_time} s, {reps} repetition(s))")
+        subprocess.run(
+            [binary, f"--benchmark_min_time={min_time}",
+             f"--benchmark_repetitions={reps}",
+             "--benchmark_display_aggregates_only=true",
+             f"--benchmark_out={os.path.join(out_dir, name + '.json')}",
+             "--benchmark_out_format=json"],
+            check=True, timeout=1800)
+
+
+def run_rpc(args, out_dir):
+    reps = 2 if args.quick else 5
+    seconds = 1.0 if args.quick else 3.0
+    warmup = 0.3 if args.quick else 1.0
+    concurrency = 16
+    log(f"== rpc: Pick vs empty unary RPC, {reps} alternating repetitions of "
+        f"{seconds} s, {concurrency} calls in flight")
+    with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
+        server = Server(args.bin_dir, tmp)
+        try:
+            runs = []
+            for rep in range(reps):
+                order = ["pick", "empty"] if rep % 2 == 0 else ["empty", "pick"]
+                result = {}
+                for method in order:
+                    result[method] = run_json_line(
+                        [os.path.join(args.bin_dir, "rpc_load"), "--target",
+                         server.target, "--method", method, "--group", "demo",
+                         "--concurrency", str(concurrency), "--seconds",
+                         str(seconds), "--warmup", str(warmup)],
+                        timeout=120)
+                p, e = result["pick"], result["empty"]
+                result["p50_ratio"] = p["p50_us"] / e["p50_us"]
+                result["p99_ratio"] = p["p99_us"] / e["p99_us"]
+                result["qps_ratio"] = p["qps"] / e["qps"]
+                log(f"  rep {rep + 1}: pick p50 {p['p50_us']:.0f} us "
+                    f"{p['qps']:.0f}/s, empty p50 {e['p50_us']:.0f} us "
+                    f"{e['qps']:.0f}/s: p50 {result['p50_ratio']:.2f}x, "
+                    f"throughput {result['qps_ratio']:.2f}x")
+                runs.append(result)
+        finally:
+            server.stop()
+    summary = {
+        key: spread([r[key] for r in runs])
+        for key in ("p50_ratio", "p99_ratio", "qps_ratio")}
+    for method in ("pick", "empty"):
+        for key in ("p50_us", "p99_us", "qps"):
+            summary[f"{method}_{key}"] = spread([r[method][key] for r in runs])
+    doc = {"concurrency": concurrency, "seconds": seconds, "warmup": warmup,
+           "repetitions": runs, "summary": summary}
+    write_json(os.path.join(out_dir, "rpc.json"), doc)
+
+
+def run_fanout(args, out_dir):
+    changes = 10 if args.quick else 40
+    log(f"== fanout: one change to 1, 100 and 1000 Watch subscribers, "
+        f"{changes} changes each")
+    token = "bench-fanout-admin-token"
+    results = []
+    with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
+        tokens = os.path.join(tmp, "tokens")
+        with open(tokens, "w") as f:
+            f.write(f"{token} admin\n")
+        server = Server(args.bin_dir, os.path.join(tmp, "state"),
+                        ["--admin-token-file", tokens])
+        try:
+            for subscribers in (1, 100, 1000):
+                r = run_json_line(
+                    [os.path.join(args.bin_dir, "fanout_load"), "--target",
+                     server.target, "--token", token, "--group",
+                     f"fanout-{subscribers}", "--subscribers",
+                     str(subscribers), "--changes", str(changes),
+                     "--server-pid", str(server.pid), "--channels",
+                     str(min(subscribers, 20))],
+                    timeout=600)
+                log(f"  {subscribers:5d} subscribers: last subscriber p50 "
+                    f"{r['last_p50_ms']:.2f} ms, p99 {r['last_p99_ms']:.2f} "
+                    f"ms; server CPU {r['cpu_per_stream_update_us']:.2f} us "
+                    f"per stream per update")
+                results.append(r)
+        finally:
+            server.stop()
+    write_json(os.path.join(out_dir, "fanout.json"),
+               {"changes": changes, "runs": results})
+
+
+def run_probe(args, out_dir):
+    if args.quick:
+        flags = ["--seconds=2", "--saturate_seconds=0.5", "--rounds=2"]
+    else:
+        flags = ["--seconds=10", "--saturate_seconds=2", "--rounds=5"]
+    log("== probe: prober against a bare Asio connect loop, "
+        + " ".join(flags))
+    subprocess.run(
+        [os.path.join(args.bin_dir, "probe_load"), "--targets=1000,10000",
+         "--concurrency=64", *flags,
+         f"--json={os.path.join(out_dir, 'probe.json')}"],
+        check=True, timeout=900)
+
+
+def run_lab(args, out_dir):
+    log("== lab: balancing quality")
+    argv = [os.path.join(args.bin_dir, "balance_lab"),
+            f"--json={os.path.join(out_dir, 'lab.json')}"]
+    if args.quick:
+        argv.append("--quick")
+    subprocess.run(argv, check=True, timeout=1800)
+
+
+def write_json(path, doc):
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+
+
+def machine():
+    info = {"platform": platform.platform(), "cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        info["loadavg_start"] = open("/proc/loadavg").read().split()[:3]
+    except OSError:
+        pass
+    try:
+        info["compiler"] = subprocess.run(
+            ["c++", "--version"], stdout=subprocess.PIPE, text=True,
+            check=False).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        pass
+    return info
+
+
+# ----------------------------------------------------------------- summary
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+class Micro:
+    """Per benchmark name: the repetitions' values of one field."""
+
+    def __init__(self, doc):
+        self.runs = {}
+        if doc is None:
+            return
+        for b in doc.get("benchmarks", []):
+            if b.get("run_type") == "aggregate":
+                continue
+            self.runs.setdefault(b["run_name"], []).append(b)
+
+    UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+    def values(self, name, field="cpu_time"):
+        """The repetitions' values; times in nanoseconds."""
+        out = []
+        for b in self.runs.get(name, []):
+            if field not in b:
+                continue
+            v = float(b[field])
+            if field in ("cpu_time", "real_time"):
+                v *= self.UNIT_NS.get(b.get("time_unit", "ns"), 1.0)
+            out.append(v)
+        return out
+
+    def get(self, name, field="cpu_time"):
+        return spread(self.values(name, field))
+
+    def median(self, name, field="cpu_time"):
+        s = self.get(name, field)
+        return None if s is None else s["median"]
+
+
+def fmt(v, unit="", digits=None):
+    if v is None:
+        return "n/a"
+    if digits is None:
+        digits = 0 if abs(v) >= 100 else (1 if abs(v) >= 10 else 2)
+    return f"{v:.{digits}f}{unit}"
+
+
+def fmt_spread(s, unit="", scale=1.0):
+    if s is None:
+        return "n/a"
+    if s.get("n", 2) <= 1 or s["min"] == s["max"]:
+        return fmt(s["median"] * scale, unit)
+    return (f"{fmt(s['median'] * scale, unit)} "
+            f"({fmt(s['min'] * scale)}–{fmt(s['max'] * scale)})")
+
+
+def summarize(out_dir):
+    rows = []
+
+    def row(area, what, target, measured, vs_floor, vs_target, met):
+        rows.append({"area": area, "what": what, "target": target,
+                     "measured": measured, "vs_floor": vs_floor,
+                     "vs_target": vs_target, "met": met})
+
+    sel = Micro(load(os.path.join(out_dir, "selector_bench.json")))
+    cli = Micro(load(os.path.join(out_dir, "client_bench.json")))
+    floor1 = sel.median("BM_FloorAtomicIncrement/threads:1")
+    floor2 = sel.median("BM_FloorAtomicIncrement/threads:2")
+    sizes = (10, 100, 1000, 10000)
+
+    def pick(policy, n, threads):
+        return sel.get(f"BM_Pick/{policy}/{n}/threads:{threads}")
+
+    def ratio(a, b):
+        return None if a is None or b is None or b == 0 else a / b
+
+    if sel.runs:
+        row("floor", "relaxed atomic increment, 1 / 2 threads",
+            "≈ 9.5 ns (32 ns contended)",
+            f"{fmt(floor1, ' ns')} / {fmt(floor2, ' ns')}", "1.00×", None,
+            None)
+        for policy in ("round_robin", "weighted_round_robin", "random",
+                       "hash"):
+            one = [pick(policy, n, 1) for n in sizes]
+            med = [s["median"] for s in one if s]
+            worst = max(med) if med else None
+            row("micro", f"local pick, {policy}, 1 thread (10–10000 backends)",
+                "≤ 10 ns", f"{fmt(min(med), ' ns') if med else 'n/a'}–"
+                f"{fmt(worst, ' ns')}", f"{fmt(ratio(worst, floor1))}×",
+                f"{fmt(ratio(worst, 10))}×",
+                worst is not None and worst <= 10)
+            two = [ratio(pick(policy, n, 2)["median"] if pick(policy, n, 2)
+                         else None, s["median"] if s else None)
+                   for n, s in zip(sizes, one)]
+            two = [t for t in two if t is not None]
+            row("micro", f"local pick, {policy}, 2 threads / 1 thread",
+                "≤ 2×", f"{fmt(min(two)) if two else 'n/a'}–"
+                f"{fmt(max(two)) if two else 'n/a'}×", None,
+                f"{fmt(max(two) / 2 if two else None)}×",
+                bool(two) and max(two) <= 2)
+        for policy, n, limit in (("ketama", 1000, 40), ("maglev", 1000, 5),
+                                 ("p2c_pending", 1000, 20),
+                                 ("p2c_peak_ewma", 1000, 20)):
+            s = pick(policy, n, 1)
+            allsizes = [pick(policy, k, 1) for k in sizes]
+            med = [x["median"] for x in allsizes if x]
+            row("micro", f"local pick, {policy}, {n} backends, 1 thread "
+                f"(all sizes {fmt(min(med)) if med else 'n/a'}–"
+                f"{fmt(max(med)) if med else 'n/a'} ns)",
+                f"≤ {limit} ns", fmt_spread(s, " ns"),
+                f"{fmt(ratio(s and s['median'], floor1))}×",
+                f"{fmt(ratio(s and s['median'], limit))}×",
+                s is not None and s["median"] <= limit)
+        allocs = [max(sel.values(n, "allocs_per_pick") or [0])
+                  for n in sel.runs if n.startswith("BM_Pick/")]
+        row("micro", f"allocations per pick ({len(allocs)} pick benchmarks)",
+            "0", fmt(max(allocs) if allocs else None, digits=3), None, None,
+            bool(allocs) and max(allocs) == 0)
+        for model in ("peak_ewma", "pending"):
+            s = sel.get(f"BM_FinishOnly/{model}/threads:1")
+            row("micro", f"recording a completion, {model} (Finish)",
+                "≤ 15 ns", fmt_spread(s, " ns"),
+                f"{fmt(ratio(s and s['median'], floor1))}×",
+                f"{fmt(ratio(s and s['median'], 15))}×",
+                s is not None and s["median"] <= 15)
+        steady = sel.get("BM_PickDuringSwap/0", "p99_ns")
+        for arg, label in ((1, "a swap every 100 µs"), (2, "back-to-back swaps")):
+            s = sel.get(f"BM_PickDuringSwap/{arg}", "p99_ns")
+            r = ratio(s and s["median"], steady and steady["median"])
+            row("micro", f"server pick p99 during snapshot swaps ({label}) vs "
+                "steady", "≤ 1.2×",
+                f"{fmt_spread(s, ' ns')} vs {fmt_spread(steady, ' ns')}",
+                f"{fmt(r)}×", f"{fmt(ratio(r, 1.2))}×",
+                r is not None and r <= 1.2)
+        sort = sel.median("BM_FloorSortRingPoints/160000")
+        for name, what, limit in (
+                ("BM_KetamaBuild/1000", "ketama build, 1000 backends × 160",
+                 1.5e6),
+                ("BM_KetamaOneBackendChange", "ketama one-backend change",
+                 0.2e6),
+                ("BM_MaglevBuild/1000", "maglev build, 65537 slots, 1000",
+                 1e6)):
+            s = sel.get(name)
+            row("micro", what, f"≤ {limit / 1e6:g} ms",
+                fmt_spread(s, " ms", 1e-6),
+                f"{fmt(ratio(s and s['median'], sort), digits=3)}× sort",
+                f"{fmt(ratio(s and s['median'], limit))}×",
+                s is not None and s["median"] <= limit)
+    if cli.runs:
+        steady = cli.get("BM_ClientPickDuringUpdates/0", "p99_ns")
+        s = cli.get("BM_ClientPickDuringUpdates/1000", "p99_ns")
+        r = ratio(s and s["median"], steady and steady["median"])
+        row("micro", "stub pick+Done p99 during 1000 table updates/s vs steady",
+            "≤ 1.2×", f"{fmt_spread(s, ' ns')} vs {fmt_spread(steady, ' ns')}",
+            f"{fmt(r)}×", f"{fmt(ratio(r, 1.2))}×",
+            r is not None and r <= 1.2)
+        s = cli.get("BM_ClientPickRoundRobin/threads:1")
+        f1 = cli.median("BM_RelaxedIncrement/threads:1")
+        row("micro", "stub Pick (aside::ClientGroup), round robin, 1 thread",
+            "≤ 10 ns", fmt_spread(s, " ns"),
+            f"{fmt(ratio(s and s['median'], f1))}×",
+            f"{fmt(ratio(s and s['median'], 10))}×",
+            s is not None and s["median"] <= 10)
+
+    rpc = load(os.path.join(out_dir, "rpc.json"))
+    if rpc:
+        s = rpc["summary"]
+        row("rpc", "Pick RPC p50 vs empty unary RPC, same server", "≤ 1.1×",
+            f"{fmt(s['pick_p50_us']['median'], ' µs')} vs "
+            f"{fmt(s['empty_p50_us']['median'], ' µs')}",
+            fmt_spread(s["p50_ratio"], "×"),
+            f"{fmt(s['p50_ratio']['median'] / 1.1)}×",
+            s["p50_ratio"]["median"] <= 1.1)
+        row("rpc", "Pick RPC throughput vs empty unary RPC", "≥ 0.9×",
+            f"{fmt(s['pick_qps']['median'], '/s')} vs "
+            f"{fmt(s['empty_qps']['median'], '/s')}",
+            fmt_spread(s["qps_ratio"], "×"),
+            f"{fmt(s['qps_ratio']['median'] / 0.9)}×",
+            s["qps_ratio"]["median"] >= 0.9)
+
+    fan = load(os.path.join(out_dir, "fanout.json"))
+    if fan:
+        by = {r["subscribers"]: r for r in fan["runs"]}
+        big, one = by.get(1000), by.get(1)
+        if big:
+            row("fanout", "one change to 1000 Watch streams, last subscriber "
+                "p99", "≤ 20 ms", fmt(big["last_p99_ms"], " ms"),
+                f"{fmt(ratio(big['last_p99_ms'], one and one['last_p99_ms']))}× "
+                "1 stream" if one else None,
+                f"{fmt(big['last_p99_ms'] / 20)}×", big["last_p99_ms"] <= 20)
+            marginal = None
+            if one and "cpu_per_update_us" in big:
+                marginal = ((big["cpu_per_update_us"] -
+                             one["cpu_per_update_us"]) / 999)
+            row("fanout", "server CPU per stream per update (1000 streams; "
+                "all of it / beyond the 1-stream run's)", "≤ 2 µs",
+                f"{fmt(big['cpu_per_stream_update_us'], ' µs')} / "
+                f"{fmt(marginal, ' µs')}",
+                f"{fmt(one and one.get('cpu_per_update_us'), ' µs')} per "
+                "update with 1 stream" if one else None,
+                f"{fmt(big['cpu_per_stream_update_us'] / 2)}×",
+                big["cpu_per_stream_update_us"] <= 2)
+
+    probe = load(os.path.join(out_dir, "probe.json"))
+    if probe:
+        steady = {s["targets"]: s for s in probe.get("steady", [])}
+        ten = steady.get(10000)
+        if ten:
+            row("probe", "10 000 targets at 1 s: prober CPU", "≤ 25 % of a core",
+                f"{100 * ten['cpu_fraction']:.1f} % "
+                f"({100 * ten['cpu_fraction_min']:.1f}–"
+                f"{100 * ten['cpu_fraction_max']:.1f})",
+                f"{fmt(ten['cpu_ratio_to_paced_floor'])}× paced connects",
+                f"{fmt(ten['cpu_fraction'] / 0.25)}×",
+                ten["cpu_fraction"] <= 0.25)
+        rr = probe.get("saturated_rate_ratio")
+        cr = probe.get("saturated_per_cpu_rate_ratio")
+        row("probe", "probe rate vs bare Asio connect loop (plain / per CPU)",
+            "≥ 0.9×",
+            f"{fmt(probe.get('saturated_probes_per_second'), '/s')} vs "
+            f"{fmt(probe.get('bare_connects_per_second'), '/s')}",
+            f"{fmt(rr)}× / {fmt(cr)}×", f"{fmt(ratio(rr, 0.9))}×",
+            rr is not None and rr >= 0.9)
+
+    lab = load(os.path.join(out_dir, "lab.json"))
+    if lab and lab.get("targets"):
+        t = lab["targets"]
+        a = t["p2c_peak_ewma_slow_p99_over_healthy_p99"]
+        b = t["round_robin_slow_p99_over_p2c_peak_ewma_slow_p99"]
+        c = t.get("stock_round_robin_slow_p99_over_p2c_peak_ewma_slow_p99")
+        summ = lab.get("summary", {})
+        hp = summ.get("healthy", {}).get("p2c_peak_ewma", {}).get("p99_us")
+        sp = summ.get("slow", {}).get("p2c_peak_ewma", {}).get("p99_us")
+        rp = summ.get("slow", {}).get("round_robin", {}).get("p99_us")
+        row("lab", "p2c+peak_ewma p99, one backend 10× slower vs all healthy",
+            "≤ 1.3×",
+            f"{fmt_spread(sp, ' ms', 1e-3)} vs {fmt_spread(hp, ' ms', 1e-3)}",
+            fmt_spread(a["value"], "×"),
+            f"{fmt(a['value']['median'] / 1.3)}×", a["met"])
+        row("lab", "round robin p99 / p2c+peak_ewma p99, one 10× slower",
+            "≥ 10×",
+            f"{fmt_spread(rp, ' ms', 1e-3)} vs {fmt_spread(sp, ' ms', 1e-3)}",
+            fmt_spread(b["value"], "×") + (
+                f"; stock rr {fmt(c['value']['median'])}×" if c else ""),
+            f"{fmt(b['value']['median'] / 10)}×", b["met"])
+
+    doc = {"machine": load(os.path.join(out_dir, "machine.json")),
+           "rows": rows}
+    write_json(os.path.join(out_dir, "summary.json"), doc)
+    lines = ["| area | what | target | measured (median, min–max) | vs floor "
+             "or peer | vs target | met |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        met = "—" if r["met"] is None else ("**yes**" if r["met"] else "no")
+        lines.append(f"| {r['area']} | {r['what']} | {r['target']} | "
+                     f"{r['measured']} | {r['vs_floor'] or '—'} | "
+                     f"{r['vs_target'] or '—'} | {met} |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write(table)
+    return table
+
+
+def details(out_dir):
+    """Markdown tables of every figure, for bench/README.md."""
+    out = []
+    sel = Micro(load(os.path.join(out_dir, "selector_bench.json")))
+    cli = Micro(load(os.path.join(out_dir, "client_bench.json")))
+
+    def ns(name, micro=sel, field="cpu_time"):
+        return micro.median(name, field)
+
+    def rel(v, floor):
+        return "" if v is None or not floor else f" ({v / floor:.1f}×)"
+
+    if sel.runs:
+        f1 = ns("BM_FloorAtomicIncrement/threads:1")
+        f2 = ns("BM_FloorAtomicIncrement/threads:2")
+        out.append("#### Picks (ns per pick, median of repetitions; ratio to "
+                   "the atomic floor of the same thread count)\n")
+        out.append(f"Floors: atomic increment {fmt(f1)} ns (1 thread), "
+                   f"{fmt(f2)} ns (2 threads); clock read "
+                   f"{fmt(ns('BM_FloorClockRead'))} ns.\n")
+        out.append("| policy | 10: 1 thr / 2 thr | 100 | 1000 | 10000 | "
+                   "allocs/pick |")
+        out.append("|---|---|---|---|---|---|")
+        policies = []
+        for name in sel.runs:
+            if name.startswith("BM_Pick/"):
+                policy = name.split("/")[1]
+                if policy not in policies:
+                    policies.append(policy)
+        for policy in policies:
+            cells = []
+            allocs = 0.0
+            for n in (10, 100, 1000, 10000):
+                one = ns(f"BM_Pick/{policy}/{n}/threads:1")
+                two = ns(f"BM_Pick/{policy}/{n}/threads:2")
+                cells.append(f"{fmt(one)}{rel(one, f1)} / "
+                             f"{fmt(two)}{rel(two, f2)}")
+                for t in (1, 2):
+                    allocs = max([allocs] + sel.values(
+                        f"BM_Pick/{policy}/{n}/threads:{t}",
+                        "allocs_per_pick"))
+            out.append(f"| {policy} | " + " | ".join(cells) +
+                       f" | {allocs:g} |")
+        out.append("")
+        out.append("#### Load recording (ns per operation)\n")
+        out.append("| operation | 1 thread | 2 threads |")
+        out.append("|---|---|---|")
+        for label, name in (
+                ("Start + Finish, pending", "BM_RecordCompletion/pending"),
+                ("Finish only, pending", "BM_FinishOnly/pending"),
+                ("Start + Finish, peak-EWMA", "BM_RecordCompletion/peak_ewma"),
+                ("Finish only, peak-EWMA", "BM_FinishOnly/peak_ewma"),
+                ("Start + Finish, least-time EWMAs",
+                 "BM_RecordCompletion/least_time"),
+                ("SnapshotCell::Acquire", "BM_SnapshotAcquire")):
+            one = ns(f"{name}/threads:1")
+            two = ns(f"{name}/threads:2")
+            out.append(f"| {label} | {fmt(one)}{rel(one, f1)} | "
+                       f"{fmt(two)}{rel(two, f2)} |")
+        out.append(f"| SnapshotCell::Publish (swap, prebuilt table) | "
+                   f"{fmt(ns('BM_SnapshotPublish'))} | |")
+        out.append("")
+        out.append("#### Picks during snapshot swaps (server path: Acquire + "
+                   "round-robin pick, 100 backends; per pick, from 16-pick "
+                   "batches)\n")
+        out.append("| writer | swaps/s | p50 ns | p99 ns | p99.9 ns | "
+                   "p99 vs steady |")
+        out.append("|---|---|---|---|---|---|")
+        steady = ns("BM_PickDuringSwap/0", field="p99_ns")
+        for arg, label in ((0, "none (steady)"), (1, "every 100 µs"),
+                           (2, "back to back")):
+            name = f"BM_PickDuringSwap/{arg}"
+            p99 = ns(name, field="p99_ns")
+            out.append(f"| {label} | {fmt(ns(name, field='swaps_per_s'))} | "
+                       f"{fmt(ns(name, field='p50_ns'))} | {fmt(p99)} | "
+                       f"{fmt(ns(name, field='p999_ns'))} | "
+                       f"{fmt(p99 / steady if p99 and steady else None)}× |")
+        out.append("")
+        sort = ns("BM_FloorSortRingPoints/160000")
+        out.append(f"#### Builds (CPU time; ratio to std::sort of 160 000 "
+                   f"ring points, {fmt(sort and sort / 1e6)} ms)\n")
+        out.append("| build | time | ratio |")
+        out.append("|---|---|---|")
+        for label, name in (
+                ("ketama ring, 1000 backends × 160 points",
+                 "BM_KetamaBuild/1000"),
+                ("ketama ring, one backend added to 1000 (merge)",
+                 "BM_KetamaOneBackendChange"),
+                ("maglev table, 65537 slots, 1000 backends",
+                 "BM_MaglevBuild/1000")):
+            v = ns(name)
+            out.append(f"| {label} | {fmt(v and v / 1e6)} ms | "
+                       f"{fmt(v / sort if v and sort else None, digits=3)}× |")
+        out.append("")
+        out.append("Whole table builds (`Table::Create`: validate, sort, "
+                   "eligibility, selector), weights 1..7:\n")
+        out.append("| policy | 1000 backends | 10000 backends |")
+        out.append("|---|---|---|")
+        builds = []
+        for name in sel.runs:
+            if name.startswith("BM_TableBuild/"):
+                policy = name.split("/")[1]
+                if policy not in builds:
+                    builds.append(policy)
+        for policy in builds:
+            a = ns(f"BM_TableBuild/{policy}/1000")
+            b = ns(f"BM_TableBuild/{policy}/10000")
+            out.append(f"| {policy} | {fmt(a and a / 1e6)} ms | "
+                       f"{fmt(b and b / 1e6)} ms |")
+        out.append("")
+        out.append("#### Disruption (keys key-0..key-99999 whose first "
+                   "choice moves, 100 backends)\n")
+        out.append("| policy | one added (ideal 0.99 %) | one removed (ideal "
+                   "1.00 %) |")
+        out.append("|---|---|---|")
+        for policy in ("hash", "ketama", "maglev"):
+            cells = []
+            for arg in (1, 0):
+                name = next((n for n in sel.runs if n.startswith(
+                    f"BM_Disruption/{policy}/100/{arg}")), None)
+                v = ns(name, field="moved_pct") if name else None
+                cells.append(f"{fmt(v, digits=2)} %")
+            out.append(f"| {policy} | {cells[0]} | {cells[1]} |")
+        out.append("")
+    if cli.runs:
+        f1 = ns("BM_RelaxedIncrement/threads:1", cli)
+        f2 = ns("BM_RelaxedIncrement/threads:2", cli)
+        out.append("#### Client stub (`client_bench`; ns per op, ratio to "
+                   "the relaxed increment of the same run)\n")
+        out.append("| benchmark | 1 thread | 2 threads | allocs/op |")
+        out.append("|---|---|---|---|")
+        for label, name in (
+                ("relaxed increment (floor)", "BM_RelaxedIncrement"),
+                ("atomic<shared_ptr>-style SnapshotCell::Acquire",
+                 "BM_SnapshotCellAcquire"),
+                ("lib selector alone (rr, 10 backends)",
+                 "BM_TableSelectorPick"),
+                ("clock read", "BM_ClockNow"),
+                ("stub Pick, rr (handle dropped)", "BM_ClientPickRoundRobin"),
+                ("stub Pick + Done, rr", "BM_ClientPickDoneRoundRobin"),
+                ("stub Pick, wrr", "BM_ClientPickWeightedRoundRobin"),
+                ("stub Pick + Done, wrr",
+                 "BM_ClientPickDoneWeightedRoundRobin")):
+            one = ns(f"{name}/threads:1", cli)
+            two = ns(f"{name}/threads:2", cli)
+            allocs = max(cli.values(f"{name}/threads:1", "allocs_per_op") +
+                         cli.values(f"{name}/threads:2", "allocs_per_op") +
+                         [0])
+            out.append(f"| {label} | {fmt(one)}{rel(one, f1)} | "
+                       f"{fmt(two)}{rel(two, f2)} | {allocs:.2g} |")
+        out.append("")
+        out.append("Stub Pick + Done while the table changes (per pick, from "
+                   "16-pick batches):\n")
+        out.append("| table updates pushed | applied/s | p50 ns | p99 ns | "
+                   "p99.9 ns | p99 vs steady |")
+        out.append("|---|---|---|---|---|---|")
+        steady = ns("BM_ClientPickDuringUpdates/0", cli, "p99_ns")
+        for arg in (0, 100, 1000):
+            name = f"BM_ClientPickDuringUpdates/{arg}"
+            p99 = ns(name, cli, "p99_ns")
+            out.append(f"| {arg}/s | {fmt(ns(name, cli, 'tables_per_s'))} | "
+                       f"{fmt(ns(name, cli, 'p50_ns'))} | {fmt(p99)} | "
+                       f"{fmt(ns(name, cli, 'p999_ns'))} | "
+                       f"{fmt(p99 / steady if p99 and steady else None)}× |")
+        out.append("")
+
+    rpc = load(os.path.join(out_dir, "rpc.json"))
+    if rpc:
+        out.append(f"#### Pick RPC against an empty unary RPC "
+                   f"({rpc['concurrency']} calls in flight, "
+                   f"{len(rpc['repetitions'])} alternating repetitions of "
+                   f"{rpc['seconds']:g} s)\n")
+        out.append("| rep | Pick p50 / p99 µs, calls/s | empty p50 / p99 µs, "
+                   "calls/s | p50 ratio | throughput ratio |")
+        out.append("|---|---|---|---|---|")
+        for i, r in enumerate(rpc["repetitions"]):
+            p, e = r["pick"], r["empty"]
+            out.append(f"| {i + 1} | {p['p50_us']:.0f} / {p['p99_us']:.0f}, "
+                       f"{p['qps']:.0f} | {e['p50_us']:.0f} / "
+                       f"{e['p99_us']:.0f}, {e['qps']:.0f} | "
+                       f"{r['p50_ratio']:.2f}× | {r['qps_ratio']:.2f}× |")
+        sm = rpc["summary"]
+        out.append(f"| median (min–max) | | | "
+                   f"{fmt_spread(sm['p50_ratio'], '×')} | "
+                   f"{fmt_spread(sm['qps_ratio'], '×')} |")
+        out.append("")
+    fan = load(os.path.join(out_dir, "fanout.json"))
+    if fan:
+        out.append(f"#### Fan-out ({fan['changes']} changes per run, each a "
+                   "drain through Admin)\n")
+        out.append("| subscribers | last subscriber p50 / p99 / max ms | "
+                   "median subscriber p50 ms | server CPU per update | "
+                   "per stream per update |")
+        out.append("|---|---|---|---|---|")
+        for r in fan["runs"]:
+            out.append(f"| {r['subscribers']} | {r['last_p50_ms']:.2f} / "
+                       f"{r['last_p99_ms']:.2f} / {r['last_max_ms']:.2f} | "
+                       f"{r['median_p50_ms']:.2f} | "
+                       f"{fmt(r.get('cpu_per_update_us'), ' µs')} | "
+                       f"{r['cpu_per_stream_update_us']:.2f} µs |")
+        out.append("")
+    probe = load(os.path.join(out_dir, "probe.json"))
+    if probe:
+        out.append(f"#### Probing ({probe['rounds']} saturated rounds, "
+                   f"{probe['concurrency']} in flight)\n")
+        out.append(f"Saturated: bare loop "
+                   f"{probe['bare_connects_per_second']:.0f} connects/s at "
+                   f"{probe['bare_cpu_us_per_connect']:.2f} µs CPU each; "
+                   f"prober {probe['saturated_probes_per_second']:.0f} "
+                   f"probes/s at {probe['saturated_cpu_us_per_probe']:.2f} µs "
+                   f"each: rate ratio "
+                   f"{probe['saturated_rate_ratio']:.2f}×, per-CPU rate "
+                   f"ratio {probe['saturated_per_cpu_rate_ratio']:.2f}×.\n")
+        out.append("| targets at 1 s | probes/s | prober CPU (range) | × paced "
+                   "floor | × saturated floor | failures |")
+        out.append("|---|---|---|---|---|---|")
+        for st in probe.get("steady", []):
+            out.append(f"| {st['targets']} | {st['probes_per_second']:.0f} of "
+                       f"{st['expected_per_second']:.0f} | "
+                       f"{100 * st['cpu_fraction']:.1f} % "
+                       f"({100 * st['cpu_fraction_min']:.1f}–"
+                       f"{100 * st['cpu_fraction_max']:.1f}) | "
+                       f"{st['cpu_ratio_to_paced_floor']:.2f}× | "
+                       f"{st['cpu_ratio_to_bare_floor']:.2f}× | "
+                       f"{st['failures']:.0f} |")
+        out.append("")
+    lab = load(os.path.join(out_dir, "lab.json"))
+    if lab:
+        c = lab["config"]
+        out.append(f"#### Balancing quality ({c['backends']} backends at "
+                   f"{c['latency_us'] / 1000:g} ms, {c['workers']} service "
+                   f"slots each; {c['rate']:.0f} req/s open loop; "
+                   f"{c['rounds']} round(s) of healthy and slow)\n")
+        order = ["stock_round_robin", "round_robin", "random",
+                 "weighted_round_robin", "p2c_pending", "p2c_peak_ewma",
+                 "least_time_first_byte", "least_time_last_byte"]
+        summ = lab.get("summary", {})
+
+        def ms(sp, key="median"):
+            return fmt(sp[key] / 1000, digits=2) if sp else "n/a"
+
+        for scenario, title, extra in (
+                ("healthy", "all healthy", None),
+                ("slow", f"backend 0 {c['slow_factor']:g}× slower",
+                 "share to backend 0"),
+                ("death", f"one backend killed after "
+                 f"{c['death_before_s']:g} s", "until none reach it"),
+                ("warmup", f"a new backend joins cold ({c['slow_factor']:g}× "
+                 f"for {c['cold_s']:g} s)", "new backend's share")):
+            rows = summ.get(scenario)
+            if not rows:
+                continue
+            out.append(f"{title}:\n")
+            head = "| policy | p50 ms | p99 ms (min–max) | p99.9 ms | errors "
+            head += "| busiest backend |"
+            if extra:
+                head += f" {extra} |"
+            out.append(head)
+            out.append("|---" * (head.count("|") - 1) + "|")
+            for policy in order:
+                r = rows.get(policy)
+                if not r:
+                    continue
+                line = (f"| {policy} | {ms(r['p50_us'])} | {ms(r['p99_us'])} "
+                        f"({ms(r['p99_us'], 'min')}–{ms(r['p99_us'], 'max')})"
+                        f" | {ms(r['p999_us'])} | {r['errors']['median']:.0f} "
+                        f"| {100 * r['hottest_share']['median']:.1f} % |")
+                if scenario == "slow":
+                    line += f" {100 * r['watched_share']['median']:.1f} % |"
+                elif scenario == "death":
+                    line += f" {r['kill_to_last_ms']['median']:.0f} ms |"
+                elif scenario == "warmup":
+                    line += (f" {100 * r['cold_share']['median']:.1f} % cold,"
+                             f" {100 * r['warm_share']['median']:.1f} % warm |")
+                out.append(line)
+            out.append("")
+        t = lab.get("targets", {})
+        if t:
+            a = t["p2c_peak_ewma_slow_p99_over_healthy_p99"]["value"]
+            b = t["round_robin_slow_p99_over_p2c_peak_ewma_slow_p99"]["value"]
+            d = t.get("round_robin_slow_p99_over_best_healthy_p99",
+                      {}).get("value")
+            out.append(f"Per-round ratios: p2c peak_ewma slow/healthy p99 "
+                       f"{fmt_spread(a, '×')}; round robin/p2c peak_ewma "
+                       f"p99 with the slow backend {fmt_spread(b, '×')}; "
+                       f"ceiling (round robin slow p99 / best healthy p99) "
+                       f"{fmt_spread(d, '×')}.\n")
+    return "\n".join(out)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build-dir", default="build-release")
+    parser.add_argument("--out-dir", default=os.path.join(ROOT, "build",
+                                                          "bench"))
+    parser.add_argument("--quick", action="store_true",
+                        default=bool(os.environ.get("BENCH_QUICK")))
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help="comma-separated parts: " + ",".join(PARTS))
+    parser.add_argument("--summary-only", action="store_true",
+                        help="summarise the JSON already in --out-dir")
+    args = parser.parse_args()
+    args.bin_dir = os.path.join(os.path.abspath(args.build_dir), "bin")
+    os.makedirs(args.out_dir, exist_ok=True)
+    failed = []
+    if not args.summary_only:
+        write_json(os.path.join(args.out_dir, "machine.json"), machine())
+        began = time.monotonic()
+        runners = {"micro": run_micro, "rpc": run_rpc, "fanout": run_fanout,
+                   "probe": run_probe, "lab": run_lab}
+        for part in args.only.split(","):
+            if part not in runners:
+                sys.exit(f"run.py: unknown part '{part}'")
+            t0 = time.monotonic()
+            try:
+                runners[part](args, args.out_dir)
+            except (subprocess.SubprocessError, RuntimeError, OSError,
+                    KeyError, ValueError) as e:
+                log(f"!! {part} failed: {e}")
+                failed.append(part)
+            log(f"   ({part}: {time.monotonic() - t0:.0f} s)")
+        log(f"== all parts: {time.monotonic() - began:.0f} s")
+    table = summarize(args.out_dir)
+    with open(os.path.join(args.out_dir, "report.md"), "w") as f:
+        f.write("### Against the targets\n\n" + table + "\n" +
+                details(args.out_dir))
+    log("\nTargets (DESIGN.md section 8); JSON, summary.md and report.md in "
+        + os.path.relpath(args.out_dir, os.getcwd()) + "/\n")
+    log(table)
+    if failed:
+        sys.exit(f"run.py: failed parts: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
