@@ -132,6 +132,7 @@ ClientGroup::ClientGroup(Client* client, std::string name,
       name_status_(std::move(name_status)),
       id_(next_group_id.fetch_add(1, std::memory_order_relaxed)),
       deadline_nanos_(deadline_nanos),
+      loads_(&client->clock()),
       fallback_addresses_(std::move(fallback)),
       watched_(name_, &loads_) {
   auto snapshot = std::make_shared<GroupSnapshot>();

@@ -12,7 +12,11 @@
 //   towards zero as estimate * exp(-dt/tau), so a backend that was slow and
 //   is no longer picked gets retried (Tower and Finagle decay it the same
 //   way when they read it; here reading does not write). A backend without
-//   samples costs `default_rtt`; its first sample replaces the default.
+//   samples costs `default_rtt`, decayed the same way from when this
+//   process first saw it (as Tower's estimate starts at the default when
+//   the endpoint is added), so that a new backend in a fleet faster than
+//   the default is tried within tau * ln(default / fleet RTT) rather than
+//   never; its first sample replaces the default.
 // - latency EWMAs for least_time, time to first byte and to last byte:
 //   e = alpha * sample + (1 - alpha) * e, the first sample taken as is.
 //
@@ -116,6 +120,10 @@ struct Completion {
 class BackendLoad {
  public:
   BackendLoad() = default;
+  // `first_seen_nanos`: monotonic time (lib/clock.h) the backend appeared,
+  // from which its default RTT decays; 0 keeps the default as it is.
+  explicit BackendLoad(int64_t first_seen_nanos) noexcept
+      : first_seen_nanos_(first_seen_nanos) {}
   BackendLoad(const BackendLoad&) = delete;
   BackendLoad& operator=(const BackendLoad&) = delete;
 
@@ -159,12 +167,19 @@ class BackendLoad {
     return failures_.load(std::memory_order_relaxed);
   }
 
-  // The peak-EWMA RTT estimate in ns, decayed to `now_nanos`; the model's
-  // default when there is no sample yet.
+  // The peak-EWMA RTT estimate in ns, decayed to `now_nanos`; without a
+  // sample yet, the model's default decayed from when the backend was
+  // first seen.
   double PeakEwmaRtt(int64_t now_nanos, const LoadModel& model) const noexcept {
     const uint64_t s = peak_.load(std::memory_order_relaxed);
     if (s == 0) {
-      return model.default_rtt_nanos;
+      if (first_seen_nanos_ <= 0 || now_nanos <= first_seen_nanos_) {
+        return model.default_rtt_nanos;
+      }
+      return model.default_rtt_nanos *
+             load_internal::ExpNegative(
+                 static_cast<double>(now_nanos - first_seen_nanos_) *
+                 model.inverse_decay_nanos);
     }
     const double elapsed =
         static_cast<double>(load_internal::ElapsedNanos(s, now_nanos));
@@ -236,6 +251,7 @@ class BackendLoad {
   static constexpr uint64_t kObserveDelta = uint64_t{1} << kInFlightBits;
   std::atomic<uint64_t> counts_{0};
   std::atomic<uint64_t> failures_{0};
+  const int64_t first_seen_nanos_ = 0;
   // Peak-EWMA (packed, see PackPeak); 0 = no sample yet.
   std::atomic<uint64_t> peak_{0};
   // Least-time EWMAs (double bits); kNoSample = no sample yet.

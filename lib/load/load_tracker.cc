@@ -7,7 +7,8 @@ std::shared_ptr<BackendLoad> LoadTracker::GetOrCreate(
   aside::MutexLock lock(&mu_);
   auto [it, inserted] = loads_.try_emplace(address);
   if (inserted) {
-    it->second = std::make_shared<BackendLoad>();
+    it->second = std::make_shared<BackendLoad>(
+        clock_ != nullptr ? clock_->NowNanos() : 0);
   }
   return it->second;
 }

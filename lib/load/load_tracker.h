@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "lib/clock.h"
 #include "lib/sync.h"
 #include "lib/load/backend_load.h"
 
@@ -19,6 +20,10 @@ namespace aside {
 // the pick path.
 class LoadTracker {
  public:
+  // `clock` (null: none) stamps each new entry with the time it was first
+  // seen, from which its default peak-EWMA RTT decays (BackendLoad).
+  explicit LoadTracker(const Clock* clock = nullptr) : clock_(clock) {}
+
   // Returns the load of `address`, creating it on first use.
   std::shared_ptr<BackendLoad> GetOrCreate(absl::string_view address);
   // Forgets entries no table references any more.
@@ -26,6 +31,7 @@ class LoadTracker {
   size_t size() const;
 
  private:
+  const Clock* const clock_;
   mutable aside::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<BackendLoad>> loads_
       ABSL_GUARDED_BY(mu_);

@@ -148,6 +148,46 @@ TEST(P2cTest, NewBackendsStartAtTheDefaultRtt) {
   EXPECT_EQ(PickOne(*g.table, rng, clock.NowNanos()), 0u);
 }
 
+TEST(P2cTest, ANewBackendsDefaultRttDecaysSoItIsTriedInAFastFleet) {
+  // Backend 0 answers in 2 ms, far under the 30 ms default of backend 1,
+  // which has no sample. The default decays from when the backend was
+  // first seen (tau 10 s): it wins once 30 ms * exp(-t / 10 s) < 2 ms,
+  // after about 27 s, instead of never.
+  FakeClock clock;
+  LoadTracker loads(&clock);
+  auto made = Table::Create(
+      MakeTableSpec(P2c(P2cParams::Load::kPeakEwma), {.weights = {1, 1}}),
+      nullptr, &loads);
+  ASSERT_OK(made);
+  const TableConstPtr t = *made;
+  FastRng rng(5);
+  auto tick = [&] {  // one second of backend 0 answering in 2 ms
+    clock.Advance(absl::Seconds(1));
+    Completion c;
+    c.now_nanos = clock.NowNanos();
+    c.latency_nanos = 2'000'000;
+    t->member(0).load->Start();
+    t->member(0).load->Finish(c, t->load_model());
+  };
+  tick();
+  EXPECT_EQ(PickOne(*t, rng, clock.NowNanos()), 0u);
+  for (int s = 1; s < 20; ++s) {
+    tick();
+  }
+  EXPECT_EQ(PickOne(*t, rng, clock.NowNanos()), 0u);  // 30 * e^-2 = 4.1 ms
+  for (int s = 20; s < 30; ++s) {
+    tick();
+  }
+  EXPECT_EQ(PickOne(*t, rng, clock.NowNanos()), 1u);  // 30 * e^-3 = 1.5 ms
+  // Its first sample replaces the default at once.
+  Completion slow;
+  slow.now_nanos = clock.NowNanos();
+  slow.latency_nanos = 20'000'000;
+  t->member(1).load->Start();
+  t->member(1).load->Finish(slow, t->load_model());
+  EXPECT_EQ(PickOne(*t, rng, clock.NowNanos()), 0u);
+}
+
 TEST(P2cTest, FallbacksAreTheOtherDrawThenTheRest) {
   Fixture f;
   Make(f, P2cParams::Load::kPending,
