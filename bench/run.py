@@ -276,7 +276,9 @@ class Micro:
         for b in doc.get("benchmarks", []):
             if b.get("run_type") == "aggregate":
                 continue
-            self.runs.setdefault(b["run_name"], []).append(b)
+            # Benchmarks with their own MinTime carry it in the name.
+            name = re.sub(r"/min_time:[0-9.]+", "", b["run_name"])
+            self.runs.setdefault(name, []).append(b)
 
     UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
