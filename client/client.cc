@@ -71,6 +71,7 @@ Pick& Pick::operator=(Pick&& other) noexcept {
     stats_ = other.stats_;
     clock_ = other.clock_;
     start_nanos_ = other.start_nanos_;
+    first_byte_nanos_ = other.first_byte_nanos_;
     done_ = other.done_;
     other.member_ = nullptr;
     other.stats_ = nullptr;
@@ -91,6 +92,13 @@ uint64_t Pick::generation() const {
 
 bool Pick::from_fallback() const { return keep_ && keep_->fallback; }
 
+void Pick::FirstByte() noexcept {
+  if (member_ == nullptr || done_ || first_byte_nanos_ >= 0) {
+    return;
+  }
+  first_byte_nanos_ = std::max<int64_t>(clock_->NowNanos() - start_nanos_, 0);
+}
+
 void Pick::Done(bool ok) noexcept {
   if (member_ == nullptr || done_) {
     return;
@@ -104,11 +112,17 @@ void Pick::Record(bool ok, int64_t latency_nanos) noexcept {
   Completion completion;
   completion.now_nanos = start_nanos_ + latency_nanos;
   completion.latency_nanos = latency_nanos;
+  completion.first_byte_nanos =
+      first_byte_nanos_ >= 0 ? std::min(first_byte_nanos_, latency_nanos)
+                             : latency_nanos;
   completion.ok = ok;
   member_->load->Finish(completion, keep_->table->load_model());
   stats_->requests.fetch_add(1, std::memory_order_relaxed);
   stats_->latency_sum_nanos.fetch_add(static_cast<uint64_t>(latency_nanos),
                                       std::memory_order_relaxed);
+  stats_->first_byte_sum_nanos.fetch_add(
+      static_cast<uint64_t>(completion.first_byte_nanos),
+      std::memory_order_relaxed);
   if (ok) {
     if (stats_->consecutive_failures.load(std::memory_order_relaxed) != 0) {
       stats_->consecutive_failures.store(0, std::memory_order_relaxed);
@@ -762,6 +776,9 @@ bool Client::CollectReport(v1::LoadReport* report,
       ToProto(absl::Nanoseconds(static_cast<int64_t>(
                   stats->latency_sum_nanos.load(std::memory_order_relaxed))),
               load->mutable_latency_sum());
+      ToProto(absl::Nanoseconds(static_cast<int64_t>(
+                  stats->first_byte_sum_nanos.load(std::memory_order_relaxed))),
+              load->mutable_first_byte_latency_sum());
       load->set_in_flight(static_cast<uint64_t>(in_flight));
       load->set_consecutive_failures(
           stats->consecutive_failures.load(std::memory_order_relaxed));

@@ -108,6 +108,7 @@ struct BackendStats {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> latency_sum_nanos{0};
+  std::atomic<uint64_t> first_byte_sum_nanos{0};
   std::atomic<uint32_t> consecutive_failures{0};
   // Reporter thread: requests at the last report; whether the next report
   // must set `reset` (counters restarted).
@@ -155,6 +156,12 @@ class Pick {
   // True when the pick came from the static fallback list.
   bool from_fallback() const;
 
+  // Marks the first response byte (a streaming call's first message): the
+  // time to it feeds least_time `first_byte`. Only the first mark counts.
+  // A call finished without a mark counts its completion as its first byte,
+  // which is exact for unary calls.
+  void FirstByte() noexcept;
+
   void Done(bool ok) noexcept;
   void Done(const absl::Status& status) noexcept { Done(status.ok()); }
   void Done(const grpc::Status& status) noexcept { Done(status.ok()); }
@@ -176,6 +183,7 @@ class Pick {
   client_internal::BackendStats* stats_ = nullptr;
   const Clock* clock_ = nullptr;
   int64_t start_nanos_ = 0;
+  int64_t first_byte_nanos_ = -1;  // from start; -1 until FirstByte()
   bool done_ = false;
 };
 

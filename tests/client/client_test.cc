@@ -226,6 +226,52 @@ TEST(ClientTest, ARejectedTableLeavesThePreviousOneServing) {
   EXPECT_EQ(log.Count("event=table.rejected"), 2);
 }
 
+TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
+  FakeServer fake;
+  fake.Start();
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       Client::Create(FastOptions(fake.target())));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
+  const LoadModel model = web->table()->load_model();
+  const BackendLoad* load = nullptr;
+  {
+    // Unmarked (a unary call): its completion is its first byte.
+    ASSERT_OK_AND_ASSIGN(Pick unary, web->Pick());
+    load = unary.member().load;
+    unary.Done(true);
+  }
+  EXPECT_EQ(load->FirstByteEwma(model), load->LastByteEwma(model));
+  {
+    // Marked at once, finished later: the first byte comes first.
+    ASSERT_OK_AND_ASSIGN(Pick stream, web->Pick());
+    stream.FirstByte();
+    absl::SleepFor(absl::Milliseconds(5));  // the rest of the response
+    stream.FirstByte();                     // a second mark changes nothing
+    stream.Done(true);
+  }
+  EXPECT_LT(load->FirstByteEwma(model), load->LastByteEwma(model));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  v1::BackendLoad last;
+  while (absl::Now() < deadline && last.requests() != 2) {
+    for (const auto& r : fake.service.reports()) {
+      if (r.loads_size() > 0 && r.loads(0).requests() == 2) {
+        last = r.loads(0);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(last.requests(), 2u);
+  const absl::Duration first = absl::Seconds(last.first_byte_latency_sum().seconds()) +
+                               absl::Nanoseconds(last.first_byte_latency_sum().nanos());
+  const absl::Duration all = absl::Seconds(last.latency_sum().seconds()) +
+                             absl::Nanoseconds(last.latency_sum().nanos());
+  EXPECT_GT(first, absl::ZeroDuration());
+  EXPECT_LT(first, all);
+  EXPECT_GE(all - first, absl::Milliseconds(5));
+}
+
 TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   FakeServer fake;
   fake.Start();
