@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/batch_percentiles.h"
 #include "lib/sync.h"
 #include "lib/clock.h"
 #include "lib/load/backend_load.h"
@@ -374,19 +375,7 @@ void BM_PickDuringSwap(benchmark::State& state) {
   if (writer.joinable()) {
     writer.join();
   }
-  std::sort(batches.begin(), batches.end());
-  auto per_pick = [&](double p) {
-    if (batches.empty()) {
-      return 0.0;
-    }
-    const size_t rank = std::min(
-        batches.size() - 1,
-        static_cast<size_t>(p * static_cast<double>(batches.size())));
-    return static_cast<double>(batches[rank]) / kBatch;
-  };
-  state.counters["p50_ns"] = per_pick(0.50);
-  state.counters["p99_ns"] = per_pick(0.99);
-  state.counters["p999_ns"] = per_pick(0.999);
+  aside::bench::SetBatchPercentiles(state, batches, kBatch);
   state.counters["swaps_per_s"] =
       static_cast<double>(swaps.load()) * 1e9 /
       static_cast<double>(std::max<int64_t>(elapsed, 1));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/batch_percentiles.h"
 #include "client/client.h"
 #include "lib/snapshot_cell.h"
 #include "tests/client/fake_lookaside.h"
@@ -243,19 +244,7 @@ void BM_ClientPickDuringUpdates(benchmark::State& state) {
   if (pusher.joinable()) {
     pusher.join();
   }
-  std::sort(batches.begin(), batches.end());
-  auto per_pick = [&](double p) {
-    if (batches.empty()) {
-      return 0.0;
-    }
-    const size_t rank = std::min(
-        batches.size() - 1,
-        static_cast<size_t>(p * static_cast<double>(batches.size())));
-    return static_cast<double>(batches[rank]) / kBatch;
-  };
-  state.counters["p50_ns"] = per_pick(0.50);
-  state.counters["p99_ns"] = per_pick(0.99);
-  state.counters["p999_ns"] = per_pick(0.999);
+  aside::bench::SetBatchPercentiles(state, batches, kBatch);
   state.counters["tables_per_s"] =
       static_cast<double>(group->generation() - generation_before) /
       std::max(seconds, 1e-9);
