@@ -127,9 +127,20 @@ void Pick::Record(bool ok, int64_t latency_nanos) noexcept {
     if (stats_->consecutive_failures.load(std::memory_order_relaxed) != 0) {
       stats_->consecutive_failures.store(0, std::memory_order_relaxed);
     }
+    if (stats_->ejected_until_nanos.load(std::memory_order_relaxed) != 0) {
+      stats_->ejected_until_nanos.store(0, std::memory_order_relaxed);
+    }
   } else {
     stats_->failures.fetch_add(1, std::memory_order_relaxed);
-    stats_->consecutive_failures.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t consecutive =
+        stats_->consecutive_failures.fetch_add(1, std::memory_order_relaxed) +
+        1;
+    if (stats_->eject_after_failures != 0 &&
+        consecutive >= stats_->eject_after_failures) {
+      stats_->ejected_until_nanos.store(
+          completion.now_nanos + stats_->eject_nanos,
+          std::memory_order_relaxed);
+    }
   }
   done_ = true;
 }
@@ -168,8 +179,7 @@ ClientGroup::ClientGroup(Client* client, std::string name,
       snapshot->table = fallback_;
       snapshot->fallback = true;
       for (const Member& m : fallback_->members()) {
-        auto stats = std::make_shared<BackendStats>();
-        stats->address = m.backend.address;
+        auto stats = client_->NewStats(m.backend.address);
         stats_.emplace(m.backend.address, stats);
         snapshot->stats.push_back(std::move(stats));
       }
@@ -214,17 +224,49 @@ absl::StatusOr<aside::Pick> ClientGroup::Pick(absl::string_view key) {
 absl::StatusOr<aside::Pick> ClientGroup::PickFrom(const SnapshotPtr& snapshot,
                                                   absl::string_view key) {
   const Table& table = *snapshot->table;
+  const Clock* clock = client_->clock_;
+  // One clock read serves the load models and the call's start time.
+  const int64_t now = clock->NowNanos();
   uint32_t index = 0;
   PickRequest request;
   request.key = key;
+  request.now_nanos = now;
   if (table.Pick(request, absl::Span<uint32_t>(&index, 1)) == 0) {
     return absl::UnavailableError(table.NoBackendMessage(0));
   }
+  if (snapshot->stats[index]->ejected_until_nanos.load(
+          std::memory_order_relaxed) > now) [[unlikely]] {
+    index = AvoidEjected(*snapshot, request, index, now);
+  }
   const Member& member = table.member(index);
   member.load->Start();
-  const Clock* clock = client_->clock_;
   return aside::Pick(snapshot, &member, snapshot->stats[index].get(), clock,
-                     clock->NowNanos());
+                     now);
+}
+
+uint32_t ClientGroup::AvoidEjected(const GroupSnapshot& snapshot,
+                                   PickRequest request, uint32_t first,
+                                   int64_t now) {
+  // Picks again with the ejected choices excluded, a bounded number of
+  // times and without allocating; keeps the first choice when every
+  // candidate is ejected (or none is left).
+  constexpr size_t kMaxExcluded = 8;
+  std::array<uint32_t, kMaxExcluded> excluded;
+  size_t n = 0;
+  excluded[n++] = first;
+  while (n < kMaxExcluded) {
+    request.exclude = absl::Span<const uint32_t>(excluded.data(), n);
+    uint32_t index = 0;
+    if (snapshot.table->Pick(request, absl::Span<uint32_t>(&index, 1)) == 0) {
+      break;
+    }
+    if (snapshot.stats[index]->ejected_until_nanos.load(
+            std::memory_order_relaxed) <= now) {
+      return index;
+    }
+    excluded[n++] = index;
+  }
+  return first;
 }
 
 absl::StatusOr<aside::Pick> ClientGroup::PickWithoutTable(
@@ -306,8 +348,7 @@ void ClientGroup::PublishTable(TableConstPtr table,
       present.insert(m.backend.address);
       auto& stats = stats_[m.backend.address];
       if (stats == nullptr) {
-        stats = std::make_shared<BackendStats>();
-        stats->address = m.backend.address;
+        stats = client_->NewStats(m.backend.address);
       }
       snapshot->stats.push_back(stats);
     }
@@ -332,6 +373,15 @@ void ClientGroup::PublishTable(TableConstPtr table,
 
 // ---------------------------------------------------------------------------
 // Client
+
+std::shared_ptr<BackendStats> Client::NewStats(
+    const std::string& address) const {
+  auto stats = std::make_shared<BackendStats>();
+  stats->address = address;
+  stats->eject_after_failures = options_.local_ejection_failures;
+  stats->eject_nanos = absl::ToInt64Nanoseconds(options_.local_ejection_time);
+  return stats;
+}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   if (options.targets.empty()) {
@@ -372,6 +422,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   }
   if (options.wait_for_table < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("wait_for_table: negative");
+  }
+  if (options.local_ejection_time < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("local_ejection_time: negative");
   }
   if (options.reporter.size() > 128) {
     return absl::InvalidArgumentError("reporter: longer than 128 bytes");

@@ -91,6 +91,15 @@ struct ClientOptions {
   std::string reporter;
   Locality locality;
   absl::Duration report_interval = absl::Seconds(1);
+  // Local ejection: after `local_ejection_failures` consecutive failures
+  // recorded through Pick::Done, this stub stops picking the backend for
+  // `local_ejection_time`, without waiting for the server's health checks
+  // (a killed backend otherwise keeps failing calls until a probe notices).
+  // A failure after that ejects it again at once; a success ends it. When
+  // a pick finds only ejected backends it ignores ejections rather than
+  // fail. 0 turns it off.
+  uint32_t local_ejection_failures = 3;
+  absl::Duration local_ejection_time = absl::Seconds(1);
   // Channels to backends (Client::channels()).
   ChannelPoolOptions backend_channels;
   // Where the stub logs (rejected tables, connection changes); null means
@@ -110,6 +119,11 @@ struct BackendStats {
   std::atomic<uint64_t> latency_sum_nanos{0};
   std::atomic<uint64_t> first_byte_sum_nanos{0};
   std::atomic<uint32_t> consecutive_failures{0};
+  // Local ejection (ClientOptions): monotonic time until which picks avoid
+  // the backend (0: not ejected), and the settings, fixed at creation.
+  std::atomic<int64_t> ejected_until_nanos{0};
+  uint32_t eject_after_failures = 0;
+  int64_t eject_nanos = 0;
   // Reporter thread: requests at the last report; whether the next report
   // must set `reset` (counters restarted).
   std::atomic<uint64_t> reported_requests{0};
@@ -239,6 +253,10 @@ class ClientGroup {
       const std::shared_ptr<const client_internal::GroupSnapshot>& snapshot,
       absl::string_view key);
   absl::StatusOr<aside::Pick> PickWithoutTable(absl::string_view key);
+  // The first choice is locally ejected: another one, if any is not.
+  static uint32_t AvoidEjected(const client_internal::GroupSnapshot& snapshot,
+                               PickRequest request, uint32_t first,
+                               int64_t now);
 
   // Watcher thread: publishes a table received from a server.
   void PublishTable(TableConstPtr table, const std::string& server_id);
@@ -321,6 +339,9 @@ class Client {
   void RestartWatch();
   std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) const;
   void Log(absl::string_view line) const;
+  // Counters for one backend, with this client's local ejection settings.
+  std::shared_ptr<client_internal::BackendStats> NewStats(
+      const std::string& address) const;
   std::string TargetsText() const;
   void RetainChannels();
   void HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "lib/clock.h"
 #include "tests/client/fake_lookaside.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
@@ -270,6 +271,113 @@ TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
   EXPECT_GT(first, absl::ZeroDuration());
   EXPECT_LT(first, all);
   EXPECT_GE(all - first, absl::Milliseconds(5));
+}
+
+// Picks from `web` until one lands on `address` (round robin over two
+// backends: within two picks).
+absl::StatusOr<Pick> PickAt(ClientGroup* web, absl::string_view address) {
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<Pick> p = web->Pick();
+    if (!p.ok() || p->address() == address) {
+      return p;
+    }
+    p->Done(true);
+  }
+  return absl::NotFoundError(absl::StrCat(address, " not picked"));
+}
+
+// How many of `n` picks (each finished with success) land on `address`.
+int CountPicks(ClientGroup* web, absl::string_view address, int n) {
+  int hits = 0;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<Pick> p = web->Pick();
+    if (p.ok() && p->address() == address) {
+      ++hits;
+    }
+    if (p.ok()) {
+      p->Done(true);
+    }
+  }
+  return hits;
+}
+
+class LocalEjectionTest : public ::testing::Test {
+ protected:
+  void Start(uint32_t failures) {
+    fake_.Start();
+    ClientOptions options = FastOptions(fake_.target());
+    options.clock = &clock_;
+    options.local_ejection_failures = failures;
+    options.local_ejection_time = absl::Seconds(1);
+    ASSERT_OK_AND_ASSIGN(client_, Client::Create(options));
+    web_ = client_->Group("web");
+    fake_.service.Push(Full("web", 1, {{kA, 1}, {kB, 1}}));
+    ASSERT_TRUE(web_->WaitForGeneration(1, absl::Seconds(10)));
+  }
+  void Fail(absl::string_view address, int times) {
+    for (int i = 0; i < times; ++i) {
+      ASSERT_OK_AND_ASSIGN(Pick p, PickAt(web_, address));
+      p.Done(false);
+    }
+  }
+
+  static constexpr char kA[] = "127.0.0.1:8001";
+  static constexpr char kB[] = "127.0.0.1:8002";
+  FakeClock clock_;
+  FakeServer fake_;
+  std::unique_ptr<Client> client_;
+  ClientGroup* web_ = nullptr;
+};
+
+TEST_F(LocalEjectionTest, ConsecutiveFailuresEjectUntilTheTimeIsUp) {
+  Start(3);
+  Fail(kA, 2);
+  EXPECT_GT(CountPicks(web_, kA, 10), 0);  // two failures: still picked
+  Fail(kA, 2);                              // the successes above reset it
+  EXPECT_GT(CountPicks(web_, kA, 10), 0);
+  Fail(kA, 3);
+  EXPECT_EQ(CountPicks(web_, kA, 20), 0);
+  clock_.Advance(absl::Milliseconds(900));
+  EXPECT_EQ(CountPicks(web_, kA, 20), 0);
+  clock_.Advance(absl::Milliseconds(200));
+  // Back after a second; one more failure ejects it again at once.
+  ASSERT_OK_AND_ASSIGN(Pick again, PickAt(web_, kA));
+  again.Done(false);
+  EXPECT_EQ(CountPicks(web_, kA, 20), 0);
+}
+
+TEST_F(LocalEjectionTest, ASuccessEndsTheEjection) {
+  Start(3);
+  ASSERT_OK_AND_ASSIGN(Pick early, PickAt(web_, kA));  // in flight
+  Fail(kA, 3);
+  EXPECT_EQ(CountPicks(web_, kA, 10), 0);
+  early.Done(true);  // the backend answered after all
+  EXPECT_EQ(CountPicks(web_, kA, 10), 5);
+}
+
+TEST_F(LocalEjectionTest, EveryBackendEjectedStillPicks) {
+  Start(3);
+  Fail(kA, 3);
+  Fail(kB, 3);
+  // Both ejected: picks ignore ejections rather than fail.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_OK_AND_ASSIGN(Pick p, web_->Pick());
+    p.Done(false);
+  }
+}
+
+TEST_F(LocalEjectionTest, ZeroTurnsItOff) {
+  Start(0);
+  Fail(kA, 10);
+  EXPECT_GT(CountPicks(web_, kA, 10), 0);
+}
+
+TEST(ClientTest, NegativeLocalEjectionTimeIsRejected) {
+  ClientOptions options = FastOptions("127.0.0.1:1");
+  options.local_ejection_time = absl::Seconds(-1);
+  EXPECT_THAT(Client::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("local_ejection_time")));
 }
 
 TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
