@@ -25,13 +25,7 @@ class LeastTimeSelector final : public Selector {
       : table_(table),
         candidates_(std::move(candidates)),
         eligible_(std::move(eligible)),
-        first_byte_(params.metric == LeastTimeParams::Metric::kFirstByte),
-        model_(LoadModel::For([&] {
-          PolicyConfig c;
-          c.kind = PolicyKind::kLeastTime;
-          c.least_time = params;
-          return c;
-        }())) {}
+        first_byte_(params.metric == LeastTimeParams::Metric::kFirstByte) {}
 
   size_t Pick(const PickRequest& request,
               absl::Span<uint32_t> out) const noexcept override {
@@ -40,6 +34,7 @@ class LeastTimeSelector final : public Selector {
       return 0;
     }
     FastRng& rng = pick_internal::RngOf(request);
+    const LoadModel& model = table_.load_model();
     size_t count = 0;
     while (count < out.size() && count < kRankedChoices) {
       const Candidate* best = nullptr;
@@ -50,8 +45,8 @@ class LeastTimeSelector final : public Selector {
             pick_internal::Contains(out.subspan(0, count), c.index)) {
           continue;
         }
-        const double t = first_byte_ ? c.load->FirstByteEwma(model_)
-                                     : c.load->LastByteEwma(model_);
+        const double t = first_byte_ ? c.load->FirstByteEwma(model)
+                                     : c.load->LastByteEwma(model);
         if (best == nullptr || t < best_time) {
           best = &c;
           best_time = t;
@@ -77,7 +72,6 @@ class LeastTimeSelector final : public Selector {
   std::vector<Candidate> candidates_;
   std::vector<uint32_t> eligible_;
   const bool first_byte_;
-  const LoadModel model_;
 };
 
 }  // namespace

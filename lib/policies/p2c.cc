@@ -23,13 +23,7 @@ class P2cSelector final : public Selector {
       : table_(table),
         candidates_(std::move(candidates)),
         eligible_(std::move(eligible)),
-        peak_ewma_(params.load == P2cParams::Load::kPeakEwma),
-        model_(LoadModel::For([&] {
-          PolicyConfig c;
-          c.kind = PolicyKind::kP2c;
-          c.p2c = params;
-          return c;
-        }())) {}
+        peak_ewma_(params.load == P2cParams::Load::kPeakEwma) {}
 
   size_t Pick(const PickRequest& request,
               absl::Span<uint32_t> out) const noexcept override {
@@ -85,8 +79,9 @@ class P2cSelector final : public Selector {
                const PickRequest& request) const noexcept {
     if (peak_ewma_) {
       const int64_t now = pick_internal::NowOf(request);
-      return x.load->PeakEwmaCost(now, model_) * y.weight <
-             y.load->PeakEwmaCost(now, model_) * x.weight;
+      const LoadModel& model = table_.load_model();
+      return x.load->PeakEwmaCost(now, model) * y.weight <
+             y.load->PeakEwmaCost(now, model) * x.weight;
     }
     const int64_t px = std::max<int64_t>(x.load->in_flight(), 0);
     const int64_t py = std::max<int64_t>(y.load->in_flight(), 0);
@@ -98,7 +93,6 @@ class P2cSelector final : public Selector {
   std::vector<Candidate> candidates_;
   std::vector<uint32_t> eligible_;
   const bool peak_ewma_;
-  const LoadModel model_;
 };
 
 }  // namespace
