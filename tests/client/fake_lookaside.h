@@ -7,7 +7,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,26 @@ class FakeLookaside final : public v1::LoadBalancer::Service {
   std::vector<v1::LoadReport> reports() const {
     aside::MutexLock lock(&mu_);
     return reports_;
+  }
+  // Waits (bounded) until a report received so far or later satisfies
+  // `match`; returns the latest such report, or nothing on timeout.
+  std::optional<v1::LoadReport> AwaitReport(
+      const std::function<bool(const v1::LoadReport&)>& match,
+      absl::Duration timeout = absl::Seconds(10)) const {
+    aside::MutexLock lock(&mu_);
+    std::optional<v1::LoadReport> found;
+    mu_.AwaitWithTimeout(
+        [&] {
+          for (auto it = reports_.rbegin(); it != reports_.rend(); ++it) {
+            if (match(*it)) {
+              found = *it;
+              return true;
+            }
+          }
+          return false;
+        },
+        timeout);
+    return found;
   }
   void set_report_status(grpc::Status s) {
     aside::MutexLock lock(&mu_);
