@@ -77,14 +77,23 @@ class P2cSelector final : public Selector {
   // cost(x) / weight(x) < cost(y) / weight(y), without dividing.
   bool Cheaper(const Candidate& x, const Candidate& y,
                const PickRequest& request) const noexcept {
-    if (peak_ewma_) {
+    int64_t px = std::max<int64_t>(x.load->in_flight(), 0);
+    int64_t py = std::max<int64_t>(y.load->in_flight(), 0);
+    // Two backends without an RTT sample share one prior: their decayed
+    // defaults differ only by when each was first seen, which says nothing
+    // about either, and comparing them would order every pick by creation
+    // time. Compare what is known, the requests in flight.
+    if (peak_ewma_ && (x.load->has_rtt_sample() || y.load->has_rtt_sample())) {
       const int64_t now = pick_internal::NowOf(request);
       const LoadModel& model = table_.load_model();
       return x.load->PeakEwmaCost(now, model) * y.weight <
              y.load->PeakEwmaCost(now, model) * x.weight;
     }
-    const int64_t px = std::max<int64_t>(x.load->in_flight(), 0);
-    const int64_t py = std::max<int64_t>(y.load->in_flight(), 0);
+    if (peak_ewma_) {
+      // rtt × (pending + 1), the same rtt on both sides.
+      ++px;
+      ++py;
+    }
     return px * static_cast<int64_t>(y.weight) <
            py * static_cast<int64_t>(x.weight);
   }

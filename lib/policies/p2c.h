@@ -7,7 +7,9 @@
 // - `peak_ewma`: peak-EWMA RTT × (in flight + 1) (see lib/load/backend_load.h
 //   for the estimate: peak on slower samples, exp(-dt/tau) decay, a new
 //   backend costs default_rtt until its first sample).
-// Equal costs go to the first draw, itself uniform. Time for the decay comes
+// Two backends without an RTT sample compare by requests in flight alone
+// (their defaults differ only by when each was first seen). Equal costs go to
+// the first draw, itself uniform, so ties never favour an address. Time for the decay comes
 // from PickRequest::now_nanos (0 reads the monotonic clock), so tests drive it.
 //
 // Built per table on the control path (O(n)); Pick from any thread, O(1)

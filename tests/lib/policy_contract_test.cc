@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "lib/clock.h"
+#include "lib/load/load_tracker.h"
 #include "lib/random.h"
 #include "lib/snapshot_cell.h"
 #include "lib/table.h"
@@ -256,6 +258,63 @@ TEST_P(PolicyContractTest, ConcurrentPicksStayValid) {
     th.join();
   }
   EXPECT_EQ(bad.load(), 0);
+}
+
+// A clock that moves 1 us every time it is read, as time moves between the
+// creation of one backend's load entry and the next in a real table build.
+class TickingClock final : public Clock {
+ public:
+  int64_t NowNanos() const noexcept override {
+    return nanos_.fetch_add(1000, std::memory_order_relaxed);
+  }
+  absl::Time WallNow() const noexcept override {
+    return absl::FromUnixNanos(NowNanos());
+  }
+
+ private:
+  mutable std::atomic<int64_t> nanos_{1'000'000'000};
+};
+
+// Equal backends with nothing known about them (no reports, no samples, in
+// creation order) get equal shares of first picks: no policy may turn the
+// address order or the order entries were created in into a preference.
+// Each count is checked against its binomial expectation (n = 20000,
+// p = 1/10: sd ~42) with a bound of +-20 % (~9.5 sd), and the spread with
+// a chi-square bound far above its 99.99th percentile (9 df: 33.7).
+TEST_P(PolicyContractTest, EqualBackendsWithNothingKnownShareFirstPicks) {
+  if (GetParam().key_deterministic) {
+    GTEST_SKIP() << "a hash policy maps one key to one backend";
+  }
+  TickingClock clock;
+  LoadTracker loads(&clock);
+  TableOptions options{.weights = std::vector<uint32_t>(10, 100)};
+  options.session_key =
+      std::make_shared<const std::string>("0123456789abcdef0123456789abcdef");
+  ASSERT_OK_AND_ASSIGN(
+      TableConstPtr t,
+      Table::Create(MakeTableSpec(GetParam().config, options), nullptr,
+                    &loads));
+  constexpr int kPicks = 20000;
+  std::vector<int> counts(10, 0);
+  std::array<uint32_t, 1> out;
+  const int64_t later = clock.NowNanos() + 2'000'000'000;
+  for (int i = 0; i < kPicks; ++i) {
+    PickRequest r;
+    r.rng = &rng_;
+    r.now_nanos = later + i;
+    SessionToken token;
+    r.issued_token = &token;
+    ASSERT_EQ(t->Pick(r, absl::MakeSpan(out)), 1u);
+    counts[out[0]]++;
+  }
+  const double expected = kPicks / 10.0;
+  double chi2 = 0;
+  for (size_t m = 0; m < counts.size(); ++m) {
+    EXPECT_GT(counts[m], expected * 0.8) << "backend " << m;
+    EXPECT_LT(counts[m], expected * 1.2) << "backend " << m;
+    chi2 += (counts[m] - expected) * (counts[m] - expected) / expected;
+  }
+  EXPECT_LT(chi2, 60) << ::testing::PrintToString(counts);
 }
 
 // Generation g: the same 6 addresses, those with index parity g % 2 ready,
