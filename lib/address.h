@@ -24,8 +24,10 @@ struct Address {
 };
 
 // Parses and validates an address. Errors name the problem, e.g.
-// "port 70000 out of range 1..65535". Host names follow RFC 1123 (labels of
-// letters, digits and '-', at most 253 bytes).
+// "port 70000 out of range 1..65535". A host name is at most 253 bytes of
+// dot-separated labels, each 1..63 letters, digits, '-' or '_' and neither
+// starting nor ending with '-' (RFC 1123 host names, plus the '_' of
+// service labels such as _grpclb._tcp); one trailing dot is allowed.
 absl::StatusOr<Address> ParseAddress(absl::string_view text);
 
 // Same, for an address to listen on: port 0 (any free port) is allowed.
