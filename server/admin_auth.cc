@@ -4,6 +4,7 @@
 #include <openssl/sha.h>
 
 #include <fstream>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -56,6 +57,8 @@ absl::StatusOr<std::unique_ptr<AdminAuth>> AdminAuth::Create(
     }
     std::string line;
     int line_number = 0;
+    // The line each token digest was first seen on.
+    std::map<std::array<unsigned char, 32>, int> seen;
     while (std::getline(in, line)) {
       ++line_number;
       absl::string_view text = absl::StripAsciiWhitespace(line);
@@ -78,7 +81,25 @@ absl::StatusOr<std::unique_ptr<AdminAuth>> AdminAuth::Create(
         return absl::InvalidArgumentError(absl::StrCat(
             token_file, ":", line_number, ": ", role.status().message()));
       }
-      auth->tokens_.push_back({Digest(parts[0]), *role});
+      const auto digest = Digest(parts[0]);
+      if (auto [it, inserted] = seen.emplace(digest, line_number); !inserted) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            token_file, ":", line_number, ": token already listed on line ",
+            it->second, " (one role per token)"));
+      }
+      auth->tokens_.push_back({digest, *role});
+    }
+    if (in.bad()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(token_file, ": read error"));
+    }
+    // A token file that grants nothing would start the server with Admin
+    // silently closed: whoever named the file expects it to work.
+    if (auth->tokens_.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          token_file, ":", line_number + 1,
+          ": no tokens (expected one 'TOKEN ROLE' line; to close Admin, "
+          "name no token file)"));
     }
   }
   for (const ServerConfig::AdminIdentity& id : identities) {
