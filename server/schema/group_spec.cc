@@ -1,24 +1,12 @@
-#include "server/group_spec.h"
+#include "server/schema/group_spec.h"
 
-#include <cmath>
-#include <set>
+#include <functional>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "lib/status_macros.h"
 
 namespace aside::server {
-namespace {
-
-absl::Status DurationIn(absl::string_view field, absl::Duration value,
-                        absl::Duration low, absl::Duration high) {
-  if (value < low || value > high) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", absl::FormatDuration(value),
-                     " out of range ", absl::FormatDuration(low), "..",
-                     absl::FormatDuration(high)));
-  }
-  return absl::OkStatus();
-}
 
 bool HasControlOrSpace(absl::string_view s) {
   for (char c : s) {
@@ -28,8 +16,6 @@ bool HasControlOrSpace(absl::string_view s) {
   }
   return false;
 }
-
-}  // namespace
 
 absl::string_view HealthCheckKindName(HealthCheckSpec::Kind kind) {
   switch (kind) {
@@ -45,191 +31,202 @@ absl::string_view HealthCheckKindName(HealthCheckSpec::Kind kind) {
   return "invalid";
 }
 
+std::optional<HealthCheckSpec::Kind> HealthCheckKindFromName(
+    absl::string_view name) {
+  for (HealthCheckSpec::Kind kind :
+       {HealthCheckSpec::Kind::kTcp, HealthCheckSpec::Kind::kHttp,
+        HealthCheckSpec::Kind::kGrpc, HealthCheckSpec::Kind::kNone}) {
+    if (HealthCheckKindName(kind) == name) {
+      return kind;
+    }
+  }
+  return std::nullopt;
+}
+
 absl::Status ValidateHealthCheck(absl::string_view field,
                                  const HealthCheckSpec& spec) {
-  ASIDE_RETURN_IF_ERROR(DurationIn(absl::StrCat(field, ".interval"),
-                                   spec.interval, absl::Milliseconds(100),
-                                   absl::Hours(1)));
-  ASIDE_RETURN_IF_ERROR(DurationIn(absl::StrCat(field, ".timeout"),
-                                   spec.timeout, absl::Milliseconds(1),
-                                   spec.interval));
-  if (!(spec.jitter >= 0 && spec.jitter <= 0.5)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".jitter: ", spec.jitter, " out of range 0..0.5"));
+  ASIDE_RETURN_IF_ERROR(CheckDuration(JoinFieldPath(field, "interval"),
+                                      spec.interval, kHealthInterval));
+  ASIDE_RETURN_IF_ERROR(CheckDuration(JoinFieldPath(field, "timeout"),
+                                      spec.timeout, kHealthMinTimeout,
+                                      spec.interval));
+  return ValidateProbeSpec(field, spec);
+}
+
+absl::Status ValidateProbeSpec(absl::string_view field,
+                               const HealthCheckSpec& spec) {
+  if (HealthCheckKindName(spec.kind) == "invalid") {
+    return InvalidField(JoinFieldPath(field, "kind"),
+                        "unknown health-check kind");
   }
-  if (spec.rise < 1 || spec.rise > 100) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".rise: ", spec.rise, " out of range 1..100"));
-  }
-  if (spec.fall < 1 || spec.fall > 100) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".fall: ", spec.fall, " out of range 1..100"));
-  }
-  if (spec.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".port: ", spec.port, " out of range 0..65535"));
-  }
+  ASIDE_RETURN_IF_ERROR(CheckDuration(JoinFieldPath(field, "interval"),
+                                      spec.interval, kHealthMinTimeout,
+                                      kHealthInterval.max));
+  ASIDE_RETURN_IF_ERROR(CheckDuration(JoinFieldPath(field, "timeout"),
+                                      spec.timeout, kHealthMinTimeout,
+                                      kHealthInterval.max));
+  ASIDE_RETURN_IF_ERROR(
+      CheckNumber(JoinFieldPath(field, "jitter"), spec.jitter, kHealthJitter));
+  ASIDE_RETURN_IF_ERROR(
+      CheckInteger(JoinFieldPath(field, "rise"), spec.rise, kHealthRiseFall));
+  ASIDE_RETURN_IF_ERROR(
+      CheckInteger(JoinFieldPath(field, "fall"), spec.fall, kHealthRiseFall));
+  ASIDE_RETURN_IF_ERROR(
+      CheckInteger(JoinFieldPath(field, "port"), spec.port, kPort));
   if (spec.kind == HealthCheckSpec::Kind::kHttp) {
     if (spec.http_path.empty() || spec.http_path.front() != '/' ||
-        spec.http_path.size() > 2048 || HasControlOrSpace(spec.http_path)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field,
-          ".http.path: must start with '/', be at most 2048 bytes and hold "
-          "no spaces or control characters (CR, LF)"));
+        spec.http_path.size() > kMaxHttpPathBytes ||
+        HasControlOrSpace(spec.http_path)) {
+      return InvalidField(
+          JoinFieldPath(field, "http.path"),
+          absl::StrCat("must start with '/', be at most ", kMaxHttpPathBytes,
+                       " bytes and hold no spaces or control characters "
+                       "(CR, LF)"));
     }
-    if (spec.http_host.size() > 255 || HasControlOrSpace(spec.http_host)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".http.host: at most 255 bytes, no spaces or control "
-                 "characters"));
+    if (spec.http_host.size() > kMaxHostBytes ||
+        HasControlOrSpace(spec.http_host)) {
+      return InvalidField(JoinFieldPath(field, "http.host"),
+                          absl::StrCat("at most ", kMaxHostBytes,
+                                       " bytes, no spaces or control "
+                                       "characters"));
     }
+    const std::string statuses = JoinFieldPath(field, "http.expected_statuses");
     if (spec.http_expected_statuses.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".http.expected_statuses: empty"));
+      return InvalidField(statuses, "empty");
     }
     for (size_t i = 0; i < spec.http_expected_statuses.size(); ++i) {
       const StatusRange& r = spec.http_expected_statuses[i];
-      if (r.from < 100 || r.to > 599 || r.from > r.to) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, ".http.expected_statuses[", i, "]: ", r.from, "-", r.to,
-            " is not a range within 100..599"));
+      if (!kHttpStatus.Contains(r.from) || !kHttpStatus.Contains(r.to) ||
+          r.from > r.to) {
+        return InvalidField(
+            absl::StrCat(statuses, "[", i, "]"),
+            absl::StrCat(r.from, "-", r.to, " is not a range within ",
+                         kHttpStatus.min, "..", kHttpStatus.max));
       }
     }
-    if (spec.http_body_limit < 1024 || spec.http_body_limit > 1024 * 1024) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".http.body_limit: ", spec.http_body_limit,
-                       " out of range 1024..1048576"));
-    }
+    ASIDE_RETURN_IF_ERROR(CheckInteger(JoinFieldPath(field, "http.body_limit"),
+                                       spec.http_body_limit, kHttpBodyLimit));
   }
   if (spec.kind == HealthCheckSpec::Kind::kGrpc) {
-    if (spec.grpc_service.size() > 1024 ||
+    if (spec.grpc_service.size() > kMaxGrpcServiceBytes ||
         HasControlOrSpace(spec.grpc_service)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".grpc.service: at most 1024 bytes, no spaces or control "
-                 "characters"));
+      return InvalidField(JoinFieldPath(field, "grpc.service"),
+                          absl::StrCat("at most ", kMaxGrpcServiceBytes,
+                                       " bytes, no spaces or control "
+                                       "characters"));
     }
-    if (spec.grpc_authority.size() > 255 ||
+    if (spec.grpc_authority.size() > kMaxHostBytes ||
         HasControlOrSpace(spec.grpc_authority)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".grpc.authority: at most 255 bytes, no spaces or control "
-                 "characters"));
+      return InvalidField(JoinFieldPath(field, "grpc.authority"),
+                          absl::StrCat("at most ", kMaxHostBytes,
+                                       " bytes, no spaces or control "
+                                       "characters"));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status ValidateOutlier(absl::string_view field, const OutlierSpec& spec) {
-  if (spec.consecutive_failures < 1 || spec.consecutive_failures > 1000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".consecutive_failures: ",
-                     spec.consecutive_failures, " out of range 1..1000"));
-  }
-  ASIDE_RETURN_IF_ERROR(DurationIn(absl::StrCat(field, ".base_ejection_time"),
-                                   spec.base_ejection_time, absl::Seconds(1),
-                                   absl::Hours(1)));
-  ASIDE_RETURN_IF_ERROR(DurationIn(absl::StrCat(field, ".max_ejection_time"),
-                                   spec.max_ejection_time,
-                                   spec.base_ejection_time, absl::Hours(24)));
-  if (!(spec.max_ejection_percent >= 0 && spec.max_ejection_percent <= 100)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".max_ejection_percent: ",
-                     spec.max_ejection_percent, " out of range 0..100"));
-  }
-  return absl::OkStatus();
+  ASIDE_RETURN_IF_ERROR(
+      CheckInteger(JoinFieldPath(field, "consecutive_failures"),
+                   spec.consecutive_failures, kOutlierConsecutiveFailures));
+  ASIDE_RETURN_IF_ERROR(
+      CheckDuration(JoinFieldPath(field, "base_ejection_time"),
+                    spec.base_ejection_time, kOutlierBaseEjection));
+  ASIDE_RETURN_IF_ERROR(CheckDuration(
+      JoinFieldPath(field, "max_ejection_time"), spec.max_ejection_time,
+      spec.base_ejection_time, kOutlierMaxEjection));
+  return CheckNumber(JoinFieldPath(field, "max_ejection_percent"),
+                     spec.max_ejection_percent, kPercent);
 }
 
-absl::Status ValidateDns(absl::string_view field, const DnsSpec& spec) {
-  if (spec.name.empty() || spec.name.size() > 253 ||
+absl::Status ValidateDns(absl::string_view field, const DnsSpec& spec,
+                         absl::Duration min_interval) {
+  if (spec.name.empty() || spec.name.size() > kMaxDnsNameBytes ||
       HasControlOrSpace(spec.name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".name: required, at most 253 bytes, no spaces"));
+    return InvalidField(JoinFieldPath(field, "name"),
+                        absl::StrCat("required, at most ", kMaxDnsNameBytes,
+                                     " bytes, no spaces"));
   }
-  if (!spec.srv && (spec.port < 1 || spec.port > 65535)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".port: ", spec.port,
-        " out of range 1..65535 (required unless srv is true)"));
+  const std::string port = JoinFieldPath(field, "port");
+  if (!spec.srv && (spec.port < 1 || spec.port > kPort.max)) {
+    return InvalidField(port,
+                        absl::StrCat(spec.port, " out of range 1..", kPort.max,
+                                     " (required unless srv is true)"));
   }
-  if (spec.srv && spec.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".port: ", spec.port, " out of range 0..65535"));
-  }
-  ASIDE_RETURN_IF_ERROR(DurationIn(absl::StrCat(field, ".interval"),
-                                   spec.interval, absl::Seconds(1),
-                                   absl::Hours(1)));
-  if (spec.weight > kMaxWeight) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".weight: ", spec.weight, " out of range 0..", kMaxWeight));
-  }
-  return absl::OkStatus();
+  ASIDE_RETURN_IF_ERROR(CheckInteger(port, spec.port, kPort));
+  ASIDE_RETURN_IF_ERROR(CheckDuration(JoinFieldPath(field, "interval"),
+                                      spec.interval, min_interval,
+                                      kDnsInterval.max));
+  return CheckInteger(JoinFieldPath(field, "weight"), spec.weight,
+                      {0, kMaxWeight});
 }
 
 absl::Status ValidateGroupSpec(GroupSpec& spec) {
-  ASIDE_RETURN_IF_ERROR(ValidateGroupName(spec.name));
+  if (absl::Status s = ValidateGroupName(spec.name); !s.ok()) {
+    return InvalidField("name", s.message());
+  }
   ASIDE_RETURN_IF_ERROR(ValidatePolicy("policy", spec.policy));
   if (spec.backends.size() > kMaxBackendsPerGroup) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("backends: ", spec.backends.size(),
-                     " backends (at most ", kMaxBackendsPerGroup, ")"));
+    return FieldError(absl::StatusCode::kResourceExhausted, "backends",
+                      absl::StrCat(spec.backends.size(), " backends (at most ",
+                                   kMaxBackendsPerGroup, ")"));
   }
-  std::set<std::string, std::less<>> seen;
+  std::map<std::string, size_t, std::less<>> seen;
   uint64_t weight_sum = 0;
   for (size_t i = 0; i < spec.backends.size(); ++i) {
     const std::string field = absl::StrCat("backends[", i, "]");
     ASIDE_RETURN_IF_ERROR(ValidateBackend(field, spec.backends[i],
                                           /*allow_hostname=*/false));
-    if (!seen.insert(spec.backends[i].address).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".address: ", spec.backends[i].address,
-                       " is listed twice"));
+    auto [it, inserted] = seen.emplace(spec.backends[i].address, i);
+    if (!inserted) {
+      return InvalidField(
+          JoinFieldPath(field, "address"),
+          absl::StrCat(spec.backends[i].address,
+                       " is listed twice (also backends[", it->second, "])"));
     }
     weight_sum += spec.backends[i].weight;
   }
-  if (weight_sum > 0xffffffffULL) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "backends: the weights sum to ", weight_sum, " (at most 2^32-1)"));
+  if (weight_sum > kMaxWeightSum) {
+    return InvalidField(
+        "backends",
+        absl::StrCat("the weights sum to ", weight_sum, " (at most 2^32-1)"));
   }
   if (spec.policy.kind == PolicyKind::kMaglev &&
       spec.backends.size() > spec.policy.maglev.table_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "policy.maglev.table_size: ", spec.policy.maglev.table_size,
-        " is smaller than the ", spec.backends.size(), " backends"));
+    return InvalidField(
+        "policy.maglev.table_size",
+        absl::StrCat(spec.policy.maglev.table_size, " is smaller than the ",
+                     spec.backends.size(), " backends"));
   }
   ASIDE_RETURN_IF_ERROR(ValidateHealthCheck("health_check", spec.health_check));
-  if (!(spec.panic_threshold >= 0 && spec.panic_threshold <= 100)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "panic_threshold: ", spec.panic_threshold, " out of range 0..100"));
-  }
-  ASIDE_RETURN_IF_ERROR(DurationIn("slow_start", spec.slow_start,
-                                   absl::ZeroDuration(), absl::Hours(1)));
+  ASIDE_RETURN_IF_ERROR(
+      CheckNumber("panic_threshold", spec.panic_threshold, kPercent));
+  ASIDE_RETURN_IF_ERROR(
+      CheckDuration("slow_start", spec.slow_start, kSlowStart));
   ASIDE_RETURN_IF_ERROR(ValidateOutlier("outlier_detection", spec.outlier));
   if (spec.dns) {
     ASIDE_RETURN_IF_ERROR(ValidateDns("dns", *spec.dns));
   }
   if (spec.aliases.size() > kMaxAliases) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "aliases: ", spec.aliases.size(), " aliases (at most ", kMaxAliases,
-        ")"));
+    return InvalidField("aliases",
+                        absl::StrCat(spec.aliases.size(), " aliases (at most ",
+                                     kMaxAliases, ")"));
   }
   for (size_t i = 0; i < spec.aliases.size(); ++i) {
-    if (spec.aliases[i].empty() || spec.aliases[i].size() > 253 ||
+    if (spec.aliases[i].empty() || spec.aliases[i].size() > kMaxAliasBytes ||
         HasControlOrSpace(spec.aliases[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "aliases[", i, "]: must be 1..253 bytes without spaces"));
+      return InvalidField(
+          absl::StrCat("aliases[", i, "]"),
+          absl::StrCat("must be 1..", kMaxAliasBytes, " bytes without spaces"));
     }
   }
-  if (!(spec.grpclb.drop_in_panic_percent >= 0 &&
-        spec.grpclb.drop_in_panic_percent <= 90)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("grpclb.drop_in_panic_percent: ",
-                     spec.grpclb.drop_in_panic_percent, " out of range 0..90"));
-  }
-  if (!(spec.grpclb.max_requests_per_second >= 0 &&
-        spec.grpclb.max_requests_per_second <= 1e9)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("grpclb.max_requests_per_second: ",
+  ASIDE_RETURN_IF_ERROR(CheckNumber("grpclb.drop_in_panic_percent",
+                                    spec.grpclb.drop_in_panic_percent,
+                                    kGrpclbDropInPanic));
+  return CheckNumber("grpclb.max_requests_per_second",
                      spec.grpclb.max_requests_per_second,
-                     " out of range 0..1e9"));
-  }
-  return absl::OkStatus();
+                     kGrpclbMaxRequestsPerSecond);
 }
 
 }  // namespace aside::server
