@@ -5,7 +5,6 @@
 // file).
 #include <grpcpp/grpcpp.h>
 #include <google/protobuf/util/json_util.h>
-#include <yaml-cpp/yaml.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -27,8 +26,10 @@
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "client/credentials.h"
+#include "lib/duration.h"
 #include "lib/policy_config.h"
 #include "proto/convert.h"
+#include "proto/yaml/group_yaml.h"
 
 namespace aside {
 namespace {
@@ -61,32 +62,6 @@ flags:
   --json                 print protobuf JSON instead of tables
   --timeout DURATION     per-call deadline (default 10s; watch has none)
 )";
-
-// A string as a JSON string body (quotes, backslashes, control bytes).
-std::string JsonEscape(absl::string_view in) {
-  std::string out;
-  for (char c : in) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppend(&out, "\\u00", absl::Hex(static_cast<unsigned char>(c),
-                                                  absl::kZeroPad2));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  return out;
-}
 
 // Reported as a usage error (exit code 2).
 absl::Status Usage(absl::string_view message) {
@@ -565,98 +540,16 @@ class Ctl {
     return 0;
   }
 
-  // YAML (and JSON, which is YAML) to protobuf JSON, accepting the config
-  // file's shorthands: `policy: ketama`, backends as plain addresses,
-  // lowercase health-check kinds.
-  static void EmitJson(const YAML::Node& n, const std::string& key, std::string* out) {
-    switch (n.Type()) {
-      case YAML::NodeType::Map: {
-        out->push_back('{');
-        bool first = true;
-        for (const auto& kv : n) {
-          const std::string k = kv.first.as<std::string>();
-          if (!first) out->push_back(',');
-          first = false;
-          absl::StrAppend(out, "\"", JsonEscape(k), "\":");
-          if (k == "policy" && kv.second.IsScalar()) {
-            absl::StrAppend(out, "{\"", kv.second.as<std::string>(), "\":{}}");
-          } else if (k == "kind" && kv.second.IsScalar()) {
-            absl::StrAppend(out, "\"", absl::AsciiStrToUpper(kv.second.as<std::string>()),
-                            "\"");
-          } else {
-            EmitJson(kv.second, k, out);
-          }
-        }
-        out->push_back('}');
-        break;
-      }
-      case YAML::NodeType::Sequence: {
-        out->push_back('[');
-        bool first = true;
-        for (const auto& item : n) {
-          if (!first) out->push_back(',');
-          first = false;
-          if (key == "backends" && item.IsScalar()) {
-            absl::StrAppend(out, "{\"address\":\"", JsonEscape(item.as<std::string>()),
-                            "\"}");
-          } else {
-            EmitJson(item, "", out);
-          }
-        }
-        out->push_back(']');
-        break;
-      }
-      case YAML::NodeType::Scalar: {
-        const std::string v = n.as<std::string>();
-        double d;
-        if (n.Tag() != "!" && (v == "true" || v == "false" ||
-                               (absl::SimpleAtod(v, &d) && !v.empty() &&
-                                v.find_first_not_of("0123456789.-+eE") == std::string::npos))) {
-          out->append(v);
-        } else {
-          absl::StrAppend(out, "\"", JsonEscape(v), "\"");
-        }
-        break;
-      }
-      default:
-        out->append("null");
-    }
-  }
-
+  // The group file in the config file's shorthand (YAML or JSON) or in
+  // protobuf JSON, through the converter the server's config loader uses.
   static absl::StatusOr<std::vector<v1::Group>> LoadGroups(const std::string& path) {
-    YAML::Node root;
-    // yaml-cpp reports errors by exception: caught here, at the boundary.
-    try {
-      root = YAML::LoadFile(path);
-    } catch (const std::exception& e) {
-      return Usage(absl::StrCat(path, ": ", e.what()));
-    }
-    std::vector<YAML::Node> nodes;
-    if (root.IsMap() && root["groups"] && root["groups"].IsSequence()) {
-      for (const auto& g : root["groups"]) nodes.push_back(g);
-    } else if (root.IsMap() && root["group"]) {
-      nodes.push_back(root["group"]);
-    } else {
-      nodes.push_back(root);
-    }
-    std::vector<v1::Group> out;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      std::string json;
-      try {
-        EmitJson(nodes[i], "", &json);
-      } catch (const std::exception& e) {
-        return Usage(absl::StrCat(path, ": group ", i, ": ", e.what()));
-      }
-      v1::Group g;
-      google::protobuf::util::JsonParseOptions options;
-      auto status = google::protobuf::util::JsonStringToMessage(json, &g, options);
-      if (!status.ok()) {
-        return Usage(absl::StrCat(path, ": group ", i, ": ",
-                                  std::string(status.message())));
-      }
-      out.push_back(std::move(g));
-    }
-    return out;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return Usage(absl::StrCat(path, ": cannot open file"));
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<std::vector<v1::Group>> groups = yaml::GroupsFromText(text.str(), path);
+    if (!groups.ok()) return Usage(groups.status().message());
+    return groups;
   }
 
   int DeleteGroup(const std::vector<std::string>& a) {
@@ -734,7 +627,10 @@ class Ctl {
  public:
   const std::string& usage_error() const { return usage_error_; }
   bool SetTimeout(const std::string& text) {
-    return absl::ParseDuration(text, &timeout_) && timeout_ > absl::ZeroDuration();
+    absl::StatusOr<absl::Duration> d = ParseDurationText(text);
+    if (!d.ok()) return false;
+    timeout_ = *d;
+    return timeout_ > absl::ZeroDuration();
   }
 
  private:

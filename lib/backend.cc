@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/address.h"
+#include "lib/field_error.h"
+#include "lib/status_macros.h"
 
 namespace aside {
 
@@ -48,45 +50,45 @@ absl::Status ValidateGroupName(absl::string_view name) {
 
 absl::Status ValidateBackend(absl::string_view field, Backend& backend,
                              bool allow_hostname) {
+  const std::string address_field = JoinFieldPath(field, "address");
   absl::StatusOr<Address> address = ParseAddress(backend.address);
   if (!address.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".address: ", address.status().message()));
+    return InvalidField(address_field, address.status().message());
   }
   if (!allow_hostname && !address->is_ip()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".address: '", backend.address,
-        "' is a host name; static backends need an IP address (use dns "
-        "discovery for names)"));
+    return InvalidField(
+        address_field,
+        absl::StrCat("'", backend.address,
+                     "' is a host name; static backends need an IP address "
+                     "(use dns discovery for names)"));
   }
   backend.address = address->ToString();
-  if (backend.weight > kMaxWeight) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".weight: ", backend.weight, " out of range 0..", kMaxWeight));
-  }
+  ASIDE_RETURN_IF_ERROR(CheckInteger(JoinFieldPath(field, "weight"),
+                                     backend.weight, {0, kMaxWeight}));
   for (const auto* part : {&backend.locality.region, &backend.locality.zone,
                            &backend.locality.subzone}) {
     if (part->size() > kMaxLocalityFieldBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".locality: a field is longer than ",
-                       kMaxLocalityFieldBytes, " bytes"));
+      return InvalidField(JoinFieldPath(field, "locality"),
+                          absl::StrCat("a field is longer than ",
+                                       kMaxLocalityFieldBytes, " bytes"));
     }
   }
+  const std::string metadata_field = JoinFieldPath(field, "metadata");
   if (backend.metadata.size() > kMaxMetadataEntries) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".metadata: ", backend.metadata.size(),
-                     " entries (at most ", kMaxMetadataEntries, ")"));
+    return InvalidField(metadata_field, absl::StrCat(backend.metadata.size(),
+                                                     " entries (at most ",
+                                                     kMaxMetadataEntries, ")"));
   }
   for (const auto& [key, value] : backend.metadata) {
     if (key.empty() || key.size() > kMaxMetadataKeyBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".metadata: key '", key, "' must be 1..",
-                       kMaxMetadataKeyBytes, " bytes"));
+      return InvalidField(metadata_field,
+                          absl::StrCat("key '", key, "' must be 1..",
+                                       kMaxMetadataKeyBytes, " bytes"));
     }
     if (value.size() > kMaxMetadataValueBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".metadata['", key, "']: value longer than ",
-                       kMaxMetadataValueBytes, " bytes"));
+      return InvalidField(
+          absl::StrCat(metadata_field, "['", key, "']"),
+          absl::StrCat("value longer than ", kMaxMetadataValueBytes, " bytes"));
     }
   }
   return absl::OkStatus();

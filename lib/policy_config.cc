@@ -5,33 +5,25 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/field_error.h"
 
 namespace aside {
 namespace {
 
 constexpr std::array<absl::string_view, kPolicyKindCount> kNames = {
-    "round_robin", "weighted_round_robin", "random",     "hash",
-    "ketama",      "maglev",               "p2c",        "least_time",
+    "round_robin", "weighted_round_robin",
+    "random",      "hash",
+    "ketama",      "maglev",
+    "p2c",         "least_time",
     "sticky",      "locality"};
-
-absl::Status DurationIn(absl::string_view field, absl::Duration value,
-                        absl::Duration low, absl::Duration high) {
-  if (value < low || value > high) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", absl::FormatDuration(value),
-                     " out of range ", absl::FormatDuration(low), "..",
-                     absl::FormatDuration(high)));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status FractionIn(absl::string_view field, double value, double low,
                         double high, bool low_open) {
   if (!std::isfinite(value) || value > high || value < low ||
       (low_open && value == low)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", value, " out of range ", low_open ? "(" : "[", low, ", ",
-        high, "]"));
+    return InvalidField(
+        field, absl::StrCat(value, " out of range ", low_open ? "(" : "[", low,
+                            ", ", high, "]"));
   }
   return absl::OkStatus();
 }
@@ -113,37 +105,30 @@ absl::Status ValidatePolicy(absl::string_view field,
     case PolicyKind::kHash:
       break;
     case PolicyKind::kKetama:
-      if (config.ketama.points_per_weight < 1 ||
-          config.ketama.points_per_weight > 1000) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(prefix, ".points_per_weight: ",
-                         config.ketama.points_per_weight,
-                         " out of range 1..1000"));
-      }
-      break;
+      return CheckInteger(absl::StrCat(prefix, ".points_per_weight"),
+                          config.ketama.points_per_weight,
+                          kKetamaPointsPerWeight);
     case PolicyKind::kMaglev:
-      if (config.maglev.table_size < 101 ||
-          config.maglev.table_size > 5000011) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(prefix, ".table_size: ", config.maglev.table_size,
-                         " out of range 101..5000011"));
+      if (absl::Status s =
+              CheckInteger(absl::StrCat(prefix, ".table_size"),
+                           config.maglev.table_size, kMaglevTableSize);
+          !s.ok()) {
+        return s;
       }
       if (!IsPrime(config.maglev.table_size)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(prefix, ".table_size: ", config.maglev.table_size,
-                         " is not a prime"));
+        return InvalidField(
+            absl::StrCat(prefix, ".table_size"),
+            absl::StrCat(config.maglev.table_size, " is not a prime"));
       }
       break;
     case PolicyKind::kP2c: {
-      absl::Status s = DurationIn(absl::StrCat(prefix, ".decay"),
-                                  config.p2c.decay, absl::Milliseconds(1),
-                                  absl::Hours(1));
+      absl::Status s = CheckDuration(absl::StrCat(prefix, ".decay"),
+                                     config.p2c.decay, kP2cDecay);
       if (!s.ok()) {
         return s;
       }
-      s = DurationIn(absl::StrCat(prefix, ".default_rtt"),
-                     config.p2c.default_rtt, absl::Microseconds(1),
-                     absl::Minutes(1));
+      s = CheckDuration(absl::StrCat(prefix, ".default_rtt"),
+                        config.p2c.default_rtt, kDefaultLatency);
       if (!s.ok()) {
         return s;
       }
@@ -155,9 +140,8 @@ absl::Status ValidatePolicy(absl::string_view field,
       if (!s.ok()) {
         return s;
       }
-      s = DurationIn(absl::StrCat(prefix, ".default_latency"),
-                     config.least_time.default_latency, absl::Microseconds(1),
-                     absl::Minutes(1));
+      s = CheckDuration(absl::StrCat(prefix, ".default_latency"),
+                        config.least_time.default_latency, kDefaultLatency);
       if (!s.ok()) {
         return s;
       }
@@ -166,31 +150,29 @@ absl::Status ValidatePolicy(absl::string_view field,
     case PolicyKind::kSticky:
     case PolicyKind::kLocality: {
       if (config.kind == PolicyKind::kSticky) {
-        absl::Status s = DurationIn(absl::StrCat(prefix, ".ttl"),
-                                    config.sticky.ttl, absl::Seconds(1),
-                                    absl::Hours(24 * 30));
+        absl::Status s = CheckDuration(absl::StrCat(prefix, ".ttl"),
+                                       config.sticky.ttl, kStickyTtl);
         if (!s.ok()) {
           return s;
         }
       } else {
         const LocalityParams& p = config.locality;
-        for (auto [name, value, low, high] :
-             {std::tuple{"weight_expiration_period",
-                         p.weight_expiration_period, absl::Seconds(1),
-                         absl::Hours(24)},
+        for (auto [name, value, range] :
+             {std::tuple{"weight_expiration_period", p.weight_expiration_period,
+                         kLocalityWeightExpiration},
               std::tuple{"update_period", p.update_period,
-                         absl::Milliseconds(100), absl::Minutes(10)},
+                         kLocalityUpdatePeriod},
               std::tuple{"smoothing_time_constant", p.smoothing_time_constant,
-                         absl::Milliseconds(100), absl::Hours(1)}}) {
+                         kLocalitySmoothing}}) {
           absl::Status s =
-              DurationIn(absl::StrCat(prefix, ".", name), value, low, high);
+              CheckDuration(absl::StrCat(prefix, ".", name), value, range);
           if (!s.ok()) {
             return s;
           }
         }
-        absl::Status s = FractionIn(
-            absl::StrCat(prefix, ".utilization_variance_threshold"),
-            p.utilization_variance_threshold, 0, 1, false);
+        absl::Status s =
+            FractionIn(absl::StrCat(prefix, ".utilization_variance_threshold"),
+                       p.utilization_variance_threshold, 0, 1, false);
         if (!s.ok()) {
           return s;
         }
@@ -205,9 +187,9 @@ absl::Status ValidatePolicy(absl::string_view field,
       if (config.child) {
         if (config.child->kind == PolicyKind::kSticky ||
             config.child->kind == PolicyKind::kLocality) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              prefix, ".", child_name, ": policy '", config.child->name(),
-              "' cannot be nested"));
+          return InvalidField(absl::StrCat(prefix, ".", child_name),
+                              absl::StrCat("policy '", config.child->name(),
+                                           "' cannot be nested"));
         }
         return ValidatePolicy(absl::StrCat(prefix, ".", child_name),
                               *config.child);
@@ -215,8 +197,7 @@ absl::Status ValidatePolicy(absl::string_view field,
       break;
     }
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": invalid policy kind"));
+      return InvalidField(field, "invalid policy kind");
   }
   return absl::OkStatus();
 }

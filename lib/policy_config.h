@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/field_error.h"
 
 namespace aside {
 
@@ -107,9 +108,27 @@ struct PolicyConfig {
   friend bool operator==(const PolicyConfig& a, const PolicyConfig& b);
 };
 
+// The ranges ValidatePolicy enforces (the only place they are checked).
+inline constexpr Range<uint64_t> kKetamaPointsPerWeight{1, 1000};
+inline constexpr Range<uint64_t> kMaglevTableSize{101, 5000011};
+inline constexpr Range<absl::Duration> kP2cDecay{absl::Milliseconds(1),
+                                                 absl::Hours(1)};
+// p2c default_rtt and least_time default_latency.
+inline constexpr Range<absl::Duration> kDefaultLatency{absl::Microseconds(1),
+                                                       absl::Minutes(1)};
+inline constexpr Range<absl::Duration> kStickyTtl{absl::Seconds(1),
+                                                  absl::Hours(24 * 30)};
+inline constexpr Range<absl::Duration> kLocalityWeightExpiration{
+    absl::Seconds(1), absl::Hours(24)};
+inline constexpr Range<absl::Duration> kLocalityUpdatePeriod{
+    absl::Milliseconds(100), absl::Minutes(10)};
+inline constexpr Range<absl::Duration> kLocalitySmoothing{
+    absl::Milliseconds(100), absl::Hours(1)};
+
 // Checks every parameter of `config.kind` (and of its child). Errors are
 // InvalidArgument and start with `field`, e.g.
-// "policy.ketama.points_per_weight: 0 out of range 1..1000".
+// "policy.ketama.points_per_weight: 0 out of range 1..1000", with the field
+// path carried as data (lib/field_error.h).
 absl::Status ValidatePolicy(absl::string_view field,
                             const PolicyConfig& config);
 

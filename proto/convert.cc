@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "lib/field_error.h"
 #include "lib/status_macros.h"
 
 namespace aside {
@@ -48,8 +49,7 @@ absl::StatusOr<absl::Duration> FromProto(
     absl::string_view field, const google::protobuf::Duration& pb) {
   if (pb.seconds() < 0 || pb.nanos() < 0 || pb.nanos() > 999999999 ||
       pb.seconds() > int64_t{315576000000}) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": invalid or negative duration"));
+    return InvalidField(field, "invalid or negative duration");
   }
   return absl::Seconds(pb.seconds()) + absl::Nanoseconds(pb.nanos());
 }
@@ -60,9 +60,6 @@ void ToProto(absl::Duration d, google::protobuf::Duration* pb) {
   pb->set_nanos(static_cast<int32_t>(nanos % 1000000000));
 }
 
-namespace {
-
-// Reads an optional duration field: unset keeps the default.
 absl::Status ReadDuration(absl::string_view field, bool has,
                           const google::protobuf::Duration& pb,
                           absl::Duration* out) {
@@ -73,14 +70,15 @@ absl::Status ReadDuration(absl::string_view field, bool has,
   return absl::OkStatus();
 }
 
+namespace {
+
 absl::Status ReadFraction(absl::string_view field, bool has, double value,
                           double* out) {
   if (!has) {
     return absl::OkStatus();
   }
   if (!std::isfinite(value)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": not a finite number"));
+    return InvalidField(field, "not a finite number");
   }
   *out = value;
   return absl::OkStatus();
@@ -140,8 +138,9 @@ absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
           c.p2c.load = P2cParams::Load::kPeakEwma;
           break;
         default:
-          return absl::InvalidArgumentError(absl::StrCat(
-              field, ".p2c.load: unknown value ", static_cast<int>(p.load())));
+          return InvalidField(
+              absl::StrCat(field, ".p2c.load"),
+              absl::StrCat("unknown value ", static_cast<int>(p.load())));
       }
       ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(field, ".p2c.decay"),
                                          p.has_decay(), p.decay(),
@@ -164,9 +163,9 @@ absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
           c.least_time.metric = LeastTimeParams::Metric::kFirstByte;
           break;
         default:
-          return absl::InvalidArgumentError(
-              absl::StrCat(field, ".least_time.metric: unknown value ",
-                           static_cast<int>(p.metric())));
+          return InvalidField(
+              absl::StrCat(field, ".least_time.metric"),
+              absl::StrCat("unknown value ", static_cast<int>(p.metric())));
       }
       ASIDE_RETURN_IF_ERROR(ReadFraction(absl::StrCat(field, ".least_time.alpha"),
                                          p.has_alpha(), p.alpha(),
@@ -214,8 +213,7 @@ absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
       break;
     }
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": unknown policy"));
+      return InvalidField(field, "unknown policy");
   }
   ASIDE_RETURN_IF_ERROR(ValidatePolicy(field, c));
   return c;

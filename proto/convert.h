@@ -26,7 +26,8 @@ absl::StatusOr<Backend> FromProto(absl::string_view field,
 void ToProto(const Backend& backend, v1::Backend* pb);
 
 // Converts and validates a policy; an unset Policy means round_robin.
-// Errors name the field, e.g. "policy.maglev.table_size: ...".
+// Errors name the field, in the message and as data (lib/field_error.h),
+// e.g. "policy.maglev.table_size: ...".
 absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
                                        const v1::Policy& pb);
 void ToProto(const PolicyConfig& policy, v1::Policy* pb);
@@ -36,6 +37,11 @@ void ToProto(const PolicyConfig& policy, v1::Policy* pb);
 absl::StatusOr<absl::Duration> FromProto(absl::string_view field,
                                          const google::protobuf::Duration& pb);
 void ToProto(absl::Duration d, google::protobuf::Duration* pb);
+// Reads an optional duration field into `out` when `has`; unset keeps the
+// default already in `out`.
+absl::Status ReadDuration(absl::string_view field, bool has,
+                          const google::protobuf::Duration& pb,
+                          absl::Duration* out);
 
 v1::HealthState ToProto(HealthState state);
 

@@ -1,43 +1,11 @@
 #include "server/admin_convert.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
+#include "lib/field_error.h"
 #include "lib/status_macros.h"
 #include "proto/convert.h"
 
 namespace aside::server {
-namespace {
-
-// Re-prefixes an error from a validator that names fields relative to the
-// group ("backends[2].weight: ...") with `field` ("group.").
-absl::Status Prefixed(absl::string_view field, const absl::Status& s) {
-  if (s.ok()) {
-    return s;
-  }
-  return absl::Status(s.code(), absl::StrCat(field, ".", s.message()));
-}
-
-absl::Status ReadDuration(absl::string_view field, bool has,
-                          const google::protobuf::Duration& pb,
-                          absl::Duration* out) {
-  if (!has) {
-    return absl::OkStatus();
-  }
-  ASIDE_ASSIGN_OR_RETURN(*out, FromProto(field, pb));
-  return absl::OkStatus();
-}
-
-absl::Status FiniteIn(absl::string_view field, double value, double low,
-                      double high) {
-  if (!std::isfinite(value) || value < low || value > high) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", value, " out of range ", low, "..", high));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<HealthCheckSpec> HealthCheckFromProto(
     absl::string_view field, const v1::HealthCheck& pb) {
@@ -57,18 +25,17 @@ absl::StatusOr<HealthCheckSpec> HealthCheckFromProto(
       spec.kind = HealthCheckSpec::Kind::kNone;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".kind: unknown value ", static_cast<int>(pb.kind())));
+      return InvalidField(
+          JoinFieldPath(field, "kind"),
+          absl::StrCat("unknown value ", static_cast<int>(pb.kind())));
   }
-  ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(field, ".interval"),
+  ASIDE_RETURN_IF_ERROR(ReadDuration(JoinFieldPath(field, "interval"),
                                      pb.has_interval(), pb.interval(),
                                      &spec.interval));
-  ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(field, ".timeout"),
+  ASIDE_RETURN_IF_ERROR(ReadDuration(JoinFieldPath(field, "timeout"),
                                      pb.has_timeout(), pb.timeout(),
                                      &spec.timeout));
   if (pb.has_jitter()) {
-    ASIDE_RETURN_IF_ERROR(
-        FiniteIn(absl::StrCat(field, ".jitter"), pb.jitter(), 0, 0.5));
     spec.jitter = pb.jitter();
   }
   if (pb.has_rise()) {
@@ -81,8 +48,8 @@ absl::StatusOr<HealthCheckSpec> HealthCheckFromProto(
   spec.port = pb.port();
   if (pb.has_http()) {
     if (spec.kind != HealthCheckSpec::Kind::kHttp) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".http: only allowed with kind HTTP"));
+      return InvalidField(JoinFieldPath(field, "http"),
+                          "only allowed with kind HTTP");
     }
     if (!pb.http().path().empty()) {
       spec.http_path = pb.http().path();
@@ -100,13 +67,12 @@ absl::StatusOr<HealthCheckSpec> HealthCheckFromProto(
   }
   if (pb.has_grpc()) {
     if (spec.kind != HealthCheckSpec::Kind::kGrpc) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".grpc: only allowed with kind GRPC"));
+      return InvalidField(JoinFieldPath(field, "grpc"),
+                          "only allowed with kind GRPC");
     }
     spec.grpc_service = pb.grpc().service();
     spec.grpc_authority = pb.grpc().authority();
   }
-  ASIDE_RETURN_IF_ERROR(ValidateHealthCheck(field, spec));
   return spec;
 }
 
@@ -149,61 +115,47 @@ void HealthCheckToProto(const HealthCheckSpec& spec, v1::HealthCheck* pb) {
   }
 }
 
-absl::StatusOr<GroupSpec> GroupSpecFromProto(absl::string_view field,
-                                             const v1::Group& pb) {
+namespace {
+
+// The conversion alone (types, enum values, presence); every range and
+// cross-field rule is ValidateGroupSpec's. Field paths are relative to the
+// group.
+absl::StatusOr<GroupSpec> ConvertGroup(const v1::Group& pb) {
   GroupSpec spec;
   spec.name = pb.name();
-  if (absl::Status s = ValidateGroupName(spec.name); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".name: ", s.message()));
-  }
   if (pb.has_policy()) {
-    ASIDE_ASSIGN_OR_RETURN(spec.policy,
-                           FromProto(absl::StrCat(field, ".policy"), pb.policy()));
+    ASIDE_ASSIGN_OR_RETURN(spec.policy, FromProto("policy", pb.policy()));
   }
-  if (static_cast<size_t>(pb.backends_size()) > kMaxBackendsPerGroup) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(field, ".backends: ", pb.backends_size(),
-                     " backends (at most ", kMaxBackendsPerGroup, ")"));
-  }
+  spec.backends.reserve(static_cast<size_t>(pb.backends_size()));
   for (int i = 0; i < pb.backends_size(); ++i) {
     ASIDE_ASSIGN_OR_RETURN(
-        Backend b, FromProto(absl::StrCat(field, ".backends[", i, "]"),
-                             pb.backends(i), /*allow_hostname=*/false));
+        Backend b, FromProto(absl::StrCat("backends[", i, "]"), pb.backends(i),
+                             /*allow_hostname=*/false));
     spec.backends.push_back(std::move(b));
   }
   if (pb.has_health_check()) {
     ASIDE_ASSIGN_OR_RETURN(
         spec.health_check,
-        HealthCheckFromProto(absl::StrCat(field, ".health_check"),
-                             pb.health_check()));
+        HealthCheckFromProto("health_check", pb.health_check()));
   }
   if (pb.has_panic_threshold()) {
-    ASIDE_RETURN_IF_ERROR(FiniteIn(absl::StrCat(field, ".panic_threshold"),
-                                   pb.panic_threshold(), 0, 100));
     spec.panic_threshold = pb.panic_threshold();
   }
-  ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(field, ".slow_start"),
-                                     pb.has_slow_start(), pb.slow_start(),
-                                     &spec.slow_start));
+  ASIDE_RETURN_IF_ERROR(ReadDuration("slow_start", pb.has_slow_start(),
+                                     pb.slow_start(), &spec.slow_start));
   if (pb.has_outlier_detection()) {
     const v1::OutlierDetection& o = pb.outlier_detection();
-    const std::string of = absl::StrCat(field, ".outlier_detection");
     spec.outlier.enabled = o.enabled();
     if (o.has_consecutive_failures()) {
       spec.outlier.consecutive_failures = o.consecutive_failures();
     }
-    ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(of, ".base_ejection_time"),
-                                       o.has_base_ejection_time(),
-                                       o.base_ejection_time(),
-                                       &spec.outlier.base_ejection_time));
-    ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(of, ".max_ejection_time"),
-                                       o.has_max_ejection_time(),
-                                       o.max_ejection_time(),
-                                       &spec.outlier.max_ejection_time));
+    ASIDE_RETURN_IF_ERROR(ReadDuration(
+        "outlier_detection.base_ejection_time", o.has_base_ejection_time(),
+        o.base_ejection_time(), &spec.outlier.base_ejection_time));
+    ASIDE_RETURN_IF_ERROR(ReadDuration(
+        "outlier_detection.max_ejection_time", o.has_max_ejection_time(),
+        o.max_ejection_time(), &spec.outlier.max_ejection_time));
     if (o.has_max_ejection_percent()) {
-      ASIDE_RETURN_IF_ERROR(FiniteIn(absl::StrCat(of, ".max_ejection_percent"),
-                                     o.max_ejection_percent(), 0, 100));
       spec.outlier.max_ejection_percent = o.max_ejection_percent();
     }
   }
@@ -213,9 +165,8 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(absl::string_view field,
     dns.name = d.name();
     dns.port = d.port();
     dns.srv = d.srv();
-    ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(field, ".dns.interval"),
-                                       d.has_interval(), d.interval(),
-                                       &dns.interval));
+    ASIDE_RETURN_IF_ERROR(ReadDuration("dns.interval", d.has_interval(),
+                                       d.interval(), &dns.interval));
     if (d.has_weight()) {
       dns.weight = d.weight();
     }
@@ -227,11 +178,21 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(absl::string_view field,
   }
   if (pb.has_grpclb()) {
     spec.grpclb.drop_in_panic_percent = pb.grpclb().drop_in_panic_percent();
-    spec.grpclb.max_requests_per_second =
-        pb.grpclb().max_requests_per_second();
+    spec.grpclb.max_requests_per_second = pb.grpclb().max_requests_per_second();
   }
   spec.source = GroupSource::kStore;
-  ASIDE_RETURN_IF_ERROR(Prefixed(field, ValidateGroupSpec(spec)));
+  ASIDE_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<GroupSpec> GroupSpecFromProto(absl::string_view field,
+                                             const v1::Group& pb) {
+  absl::StatusOr<GroupSpec> spec = ConvertGroup(pb);
+  if (!spec.ok()) {
+    return PrefixFieldPath(field, spec.status());
+  }
   return spec;
 }
 

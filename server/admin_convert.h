@@ -8,19 +8,23 @@
 #include "absl/strings/string_view.h"
 #include "aside/v1/admin.pb.h"
 #include "lib/table.h"
-#include "server/group_spec.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server {
 
-// Converts and validates a group definition (output-only fields ignored).
-// Errors are InvalidArgument naming the field under `field`, e.g.
-// "group.backends[2].weight: 20000 out of range 0..10000".
+// Converts a group definition (output-only fields ignored) and validates it
+// with ValidateGroupSpec. Errors name the field under `field` in the message
+// and as data (lib/field_error.h), e.g. "group.backends[2].weight: 20000 out
+// of range 0..10000"; an empty `field` leaves paths relative to the group.
+// The conversion checks only types and enum values: every range is the
+// schema's.
 absl::StatusOr<GroupSpec> GroupSpecFromProto(absl::string_view field,
                                              const v1::Group& pb);
 
 // The definition fields of a group (what the store persists).
 void GroupSpecToProto(const GroupSpec& spec, v1::Group* pb);
 
+// Converts a health check (not validated: ValidateHealthCheck does that).
 absl::StatusOr<HealthCheckSpec> HealthCheckFromProto(absl::string_view field,
                                                      const v1::HealthCheck& pb);
 void HealthCheckToProto(const HealthCheckSpec& spec, v1::HealthCheck* pb);

@@ -4,6 +4,12 @@
 //   aside.yaml:12:15: groups[0].backends[1].weight: 20000 out of range
 //   0..10000
 // and loading fails before anything binds a port. Unknown keys are errors.
+//
+// Groups go YAML -> aside.v1.Group (the shorthand converter shared with
+// asidectl, proto/yaml/group_yaml.h) -> GroupSpec (GroupSpecFromProto, the
+// Admin API's path) -> ValidateGroupSpec; a validation error's field path
+// is mapped back to the line that wrote the field. Durations are read with
+// lib/duration.h's ParseDurationText.
 #ifndef ASIDE_SERVER_CONFIG_H_
 #define ASIDE_SERVER_CONFIG_H_
 
@@ -14,7 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/group_spec.h"
+#include "lib/duration.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server {
 
@@ -89,9 +96,6 @@ absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path);
 // Same, from text; `file` names it in errors.
 absl::StatusOr<ServerConfig> ParseConfig(absl::string_view text,
                                          const std::string& file);
-
-// Parses a duration written like "500ms", "5s", "1m", "1h30m".
-absl::StatusOr<absl::Duration> ParseDurationText(absl::string_view text);
 
 }  // namespace aside::server
 

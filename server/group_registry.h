@@ -23,7 +23,7 @@
 #include "lib/load/load_tracker.h"
 #include "lib/snapshot_cell.h"
 #include "lib/table.h"
-#include "server/group_spec.h"
+#include "server/schema/group_spec.h"
 #include "server/metrics.h"
 #include "server/health/health_registry.h"
 #include "server/health/outlier_detector.h"

@@ -19,16 +19,6 @@ namespace {
 // The longest the loop sleeps when nothing is due (it is woken for every
 // change anyway).
 constexpr absl::Duration kMaxSleep = absl::Minutes(1);
-constexpr absl::Duration kMaxInterval = absl::Hours(1);
-
-bool HasControlOrSpace(absl::string_view s) {
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
-      return true;
-    }
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -73,31 +63,7 @@ absl::Duration JitteredInterval(absl::Duration interval, double jitter,
 
 absl::Status ValidateDnsWatch(const DnsSpec& spec,
                               absl::Duration min_interval) {
-  if (spec.name.empty() || spec.name.size() > 253 ||
-      HasControlOrSpace(spec.name)) {
-    return absl::InvalidArgumentError(
-        "dns.name: required, at most 253 bytes, no spaces");
-  }
-  if (!spec.srv && (spec.port < 1 || spec.port > 65535)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dns.port: ", spec.port,
-                     " out of range 1..65535 (required unless srv is true)"));
-  }
-  if (spec.srv && spec.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dns.port: ", spec.port, " out of range 0..65535"));
-  }
-  if (spec.interval < min_interval || spec.interval > kMaxInterval) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dns.interval: ", absl::FormatDuration(spec.interval),
-                     " out of range ", absl::FormatDuration(min_interval), "..",
-                     absl::FormatDuration(kMaxInterval)));
-  }
-  if (spec.weight > kMaxWeight) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dns.weight: ", spec.weight, " out of range 0..", kMaxWeight));
-  }
-  return absl::OkStatus();
+  return ValidateDns("dns", spec, min_interval);
 }
 
 absl::StatusOr<std::unique_ptr<DnsDiscovery>> DnsDiscovery::Create(

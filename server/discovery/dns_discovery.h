@@ -47,7 +47,7 @@
 #include "lib/clock.h"
 #include "lib/random.h"
 #include "server/discovery/dns_resolver.h"
-#include "server/group_spec.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server {
 
@@ -212,8 +212,9 @@ class DnsDiscovery {
 absl::Duration JitteredInterval(absl::Duration interval, double jitter,
                                 double u);
 
-// Checks a DnsSpec for Watch: ValidateDns's rules, with the interval bounded
-// by [min_interval, 1h]. Errors start with "dns.".
+// Checks a DnsSpec for Watch: the schema's ValidateDns under "dns", with this
+// discovery's own floor of the interval (options.min_interval) instead of
+// the group floor.
 absl::Status ValidateDnsWatch(const DnsSpec& spec, absl::Duration min_interval);
 
 }  // namespace aside::server

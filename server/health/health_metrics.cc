@@ -14,18 +14,6 @@ constexpr HealthState kStates[] = {HealthState::kUnknown,
                                    HealthState::kHealthy,
                                    HealthState::kUnhealthy};
 
-std::string StateLabel(HealthState state) {
-  switch (state) {
-    case HealthState::kUnknown:
-      return "unknown";
-    case HealthState::kHealthy:
-      return "healthy";
-    case HealthState::kUnhealthy:
-      return "unhealthy";
-  }
-  return "invalid";
-}
-
 }  // namespace
 
 HealthMetrics::HealthMetrics(prometheus::Registry& registry) {
@@ -50,7 +38,7 @@ HealthMetrics::HealthMetrics(prometheus::Registry& registry) {
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
       0.1,    0.25,  0.5,    1,     2.5,  5,     10};
   for (HealthCheckSpec::Kind kind : kProbedKinds) {
-    const std::string name(ProbeKindName(kind));
+    const std::string name(HealthCheckKindName(kind));
     probes_[Index(kind)][0] =
         &probes.Add({{"kind", name}, {"result", "failure"}});
     probes_[Index(kind)][1] =
@@ -58,10 +46,11 @@ HealthMetrics::HealthMetrics(prometheus::Registry& registry) {
     durations_[Index(kind)] = &durations.Add({{"kind", name}}, buckets);
   }
   for (HealthState state : kStates) {
-    targets_[Index(state)] = &targets.Add({{"state", StateLabel(state)}});
+    targets_[Index(state)] =
+        &targets.Add({{"state", std::string(HealthStateName(state))}});
     if (state != HealthState::kUnknown) {
       transitions_[Index(state)] =
-          &transitions.Add({{"to", StateLabel(state)}});
+          &transitions.Add({{"to", std::string(HealthStateName(state))}});
     }
   }
 }

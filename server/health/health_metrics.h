@@ -28,7 +28,7 @@
 #include <array>
 
 #include "lib/backend.h"
-#include "server/group_spec.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server {
 

@@ -18,56 +18,17 @@ namespace aside::server {
 namespace health_internal {
 namespace {
 
-// Checks what would break the prober; the full validation (ranges, paths,
-// status ranges) is ValidateHealthCheck's, run when a group is accepted.
+// Checks what would break the prober with the schema's ValidateProbeSpec;
+// the group-level rules (ValidateHealthCheck) were applied when the group was
+// accepted.
 absl::Status CheckProbeSpec(absl::string_view address,
                             const HealthCheckSpec& spec) {
-  auto error = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("health target ", address, ": ", what));
-  };
-  switch (spec.kind) {
-    case HealthCheckSpec::Kind::kTcp:
-    case HealthCheckSpec::Kind::kHttp:
-    case HealthCheckSpec::Kind::kGrpc:
-    case HealthCheckSpec::Kind::kNone:
-      break;
-    default:
-      return error("unknown health-check kind");
+  absl::Status s = ValidateProbeSpec("health_check", spec);
+  if (!s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("health target ", address, ": ", s.message()));
   }
-  if (spec.kind == HealthCheckSpec::Kind::kNone) {
-    return absl::OkStatus();
-  }
-  if (spec.interval < absl::Milliseconds(1)) {
-    return error("interval must be at least 1ms");
-  }
-  if (spec.timeout < absl::Milliseconds(1)) {
-    return error("timeout must be at least 1ms");
-  }
-  if (!(spec.jitter >= 0 && spec.jitter <= 0.5)) {
-    return error("jitter must be within 0..0.5");
-  }
-  if (spec.rise < 1 || spec.fall < 1) {
-    return error("rise and fall must be at least 1");
-  }
-  if (spec.port > 65535) {
-    return error("port out of range 0..65535");
-  }
-  if (spec.kind == HealthCheckSpec::Kind::kHttp) {
-    if (spec.http_path.empty() || spec.http_path.front() != '/') {
-      return error("http path must start with '/'");
-    }
-    for (char c : spec.http_path + spec.http_host) {
-      if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
-        return error("http path and host must hold no spaces or control "
-                     "characters");
-      }
-    }
-    if (spec.http_expected_statuses.empty() || spec.http_body_limit == 0) {
-      return error("http needs expected statuses and a body limit");
-    }
-  }
-  return absl::OkStatus();
+  return s;
 }
 
 }  // namespace

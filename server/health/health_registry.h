@@ -44,7 +44,7 @@
 #include "absl/time/time.h"
 #include "lib/backend.h"
 #include "lib/clock.h"
-#include "server/group_spec.h"
+#include "server/schema/group_spec.h"
 #include "server/health/health_metrics.h"
 #include "server/health/health_state.h"
 

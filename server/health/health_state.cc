@@ -36,18 +36,4 @@ bool ApplyProbeResult(uint32_t rise, uint32_t fall, bool success,
   return counters.state != before;
 }
 
-absl::string_view ProbeKindName(HealthCheckSpec::Kind kind) {
-  switch (kind) {
-    case HealthCheckSpec::Kind::kTcp:
-      return "tcp";
-    case HealthCheckSpec::Kind::kHttp:
-      return "http";
-    case HealthCheckSpec::Kind::kGrpc:
-      return "grpc";
-    case HealthCheckSpec::Kind::kNone:
-      return "none";
-  }
-  return "invalid";
-}
-
 }  // namespace aside::server

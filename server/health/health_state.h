@@ -19,7 +19,7 @@
 
 #include "absl/strings/string_view.h"
 #include "lib/backend.h"
-#include "server/group_spec.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server {
 
@@ -42,10 +42,6 @@ inline bool HealthReady(HealthState state, bool require_first_probe) {
   return state == HealthState::kHealthy ||
          (state == HealthState::kUnknown && !require_first_probe);
 }
-
-// "tcp", "http", "grpc", "none" (the registry's own copy, so that this
-// library does not link the rest of server/).
-absl::string_view ProbeKindName(HealthCheckSpec::Kind kind);
 
 }  // namespace aside::server
 

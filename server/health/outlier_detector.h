@@ -42,7 +42,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "lib/clock.h"
-#include "server/group_spec.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server {
 

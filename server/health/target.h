@@ -11,7 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "lib/backend.h"
-#include "server/group_spec.h"
+#include "server/schema/group_spec.h"
 #include "server/health/health_registry.h"
 #include "server/health/health_state.h"
 

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "server/group_spec.h"
+#include "server/schema/group_spec.h"
 #include "server/health/health_registry.h"
 
 namespace aside::testing {

@@ -140,8 +140,8 @@ TEST(ConfigTest, WrongTypes) {
 
 TEST(ConfigTest, BadAddressesAndPorts) {
   EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends: [10.0.0.1]\n"),
-              HasSubstr("groups[0].backends[0]: address '10.0.0.1': missing "
-                        "':port'"));
+              HasSubstr("aside.yaml:3:16: groups[0].backends[0].address: "
+                        "address '10.0.0.1': missing ':port'"));
   EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends: [10.0.0.1:99999]\n"),
               HasSubstr("out of range 1..65535"));
   EXPECT_THAT(ErrorOf("listen: nowhere\n"), HasSubstr("listen: address"));
@@ -150,11 +150,10 @@ TEST(ConfigTest, BadAddressesAndPorts) {
 }
 
 TEST(ConfigTest, DuplicateBackendsAndGroups) {
-  EXPECT_THAT(
-      ErrorOf("groups:\n  - name: web\n    backends: [10.0.0.1:80, "
-              "10.0.0.2:80, 10.0.0.1:80]\n"),
-      HasSubstr("groups[0].backends[2]: duplicate backend 10.0.0.1:80 (also "
-                "backends[0])"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends: [10.0.0.1:80, "
+                      "10.0.0.2:80, 10.0.0.1:80]\n"),
+              HasSubstr("aside.yaml:3:42: groups[0].backends[2].address: "
+                        "10.0.0.1:80 is listed twice (also backends[0])"));
   EXPECT_THAT(ErrorOf("groups:\n  - name: web\n  - name: web\n"),
               HasSubstr("aside.yaml:3:11: groups[1].name: duplicate group "
                         "'web' (also groups[0])"));
@@ -187,6 +186,59 @@ TEST(ConfigTest, CrossFieldErrorsPointAtTheField) {
   EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    health_check: {kind: "
                       "http, http: {path: \"/a\\r\\nb\"}}\n"),
               HasSubstr("health_check.http.path"));
+}
+
+TEST(ConfigTest, RangeErrorsOfTheValidatorPointAtTheirLine) {
+  // Ranges are the schema's (ValidateGroupSpec); the reader only checks
+  // that jitter is a number, and the error's field path leads back here.
+  EXPECT_THAT(ErrorOf(R"(groups:
+  - name: web
+    backends: [10.0.0.1:80]
+    health_check:
+      kind: tcp
+      jitter: 0.9
+)"),
+              HasSubstr("aside.yaml:6:15: groups[0].health_check.jitter: 0.9 "
+                        "out of range 0..0.5"));
+  EXPECT_THAT(ErrorOf(R"(groups:
+  - name: web
+  - name: api
+    policy:
+      name: ketama
+      points_per_weight: 0
+)"),
+              HasSubstr("aside.yaml:6:26: groups[1].policy.ketama."
+                        "points_per_weight: 0 out of range 1..1000"));
+  EXPECT_THAT(ErrorOf(R"(groups:
+  - name: web
+    policy: {name: sticky, fallback: {name: p2c, decay: 2h}}
+)"),
+              HasSubstr("aside.yaml:3:57: groups[0].policy.sticky.fallback."
+                        "p2c.decay: 2h out of range 1ms..1h"));
+  EXPECT_THAT(ErrorOf(R"(groups:
+  - name: web
+    health_check:
+      kind: http
+      http: {expected_statuses: ["200-299", 700]}
+)"),
+              HasSubstr("aside.yaml:5:45: groups[0].health_check.http."
+                        "expected_statuses[1]: 700-700 is not a range "
+                        "within 100..599"));
+}
+
+TEST(ConfigTest, OutlierSectionMeansEnabledUnlessSaidOtherwise) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig c, Parse(R"(
+groups:
+  - name: a
+    outlier_detection: {consecutive_failures: 7}
+  - name: b
+    outlier_detection: {enabled: false}
+  - name: c
+)"));
+  EXPECT_TRUE(c.groups[0].outlier.enabled);
+  EXPECT_EQ(c.groups[0].outlier.consecutive_failures, 7u);
+  EXPECT_FALSE(c.groups[1].outlier.enabled);
+  EXPECT_FALSE(c.groups[2].outlier.enabled);
 }
 
 TEST(ConfigTest, ListsEveryError) {

@@ -1,0 +1,177 @@
+#include "proto/yaml/yaml_reader.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "lib/duration.h"
+
+namespace aside::yaml {
+
+absl::StatusOr<YAML::Node> LoadYaml(absl::string_view text,
+                                    absl::string_view file) {
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
+  }
+}
+
+std::string JoinPath(absl::string_view path, absl::string_view key) {
+  return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+}
+
+std::string IndexPath(absl::string_view path, size_t index) {
+  return absl::StrCat(path, "[", index, "]");
+}
+
+absl::Status YamlReader::Status() const {
+  if (errors_.empty()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
+}
+
+void YamlReader::Error(const YAML::Node& node, absl::string_view path,
+                       absl::string_view message) {
+  ErrorAt(node.Mark(), path, message);
+}
+
+void YamlReader::ErrorAt(const YAML::Mark& mark, absl::string_view path,
+                         absl::string_view message) {
+  if (mark.is_null()) {
+    errors_.push_back(absl::StrCat(file_, ": ", path, ": ", message));
+    return;
+  }
+  errors_.push_back(absl::StrCat(file_, ":", mark.line + 1, ":",
+                                 mark.column + 1, ": ", path, ": ", message));
+}
+
+bool YamlReader::CheckMap(const YAML::Node& node, absl::string_view path,
+                          std::initializer_list<absl::string_view> allowed) {
+  if (!node.IsMap()) {
+    Error(node, path, "expected a mapping");
+    return false;
+  }
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) {
+      Error(kv.first, path, "keys must be strings");
+      continue;
+    }
+    const std::string& key = kv.first.Scalar();
+    const std::string key_path = JoinPath(path, key);
+    if (!seen.insert(key).second) {
+      Error(kv.first, key_path, "key given twice");
+      continue;
+    }
+    bool known = false;
+    for (absl::string_view a : allowed) {
+      known = known || a == key;
+    }
+    if (!known) {
+      Error(kv.first, key_path,
+            absl::StrCat("unknown key (allowed: ", absl::StrJoin(allowed, ", "),
+                         ")"));
+    }
+  }
+  return true;
+}
+
+bool YamlReader::GetString(const YAML::Node& node, absl::string_view path,
+                           std::string* out) {
+  if (!node.IsScalar()) {
+    Error(node, path, "expected a string");
+    return false;
+  }
+  *out = node.Scalar();
+  return true;
+}
+
+bool YamlReader::GetBool(const YAML::Node& node, absl::string_view path,
+                         bool* out) {
+  if (!node.IsScalar()) {
+    Error(node, path, "expected true or false");
+    return false;
+  }
+  const std::string& s = node.Scalar();
+  if (s == "true" || s == "yes" || s == "on") {
+    *out = true;
+  } else if (s == "false" || s == "no" || s == "off") {
+    *out = false;
+  } else {
+    Error(node, path, absl::StrCat("expected true or false, got '", s, "'"));
+    return false;
+  }
+  return true;
+}
+
+bool YamlReader::GetUint64(const YAML::Node& node, absl::string_view path,
+                           uint64_t* out) {
+  if (!node.IsScalar()) {
+    Error(node, path, "expected an integer");
+    return false;
+  }
+  const std::string& s = node.Scalar();
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) {
+    Error(node, path,
+          absl::StrCat("expected a non-negative integer, got '", s, "'"));
+    return false;
+  }
+  if (!absl::SimpleAtoi(s, out)) {
+    Error(node, path, absl::StrCat(s, " does not fit in 64 bits"));
+    return false;
+  }
+  return true;
+}
+
+bool YamlReader::GetUint32(const YAML::Node& node, absl::string_view path,
+                           uint32_t* out) {
+  uint64_t v = 0;
+  if (!GetUint64(node, path, &v)) {
+    return false;
+  }
+  if (v > std::numeric_limits<uint32_t>::max()) {
+    Error(node, path, absl::StrCat(v, " does not fit in 32 bits"));
+    return false;
+  }
+  *out = static_cast<uint32_t>(v);
+  return true;
+}
+
+bool YamlReader::GetDouble(const YAML::Node& node, absl::string_view path,
+                           double* out) {
+  if (!node.IsScalar()) {
+    Error(node, path, "expected a number");
+    return false;
+  }
+  double v = 0;
+  if (!absl::SimpleAtod(node.Scalar(), &v) || !std::isfinite(v)) {
+    Error(node, path,
+          absl::StrCat("expected a number, got '", node.Scalar(), "'"));
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool YamlReader::GetDuration(const YAML::Node& node, absl::string_view path,
+                             absl::Duration* out) {
+  if (!node.IsScalar()) {
+    Error(node, path, "expected a duration like 500ms, 5s or 1m");
+    return false;
+  }
+  absl::StatusOr<absl::Duration> d = ParseDurationText(node.Scalar());
+  if (!d.ok()) {
+    Error(node, path, d.status().message());
+    return false;
+  }
+  *out = *d;
+  return true;
+}
+
+}  // namespace aside::yaml

@@ -1,0 +1,203 @@
+// The group schema: the declared definition of a group (from the config file
+// or the Admin API) and its parts, their names, the ranges of every field and
+// the validators that enforce them.
+//
+// This is the one place that knows what a valid group is. Readers of the
+// config file and of aside.v1.Group check only types and syntax and leave
+// every range and cross-field rule to the validators below; the health
+// registry and DNS discovery validate what they are given with the same
+// functions. Errors are InvalidArgument (ResourceExhausted for the caps) and
+// carry the field path relative to the group, in the message and as data
+// (lib/field_error.h): "backends[2].weight: 20000 out of range 0..10000".
+//
+// Built as its own library (aside_schema) that depends on lib/ only, so that
+// aside_health, aside_discovery and aside_server_lib all link it.
+#ifndef ASIDE_SERVER_SCHEMA_GROUP_SPEC_H_
+#define ASIDE_SERVER_SCHEMA_GROUP_SPEC_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "lib/backend.h"
+#include "lib/field_error.h"
+#include "lib/policy_config.h"
+
+namespace aside::server {
+
+// --- Health checking ---------------------------------------------------------
+
+// An inclusive range of HTTP status codes.
+struct StatusRange {
+  uint32_t from = 200;
+  uint32_t to = 399;
+  friend bool operator==(const StatusRange&, const StatusRange&) = default;
+};
+
+// How the targets of a group are probed. Targets are (address, spec): two
+// groups with equal specs share the probes of a common address.
+struct HealthCheckSpec {
+  enum class Kind : uint8_t { kTcp, kHttp, kGrpc, kNone };
+  Kind kind = Kind::kTcp;
+  absl::Duration interval = absl::Seconds(5);
+  absl::Duration timeout = absl::Seconds(1);
+  double jitter = 0.05;  // fraction of the interval, kHealthJitter
+  uint32_t rise = 2;
+  uint32_t fall = 3;
+  bool require_first_probe = false;
+  uint32_t port = 0;  // 0: the backend's port
+  // http
+  std::string http_path = "/";
+  std::string http_host;  // empty: the address
+  std::vector<StatusRange> http_expected_statuses = {{200, 399}};
+  uint32_t http_body_limit = 64 * 1024;
+  // grpc
+  std::string grpc_service;
+  std::string grpc_authority;
+
+  friend bool operator==(const HealthCheckSpec&,
+                         const HealthCheckSpec&) = default;
+};
+
+// "tcp", "http", "grpc", "none" (config file keys, metric labels, logs).
+absl::string_view HealthCheckKindName(HealthCheckSpec::Kind kind);
+// The inverse of HealthCheckKindName.
+std::optional<HealthCheckSpec::Kind> HealthCheckKindFromName(
+    absl::string_view name);
+
+inline constexpr Range<absl::Duration> kHealthInterval{absl::Milliseconds(100),
+                                                       absl::Hours(1)};
+// The upper end is the interval.
+inline constexpr absl::Duration kHealthMinTimeout = absl::Milliseconds(1);
+inline constexpr Range<double> kHealthJitter{0, 0.5};
+inline constexpr Range<uint64_t> kHealthRiseFall{1, 100};
+inline constexpr Range<uint64_t> kPort{0, 65535};
+inline constexpr size_t kMaxHttpPathBytes = 2048;
+inline constexpr size_t kMaxHostBytes = 255;
+inline constexpr size_t kMaxGrpcServiceBytes = 1024;
+inline constexpr Range<uint64_t> kHttpStatus{100, 599};
+inline constexpr Range<uint64_t> kHttpBodyLimit{1024, 1024 * 1024};
+
+// Validates a health-check spec as a group declares it; errors start with
+// `field`. Interval kHealthInterval, timeout kHealthMinTimeout..interval,
+// then everything ValidateProbeSpec checks.
+absl::Status ValidateHealthCheck(absl::string_view field,
+                                 const HealthCheckSpec& spec);
+
+// What a prober needs of a spec, whoever declared it: a known kind (an
+// unknown one is "unknown health-check kind"), an interval and timeout of at
+// least kHealthMinTimeout (the group floor of the interval is not applied, so
+// that the registry can be driven faster than groups may ask), and every
+// other field within its range. A kNone spec is not probed and only needs a
+// known kind.
+absl::Status ValidateProbeSpec(absl::string_view field,
+                               const HealthCheckSpec& spec);
+
+// --- Passive outlier detection
+// -------------------------------------------------
+
+struct OutlierSpec {
+  bool enabled = false;
+  uint32_t consecutive_failures = 5;
+  absl::Duration base_ejection_time = absl::Seconds(30);
+  absl::Duration max_ejection_time = absl::Seconds(300);
+  double max_ejection_percent = 10;
+  friend bool operator==(const OutlierSpec&, const OutlierSpec&) = default;
+};
+
+inline constexpr Range<uint64_t> kOutlierConsecutiveFailures{1, 1000};
+inline constexpr Range<absl::Duration> kOutlierBaseEjection{absl::Seconds(1),
+                                                            absl::Hours(1)};
+// From base_ejection_time up to this.
+inline constexpr absl::Duration kOutlierMaxEjection = absl::Hours(24);
+inline constexpr Range<double> kPercent{0, 100};
+
+absl::Status ValidateOutlier(absl::string_view field, const OutlierSpec& spec);
+
+// --- DNS discovery of members ------------------------------------------------
+
+struct DnsSpec {
+  std::string name;
+  uint32_t port = 0;
+  bool srv = false;
+  absl::Duration interval = absl::Seconds(30);
+  uint32_t weight = kDefaultWeight;
+  Locality locality;
+  friend bool operator==(const DnsSpec&, const DnsSpec&) = default;
+};
+
+inline constexpr size_t kMaxDnsNameBytes = 253;
+inline constexpr Range<absl::Duration> kDnsInterval{absl::Seconds(1),
+                                                    absl::Hours(1)};
+
+// Validates a DNS source. `min_interval` is the floor of the interval:
+// groups use kDnsInterval.min; a DnsDiscovery configured with a lower
+// minimum (tests, tuned deployments) passes its own.
+absl::Status ValidateDns(absl::string_view field, const DnsSpec& spec,
+                         absl::Duration min_interval = kDnsInterval.min);
+
+// --- grpclb
+// ----------------------------------------------------------------------
+
+// How grpclb (stock gRPC clients) sees the group.
+struct GrpclbSpec {
+  // While the group is in panic, this percentage of calls is dropped by the
+  // clients (0 disables), kGrpclbDropInPanic.
+  double drop_in_panic_percent = 0;
+  // When the fleet-wide rate reported for the group exceeds this, clients
+  // drop the excess (0 disables).
+  double max_requests_per_second = 0;
+  friend bool operator==(const GrpclbSpec&, const GrpclbSpec&) = default;
+};
+
+inline constexpr Range<double> kGrpclbDropInPanic{0, 90};
+inline constexpr Range<double> kGrpclbMaxRequestsPerSecond{0, 1e9};
+
+// --- The group
+// ---------------------------------------------------------------------
+
+enum class GroupSource : uint8_t { kFile, kStore };
+
+struct GroupSpec {
+  std::string name;
+  PolicyConfig policy;
+  std::vector<Backend> backends;
+  HealthCheckSpec health_check;
+  double panic_threshold = 50;  // percent; 0 disables
+  absl::Duration slow_start = absl::ZeroDuration();
+  OutlierSpec outlier;
+  std::optional<DnsSpec> dns;
+  std::vector<std::string> aliases;
+  GrpclbSpec grpclb;
+
+  GroupSource source = GroupSource::kFile;
+  // The config file that declares it (source kFile).
+  std::string file;
+
+  friend bool operator==(const GroupSpec&, const GroupSpec&) = default;
+};
+
+// Caps that keep one group or the server bounded.
+inline constexpr size_t kMaxBackendsPerGroup = 10000;
+inline constexpr size_t kMaxAliases = 32;
+inline constexpr size_t kMaxAliasBytes = 253;
+inline constexpr uint64_t kMaxWeightSum = 0xffffffffULL;
+inline constexpr Range<absl::Duration> kSlowStart{absl::ZeroDuration(),
+                                                  absl::Hours(1)};
+
+// Validates a whole group (name, policy, backends, unique addresses, weight
+// sum, health check, panic threshold, slow start, outlier, dns, aliases,
+// grpclb) and canonicalises backend addresses in place. Field paths are
+// relative to the group: "backends[2].weight", "policy.maglev.table_size".
+absl::Status ValidateGroupSpec(GroupSpec& spec);
+
+// True when `s` holds a space, a control character (CR, LF, ...) or DEL.
+bool HasControlOrSpace(absl::string_view s);
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_SCHEMA_GROUP_SPEC_H_

@@ -1,0 +1,273 @@
+#include "server/server_settings.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "lib/address.h"
+
+namespace aside::server {
+namespace {
+
+using yaml::JoinPath;
+using yaml::YamlReader;
+
+// An integer setting within [low, high].
+template <typename T>
+bool GetUintIn(YamlReader& r, const YAML::Node& node, const std::string& path,
+               uint64_t low, uint64_t high, T* out) {
+  uint64_t v = 0;
+  if (!r.GetUint64(node, path, &v)) {
+    return false;
+  }
+  if (v < low || v > high) {
+    r.Error(node, path, absl::StrCat(v, " out of range ", low, "..", high));
+    return false;
+  }
+  *out = static_cast<T>(v);
+  return true;
+}
+
+// A backend address (`listen` false) or an address to listen on (port 0
+// allowed; empty allowed when `allow_empty`).
+bool GetAddress(YamlReader& r, const YAML::Node& node, const std::string& path,
+                std::string* out, bool allow_empty, bool listen = false) {
+  std::string s;
+  if (!r.GetString(node, path, &s)) {
+    return false;
+  }
+  if (s.empty() && allow_empty) {
+    *out = s;
+    return true;
+  }
+  absl::StatusOr<Address> a = listen ? ParseListenAddress(s) : ParseAddress(s);
+  if (!a.ok()) {
+    r.Error(node, path, a.status().message());
+    return false;
+  }
+  *out = s;
+  return true;
+}
+
+}  // namespace
+
+void ReadServerSettings(YamlReader& r, const YAML::Node& root,
+                        ServerConfig* out) {
+  if (root["health_listen"]) {
+    GetAddress(r, root["health_listen"], "health_listen", &out->health_listen,
+               true, true);
+  }
+  if (const YAML::Node a = root["admin"]; a) {
+    if (r.CheckMap(a, "admin", {"token_file", "allowed_identities"})) {
+      if (a["token_file"]) {
+        r.GetString(a["token_file"], "admin.token_file",
+                    &out->admin_token_file);
+      }
+      if (const YAML::Node ids = a["allowed_identities"]; ids) {
+        if (!ids.IsSequence()) {
+          r.Error(ids, "admin.allowed_identities",
+                  "expected a list of {identity, role}");
+        } else {
+          for (size_t i = 0; i < ids.size(); ++i) {
+            const std::string ip =
+                absl::StrCat("admin.allowed_identities[", i, "]");
+            if (!r.CheckMap(ids[i], ip, {"identity", "role"})) {
+              continue;
+            }
+            ServerConfig::AdminIdentity id;
+            if (!ids[i]["identity"] || !ids[i]["role"]) {
+              r.Error(ids[i], ip, "needs both 'identity' and 'role'");
+              continue;
+            }
+            r.GetString(ids[i]["identity"], JoinPath(ip, "identity"),
+                        &id.identity);
+            if (r.GetString(ids[i]["role"], JoinPath(ip, "role"), &id.role) &&
+                id.role != "admin" && id.role != "read") {
+              r.Error(ids[i]["role"], JoinPath(ip, "role"),
+                      absl::StrCat("unknown role '", id.role,
+                                   "' (allowed: admin, read)"));
+            }
+            if (id.identity.empty()) {
+              r.Error(ids[i]["identity"], JoinPath(ip, "identity"), "is empty");
+            }
+            out->admin_identities.push_back(std::move(id));
+          }
+        }
+      }
+    }
+  }
+  if (const YAML::Node t = root["tls"]; t) {
+    if (r.CheckMap(t, "tls",
+                   {"cert_file", "key_file", "client_ca_file",
+                    "require_client_cert"})) {
+      if (t["cert_file"]) {
+        r.GetString(t["cert_file"], "tls.cert_file", &out->tls_cert_file);
+      }
+      if (t["key_file"]) {
+        r.GetString(t["key_file"], "tls.key_file", &out->tls_key_file);
+      }
+      if (t["client_ca_file"]) {
+        r.GetString(t["client_ca_file"], "tls.client_ca_file",
+                    &out->tls_client_ca_file);
+      }
+      if (t["require_client_cert"]) {
+        r.GetBool(t["require_client_cert"], "tls.require_client_cert",
+                  &out->tls_require_client_cert);
+      }
+      if (out->tls_cert_file.empty() != out->tls_key_file.empty()) {
+        r.Error(t, "tls", "cert_file and key_file go together");
+      }
+      if (out->tls_cert_file.empty() &&
+          (!out->tls_client_ca_file.empty() || out->tls_require_client_cert)) {
+        r.Error(t, "tls",
+                "client_ca_file and require_client_cert need cert_file and "
+                "key_file");
+      }
+      if (out->tls_require_client_cert && out->tls_client_ca_file.empty()) {
+        r.Error(t, "tls.require_client_cert", "needs client_ca_file");
+      }
+    }
+  }
+  if (root["session_key_file"]) {
+    r.GetString(root["session_key_file"], "session_key_file",
+                &out->session_key_file);
+  }
+  if (const YAML::Node d = root["discovery"]; d) {
+    if (r.CheckMap(d, "discovery", {"dns_servers"}) && d["dns_servers"]) {
+      const YAML::Node servers = d["dns_servers"];
+      if (!servers.IsSequence()) {
+        r.Error(servers, "discovery.dns_servers",
+                "expected a list of \"ip:port\"");
+      } else {
+        for (size_t i = 0; i < servers.size(); ++i) {
+          const std::string sp = absl::StrCat("discovery.dns_servers[", i, "]");
+          std::string server;
+          if (GetAddress(r, servers[i], sp, &server, false)) {
+            if (!ParseAddress(server)->is_ip()) {
+              r.Error(servers[i], sp, "must be an IP address and port");
+            } else {
+              out->dns_servers.push_back(server);
+            }
+          }
+        }
+      }
+    }
+  }
+  if (const YAML::Node g = root["grpclb"]; g) {
+    if (r.CheckMap(g, "grpclb",
+                   {"client_stats_report_interval", "max_servers"})) {
+      if (g["client_stats_report_interval"]) {
+        absl::Duration d;
+        if (r.GetDuration(g["client_stats_report_interval"],
+                          "grpclb.client_stats_report_interval", &d)) {
+          if (d < absl::Seconds(1) || d > absl::Hours(1)) {
+            r.Error(g["client_stats_report_interval"],
+                    "grpclb.client_stats_report_interval",
+                    "out of range 1s..1h");
+          } else {
+            out->grpclb_client_stats_report_interval = d;
+          }
+        }
+      }
+      if (g["max_servers"]) {
+        GetUintIn(r, g["max_servers"], "grpclb.max_servers", 1, 100000,
+                  &out->grpclb_max_servers);
+      }
+    }
+  }
+  if (root["listen"]) {
+    GetAddress(r, root["listen"], "listen", &out->listen, false, true);
+  }
+  if (root["metrics"]) {
+    GetAddress(r, root["metrics"], "metrics", &out->metrics, true, true);
+  }
+  if (root["state_dir"]) {
+    r.GetString(root["state_dir"], "state_dir", &out->state_dir);
+  }
+  if (root["log_format"]) {
+    if (r.GetString(root["log_format"], "log_format", &out->log_format) &&
+        out->log_format != "text" && out->log_format != "json") {
+      r.Error(root["log_format"], "log_format", "expected 'text' or 'json'");
+    }
+  }
+  if (root["log_level"]) {
+    if (r.GetString(root["log_level"], "log_level", &out->log_level) &&
+        out->log_level != "debug" && out->log_level != "info" &&
+        out->log_level != "warn" && out->log_level != "error") {
+      r.Error(root["log_level"], "log_level",
+              "expected one of debug, info, warn, error");
+    }
+  }
+  if (root["shutdown_grace"]) {
+    r.GetDuration(root["shutdown_grace"], "shutdown_grace",
+                  &out->shutdown_grace);
+  }
+  if (const YAML::Node l = root["limits"]; l) {
+    if (r.CheckMap(l, "limits",
+                   {"max_receive_message_bytes", "max_concurrent_streams",
+                    "max_groups", "max_state_bytes", "watch_stall_timeout",
+                    "load_window"})) {
+      if (l["load_window"]) {
+        absl::Duration d;
+        if (r.GetDuration(l["load_window"], "limits.load_window", &d)) {
+          if (d < absl::Seconds(1) || d > absl::Minutes(10)) {
+            r.Error(l["load_window"], "limits.load_window",
+                    "out of range 1s..10m");
+          } else {
+            out->load_window = absl::Seconds(absl::ToInt64Seconds(d));
+          }
+        }
+      }
+      if (l["watch_stall_timeout"]) {
+        absl::Duration d;
+        if (r.GetDuration(l["watch_stall_timeout"],
+                          "limits.watch_stall_timeout", &d)) {
+          if (d < absl::Milliseconds(100) || d > absl::Hours(1)) {
+            r.Error(l["watch_stall_timeout"], "limits.watch_stall_timeout",
+                    "out of range 100ms..1h");
+          } else {
+            out->watch_stall_timeout = d;
+          }
+        }
+      }
+      if (l["max_state_bytes"]) {
+        GetUintIn(r, l["max_state_bytes"], "limits.max_state_bytes", 65536,
+                  uint64_t{1} << 40, &out->max_state_bytes);
+      }
+      if (l["max_receive_message_bytes"]) {
+        GetUintIn(r, l["max_receive_message_bytes"],
+                  "limits.max_receive_message_bytes", 1024, 64 << 20,
+                  &out->max_receive_message_bytes);
+      }
+      if (l["max_concurrent_streams"]) {
+        GetUintIn(r, l["max_concurrent_streams"],
+                  "limits.max_concurrent_streams", 1, 100000,
+                  &out->max_concurrent_streams);
+      }
+      if (l["max_groups"]) {
+        GetUintIn(r, l["max_groups"], "limits.max_groups", 1, 1000000,
+                  &out->max_groups);
+      }
+    }
+  }
+  if (const YAML::Node h = root["health"]; h) {
+    if (r.CheckMap(h, "health", {"max_concurrent_probes", "merge_window"})) {
+      if (h["merge_window"]) {
+        absl::Duration d;
+        if (r.GetDuration(h["merge_window"], "health.merge_window", &d)) {
+          if (d > absl::Seconds(10)) {
+            r.Error(h["merge_window"], "health.merge_window",
+                    "out of range 0..10s");
+          } else {
+            out->health_merge_window = d;
+          }
+        }
+      }
+      if (h["max_concurrent_probes"]) {
+        GetUintIn(r, h["max_concurrent_probes"], "health.max_concurrent_probes",
+                  1, 100000, &out->max_concurrent_probes);
+      }
+    }
+  }
+}
+
+}  // namespace aside::server
