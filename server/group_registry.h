@@ -44,6 +44,9 @@ namespace aside::server {
 // the process, starting above `base` (see GroupRegistry). With a reserver
 // (the state store), generations are reserved in blocks so that a restart
 // never hands out one that was already used, even when the clock went back.
+// Thread-safe: Next and last from any thread; mu_ guards last_ and
+// reserved_, and the reserver runs under it (generations are handed out in
+// order of their reservation).
 class GenerationSource {
  public:
   static constexpr uint64_t kReserveBlock = 1'000'000;
