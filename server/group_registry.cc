@@ -89,13 +89,10 @@ absl::Status Group::Init(const Persist& persist) {
 absl::Status Group::Update(GroupSpec spec, const Persist& persist) {
   aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
-  TableSpec next = PrepareLocked(spec);
-  const TableConstPtr current = table_.Acquire();
-  if (spec == spec_ && current != nullptr && SameTable(next, *current)) {
-    return absl::OkStatus();  // the same spec again: nothing to publish
-  }
+  // An explicit update is an acknowledged mutation: it always publishes a
+  // new generation (callers wait for it), even when nothing changed.
   ASIDE_ASSIGN_OR_RETURN(TableConstPtr table,
-                         CreateTableLocked(std::move(next)));
+                         CreateTableLocked(PrepareLocked(spec)));
   if (persist) {
     ASIDE_RETURN_IF_ERROR(persist(table->generation()));
   }

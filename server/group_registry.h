@@ -158,9 +158,10 @@ class Group : public std::enable_shared_from_this<Group> {
   // publishes it.
   absl::Status Init(const Persist& persist = nullptr);
   // Builds a table from `spec`, persists (if given), then publishes it and
-  // keeps the spec. The same spec again when the table would not change is
-  // a no-op (no generation, no persist). On a build or persist error the
-  // table and spec stay as they were.
+  // keeps the spec. An update is an acknowledged mutation: it always takes
+  // a new generation, newer than any before, even when nothing visible
+  // changed. On a build or persist error the table and spec stay as they
+  // were.
   absl::Status Update(GroupSpec spec, const Persist& persist = nullptr);
   // Rebuilds the table from the current spec and inputs (health, load) and,
   // only if anything a pick or a subscriber sees changed, publishes it with
