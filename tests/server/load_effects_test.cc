@@ -135,10 +135,11 @@ TEST_F(LoadEffectsTest, LocalityZoneWeightsFollowUtilisation) {
     }
     return w;
   };
-  for (int ticks = 0;
-       ticks < 100 &&
-       !(weights().count("a") && std::abs(weights()["a"] - 0.2) < 0.01);
-       ++ticks) {
+  auto converged = [&] {
+    auto w = weights();
+    return w.count("a") && std::abs(w["a"] - 0.2) < 0.01;
+  };
+  for (int ticks = 0; ticks < 100 && !converged(); ++ticks) {
     ASSERT_TRUE(loc->AwaitRebuilds(loc->rebuilds() + 1, absl::Seconds(10)));
   }
   auto w = weights();
