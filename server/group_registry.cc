@@ -1,16 +1,16 @@
 #include "server/group_registry.h"
 
+#include <openssl/err.h>
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "lib/status_macros.h"
 #include "server/discovery/dns_discovery.h"
+#include "server/group_table_builder.h"
 #include "server/log.h"
-#include "server/health/slow_start.h"
-#include "server/load_aggregator.h"
-#include <cmath>
 #include "server/rebuild_scheduler.h"
 
 namespace aside::server {
@@ -64,7 +64,7 @@ Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
       inputs_(inputs),
       spec_cell_(std::make_shared<const GroupSpec>(spec)),
       spec_(spec),
-      outliers_(spec.outlier, inputs.clock) {}
+      members_(spec.name, inputs.health, spec.outlier, inputs.clock) {}
 
 Group::~Group() = default;
 
@@ -77,7 +77,8 @@ std::shared_ptr<const GroupSpec> Group::spec_snapshot() const {
 absl::Status Group::Init(const Persist& persist) {
   aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
-  ASIDE_ASSIGN_OR_RETURN(TableConstPtr table, BuildLocked(spec_));
+  ASIDE_ASSIGN_OR_RETURN(TableConstPtr table,
+                         CreateTableLocked(PrepareLocked(spec_)));
   if (persist) {
     ASIDE_RETURN_IF_ERROR(persist(table->generation()));
   }
@@ -88,7 +89,10 @@ absl::Status Group::Init(const Persist& persist) {
 absl::Status Group::Update(GroupSpec spec, const Persist& persist) {
   aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
-  ASIDE_ASSIGN_OR_RETURN(TableConstPtr table, BuildLocked(spec));
+  // An explicit update is an acknowledged mutation: it always publishes a
+  // new generation (callers wait for it), even when nothing changed.
+  ASIDE_ASSIGN_OR_RETURN(TableConstPtr table,
+                         CreateTableLocked(PrepareLocked(spec)));
   if (persist) {
     ASIDE_RETURN_IF_ERROR(persist(table->generation()));
   }
@@ -109,211 +113,86 @@ absl::Status Group::Update(GroupSpec spec, const Persist& persist) {
   return absl::OkStatus();
 }
 
-namespace {
-
-bool SameContent(const Table& a, const Table& b) {
-  if (a.size() != b.size() || a.panic() != b.panic() ||
-      !(a.policy() == b.policy()) || a.zone_weights() != b.zone_weights()) {
-    return false;
+void Group::Rebuild() {
+  {
+    aside::MutexLock lock(&mu_);
+    RebuildLocked();
   }
-  for (uint32_t i = 0; i < a.size(); ++i) {
-    const Member& x = a.member(i);
-    const Member& y = b.member(i);
-    if (!(x.backend == y.backend) || x.weight != y.weight ||
-        x.ready != y.ready || x.health != y.health ||
-        x.eligible != y.eligible) {
-      return false;
-    }
-  }
-  return true;
+  std::lock_guard<std::mutex> lock(rebuilds_mu_);
+  ++rebuilds_;
+  rebuilds_changed_.notify_all();
 }
 
-double Round3(double v) { return std::round(v * 1000) / 1000; }
-
-}  // namespace
-
-void Group::Rebuild() {
-  aside::MutexLock lock(&mu_);
+void Group::RebuildLocked() {
   const int64_t start = MonotonicNanos();
-  absl::StatusOr<TableConstPtr> table = BuildLocked(spec_);
+  const TableConstPtr current = table_.Acquire();
+  if (current == nullptr) {
+    return;  // Init has not published (or failed): nothing to rebuild
+  }
+  TableSpec next = PrepareLocked(spec_);
+  if (SameTable(next, *current)) {
+    return;  // nothing a pick or a subscriber would see changed
+  }
+  absl::StatusOr<TableConstPtr> table = CreateTableLocked(std::move(next));
   if (!table.ok()) {
     // The spec was validated when it was accepted; a failure here is a bug.
     if (metrics_ != nullptr) {
       metrics_->internal_errors.Increment();
     }
+    Log(LogLevel::kError, "group.rebuild_failed",
+        {{"group", name_}, {"error", std::string(table.status().message())}});
     return;
-  }
-  TableConstPtr current = table_.Acquire();
-  if (current != nullptr && SameContent(*current, **table)) {
-    return;  // nothing a pick or a subscriber would see changed
   }
   PublishLocked(*std::move(table), start);
 }
 
-
-absl::StatusOr<TableConstPtr> Group::BuildLocked(const GroupSpec& spec) {
-  TableSpec ts;
-  ts.group = spec.name;
-  ts.generation = generations_->Next();
-  ts.policy = spec.policy;
-  ts.panic_threshold = spec.panic_threshold;
-  ts.session_key = session_key_;
-  std::vector<Backend> backends = spec.backends;
-  {
-    // DNS members join the static ones; a static entry wins on an address
-    // clash.
-    std::lock_guard<std::mutex> lock(dns_mu_);
-    for (const Backend& b : dns_members_) {
-      bool present = false;
-      for (const Backend& s : spec.backends) {
-        present = present || s.address == b.address;
-      }
-      if (!present) {
-        backends.push_back(b);
-      }
-    }
-  }
-  SyncHealthLocked(spec, backends);
-  const int64_t now = inputs_.clock->NowNanos();
-  // Hash policies keep their configured weights: a ramp would move keys.
-  const bool slow_start =
-      spec.slow_start > absl::ZeroDuration() && !IsHashPolicy(spec.policy.kind);
-  ts.members.reserve(backends.size());
-  for (const Backend& b : backends) {
-    Member m;
-    m.backend = b;
-    m.weight = b.weight;
-    auto h = health_.find(b.address);
-    if (h != health_.end() && h->second.handle.valid()) {
-      m.health = h->second.handle.state();
-      m.ready = !b.drained && h->second.handle.ready() &&
-                !outliers_.IsEjected(b.address, now);
-      if (slow_start && m.ready) {
-        m.weight = SlowStartWeight(
-            b.weight,
-            std::max(h->second.handle.ready_since_nanos(),
-                     h->second.added_nanos),
-            now, spec.slow_start);
-      }
-    } else {
-      m.health = HealthState::kHealthy;
-      m.ready = !b.drained && !outliers_.IsEjected(b.address, now);
-      if (slow_start && m.ready && h != health_.end()) {
-        m.weight = SlowStartWeight(b.weight, h->second.added_nanos, now,
-                                   spec.slow_start);
-      }
-    }
-    ts.members.push_back(std::move(m));
-  }
-  if (spec.policy.kind == PolicyKind::kLocality) {
-    if (zones_ == nullptr) {
-      zones_ = std::make_unique<ZoneWeightCalculator>(spec.policy.locality);
-    } else {
-      zones_->set_params(spec.policy.locality);
-    }
-    const absl::Time wall_now = inputs_.clock->WallNow();
-    std::vector<HostLoadReport> hosts;
-    hosts.reserve(ts.members.size());
-    for (const Member& m : ts.members) {
-      HostLoadReport h;
-      h.locality = m.backend.locality;
-      h.ready = m.ready;
-      if (inputs_.loads != nullptr) {
-        const LoadSnapshot l = inputs_.loads->Snapshot(name_, m.backend.address);
-        if (l.utilization.has_value()) {
-          h.utilization = *l.utilization;
-          h.reported_at_nanos =
-              now - absl::ToInt64Nanoseconds(wall_now - l.utilization_at);
-        }
-      }
-      hosts.push_back(std::move(h));
-    }
-    ts.zone_weights = zones_->Update(hosts, now);
-    for (ZoneWeight& z : ts.zone_weights) {
-      z.weight = Round3(z.weight);
-      z.utilization = z.utilization < 0 ? z.utilization : Round3(z.utilization);
-    }
-  } else {
-    zones_.reset();
-  }
-  ScheduleTimedRebuildLocked(spec, now);
-  TableConstPtr previous = table_.Acquire();
-  return Table::Create(std::move(ts), previous.get(), &loads_);
+bool Group::AwaitRebuilds(uint64_t count, absl::Duration timeout) const {
+  std::unique_lock<std::mutex> lock(rebuilds_mu_);
+  return rebuilds_changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                                    [&] { return rebuilds_ >= count; });
 }
 
-void Group::SyncHealthLocked(const GroupSpec& spec,
-                             const std::vector<Backend>& backends) {
+uint64_t Group::rebuilds() const {
+  std::lock_guard<std::mutex> lock(rebuilds_mu_);
+  return rebuilds_;
+}
+
+TableSpec Group::PrepareLocked(const GroupSpec& spec) {
+  std::vector<Backend> backends;
+  {
+    std::lock_guard<std::mutex> lock(dns_mu_);
+    backends = MergeMembers(spec.backends, dns_members_);
+  }
+  members_.Sync(spec, backends, inputs_.clock->NowNanos());
+  // Read after Sync: a target acquired there counts as ready since its
+  // creation, which must not lie in the build's future (a ramp would
+  // start at full weight).
   const int64_t now = inputs_.clock->NowNanos();
-  std::map<std::string, MemberHealth, std::less<>> next;
-  std::vector<std::string> addresses;
-  addresses.reserve(backends.size());
-  for (const Backend& b : backends) {
-    addresses.push_back(b.address);
-    MemberHealth entry;
-    auto old = health_.find(b.address);
-    if (old != health_.end()) {
-      entry.added_nanos = old->second.added_nanos;
-      if (old->second.handle.valid() &&
-          old->second.handle.spec() == spec.health_check) {
-        entry.handle = std::move(old->second.handle);
-      }
-    } else {
-      entry.added_nanos = now;
-    }
-    if (!entry.handle.valid() && inputs_.health != nullptr &&
-        spec.health_check.kind != HealthCheckSpec::Kind::kNone) {
-      absl::StatusOr<HealthHandle> handle =
-          inputs_.health->Acquire(b.address, spec.health_check, name_);
-      if (handle.ok()) {
-        entry.handle = *std::move(handle);
-      } else {
-        Log(LogLevel::kWarn, "health.acquire_failed",
-            {{"group", name_},
-             {"address", b.address},
-             {"error", std::string(handle.status().message())}});
-      }
-    }
-    next.emplace(b.address, std::move(entry));
-  }
-  // Old handles are released only now, after the new ones exist.
-  health_ = std::move(next);
-  outliers_.SetMembers(addresses);
-  if (outliers_.SetSpec(spec.outlier)) {
-    // Ejections changed with the spec; this build already sees it.
-  }
+  TableSpec next = BuildTableSpec(
+      spec, backends, members_.Statuses(backends, now), session_key_, now);
+  next.zone_weights = members_.ZoneWeights(spec, next.members, inputs_.loads,
+                                           now, inputs_.clock->WallNow());
+  ScheduleTimedRebuildLocked(spec, now);
+  return next;
+}
+
+absl::StatusOr<TableConstPtr> Group::CreateTableLocked(TableSpec next) {
+  next.generation = generations_->Next();
+  TableConstPtr previous = table_.Acquire();
+  return Table::Create(std::move(next), previous.get(), &loads_);
 }
 
 void Group::ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now) {
   if (inputs_.scheduler == nullptr) {
     return;
   }
-  std::optional<int64_t> next = outliers_.NextExpiry();
-  if (spec.policy.kind == PolicyKind::kLocality) {
-    // Zone weights follow load reports every update_period.
-    const int64_t tick =
-        now + absl::ToInt64Nanoseconds(spec.policy.locality.update_period);
-    if (!next || tick < *next) {
-      next = tick;
-    }
+  const std::optional<int64_t> next = members_.NextTimedRebuild(spec, now);
+  if (!next) {
+    return;
   }
-  if (spec.slow_start > absl::ZeroDuration() && !IsHashPolicy(spec.policy.kind)) {
-    for (const auto& [address, h] : health_) {
-      const int64_t since =
-          h.handle.valid() ? std::max(h.handle.ready_since_nanos(), h.added_nanos)
-                           : h.added_nanos;
-      std::optional<int64_t> tick =
-          NextSlowStartRebuild(since, now, spec.slow_start);
-      if (tick && (!next || *tick < *next)) {
-        next = tick;
-      }
-    }
-  }
-  if (next) {
-    std::weak_ptr<Group> weak = weak_from_this();
-    if (std::shared_ptr<Group> self = weak.lock()) {
-      inputs_.scheduler->Schedule(
-          self, absl::Nanoseconds(std::max<int64_t>(0, *next - now)));
-    }
+  if (std::shared_ptr<Group> self = weak_from_this().lock()) {
+    inputs_.scheduler->Schedule(
+        self, absl::Nanoseconds(std::max<int64_t>(0, *next - now)));
   }
 }
 
@@ -333,22 +212,22 @@ void Group::OnLoadReport(const std::string& address, uint64_t requests,
               ? absl::ToInt64Nanoseconds(mean_first_byte_latency)
               : -1;
       c.ok = failures < requests;
-      table->member(static_cast<uint32_t>(i)).load->Observe(
-          c, table->load_model());
+      table->member(static_cast<uint32_t>(i))
+          .load->Observe(c, table->load_model());
     }
   }
-  if (!outliers_.enabled()) {
+  OutlierDetector& outliers = members_.outliers();
+  if (!outliers.enabled()) {
     return;
   }
-  if (outliers_.ReportBatch(address, requests, failures,
-                            consecutive_failures) &&
+  if (outliers.ReportBatch(address, requests, failures, consecutive_failures) &&
       inputs_.scheduler != nullptr) {
     inputs_.scheduler->Schedule(shared_from_this(), absl::ZeroDuration());
   }
 }
 
 std::vector<OutlierDetector::Ejection> Group::Ejections() const {
-  return outliers_.Ejections();
+  return members_.outliers().Ejections();
 }
 
 void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
@@ -453,11 +332,6 @@ void Group::RemoveListener(Listener* listener) {
                    listeners_.end());
 }
 
-size_t Group::listener_count() const {
-  aside::MutexLock lock(&listeners_mu_);
-  return listeners_.size();
-}
-
 void Group::NotifyRemoved(uint64_t generation) {
   aside::MutexLock lock(&listeners_mu_);
   for (Listener* l : listeners_) {
@@ -500,27 +374,57 @@ uint64_t GenerationSource::last() const {
   return last_;
 }
 
+namespace {
+
+// Fills `out` from OpenSSL's CSPRNG; an error names what the bytes were for.
+absl::Status RandomBytes(absl::Span<unsigned char> out,
+                         absl::string_view what) {
+  if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1) {
+    char reason[256] = "unknown error";
+    if (const unsigned long code = ERR_get_error(); code != 0) {
+      ERR_error_string_n(code, reason, sizeof(reason));
+    }
+    return absl::InternalError(
+        absl::StrCat("cannot draw random bytes for the ", what, ": ", reason));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GroupRegistry>> GroupRegistry::Create(
+    Metrics* metrics, uint64_t generation_base, size_t max_groups,
+    GenerationSource::Reserver reserver) {
+  // The key that signs sticky session tokens: random per process unless the
+  // state layer installs a persisted one. Never a weak key: without random
+  // bytes the server does not start.
+  std::string key(32, '\0');
+  ASIDE_RETURN_IF_ERROR(RandomBytes(
+      absl::MakeSpan(reinterpret_cast<unsigned char*>(key.data()), key.size()),
+      "session key"));
+  unsigned char id[12];
+  ASIDE_RETURN_IF_ERROR(RandomBytes(absl::MakeSpan(id), "server id"));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string server_id;
+  for (unsigned char c : id) {
+    server_id.push_back(kHex[c >> 4]);
+    server_id.push_back(kHex[c & 15]);
+  }
+  return std::unique_ptr<GroupRegistry>(new GroupRegistry(
+      metrics, generation_base, max_groups, std::move(reserver), std::move(key),
+      std::move(server_id)));
+}
+
 GroupRegistry::GroupRegistry(Metrics* metrics, uint64_t generation_base,
                              size_t max_groups,
-                             GenerationSource::Reserver reserver)
+                             GenerationSource::Reserver reserver,
+                             std::string session_key, std::string server_id)
     : metrics_(metrics),
       max_groups_(max_groups),
       generations_(generation_base, std::move(reserver)),
-      groups_(std::make_shared<const GroupMap>()) {
-  // The key that signs sticky session tokens. Random per process unless the
-  // state layer installs a persisted one.
-  std::string key(32, '\0');
-  RAND_bytes(reinterpret_cast<unsigned char*>(key.data()),
-             static_cast<int>(key.size()));
-  session_key_ = std::make_shared<const std::string>(std::move(key));
-  unsigned char id[12];
-  RAND_bytes(id, sizeof(id));
-  static constexpr char kHex[] = "0123456789abcdef";
-  for (unsigned char c : id) {
-    server_id_.push_back(kHex[c >> 4]);
-    server_id_.push_back(kHex[c & 15]);
-  }
-}
+      session_key_(std::make_shared<const std::string>(std::move(session_key))),
+      server_id_(std::move(server_id)),
+      groups_(std::make_shared<const GroupMap>()) {}
 
 GroupPtr GroupRegistry::Find(absl::string_view name) const {
   std::shared_ptr<const GroupMap> map = groups_.Acquire();
@@ -572,17 +476,21 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
         absl::StrCat("group '", spec.name, "' already exists"));
   }
   if (current->size() >= max_groups_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "group limit reached (", max_groups_, " groups)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("group limit reached (", max_groups_, " groups)"));
   }
   std::shared_ptr<GroupMetrics> group_metrics = MetricsFor(spec.name);
-  auto group = std::make_shared<Group>(std::move(spec), &generations_,
-                                       metrics_, std::move(group_metrics),
-                                       session_key_, server_id_, inputs_);
+  auto group = std::make_shared<Group>(std::move(spec), &generations_, metrics_,
+                                       std::move(group_metrics), session_key_,
+                                       server_id_, inputs_);
   ASIDE_RETURN_IF_ERROR(group->Init(persist));
   auto next = std::make_shared<GroupMap>(*current);
   next->emplace(group->name(), group);
   groups_.Publish(std::move(next));
+  // A probe result that arrived between the first build and now found no
+  // group to rebuild (health observers look groups up by name): take it in
+  // now. Usually nothing changed and this publishes nothing.
+  group->Rebuild();
   group->StartDiscovery();
   return absl::OkStatus();
 }

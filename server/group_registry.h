@@ -1,33 +1,41 @@
 // Groups at run time: each group turns its declared spec (plus health and
 // load, as later layers supply them) into an immutable Table and publishes
 // it; picks read the published table without locks.
+//
+// A build has three parts, each in its own file: the side state a group
+// keeps about its members (group_member_state.h: health handles, outlier
+// ejections, slow-start and zone timers) is synced first; the table's
+// contents follow from it (group_table_builder.h, pure); and the Group here
+// decides whether anything changed and, only then, takes a generation and
+// publishes.
 #ifndef ASIDE_SERVER_GROUP_REGISTRY_H_
 #define ASIDE_SERVER_GROUP_REGISTRY_H_
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 
-#include <atomic>
+#include <condition_variable>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "lib/sync.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "lib/clock.h"
 #include "lib/load/load_tracker.h"
 #include "lib/snapshot_cell.h"
+#include "lib/sync.h"
 #include "lib/table.h"
+#include "server/group_member_state.h"
 #include "server/schema/group_spec.h"
-#include "server/metrics.h"
 #include "server/health/health_registry.h"
 #include "server/health/outlier_detector.h"
-#include "lib/policies/locality.h"
+#include "server/metrics.h"
 #include "server/table_encoding.h"
 
 namespace aside::server {
@@ -36,6 +44,9 @@ namespace aside::server {
 // the process, starting above `base` (see GroupRegistry). With a reserver
 // (the state store), generations are reserved in blocks so that a restart
 // never hands out one that was already used, even when the clock went back.
+// Thread-safe: Next and last from any thread; mu_ guards last_ and
+// reserved_, and the reserver runs under it (generations are handed out in
+// order of their reservation).
 class GenerationSource {
  public:
   static constexpr uint64_t kReserveBlock = 1'000'000;
@@ -100,8 +111,17 @@ struct GroupInputs {
   const Clock* clock = &SystemClock::Get();
 };
 
-// One group. Thread-safe: table() from any thread without locks; mutations
-// serialise on the group's mutex and publish a new table.
+// One group. Thread rules:
+// - table(), spec(), spec_snapshot(): any thread, lock-free.
+// - Init, Update, Rebuild: any thread (Admin handlers, the config loader,
+//   the RebuildScheduler's thread, DNS callbacks without a scheduler);
+//   they serialise on mu_, which guards spec_, the DNS watch id and the
+//   member side state (members_, except its outlier detector).
+// - OnLoadReport, Ejections: any thread; they touch only the table (read
+//   lock-free) and the outlier detector (its own lock), never mu_.
+// - OnDnsResult: DNS threads; dns_mu_ guards the discovered members.
+// - Listeners: listeners_mu_ (after mu_); encodings: encode_mu_ (after
+//   listeners_mu_); the rebuild count: rebuilds_mu_ (taken alone).
 class Group : public std::enable_shared_from_this<Group> {
  public:
   // Told about every publication (Watch streams). Callbacks run on the
@@ -138,17 +158,24 @@ class Group : public std::enable_shared_from_this<Group> {
   // publishes it.
   absl::Status Init(const Persist& persist = nullptr);
   // Builds a table from `spec`, persists (if given), then publishes it and
-  // keeps the spec. On any error nothing changes.
+  // keeps the spec. An update is an acknowledged mutation: it always takes
+  // a new generation, newer than any before, even when nothing visible
+  // changed. On a build or persist error the table and spec stay as they
+  // were.
   absl::Status Update(GroupSpec spec, const Persist& persist = nullptr);
-  // Rebuilds the table from the current spec and inputs (health, load) and
-  // publishes it with a new generation if anything a pick or a subscriber
-  // sees changed. Called off the request path; concurrent calls are
-  // serialised.
+  // Rebuilds the table from the current spec and inputs (health, load) and,
+  // only if anything a pick or a subscriber sees changed, publishes it with
+  // a new generation (a no-op rebuild takes no generation). Called off the
+  // request path; concurrent calls are serialised.
   void Rebuild();
+  // Rebuild() calls completed so far, whether they published or not, and a
+  // bounded wait for their count to reach `count` (an event to wait on
+  // instead of sleeping while timers run). True when it did.
+  uint64_t rebuilds() const;
+  bool AwaitRebuilds(uint64_t count, absl::Duration timeout) const;
 
   void AddListener(Listener* listener);
   void RemoveListener(Listener* listener);
-  size_t listener_count() const;
   // Tells the listeners the group is gone (called by the registry).
   void NotifyRemoved(uint64_t generation);
 
@@ -179,10 +206,23 @@ class Group : public std::enable_shared_from_this<Group> {
   std::vector<OutlierDetector::Ejection> Ejections() const;
 
  private:
-  absl::StatusOr<TableConstPtr> BuildLocked(const GroupSpec& spec)
+  // Syncs the member side state with `spec` and the discovered members,
+  // schedules the next timed rebuild, and returns what the table would be
+  // (without a generation).
+  TableSpec PrepareLocked(const GroupSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a new generation and builds the table.
+  absl::StatusOr<TableConstPtr> CreateTableLocked(TableSpec next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RebuildLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLocked(TableConstPtr table, int64_t build_start_nanos)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Schedules the next rebuild a slow-start ramp, an ejection expiry or a
+  // zone weight update needs.
+  void ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WatchDnsLocked(const GroupSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnwatchDnsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
   GenerationSource* const generations_;
@@ -193,38 +233,24 @@ class Group : public std::enable_shared_from_this<Group> {
   LoadTracker loads_;
   SnapshotCell<Table> table_;
 
-  // Brings health handles in line with `backends` and `spec` (acquiring new
-  // ones before dropping old ones).
-  void SyncHealthLocked(const GroupSpec& spec,
-                        const std::vector<Backend>& backends)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Schedules the next rebuild a slow-start ramp or an ejection expiry needs.
-  void ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WatchDnsLocked(const GroupSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnwatchDnsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   const GroupInputs inputs_;
   SnapshotCell<GroupSpec> spec_cell_;
   mutable aside::Mutex mu_;
   GroupSpec spec_ ABSL_GUARDED_BY(mu_);
   uint64_t dns_watch_ ABSL_GUARDED_BY(mu_) = 0;
-
-  // Per member address: its probe handle and when it joined the group.
-  struct MemberHealth {
-    HealthHandle handle;
-    int64_t added_nanos = 0;
-  };
-  std::map<std::string, MemberHealth, std::less<>> health_ ABSL_GUARDED_BY(mu_);
-  OutlierDetector outliers_;
-  // Smoothed zone utilisation of the locality policy (null otherwise).
-  std::unique_ptr<ZoneWeightCalculator> zones_ ABSL_GUARDED_BY(mu_);
+  // Health handles, join times, zone smoothing: guarded by mu_; its
+  // outlier detector locks itself (see GroupMemberState).
+  GroupMemberState members_;
 
   // Written by DNS callbacks, read by table builds. A plain std::mutex that
   // DNS callbacks may take while an Unwatch (under mu_) waits for them.
   mutable std::mutex dns_mu_;
   std::vector<Backend> dns_members_;
   std::string dns_error_;
+
+  mutable std::mutex rebuilds_mu_;
+  mutable std::condition_variable rebuilds_changed_;
+  uint64_t rebuilds_ = 0;  // guarded by rebuilds_mu_
 
   mutable aside::Mutex listeners_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<Listener*> listeners_ ABSL_GUARDED_BY(listeners_mu_);
@@ -240,13 +266,20 @@ using GroupPtr = std::shared_ptr<Group>;
 
 // All groups by name. Find() is lock-free (the map is an immutable snapshot
 // replaced on add and remove).
+//
+// Thread rules: Find, List, size from any thread (lock-free); Add and Remove
+// from any thread, serialised on write_mu_ (which guards metrics_by_name_);
+// set_inputs and set_session_key during start-up only, before groups are
+// added.
 class GroupRegistry {
  public:
   // `generation_base`: generations start above it. The server passes the
   // start time in microseconds since the epoch (or the persisted generation,
-  // if higher) so generations never go backwards across restarts.
-  GroupRegistry(Metrics* metrics, uint64_t generation_base, size_t max_groups,
-                GenerationSource::Reserver reserver = nullptr);
+  // if higher) so generations never go backwards across restarts. Fails
+  // when no random bytes can be drawn for the session key or server id.
+  static absl::StatusOr<std::unique_ptr<GroupRegistry>> Create(
+      Metrics* metrics, uint64_t generation_base, size_t max_groups,
+      GenerationSource::Reserver reserver = nullptr);
 
   // Installs DNS discovery and the rebuild scheduler (before groups are
   // added).
@@ -262,7 +295,6 @@ class GroupRegistry {
   // groups), the table build error or the persist error; on error nothing
   // changes.
   absl::Status Add(GroupSpec spec, const Persist& persist = nullptr);
-  // Removes a group after persisting the removal (if given).
   // Removes a group after persisting the removal (if given); its listeners
   // hear OnRemoved.
   absl::Status Remove(absl::string_view name, const Persist& persist = nullptr);
@@ -280,6 +312,10 @@ class GroupRegistry {
 
  private:
   using GroupMap = absl::flat_hash_map<std::string, GroupPtr>;
+
+  GroupRegistry(Metrics* metrics, uint64_t generation_base, size_t max_groups,
+                GenerationSource::Reserver reserver, std::string session_key,
+                std::string server_id);
 
   Metrics* const metrics_;
   const size_t max_groups_;

@@ -1,15 +1,22 @@
 #include "server/rebuild_scheduler.h"
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 #include <vector>
 
-#include "absl/time/clock.h"
 #include "server/group_registry.h"
 
 namespace aside::server {
 
-RebuildScheduler::RebuildScheduler() {
-  thread_ = std::thread([this] { Run(); });
+RebuildScheduler::RebuildScheduler()
+    : RebuildScheduler(&SystemClock::Get(), Mode::kThreaded) {}
+
+RebuildScheduler::RebuildScheduler(const Clock* clock, Mode mode)
+    : clock_(clock) {
+  if (mode == Mode::kThreaded) {
+    thread_ = std::thread([this] { Run(); });
+  }
 }
 
 RebuildScheduler::~RebuildScheduler() {
@@ -18,15 +25,22 @@ RebuildScheduler::~RebuildScheduler() {
     stop_ = true;
   }
   changed_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
 }
 
 void RebuildScheduler::Schedule(const std::shared_ptr<Group>& group,
                                 absl::Duration delay) {
-  const absl::Time due = absl::Now() + delay;
+  const int64_t now = clock_->NowNanos();
+  const int64_t wait = std::max<int64_t>(0, absl::ToInt64Nanoseconds(delay));
+  const int64_t due = wait >= std::numeric_limits<int64_t>::max() - now
+                          ? std::numeric_limits<int64_t>::max()
+                          : now + wait;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto [it, inserted] = pending_.try_emplace(group.get(), Pending{group, due});
+    auto [it, inserted] =
+        pending_.try_emplace(group.get(), Pending{group, due});
     if (!inserted) {
       if (due >= it->second.due) {
         return;  // folded into the rebuild already scheduled
@@ -42,33 +56,64 @@ uint64_t RebuildScheduler::rebuilds() const {
   return rebuilds_;
 }
 
+std::optional<int64_t> RebuildScheduler::NextDue() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<int64_t> next;
+  for (const auto& [key, p] : pending_) {
+    if (!next || p.due < *next) {
+      next = p.due;
+    }
+  }
+  return next;
+}
+
+std::vector<std::shared_ptr<Group>> RebuildScheduler::TakeDueLocked(
+    int64_t now) {
+  std::vector<std::shared_ptr<Group>> due;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.due <= now) {
+      if (auto g = it->second.group.lock()) {
+        due.push_back(std::move(g));
+      }
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return due;
+}
+
+size_t RebuildScheduler::RunDue() {
+  std::vector<std::shared_ptr<Group>> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    due = TakeDueLocked(clock_->NowNanos());
+  }
+  for (const auto& g : due) {
+    g->Rebuild();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  rebuilds_ += due.size();
+  return due.size();
+}
+
 void RebuildScheduler::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    absl::Time next = absl::InfiniteFuture();
+    int64_t next = std::numeric_limits<int64_t>::max();
     for (const auto& [key, p] : pending_) {
       next = std::min(next, p.due);
     }
-    const absl::Time now = absl::Now();
+    const int64_t now = clock_->NowNanos();
     if (next > now) {
-      if (next == absl::InfiniteFuture()) {
+      if (next == std::numeric_limits<int64_t>::max()) {
         changed_.wait(lock);
       } else {
-        changed_.wait_for(lock, absl::ToChronoNanoseconds(next - now));
+        changed_.wait_for(lock, std::chrono::nanoseconds(next - now));
       }
       continue;
     }
-    std::vector<std::shared_ptr<Group>> due;
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second.due <= now) {
-        if (auto g = it->second.group.lock()) {
-          due.push_back(std::move(g));
-        }
-        it = pending_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    std::vector<std::shared_ptr<Group>> due = TakeDueLocked(now);
     lock.unlock();
     for (const auto& g : due) {
       g->Rebuild();

@@ -7,20 +7,34 @@
 // requested time wins). Health flaps inside the merge window thus go out as
 // one generation.
 //
-// Thread-safe; one thread runs the rebuilds. std::mutex rather than
-// absl::Mutex so ThreadSanitizer sees the ordering (Debian's abseil is not
-// instrumented).
+// Time comes from a Clock (monotonic), so that a wall-clock step neither
+// delays nor hurries rebuilds. Two ways to run:
+// - Threaded (the server): one thread of its own waits for the earliest
+//   due rebuild and runs it. Needs a clock that advances by itself (the
+//   system clock).
+// - Manual (tests with a FakeClock): no thread; RunDue() runs, on the
+//   caller's thread, what is due at the clock's time. Advance the clock,
+//   call RunDue, observe: no sleeps.
+//
+// Thread rules: Schedule, RunDue, NextDue and rebuilds from any thread;
+// mu_ guards pending_, stop_ and rebuilds_. Rebuilds run without mu_ held
+// (on the scheduler's thread, or RunDue's caller), so a rebuild may
+// Schedule again. std::mutex rather than absl::Mutex so ThreadSanitizer
+// sees the ordering (Debian's abseil is not instrumented).
 #ifndef ASIDE_SERVER_REBUILD_SCHEDULER_H_
 #define ASIDE_SERVER_REBUILD_SCHEDULER_H_
 
 #include <condition_variable>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/time/time.h"
+#include "lib/clock.h"
 
 namespace aside::server {
 
@@ -28,7 +42,11 @@ class Group;
 
 class RebuildScheduler {
  public:
+  enum class Mode { kThreaded, kManual };
+
+  // Threaded on the system clock.
   RebuildScheduler();
+  RebuildScheduler(const Clock* clock, Mode mode);
   ~RebuildScheduler();  // stops the thread; pending rebuilds are dropped
   RebuildScheduler(const RebuildScheduler&) = delete;
   RebuildScheduler& operator=(const RebuildScheduler&) = delete;
@@ -37,22 +55,32 @@ class RebuildScheduler {
   // requests arrive before then. A group that is gone by then is skipped.
   void Schedule(const std::shared_ptr<Group>& group, absl::Duration delay);
 
+  // Runs every rebuild due at the clock's time, on the calling thread;
+  // returns how many ran. (Threaded mode runs them by itself.)
+  size_t RunDue();
+
+  // The earliest pending rebuild (the clock's monotonic nanoseconds).
+  std::optional<int64_t> NextDue() const;
+
   // Rebuilds done so far (for tests and metrics).
   uint64_t rebuilds() const;
 
  private:
   struct Pending {
     std::weak_ptr<Group> group;
-    absl::Time due;
+    int64_t due = 0;  // clock nanoseconds
   };
   void Run();
+  // Takes the due entries out of pending_ (mu_ held).
+  std::vector<std::shared_ptr<Group>> TakeDueLocked(int64_t now);
 
+  const Clock* const clock_;
   mutable std::mutex mu_;
   std::condition_variable changed_;
   std::map<const Group*, Pending> pending_;
   bool stop_ = false;
   uint64_t rebuilds_ = 0;
-  std::thread thread_;
+  std::thread thread_;  // threaded mode only
 };
 
 }  // namespace aside::server

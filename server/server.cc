@@ -60,9 +60,12 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       std::max(contents.generation_floor,
                static_cast<uint64_t>(absl::ToUnixMicros(clock->WallNow())));
   StateStore* store = server->store_.get();
-  server->groups_ = std::make_unique<GroupRegistry>(
-      &server->metrics_, base, cfg.max_groups,
-      [store](uint64_t floor) { return store->RaiseGenerationFloor(floor); });
+  ASIDE_ASSIGN_OR_RETURN(
+      server->groups_,
+      GroupRegistry::Create(&server->metrics_, base, cfg.max_groups,
+                            [store](uint64_t floor) {
+                              return store->RaiseGenerationFloor(floor);
+                            }));
 
   // The sticky session key: shared through a file, or kept in the store.
   if (!cfg.session_key_file.empty()) {

@@ -14,29 +14,24 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/error.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <deque>
 #include <exception>
 #include <limits>
-#include <map>
 #include <mutex>
-#include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <utility>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "lib/clock.h"
+#include "server/health/probe_scheduler.h"
+#include "server/health/probe_verdict.h"
 
 namespace aside::server::health_internal {
 namespace {
@@ -47,26 +42,6 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 using grpc::health::v1::HealthCheckResponse;
-
-// Due times are rounded up to a tick of interval / 100, within 1..10 ms,
-// so that targets due together start in one batch: one timer wake-up
-// starts them all, and on loopback their connects complete together too
-// (one epoll wake-up instead of one per probe). 10 ms is 1 % of the
-// default-sized 1 s interval, well inside its 5 % jitter.
-constexpr int64_t kMinTickNanos = 1'000'000;
-constexpr int64_t kMaxTickNanos = 10'000'000;
-
-int64_t TickFor(const HealthCheckSpec& spec) {
-  return std::clamp<int64_t>(absl::ToInt64Nanoseconds(spec.interval) / 100,
-                             kMinTickNanos, kMaxTickNanos);
-}
-
-// Backend-provided text kept in a reason.
-constexpr size_t kMaxReasonDetail = 200;
-
-int64_t RoundUpToTick(int64_t nanos, int64_t tick) {
-  return (nanos + tick - 1) / tick * tick;
-}
 
 // A body type that counts nothing and stores nothing: the probe needs the
 // status, the parser enforces the size limit.
@@ -88,129 +63,6 @@ struct DiscardBody {
   };
 };
 
-std::string Lower(std::string text) {
-  absl::AsciiStrToLower(&text);
-  return text;
-}
-
-std::string Detail(absl::string_view text) {
-  std::string out(text.substr(0, kMaxReasonDetail));
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      c = ' ';
-    }
-  }
-  if (text.size() > kMaxReasonDetail) {
-    out += "...";
-  }
-  return out;
-}
-
-absl::string_view GrpcCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return "OK";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN:
-      return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "PERMISSION_DENIED";
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "UNAUTHENTICATED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED:
-      return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
-      return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS:
-      return "DATA_LOSS";
-    default:
-      return "INVALID_CODE";
-  }
-}
-
-ProbeResult Success(std::string warning = {}) {
-  ProbeResult r;
-  r.success = true;
-  r.reason = std::move(warning);
-  return r;
-}
-
-ProbeResult Failure(std::string reason) {
-  ProbeResult r;
-  r.success = false;
-  r.reason = std::move(reason);
-  return r;
-}
-
-// The verdict of a finished grpc.health.v1 Check call (DESIGN.md §3, the
-// gRPC health-checking protocol): only SERVING is healthy; UNIMPLEMENTED
-// means the backend has no health service and counts as healthy with a
-// warning.
-ProbeResult GrpcVerdict(const grpc::Status& status,
-                        const HealthCheckResponse& response,
-                        absl::Duration timeout) {
-  if (status.ok()) {
-    const int value = static_cast<int>(response.status());
-    switch (value) {
-      case HealthCheckResponse::SERVING:
-        return Success();
-      case HealthCheckResponse::NOT_SERVING:
-        return Failure("grpc status NOT_SERVING");
-      case HealthCheckResponse::SERVICE_UNKNOWN:
-        return Failure("grpc status SERVICE_UNKNOWN");
-      case HealthCheckResponse::UNKNOWN:
-        return Failure("grpc status UNKNOWN");
-      default:
-        return Failure(absl::StrCat("grpc status ", value, " (not a known "
-                                    "serving status)"));
-    }
-  }
-  switch (status.error_code()) {
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return Success(
-          "warning: the backend does not implement grpc.health.v1.Health "
-          "(UNIMPLEMENTED); counted as healthy");
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return Failure(absl::StrCat("timeout after ",
-                                  absl::FormatDuration(timeout),
-                                  " (grpc DEADLINE_EXCEEDED)"));
-    default:
-      return Failure(absl::StrCat("grpc ", GrpcCodeName(status.error_code()),
-                                  ": ", Detail(status.error_message())));
-  }
-}
-
-std::string HttpRequest(const Target& target) {
-  std::string host = target.spec.http_host;
-  if (host.empty()) {
-    host = target.ipv6 ? absl::StrCat("[", target.host, "]:", target.port)
-                       : absl::StrCat(target.host, ":", target.port);
-  }
-  return absl::StrCat("GET ", target.spec.http_path, " HTTP/1.1\r\nHost: ",
-                      host,
-                      "\r\nUser-Agent: aside-health\r\nAccept: */*\r\n"
-                      "Connection: close\r\n\r\n");
-}
-
 // The state of one socket probe (tcp or http).
 struct SocketOp {
   explicit SocketOp(asio::io_context& io)
@@ -223,31 +75,18 @@ struct SocketOp {
 };
 
 struct GrpcCall;
-struct TimeoutList;
 
-// The prober's view of a target. Only the prober thread touches it.
-//
-// With 10 000 targets each probe finds its state cold in the cache, so what
-// every probe reads sits together at the front, copied out of the spec.
+// The glue's view of a target: what its probes need (sockets, the gRPC
+// channel). When it is probed is the scheduler's business. Only the prober
+// thread touches it.
 struct ProbeState {
-  // Hot: read or written by every probe.
   bool removed = false;
   bool in_flight = false;
-  bool queued = false;
   HealthCheckSpec::Kind kind = HealthCheckSpec::Kind::kTcp;
-  uint64_t op_seq = 0;        // the probe in flight (or the last one)
-  uint64_t schedule_seq = 0;  // the pending schedule entry
+  uint64_t op_seq = 0;  // the probe in flight (or the last one)
   int64_t started = 0;
-  int64_t interval = 0;  // nanoseconds
-  int64_t timeout = 0;   // nanoseconds
-  int64_t tick = 0;      // TickFor(spec)
-  double jitter = 0;
   std::unique_ptr<SocketOp> op;
   std::shared_ptr<Target> target;
-  TimeoutList* timeouts = nullptr;  // the list for (timeout, tick)
-  ProbeState* timeout_prev = nullptr;
-  ProbeState* timeout_next = nullptr;
-  bool timeout_linked = false;
   tcp::endpoint endpoint;
 
   // Cold.
@@ -268,31 +107,13 @@ struct GrpcCall {
   HealthCheckResponse response;
 };
 
-// A probe due to start. Entries live in a calendar of due ticks; within a
-// tick they keep the order they were scheduled in.
-struct ScheduleEntry {
-  uint64_t seq = 0;  // the schedule_seq it belongs to
-  std::shared_ptr<ProbeState> state;
-};
-
-// The socket probes in flight with one (timeout, tick), in the order they
-// started, which is the order they time out in: an intrusive list, so that
-// starting and ending a probe are O(1) and a timer check looks at the
-// oldest probe only. A probe in flight stays alive (its handler holds it),
-// and it is unlinked before it ends.
-struct TimeoutList {
-  ProbeState* head = nullptr;
-  ProbeState* tail = nullptr;
-};
-
 }  // namespace
 
 class Prober::Impl {
  public:
   Impl(uint32_t max_in_flight, uint64_t seed, ResultSink sink)
-      : max_in_flight_(std::max<uint32_t>(1, max_in_flight)),
-        sink_(std::move(sink)),
-        rng_(seed),
+      : sink_(std::move(sink)),
+        scheduler_(max_in_flight, seed),
         timer_(io_),
         work_(asio::make_work_guard(io_)) {}
 
@@ -388,18 +209,22 @@ class Prober::Impl {
     const asio::ip::address ip = asio::ip::make_address(target->host, ec);
     state->endpoint = tcp::endpoint(ip, target->port);
     state->kind = target->spec.kind;
-    state->interval = absl::ToInt64Nanoseconds(target->spec.interval);
-    state->timeout = absl::ToInt64Nanoseconds(target->spec.timeout);
-    state->jitter = target->spec.jitter;
-    state->tick = TickFor(target->spec);
-    state->timeouts = &timeout_lists_[{state->timeout, state->tick}];
     if (target->spec.kind == HealthCheckSpec::Kind::kHttp) {
-      state->http_request = HttpRequest(*target);
+      state->http_request = HttpProbeRequest(target->spec, target->host,
+                                             target->port, target->ipv6);
     }
+    ProbeScheduler::Timing timing;
+    timing.interval = absl::ToInt64Nanoseconds(target->spec.interval);
+    timing.timeout = absl::ToInt64Nanoseconds(target->spec.timeout);
+    timing.jitter = target->spec.jitter;
+    // gRPC calls end at their own deadline.
+    timing.track_timeout = target->spec.kind != HealthCheckSpec::Kind::kGrpc;
     state->target = std::move(target);
     const uint64_t id = state->target->id;
     probes_[id] = state;
-    StartOrQueue(state);
+    actions_.clear();
+    scheduler_.Add(id, timing, MonotonicNanos(), actions_);
+    Carry();
   }
 
   void RemoveNow(uint64_t id) {
@@ -409,6 +234,7 @@ class Prober::Impl {
     }
     std::shared_ptr<ProbeState> state = std::move(it->second);
     probes_.erase(it);
+    scheduler_.Remove(id);
     Abort(*state);
   }
 
@@ -416,7 +242,6 @@ class Prober::Impl {
   // finish on this thread and drop the result.
   void Abort(ProbeState& state) {
     state.removed = true;
-    UnlinkTimeout(state);
     if (state.op != nullptr) {
       error_code ignored;
       state.op->socket.close(ignored);
@@ -435,60 +260,45 @@ class Prober::Impl {
       Abort(*state);
     }
     probes_.clear();
-    waiting_.clear();
-    calendar_.clear();
-    for (auto& [key, list] : timeout_lists_) {
-      while (list.head != nullptr) {
-        UnlinkTimeout(*list.head);
-      }
-    }
+    scheduler_.Clear();
     timer_.cancel();
     std::lock_guard<std::mutex> lock(grpc_mu_);
     stopped_ = true;
     grpc_idle_.notify_all();
   }
 
-  // ---- Scheduling (prober thread) ----
+  // ---- Carrying out the scheduler's decisions (prober thread) ----
 
-  void StartOrQueue(const std::shared_ptr<ProbeState>& state) {
-    if (stopping_ || state->removed || state->in_flight || state->queued) {
-      return;
-    }
-    if (in_flight_ < max_in_flight_ && waiting_.empty()) {
-      StartProbe(state);
-    } else {
-      state->queued = true;
-      waiting_.push_back(state);
-    }
-  }
-
-  void DrainQueue() {
-    while (in_flight_ < max_in_flight_ && !waiting_.empty()) {
-      std::shared_ptr<ProbeState> state = std::move(waiting_.front());
-      waiting_.pop_front();
-      state->queued = false;
-      if (!state->removed && !stopping_) {
-        StartProbe(state);
+  // Starts the probes and ends the timed-out ones in actions_, then arms
+  // the timer for the scheduler's next wake-up if that is earlier than the
+  // one armed. Probes started here may end synchronously only through a
+  // posted handler (FailSoon), so actions_ is not reentered.
+  void Carry() {
+    if (!stopping_) {
+      for (uint64_t id : actions_.start) {
+        auto it = probes_.find(id);
+        if (it != probes_.end()) {
+          StartProbe(it->second);
+        }
+      }
+      for (uint64_t id : actions_.timed_out) {
+        auto it = probes_.find(id);
+        if (it != probes_.end()) {
+          OnTimeout(*it->second);
+        }
       }
     }
-  }
-
-  void PushSchedule(int64_t due, ScheduleEntry entry) {
-    auto [it, inserted] = calendar_.try_emplace(due);
-    if (inserted && !spare_buckets_.empty()) {
-      it->second.swap(spare_buckets_.back());  // reuse its capacity
-      spare_buckets_.pop_back();
-    }
-    it->second.push_back(std::move(entry));
-    if (due < armed_due_) {
-      Arm(due);
+    actions_.clear();
+    const int64_t next = scheduler_.NextWake();
+    if (next < armed_due_ && !stopping_) {
+      Arm(next);
     }
   }
 
   void Arm(int64_t due) {
     armed_due_ = due;
-    timer_.expires_at(std::chrono::steady_clock::time_point(
-        std::chrono::nanoseconds(due)));
+    timer_.expires_at(
+        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(due)));
     timer_.async_wait([this, generation = ++arm_generation_](error_code ec) {
       if (!ec && generation == arm_generation_) {
         OnTimer();
@@ -496,108 +306,32 @@ class Prober::Impl {
     });
   }
 
-  static int64_t TimeoutDue(const ProbeState& state) {
-    return RoundUpToTick(state.started + state.timeout, state.tick);
-  }
-
-  void LinkTimeout(ProbeState& state) {
-    TimeoutList& list = *state.timeouts;
-    state.timeout_prev = list.tail;
-    state.timeout_next = nullptr;
-    (list.tail != nullptr ? list.tail->timeout_next : list.head) = &state;
-    list.tail = &state;
-    state.timeout_linked = true;
-    const int64_t due = TimeoutDue(state);
-    if (due < armed_due_) {
-      Arm(due);
-    }
-  }
-
-  static void UnlinkTimeout(ProbeState& state) {
-    if (!state.timeout_linked) {
-      return;
-    }
-    TimeoutList& list = *state.timeouts;
-    (state.timeout_prev != nullptr ? state.timeout_prev->timeout_next
-                                   : list.head) = state.timeout_next;
-    (state.timeout_next != nullptr ? state.timeout_next->timeout_prev
-                                   : list.tail) = state.timeout_prev;
-    state.timeout_prev = state.timeout_next = nullptr;
-    state.timeout_linked = false;
-  }
-
   void OnTimer() {
-    // No re-arming while the due entries run: one Arm at the end.
-    armed_due_ = std::numeric_limits<int64_t>::min();
-    const int64_t now = MonotonicNanos();
-    while (!calendar_.empty() && calendar_.begin()->first <= now) {
-      std::vector<ScheduleEntry> bucket = std::move(calendar_.begin()->second);
-      calendar_.erase(calendar_.begin());
-      for (ScheduleEntry& entry : bucket) {
-        if (!entry.state->removed && !stopping_ &&
-            entry.seq == entry.state->schedule_seq) {
-          StartOrQueue(entry.state);
-        }
-      }
-      bucket.clear();
-      if (spare_buckets_.size() < 16) {
-        spare_buckets_.push_back(std::move(bucket));
-      }
-    }
-    int64_t next = calendar_.empty() ? std::numeric_limits<int64_t>::max()
-                                     : calendar_.begin()->first;
-    for (auto& [key, list] : timeout_lists_) {
-      while (list.head != nullptr && TimeoutDue(*list.head) <= now) {
-        ProbeState& state = *list.head;
-        UnlinkTimeout(state);
-        OnTimeout(state);
-      }
-      if (list.head != nullptr) {
-        next = std::min(next, TimeoutDue(*list.head));
-      }
-    }
-    armed_due_ = std::numeric_limits<int64_t>::max();
-    if (next != std::numeric_limits<int64_t>::max() && !stopping_) {
-      Arm(next);
-    }
-  }
-
-  void ScheduleNext(const std::shared_ptr<ProbeState>& state) {
-    double factor = 1.0;
-    if (state->jitter > 0) {
-      std::uniform_real_distribution<double> jitter(-state->jitter,
-                                                    state->jitter);
-      factor += jitter(rng_);
-    }
-    const int64_t interval =
-        static_cast<int64_t>(static_cast<double>(state->interval) * factor);
-    PushSchedule(
-        RoundUpToTick(state->started + std::max<int64_t>(interval, 1),
-                      state->tick),
-        {++state->schedule_seq, state});
+    armed_due_ = ProbeScheduler::kNever;
+    actions_.clear();
+    scheduler_.Poll(MonotonicNanos(), actions_);
+    Carry();
   }
 
   // ---- Probes (prober thread) ----
 
   void StartProbe(const std::shared_ptr<ProbeState>& state) {
     state->in_flight = true;
-    ++in_flight_;
     state->started = MonotonicNanos();
     const uint64_t seq = ++state->op_seq;
     if (state->kind == HealthCheckSpec::Kind::kGrpc) {
       StartGrpc(state, seq);
       return;
     }
-    LinkTimeout(*state);
     StartSocket(state, seq);
   }
 
   // Ends a probe that could not start; posted so that a burst of failures
-  // (e.g. out of file descriptors) cannot recurse through DrainQueue.
+  // (e.g. out of file descriptors) cannot recurse through the scheduler.
   void FailSoon(const std::shared_ptr<ProbeState>& state, uint64_t seq,
                 std::string reason) {
     asio::post(io_, [this, state, seq, reason = std::move(reason)]() mutable {
-      Finish(state, seq, Failure(std::move(reason)));
+      Finish(state, seq, ProbeFailure(std::move(reason)));
     });
   }
 
@@ -607,7 +341,10 @@ class Prober::Impl {
     error_code ec;
     op->socket.open(state->endpoint.protocol(), ec);
     if (ec) {
-      FailSoon(state, seq, absl::StrCat("socket: ", Lower(ec.message())));
+      FailSoon(
+          state, seq,
+          SocketFailureVerdict(ec, "socket", false, "", absl::ZeroDuration())
+              .reason);
       return;
     }
     if (tcp_only) {
@@ -618,22 +355,21 @@ class Prober::Impl {
     state->op->socket.async_connect(
         state->endpoint, [this, state, seq, tcp_only](error_code ec) {
           if (tcp_only) {
-            Finish(state, seq, ec ? SocketFailure(*state, ec, "connect")
-                                  : Success());
+            Finish(state, seq,
+                   ec ? SocketFailure(*state, ec, "connect") : ProbeSuccess());
           } else {
             OnHttpConnected(state, seq, ec);
           }
         });
   }
 
-  ProbeResult SocketFailure(const ProbeState& state, const error_code& ec,
-                            absl::string_view what) {
-    if (state.op != nullptr && state.op->timed_out) {
-      return Failure(absl::StrCat(
-          "timeout after ", absl::FormatDuration(state.target->spec.timeout),
-          " (", state.op->phase, ")"));
-    }
-    return Failure(absl::StrCat(what, ": ", Lower(ec.message())));
+  static ProbeResult SocketFailure(const ProbeState& state,
+                                   const error_code& ec,
+                                   absl::string_view what) {
+    const bool timed_out = state.op != nullptr && state.op->timed_out;
+    return SocketFailureVerdict(ec, what, timed_out,
+                                timed_out ? state.op->phase : "",
+                                state.target->spec.timeout);
   }
 
   void OnHttpConnected(const std::shared_ptr<ProbeState>& state, uint64_t seq,
@@ -643,11 +379,10 @@ class Prober::Impl {
       return;
     }
     state->op->phase = "sending the request";
-    asio::async_write(
-        state->op->socket, asio::buffer(state->http_request),
-        [this, state, seq](error_code ec, std::size_t) {
-          OnHttpWritten(state, seq, ec);
-        });
+    asio::async_write(state->op->socket, asio::buffer(state->http_request),
+                      [this, state, seq](error_code ec, std::size_t) {
+                        OnHttpWritten(state, seq, ec);
+                      });
   }
 
   void OnHttpWritten(const std::shared_ptr<ProbeState>& state, uint64_t seq,
@@ -675,40 +410,13 @@ class Prober::Impl {
       return;
     }
     if (ec) {
-      std::string reason;
-      if (ec == http::error::body_limit) {
-        reason = absl::StrCat("http body exceeds ",
-                              state->target->spec.http_body_limit, " bytes");
-      } else if (ec == http::error::header_limit) {
-        reason = absl::StrCat("http response header exceeds ",
-                              kHttpHeaderLimit, " bytes");
-      } else if (ec == http::error::end_of_stream) {
-        reason = "http connection closed before a response";
-      } else if (ec == http::error::partial_message) {
-        reason = "http response truncated (connection closed)";
-      } else if (ec.category() ==
-                 http::make_error_code(http::error::bad_status).category()) {
-        reason = absl::StrCat("http malformed response: ",
-                              Lower(ec.message()));
-      } else {
-        reason = absl::StrCat("read: ", Lower(ec.message()));
-      }
-      Finish(state, seq, Failure(std::move(reason)));
-      return;
-    }
-    const unsigned status = op.parser->get().result_int();
-    if (status < 100 || status > 599) {
       Finish(state, seq,
-             Failure(absl::StrCat("http status ", status, " out of range")));
+             HttpReadErrorVerdict(ec, state->target->spec.http_body_limit));
       return;
     }
-    for (const StatusRange& range : state->target->spec.http_expected_statuses) {
-      if (status >= range.from && status <= range.to) {
-        Finish(state, seq, Success());
-        return;
-      }
-    }
-    Finish(state, seq, Failure(absl::StrCat("http status ", status)));
+    Finish(state, seq,
+           HttpStatusVerdict(op.parser->get().result_int(),
+                             state->target->spec.http_expected_statuses));
   }
 
   void OnTimeout(ProbeState& state) {
@@ -793,16 +501,15 @@ class Prober::Impl {
     Finish(state, call->seq, std::move(result));
   }
 
-  // Ends the probe `seq` of `state` exactly once: frees its slot, reports
-  // the result (unless the target is gone) and schedules the next probe.
+  // Ends the probe `seq` of `state` exactly once: reports the result
+  // (unless the target is gone), then tells the scheduler, which frees the
+  // slot, schedules the next probe and may start queued ones.
   void Finish(const std::shared_ptr<ProbeState>& state, uint64_t seq,
               ProbeResult result) {
     if (!state->in_flight || seq != state->op_seq) {
       return;
     }
     state->in_flight = false;
-    --in_flight_;
-    UnlinkTimeout(*state);
     if (state->op != nullptr) {
       // Closed explicitly: Asio's destructor would turn SO_LINGER 0 off
       // again and leave a TIME_WAIT socket behind every tcp probe.
@@ -810,17 +517,23 @@ class Prober::Impl {
       state->op->socket.close(ignored);
       state->op.reset();
     }
-    if (!state->removed && !stopping_) {
-      result.latency = absl::Nanoseconds(MonotonicNanos() - state->started);
-      sink_(*state->target, std::move(result));
-      ScheduleNext(state);
+    if (stopping_) {
+      return;
     }
-    DrainQueue();
+    const int64_t now = MonotonicNanos();
+    if (!state->removed) {
+      result.latency = absl::Nanoseconds(now - state->started);
+      sink_(*state->target, std::move(result));
+    }
+    actions_.clear();
+    scheduler_.Finished(state->target->id, now, actions_);
+    Carry();
   }
 
-  const uint32_t max_in_flight_;
   const ResultSink sink_;
-  std::mt19937_64 rng_;  // prober thread only
+  // When each target is probed; prober thread only.
+  ProbeScheduler scheduler_;
+  ProbeScheduler::Actions actions_;  // reused by every scheduler call
 
   // Declared before everything that owns sockets or timers so that it is
   // destroyed after them (the thread is joined in ~Impl first).
@@ -830,15 +543,8 @@ class Prober::Impl {
 
   // Prober thread only.
   absl::flat_hash_map<uint64_t, std::shared_ptr<ProbeState>> probes_;
-  std::deque<std::shared_ptr<ProbeState>> waiting_;
-  std::map<int64_t, std::vector<ScheduleEntry>> calendar_;  // by due tick
-  std::vector<std::vector<ScheduleEntry>> spare_buckets_;
-  // By (timeout, tick); nodes are stable, lists are never erased (there are
-  // as many as distinct specs).
-  std::map<std::pair<int64_t, int64_t>, TimeoutList> timeout_lists_;
-  int64_t armed_due_ = std::numeric_limits<int64_t>::max();
+  int64_t armed_due_ = ProbeScheduler::kNever;
   uint64_t arm_generation_ = 0;
-  uint32_t in_flight_ = 0;
   bool stopping_ = false;
 
   // gRPC calls whose completion callback has not finished yet, and whether

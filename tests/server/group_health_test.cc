@@ -2,8 +2,8 @@
 // start shape them, outlier ejections come from load reports, targets are
 // shared between groups and listed through Admin.
 #include <arpa/inet.h>
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -54,42 +54,49 @@ class Listener {
   int fd_ = -1;
 };
 
-// Polls (bounded) until `done` holds: tables are the observable here.
-bool Eventually(const std::function<bool()>& done,
-                absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) {
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return done();
-}
-
 class GroupHealthTest : public ::testing::Test {
  protected:
   void Start(const std::string& groups) {
     const std::string tokens =
         dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
-    absl::StatusOr<ServerConfig> config = ParseConfig(
-        absl::StrCat("state_dir: ", dir_.path(), "\n",
-                     "listen: 127.0.0.1:0\nmetrics: \"\"\n",
-                     "health: {merge_window: 20ms}\n",
-                     "admin: {token_file: ", tokens, "}\n", "groups:\n",
-                     groups),
-        "t.yaml");
+    absl::StatusOr<ServerConfig> config =
+        ParseConfig(absl::StrCat("state_dir: ", dir_.path(), "\n",
+                                 "listen: 127.0.0.1:0\nmetrics: \"\"\n",
+                                 "health: {merge_window: 20ms}\n",
+                                 "admin: {token_file: ", tokens, "}\n",
+                                 "groups:\n", groups),
+                    "t.yaml");
     ASSERT_OK(config);
     ASSERT_OK_AND_ASSIGN(server_, AsideServer::Create(*config));
     ASSERT_OK(server_->Start());
-    channel_ = grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->grpc_port()),
-        grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
+                            grpc::InsecureChannelCredentials());
   }
   void TearDown() override {
     if (server_ != nullptr) {
       server_->Shutdown(absl::Seconds(1));
       server_->Wait();
+    }
+  }
+
+  // Waits (bounded) until `done` holds, checking it after each rebuild of
+  // `group`: probe results, ramps and ejections reach a table only through
+  // a rebuild, so there is nothing to poll in between.
+  bool Eventually(const std::string& group, const std::function<bool()>& done,
+                  absl::Duration timeout = absl::Seconds(10)) {
+    GroupPtr g = server_->groups().Find(group);
+    const absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      const uint64_t rebuilds = g->rebuilds();
+      if (done()) {
+        return true;
+      }
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        return false;
+      }
+      g->AwaitRebuilds(rebuilds + 1, left);
     }
   }
 
@@ -119,7 +126,8 @@ class GroupHealthTest : public ::testing::Test {
   // (sanitizers, two cores) does not fail a probe of an open port.
   std::string Check(const std::string& extra = "") {
     return absl::StrCat(
-        "    health_check: {kind: tcp, interval: 100ms, timeout: 100ms, rise: 1, "
+        "    health_check: {kind: tcp, interval: 100ms, timeout: 100ms, rise: "
+        "1, "
         "fall: 1",
         extra, "}\n");
   }
@@ -136,18 +144,18 @@ TEST_F(GroupHealthTest, ProbeResultsReachPicksWithinAProbe) {
   Start(absl::StrCat("  - name: web\n    panic_threshold: 0\n", Check(),
                      "    backends: [", up.address(), ", ", down.address(),
                      "]\n"));
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(Eventually("web", [&] {
     return Ready("web", up.address()) && !Ready("web", down.address());
   }));
   EXPECT_EQ(Picks("web", 10), std::set<std::string>{up.address()});
 
   // The closed port starts listening: it is picked again.
   ASSERT_TRUE(down.Open());
-  ASSERT_TRUE(Eventually([&] { return Ready("web", down.address()); }));
+  ASSERT_TRUE(Eventually("web", [&] { return Ready("web", down.address()); }));
   EXPECT_EQ(Picks("web", 10).size(), 2u);
   // And the first one goes away.
   up.Close();
-  ASSERT_TRUE(Eventually([&] { return !Ready("web", up.address()); }));
+  ASSERT_TRUE(Eventually("web", [&] { return !Ready("web", up.address()); }));
   EXPECT_EQ(Picks("web", 10), std::set<std::string>{down.address()});
   TableConstPtr t = server_->groups().Find("web")->table();
   EXPECT_EQ(t->member(static_cast<uint32_t>(t->Find(up.address()))).health,
@@ -163,7 +171,7 @@ TEST_F(GroupHealthTest, PanicSpreadsPicksOverEveryBackend) {
   Start(absl::StrCat("  - name: web\n    panic_threshold: 50\n", Check(),
                      "    backends: [", up.address(), ", ", d1.address(), ", ",
                      d2.address(), ", ", d3.address(), "]\n"));
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(Eventually("web", [&] {
     TableConstPtr t = server_->groups().Find("web")->table();
     return t->ready_count() == 1 &&
            t->member(static_cast<uint32_t>(t->Find(d1.address()))).health ==
@@ -180,7 +188,7 @@ TEST_F(GroupHealthTest, SharedTargetsAreProbedOnceAndListed) {
   Start(absl::StrCat("  - name: a\n", Check(), "    backends: [", up.address(),
                      "]\n  - name: b\n", Check(), "    backends: [",
                      up.address(), "]\n"));
-  ASSERT_TRUE(Eventually([&] { return Ready("a", up.address()); }));
+  ASSERT_TRUE(Eventually("a", [&] { return Ready("a", up.address()); }));
   auto admin = v1::Admin::NewStub(channel_);
   grpc::ClientContext c;
   c.AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
@@ -204,7 +212,7 @@ TEST_F(GroupHealthTest, SlowStartRampsANewBackendsWeight) {
   Start(absl::StrCat("  - name: web\n    policy: weighted_round_robin\n",
                      "    slow_start: 2s\n", Check(), "    backends: [",
                      a.address(), "]\n"));
-  ASSERT_TRUE(Eventually([&] { return Ready("web", a.address()); }));
+  ASSERT_TRUE(Eventually("web", [&] { return Ready("web", a.address()); }));
   GroupPtr web = server_->groups().Find("web");
   GroupSpec spec = web->spec();
   Backend added;
@@ -218,10 +226,11 @@ TEST_F(GroupHealthTest, SlowStartRampsANewBackendsWeight) {
                ? t->member(static_cast<uint32_t>(i)).weight
                : 0u;
   };
-  ASSERT_TRUE(Eventually([&] { return weight() > 0; }));
+  ASSERT_TRUE(Eventually("web", [&] { return weight() > 0; }));
   const uint32_t first = weight();
   EXPECT_LE(first, 40u);  // starts near 10 % of 100
-  ASSERT_TRUE(Eventually([&] { return weight() == 100; }, absl::Seconds(10)));
+  ASSERT_TRUE(Eventually(
+      "web", [&] { return weight() == 100; }, absl::Seconds(10)));
 }
 
 TEST_F(GroupHealthTest, LoadReportsEjectOutliers) {
@@ -234,7 +243,7 @@ TEST_F(GroupHealthTest, LoadReportsEjectOutliers) {
                      "max_ejection_percent: 50}\n",
                      "    backends: [", a.address(), ", ", b.address(), ", ",
                      c.address(), "]\n"));
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(Eventually("web", [&] {
     return Ready("web", a.address()) && Ready("web", b.address()) &&
            Ready("web", c.address());
   }));
@@ -256,9 +265,9 @@ TEST_F(GroupHealthTest, LoadReportsEjectOutliers) {
     EXPECT_TRUE(writer->Finish().ok());
     EXPECT_EQ(response.accepted(), 1u);
   };
-  report(10, 0, 0);   // baseline
-  report(15, 5, 5);   // five failures in a row
-  ASSERT_TRUE(Eventually([&] { return !Ready("web", b.address()); }));
+  report(10, 0, 0);  // baseline
+  report(15, 5, 5);  // five failures in a row
+  ASSERT_TRUE(Eventually("web", [&] { return !Ready("web", b.address()); }));
   EXPECT_EQ(Picks("web", 20).count(b.address()), 0u);
   std::vector<OutlierDetector::Ejection> ejections =
       server_->groups().Find("web")->Ejections();

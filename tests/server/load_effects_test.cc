@@ -126,9 +126,8 @@ TEST_F(LoadEffectsTest, LocalityZoneWeightsFollowUtilisation) {
   GroupPtr loc = server_->groups().Find("loc");
   Report({Utilization("127.0.0.1:9101", 0.9), Utilization("127.0.0.1:9102", 0.9),
           Utilization("127.0.0.1:9201", 0.1), Utilization("127.0.0.1:9202", 0.1)});
-  // The zone weights follow on the next update_period tick (a table is the
-  // observable; poll it, bounded).
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  // The zone weights follow on the update_period ticks: wait rebuild by
+  // rebuild (each wait bounded) until the smoothing has converged.
   auto weights = [&] {
     std::map<std::string, double> w;
     for (const ZoneWeight& z : loc->table()->zone_weights()) {
@@ -136,9 +135,12 @@ TEST_F(LoadEffectsTest, LocalityZoneWeightsFollowUtilisation) {
     }
     return w;
   };
-  while (absl::Now() < deadline &&
-         !(weights().count("a") && std::abs(weights()["a"] - 0.2) < 0.01)) {
-    absl::SleepFor(absl::Milliseconds(20));
+  auto converged = [&] {
+    auto w = weights();
+    return w.count("a") && std::abs(w["a"] - 0.2) < 0.01;
+  };
+  for (int ticks = 0; ticks < 100 && !converged(); ++ticks) {
+    ASSERT_TRUE(loc->AwaitRebuilds(loc->rebuilds() + 1, absl::Seconds(10)));
   }
   auto w = weights();
   EXPECT_NEAR(w["a"], 2 * (1 - 0.9), 0.01);
@@ -155,7 +157,8 @@ TEST_F(LoadEffectsTest, LocalityZoneWeightsFollowUtilisation) {
   v1::ReportLoadResponse bad = Report({Utilization("127.0.0.1:9101", NAN)});
   EXPECT_EQ(bad.accepted(), 0u);
   ASSERT_EQ(bad.rejected_size(), 1);
-  absl::SleepFor(absl::Milliseconds(300));  // a few update periods pass
+  // A few update periods pass: three rebuilds of the group run.
+  ASSERT_TRUE(loc->AwaitRebuilds(loc->rebuilds() + 3, absl::Seconds(10)));
   w = weights();
   EXPECT_NEAR(w["a"], 0.2, 0.01);
   // Unchanged weights publish no new generation.
