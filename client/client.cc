@@ -27,7 +27,7 @@ std::atomic<uint64_t> next_group_id{1};
 // group's version counter with the version its thread last saw and, while
 // they match, uses the snapshot cached here without touching any shared
 // reference count. Each cached pointer has a control block of its own,
-// made for this thread (an aliasing shared_ptr), so copying it into a Pick
+// made for this thread (an aliasing shared_ptr), so copying it into a PickHandle
 // handle only touches memory this thread owns. Slots are direct-mapped by
 // group id; two groups sharing a slot still pick correctly, they just take
 // the refresh path more often. A cached snapshot stays alive until the
@@ -59,9 +59,9 @@ std::string StatusText(const grpc::Status& s) {
 }  // namespace
 
 // ---------------------------------------------------------------------------
-// Pick
+// PickHandle
 
-Pick& Pick::operator=(Pick&& other) noexcept {
+PickHandle& PickHandle::operator=(PickHandle&& other) noexcept {
   if (this != &other) {
     if (member_ != nullptr && !done_) {
       Record(false, clock_->NowNanos() - start_nanos_);
@@ -80,33 +80,33 @@ Pick& Pick::operator=(Pick&& other) noexcept {
   return *this;
 }
 
-Pick::~Pick() {
+PickHandle::~PickHandle() {
   if (member_ != nullptr && !done_) {
     Record(false, clock_->NowNanos() - start_nanos_);
   }
 }
 
-uint64_t Pick::generation() const {
+uint64_t PickHandle::generation() const {
   return keep_ && keep_->table ? keep_->table->generation() : 0;
 }
 
-bool Pick::from_fallback() const { return keep_ && keep_->fallback; }
+bool PickHandle::from_fallback() const { return keep_ && keep_->fallback; }
 
-void Pick::FirstByte() noexcept {
+void PickHandle::FirstByte() noexcept {
   if (member_ == nullptr || done_ || first_byte_nanos_ >= 0) {
     return;
   }
   first_byte_nanos_ = std::max<int64_t>(clock_->NowNanos() - start_nanos_, 0);
 }
 
-void Pick::Done(bool ok) noexcept {
+void PickHandle::Done(bool ok) noexcept {
   if (member_ == nullptr || done_) {
     return;
   }
   Record(ok, clock_->NowNanos() - start_nanos_);
 }
 
-void Pick::Record(bool ok, int64_t latency_nanos) noexcept {
+void PickHandle::Record(bool ok, int64_t latency_nanos) noexcept {
   latency_nanos = std::max<int64_t>(latency_nanos, 0);
   // The policies' load models (in-flight, peak-EWMA, least-time EWMA).
   Completion completion;
@@ -213,7 +213,7 @@ const SnapshotPtr& ClientGroup::Refresh(uint64_t version) const {
   return slot.snapshot;
 }
 
-absl::StatusOr<aside::Pick> ClientGroup::Pick(absl::string_view key) {
+absl::StatusOr<aside::PickHandle> ClientGroup::Pick(absl::string_view key) {
   const SnapshotPtr& snapshot = Local();
   if (snapshot->table == nullptr) [[unlikely]] {
     return PickWithoutTable(key);
@@ -221,7 +221,7 @@ absl::StatusOr<aside::Pick> ClientGroup::Pick(absl::string_view key) {
   return PickFrom(snapshot, key);
 }
 
-absl::StatusOr<aside::Pick> ClientGroup::PickFrom(const SnapshotPtr& snapshot,
+absl::StatusOr<aside::PickHandle> ClientGroup::PickFrom(const SnapshotPtr& snapshot,
                                                   absl::string_view key) {
   const Table& table = *snapshot->table;
   const Clock* clock = client_->clock_;
@@ -240,7 +240,7 @@ absl::StatusOr<aside::Pick> ClientGroup::PickFrom(const SnapshotPtr& snapshot,
   }
   const Member& member = table.member(index);
   member.load->Start();
-  return aside::Pick(snapshot, &member, snapshot->stats[index].get(), clock,
+  return aside::PickHandle(snapshot, &member, snapshot->stats[index].get(), clock,
                      now);
 }
 
@@ -269,7 +269,7 @@ uint32_t ClientGroup::AvoidEjected(const GroupSnapshot& snapshot,
   return first;
 }
 
-absl::StatusOr<aside::Pick> ClientGroup::PickWithoutTable(
+absl::StatusOr<aside::PickHandle> ClientGroup::PickWithoutTable(
     absl::string_view key) {
   if (!name_status_.ok()) {
     return name_status_;

@@ -5,7 +5,7 @@
 //
 //   auto client = aside::Client::Create({.targets = {"127.0.0.1:50051"}});
 //   aside::ClientGroup* group = (*client)->Group("payments");
-//   absl::StatusOr<aside::Pick> pick = group->Pick(key);
+//   absl::StatusOr<aside::PickHandle> pick = group->Pick(key);
 //   if (pick.ok()) {
 //     ... call pick->address() (ChannelPool gives a channel for it) ...
 //     pick->Done(status);
@@ -27,7 +27,7 @@
 //
 // Threads: the Client runs two threads, one for the Watch stream (applies
 // updates, builds tables) and one for load reports and retries. Group() and
-// every ClientGroup and Pick method may be called from any thread.
+// every ClientGroup and PickHandle method may be called from any thread.
 #ifndef ASIDE_CLIENT_CLIENT_H_
 #define ASIDE_CLIENT_CLIENT_H_
 
@@ -92,7 +92,7 @@ struct ClientOptions {
   Locality locality;
   absl::Duration report_interval = absl::Seconds(1);
   // Local ejection: after `local_ejection_failures` consecutive failures
-  // recorded through Pick::Done, this stub stops picking the backend for
+  // recorded through PickHandle::Done, this stub stops picking the backend for
   // `local_ejection_time`, without waiting for the server's health checks
   // (a killed backend otherwise keeps failing calls until a probe notices).
   // A failure after that ejects it again at once; a success ends it. When
@@ -110,7 +110,7 @@ struct ClientOptions {
 namespace client_internal {
 
 // What the stub counts for one backend of one group: the load reports'
-// cumulative counters. Written by Pick::Done on any thread (relaxed
+// cumulative counters. Written by PickHandle::Done on any thread (relaxed
 // atomics), read by the reporter thread.
 struct BackendStats {
   std::string address;
@@ -143,21 +143,21 @@ struct GroupSnapshot {
 // The result of a pick: the backend to call. Call Done() when the call
 // finishes; it records the outcome and latency into the backend's load
 // (in-flight count, the policies' load models) and the next load report.
-// If a Pick is destroyed without Done(), the destructor records the call as
+// If a PickHandle is destroyed without Done(), the destructor records the call as
 // a failure ("abandoned": an early return or an exception path did not
 // succeed) with the time elapsed so far, so the in-flight count never
 // leaks. Move-only; the table it came from stays alive while it exists, so
 // address(), locality() and metadata() stay valid, after Done() too. Done()
-// records once; later calls do nothing. One thread uses a Pick at a time,
+// records once; later calls do nothing. One thread uses a PickHandle at a time,
 // any thread (an async completion) may call Done(); Done costs a clock
 // read and a few relaxed atomics.
-class Pick {
+class PickHandle {
  public:
-  Pick(Pick&& other) noexcept { *this = std::move(other); }
-  Pick& operator=(Pick&& other) noexcept;
-  Pick(const Pick&) = delete;
-  Pick& operator=(const Pick&) = delete;
-  ~Pick();
+  PickHandle(PickHandle&& other) noexcept { *this = std::move(other); }
+  PickHandle& operator=(PickHandle&& other) noexcept;
+  PickHandle(const PickHandle&) = delete;
+  PickHandle& operator=(const PickHandle&) = delete;
+  ~PickHandle();
 
   absl::string_view address() const { return member_->backend.address; }
   const Locality& locality() const { return member_->backend.locality; }
@@ -182,7 +182,7 @@ class Pick {
 
  private:
   friend class ClientGroup;
-  Pick(std::shared_ptr<const client_internal::GroupSnapshot> keep,
+  PickHandle(std::shared_ptr<const client_internal::GroupSnapshot> keep,
        const Member* member, client_internal::BackendStats* stats,
        const Clock* clock, int64_t start_nanos) noexcept
       : keep_(std::move(keep)),
@@ -221,7 +221,7 @@ class ClientGroup {
   // counts) or when no table arrived within wait_for_table; NOT_FOUND when
   // the server does not know the group and there is no table or fallback;
   // INVALID_ARGUMENT for an invalid group name.
-  absl::StatusOr<aside::Pick> Pick(absl::string_view key = {});
+  absl::StatusOr<aside::PickHandle> Pick(absl::string_view key = {});
 
   // The table picks use now (null: none yet; the fallback's has generation 0).
   TableConstPtr table() const;
@@ -249,10 +249,10 @@ class ClientGroup {
   const std::shared_ptr<const client_internal::GroupSnapshot>& Local() const;
   const std::shared_ptr<const client_internal::GroupSnapshot>& Refresh(
       uint64_t version) const;
-  absl::StatusOr<aside::Pick> PickFrom(
+  absl::StatusOr<aside::PickHandle> PickFrom(
       const std::shared_ptr<const client_internal::GroupSnapshot>& snapshot,
       absl::string_view key);
-  absl::StatusOr<aside::Pick> PickWithoutTable(absl::string_view key);
+  absl::StatusOr<aside::PickHandle> PickWithoutTable(absl::string_view key);
   // The first choice is locally ejected: another one, if any is not.
   static uint32_t AvoidEjected(const client_internal::GroupSnapshot& snapshot,
                                PickRequest request, uint32_t first,

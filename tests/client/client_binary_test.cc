@@ -42,7 +42,7 @@ ClientOptions StubOptions(const std::string& target) {
 std::map<std::string, int> Count(ClientGroup* group, int picks) {
   std::map<std::string, int> counts;
   for (int i = 0; i < picks; ++i) {
-    absl::StatusOr<Pick> pick = group->Pick();
+    absl::StatusOr<PickHandle> pick = group->Pick();
     if (!pick.ok()) {
       counts[pick.status().ToString()]++;
       continue;
@@ -89,7 +89,7 @@ TEST(ClientBinaryTest, LocalPicksFollowTheTableAndAdminChangesReachEveryStub) {
   // Metadata and locality pass through.
   bool saw = false;
   for (int i = 0; i < 7 && !saw; ++i) {
-    ASSERT_OK_AND_ASSIGN(Pick p, stubs[1]->Group("wrr")->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle p, stubs[1]->Group("wrr")->Pick());
     if (p.address() == "127.0.0.1:9101") {
       saw = true;
       EXPECT_EQ(p.metadata().at("version"), "v2");
@@ -157,7 +157,7 @@ TEST(ClientBinaryTest, UnknownGroupsFailWithNotFoundUntilCreated) {
   ASSERT_OK(admin.Create("later", {"127.0.0.1:9301"}));
   ASSERT_OK_AND_ASSIGN(v1::Group created, admin.Get("later"));
   ASSERT_TRUE(later->WaitForGeneration(created.generation(), absl::Seconds(10)));
-  ASSERT_OK_AND_ASSIGN(Pick pick, later->Pick());
+  ASSERT_OK_AND_ASSIGN(PickHandle pick, later->Pick());
   EXPECT_EQ(pick.address(), "127.0.0.1:9301");
   pick.Done(true);
 
@@ -169,7 +169,7 @@ TEST(ClientBinaryTest, UnknownGroupsFailWithNotFoundUntilCreated) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_TRUE(later->removed());
-  ASSERT_OK_AND_ASSIGN(Pick still, later->Pick());
+  ASSERT_OK_AND_ASSIGN(PickHandle still, later->Pick());
   EXPECT_EQ(still.address(), "127.0.0.1:9301");
   still.Done(true);
   ASSERT_OK(stub->Group("rr")->Pick());
@@ -201,7 +201,7 @@ TEST(ClientBinaryTest, LoadReportsReachTheServer) {
   ASSERT_OK_AND_ASSIGN(v1::Group before, admin.Get("rr"));
   ASSERT_TRUE(rr->WaitForGeneration(before.generation(), absl::Seconds(10)));
   for (int i = 0; i < 30; ++i) {
-    ASSERT_OK_AND_ASSIGN(Pick pick, rr->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle pick, rr->Pick());
     pick.Done(i % 10 != 0);
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(15);
@@ -213,7 +213,7 @@ TEST(ClientBinaryTest, LoadReportsReachTheServer) {
     // Keep traffic going: the server takes a reporter's first cumulative
     // report as its baseline and counts what comes after it.
     for (int i = 0; i < 5; ++i) {
-      ASSERT_OK_AND_ASSIGN(Pick pick, rr->Pick());
+      ASSERT_OK_AND_ASSIGN(PickHandle pick, rr->Pick());
       pick.Done(true);
     }
     auto metrics = aside::testing::HttpGet("127.0.0.1", server.metrics_port, "/metrics");
@@ -251,7 +251,7 @@ class SteadyPickers {
         ClientGroup* group = stub->Group(g);
         threads_.emplace_back([this, group] {
           while (!stop_.load()) {
-            absl::StatusOr<Pick> pick = group->Pick();
+            absl::StatusOr<PickHandle> pick = group->Pick();
             if (pick.ok()) {
               picks_.fetch_add(1);
               pick->Done(true);

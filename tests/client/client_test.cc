@@ -1,6 +1,6 @@
 // aside::Client against an in-process fake LoadBalancer: fallback lists,
 // wait_for_table, rejected tables, load reports, picks on several threads
-// while tables swap (run under TSan), and Pick handle semantics.
+// while tables swap (run under TSan), and PickHandle semantics.
 #include "client/client.h"
 
 #include <gmock/gmock.h>
@@ -88,7 +88,7 @@ TEST(ClientTest, FallbackServesUntilTheFirstTableArrives) {
 
   std::map<std::string, int> counts;
   for (int i = 0; i < 10; ++i) {
-    ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
     EXPECT_TRUE(pick.from_fallback());
     EXPECT_EQ(pick.generation(), 0u);
     counts[std::string(pick.address())]++;
@@ -100,7 +100,7 @@ TEST(ClientTest, FallbackServesUntilTheFirstTableArrives) {
   fake.service.Push(Full("web", 42, {{"127.0.0.1:8001", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(42, absl::Seconds(10)));
   for (int i = 0; i < 5; ++i) {
-    ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
     EXPECT_FALSE(pick.from_fallback());
     EXPECT_EQ(pick.address(), "127.0.0.1:8001");
     EXPECT_EQ(pick.generation(), 42u);
@@ -116,7 +116,7 @@ TEST(ClientTest, WithoutTableOrFallbackPicksFailAfterWaitForTable) {
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
   const absl::Time start = absl::Now();
-  absl::StatusOr<Pick> pick = web->Pick();
+  absl::StatusOr<PickHandle> pick = web->Pick();
   const absl::Duration waited = absl::Now() - start;
   EXPECT_THAT(pick, StatusIs(absl::StatusCode::kUnavailable,
                              AllOf(HasSubstr("group 'web'"), HasSubstr(target),
@@ -131,7 +131,7 @@ TEST(ClientTest, WithoutTableOrFallbackPicksFailAfterWaitForTable) {
   // machine may not have failed one within 300 ms), then the connection
   // error.
   const absl::Time limit = absl::Now() + absl::Seconds(10);
-  absl::StatusOr<Pick> later = web->Pick();
+  absl::StatusOr<PickHandle> later = web->Pick();
   while (!absl::StrContains(later.status().message(), "UNAVAILABLE") &&
          absl::Now() < limit) {
     absl::SleepFor(absl::Milliseconds(20));
@@ -166,7 +166,7 @@ TEST(ClientTest, APickWaitingForTheFirstTableGetsIt) {
     absl::SleepFor(absl::Milliseconds(100));  // the pick must be waiting
     fake.service.Push(Full("web", 5, {{"127.0.0.1:8001", 100}}));
   });
-  absl::StatusOr<Pick> pick = web->Pick();
+  absl::StatusOr<PickHandle> pick = web->Pick();
   pusher.join();
   ASSERT_OK(pick);
   EXPECT_EQ(pick->address(), "127.0.0.1:8001");
@@ -221,7 +221,7 @@ TEST(ClientTest, ARejectedTableLeavesThePreviousOneServing) {
   }
   EXPECT_EQ(web->rejected_updates(), 2u);
   EXPECT_EQ(web->generation(), 1u);
-  ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+  ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
   EXPECT_EQ(pick.address(), "127.0.0.1:8001");
   EXPECT_EQ(client->stats().updates_rejected, 2u);
   EXPECT_EQ(log.Count("event=table.rejected"), 2);
@@ -239,14 +239,14 @@ TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
   const BackendLoad* load = nullptr;
   {
     // Unmarked (a unary call): its completion is its first byte.
-    ASSERT_OK_AND_ASSIGN(Pick unary, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle unary, web->Pick());
     load = unary.member().load;
     unary.Done(true);
   }
   EXPECT_EQ(load->FirstByteEwma(model), load->LastByteEwma(model));
   {
     // Marked at once, finished later: the first byte comes first.
-    ASSERT_OK_AND_ASSIGN(Pick stream, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle stream, web->Pick());
     stream.FirstByte();
     absl::SleepFor(absl::Milliseconds(5));  // the rest of the response
     stream.FirstByte();                     // a second mark changes nothing
@@ -270,9 +270,9 @@ TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
 
 // Picks from `web` until one lands on `address` (round robin over two
 // backends: within two picks).
-absl::StatusOr<Pick> PickAt(ClientGroup* web, absl::string_view address) {
+absl::StatusOr<PickHandle> PickAt(ClientGroup* web, absl::string_view address) {
   for (int i = 0; i < 4; ++i) {
-    absl::StatusOr<Pick> p = web->Pick();
+    absl::StatusOr<PickHandle> p = web->Pick();
     if (!p.ok() || p->address() == address) {
       return p;
     }
@@ -285,7 +285,7 @@ absl::StatusOr<Pick> PickAt(ClientGroup* web, absl::string_view address) {
 int CountPicks(ClientGroup* web, absl::string_view address, int n) {
   int hits = 0;
   for (int i = 0; i < n; ++i) {
-    absl::StatusOr<Pick> p = web->Pick();
+    absl::StatusOr<PickHandle> p = web->Pick();
     if (p.ok() && p->address() == address) {
       ++hits;
     }
@@ -311,7 +311,7 @@ class LocalEjectionTest : public ::testing::Test {
   }
   void Fail(absl::string_view address, int times) {
     for (int i = 0; i < times; ++i) {
-      ASSERT_OK_AND_ASSIGN(Pick p, PickAt(web_, address));
+      ASSERT_OK_AND_ASSIGN(PickHandle p, PickAt(web_, address));
       p.Done(false);
     }
   }
@@ -336,14 +336,14 @@ TEST_F(LocalEjectionTest, ConsecutiveFailuresEjectUntilTheTimeIsUp) {
   EXPECT_EQ(CountPicks(web_, kA, 20), 0);
   clock_.Advance(absl::Milliseconds(200));
   // Back after a second; one more failure ejects it again at once.
-  ASSERT_OK_AND_ASSIGN(Pick again, PickAt(web_, kA));
+  ASSERT_OK_AND_ASSIGN(PickHandle again, PickAt(web_, kA));
   again.Done(false);
   EXPECT_EQ(CountPicks(web_, kA, 20), 0);
 }
 
 TEST_F(LocalEjectionTest, ASuccessEndsTheEjection) {
   Start(3);
-  ASSERT_OK_AND_ASSIGN(Pick early, PickAt(web_, kA));  // in flight
+  ASSERT_OK_AND_ASSIGN(PickHandle early, PickAt(web_, kA));  // in flight
   Fail(kA, 3);
   EXPECT_EQ(CountPicks(web_, kA, 10), 0);
   early.Done(true);  // the backend answered after all
@@ -356,7 +356,7 @@ TEST_F(LocalEjectionTest, EveryBackendEjectedStillPicks) {
   Fail(kB, 3);
   // Both ejected: picks ignore ejections rather than fail.
   for (int i = 0; i < 4; ++i) {
-    ASSERT_OK_AND_ASSIGN(Pick p, web_->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle p, web_->Pick());
     p.Done(false);
   }
 }
@@ -386,8 +386,8 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
 
   {
-    ASSERT_OK_AND_ASSIGN(Pick a, web->Pick());
-    ASSERT_OK_AND_ASSIGN(Pick b, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle a, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle b, web->Pick());
     const BackendLoad* load = a.member().load;
     EXPECT_EQ(load->in_flight(), 2);
     a.Done(absl::OkStatus());
@@ -397,7 +397,7 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
     EXPECT_EQ(a.address(), "127.0.0.1:8001");
     a.Done(false);
     EXPECT_EQ(load->in_flight(), 0);
-    ASSERT_OK_AND_ASSIGN(Pick abandoned, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle abandoned, web->Pick());
     // Destroyed without Done: recorded as a failure.
   }
   const std::optional<v1::LoadReport> first =
@@ -418,7 +418,7 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   // ones do not.
   EXPECT_TRUE(last.reset());
   {
-    ASSERT_OK_AND_ASSIGN(Pick more, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle more, web->Pick());
     more.Done(true);
   }
   const std::optional<v1::LoadReport> second =
@@ -452,7 +452,7 @@ TEST(ClientTest, UnimplementedReportingIsRetriedQuietly) {
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (client->stats().report_stream_failures < 3 && absl::Now() < deadline) {
-    ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
     pick.Done(true);
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -477,9 +477,9 @@ TEST(ClientTest, PicksOnSeveralThreadsWhileTablesSwap) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      std::vector<Pick> held;
+      std::vector<PickHandle> held;
       while (!stop.load()) {
-        absl::StatusOr<Pick> pick = web->Pick(absl::StrCat("key", t));
+        absl::StatusOr<PickHandle> pick = web->Pick(absl::StrCat("key", t));
         if (!pick.ok()) {
           failures.fetch_add(1);
           continue;
