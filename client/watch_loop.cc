@@ -1,0 +1,237 @@
+// Client's Watch side: one stream over every subscribed group, updates
+// folded into each group's table, reconnects with backoff.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "aside/v1/lookaside.grpc.pb.h"
+#include "client/backoff.h"
+#include "client/client.h"
+
+namespace aside {
+
+void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
+                          grpc::ClientContext* context) {
+  const WatchedTable::Result result = group->watched_.Apply(update);
+  switch (result.outcome) {
+    case WatchedTable::Outcome::kApplied: {
+      group->need_full_ = false;
+      group->PublishTable(group->watched_.table(), update.server_id());
+      {
+        aside::MutexLock lock(&mu_);
+        ++stats_.updates_applied;
+      }
+      RetainChannels();
+      break;
+    }
+    case WatchedTable::Outcome::kUnchanged: {
+      aside::MutexLock lock(&group->mu_);
+      group->removed_ = false;
+      group->missing_ = absl::OkStatus();
+      break;
+    }
+    case WatchedTable::Outcome::kStale:
+      break;
+    case WatchedTable::Outcome::kRejected: {
+      group->rejected_.fetch_add(1, std::memory_order_relaxed);
+      {
+        aside::MutexLock lock(&mu_);
+        ++stats_.updates_rejected;
+      }
+      Log(absl::StrCat("event=table.rejected ", result.error.message(),
+                       "; generation ", group->watched_.generation(),
+                       " keeps serving"));
+      break;
+    }
+    case WatchedTable::Outcome::kNeedFull:
+      group->need_full_ = true;
+      Log(absl::StrCat("event=table.resync ", result.error.message()));
+      {
+        aside::MutexLock lock(&mu_);
+        restart_ = true;
+      }
+      context->TryCancel();
+      break;
+    case WatchedTable::Outcome::kRemoved: {
+      Log(absl::StrCat(
+          "event=group.removed group '", group->name_,
+          "' was deleted on the server",
+          group->watched_.table() != nullptr
+              ? absl::StrCat("; generation ", group->watched_.generation(),
+                             " keeps serving")
+              : std::string()));
+      aside::MutexLock lock(&group->mu_);
+      group->removed_ = true;
+      if (group->watched_.table() == nullptr && group->fallback_ == nullptr) {
+        group->missing_ = absl::NotFoundError(absl::StrCat(
+            "group '", group->name_, "' was deleted on the aside server"));
+      }
+      group->retry_at_ = MonotonicNanos() +
+                         absl::ToInt64Nanoseconds(options_.missing_group_retry);
+      break;
+    }
+  }
+}
+
+bool Client::MarkMissing(const std::vector<ClientGroup*>& watched,
+                         const grpc::Status& status) {
+  bool any = false;
+  for (ClientGroup* g : watched) {
+    if (status.error_message().find(absl::StrCat("'", g->name_, "'")) ==
+        std::string::npos) {
+      continue;
+    }
+    any = true;
+    aside::MutexLock lock(&g->mu_);
+    g->retry_at_ = MonotonicNanos() +
+                   absl::ToInt64Nanoseconds(options_.missing_group_retry);
+    if (g->watched_.table() != nullptr) {
+      g->removed_ = true;
+    } else if (g->fallback_ == nullptr) {
+      g->missing_ = absl::NotFoundError(
+          absl::StrCat("group '", g->name_, "' not found on aside server(s) ",
+                       TargetsText()));
+    }
+  }
+  if (any) {
+    Log(absl::StrCat("event=group.not_found ", status.error_message()));
+  }
+  return any;
+}
+
+void Client::CheckMissingRetries() {
+  const int64_t now = MonotonicNanos();
+  bool due = false;
+  for (ClientGroup* g : AllGroups()) {
+    aside::MutexLock lock(&g->mu_);
+    if (g->retry_at_ != 0 && now >= g->retry_at_) {
+      g->retry_at_ = 0;
+      due = true;
+    }
+  }
+  if (due) {
+    RestartWatch();
+  }
+}
+
+void Client::WatchLoop() {
+  Backoff backoff(options_.backoff);
+  bool connected = false;
+  while (true) {
+    std::vector<ClientGroup*> watched;
+    std::string target;
+    {
+      aside::MutexLock lock(&mu_);
+      if (stopping_) {
+        return;
+      }
+      restart_ = false;
+      for (const auto& [name, g] : groups_) {
+        if (!g->name_status_.ok()) {
+          continue;
+        }
+        aside::MutexLock glock(&g->mu_);
+        if (g->retry_at_ == 0) {
+          watched.push_back(g.get());
+        }
+      }
+      if (watched.empty()) {
+        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return restart_ || stopping_;
+        };
+        mu_.Await(aside::Cond(&wake));
+        continue;
+      }
+      target = options_.targets[target_index_ % options_.targets.size()];
+    }
+    std::sort(
+        watched.begin(), watched.end(),
+        [](ClientGroup* a, ClientGroup* b) { return a->name_ < b->name_; });
+    v1::WatchRequest request;
+    absl::flat_hash_map<std::string, ClientGroup*> by_name;
+    for (ClientGroup* g : watched) {
+      request.add_groups(g->name_);
+      by_name[g->name_] = g;
+      if (g->watched_.table() != nullptr && !g->need_full_) {
+        (*request.mutable_known_generations())[g->name_] =
+            g->watched_.generation();
+      }
+    }
+    request.set_subscriber(reporter_);
+
+    auto stub = v1::LoadBalancer::NewStub(MakeChannel(target));
+    grpc::ClientContext context;
+    {
+      aside::MutexLock lock(&mu_);
+      if (stopping_) {
+        return;
+      }
+      if (restart_) {
+        continue;
+      }
+      watch_context_ = &context;
+      ++stats_.watch_attempts;
+    }
+    std::unique_ptr<grpc::ClientReader<v1::GroupUpdate>> reader =
+        stub->Watch(&context, request);
+    v1::GroupUpdate update;
+    bool delivered = false;
+    while (reader->Read(&update)) {
+      if (!delivered) {
+        delivered = true;
+        backoff.Reset();
+        {
+          aside::MutexLock lock(&mu_);
+          ++stats_.watch_connected;
+          last_error_.clear();
+        }
+        if (!connected) {
+          connected = true;
+          Log(absl::StrCat("event=watch.connected target=", target,
+                           " groups=", watched.size()));
+        }
+      }
+      auto it = by_name.find(update.group());
+      if (it != by_name.end()) {
+        HandleUpdate(it->second, update, &context);
+      }
+    }
+    const grpc::Status status = reader->Finish();
+    bool restart = false;
+    {
+      aside::MutexLock lock(&mu_);
+      watch_context_ = nullptr;
+      if (stopping_) {
+        return;
+      }
+      restart = restart_;
+    }
+    if (restart) {
+      continue;
+    }
+    if (status.error_code() == grpc::StatusCode::NOT_FOUND &&
+        MarkMissing(watched, status)) {
+      continue;
+    }
+    if (status.ok()) {
+      // The server ended the stream: every group on it was deleted.
+      continue;
+    }
+    const std::string error = absl::StrCat(target, ": ", StatusText(status));
+    const absl::Duration delay = backoff.Next();
+    if (connected || delivered) {
+      Log(absl::StrCat("event=watch.disconnected ", error,
+                       "; last tables keep serving; retry in ",
+                       absl::FormatDuration(delay)));
+    }
+    connected = false;
+    aside::MutexLock lock(&mu_);
+    last_error_ = error;
+    ++target_index_;
+    mu_.AwaitWithTimeout(aside::Cond(&stopping_), delay);
+  }
+}
+
+}  // namespace aside
