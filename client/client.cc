@@ -180,14 +180,6 @@ std::vector<ClientGroup*> Client::AllGroups() const {
   return out;
 }
 
-void Client::RestartWatch() {
-  aside::MutexLock lock(&mu_);
-  restart_ = true;
-  if (watch_context_ != nullptr) {
-    watch_context_->TryCancel();
-  }
-}
-
 Client::Stats Client::stats() const {
   aside::MutexLock lock(&mu_);
   Stats s = stats_;

@@ -17,16 +17,17 @@
 // `wait_for_table` after the group was subscribed and then fails with
 // UNAVAILABLE naming the servers and the last connection error.
 //
-// Deleted groups: when the server deletes a group (GroupRemoved) or does not
-// know it, a group that already has a table keeps serving that table
-// (fail-static: a mistaken deletion must not take callers down) and reports
-// it through ClientGroup::removed() and the log; the stub asks for the
-// group again every `missing_group_retry`, so a re-created group is picked
-// up. A group that never had a table and has no fallback fails picks with
-// NOT_FOUND.
+// Absent groups: the server reports a group it does not have (unknown, or
+// deleted) with a GroupRemoved update for that group alone; the stream, and
+// every other group on it, carries on. A group that already has a table
+// keeps serving it (fail-static: a mistaken deletion must not take callers
+// down) and reports the absence through ClientGroup::removed() and the log.
+// A group that never had a table and has no fallback fails picks with
+// NOT_FOUND. The server keeps watching the name on the same stream and sends
+// the group's full table when it is created; the stub does not re-subscribe.
 //
 // Threads: the Client runs two threads, one for the Watch stream (applies
-// updates, builds tables) and one for load reports and retries. Group() and
+// updates, builds tables) and one for load reports. Group() and
 // every ClientGroup and PickHandle method may be called from any thread.
 #ifndef ASIDE_CLIENT_CLIENT_H_
 #define ASIDE_CLIENT_CLIENT_H_
@@ -97,9 +98,6 @@ class Client {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WatchLoop();
   void ReportLoop();
-  // Asks the watcher to re-subscribe now (a new group, a group that needs a
-  // full table, a retry of a deleted group).
-  void RestartWatch();
   std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) const;
   void Log(absl::string_view line) const;
   // Counters for one backend, with this client's local ejection settings.
@@ -110,10 +108,6 @@ class Client {
   void RetainChannels();
   void HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
                     grpc::ClientContext* context);
-  // Marks the groups a NOT_FOUND status names; true if any.
-  bool MarkMissing(const std::vector<ClientGroup*>& watched,
-                   const grpc::Status& status);
-  void CheckMissingRetries();
   std::vector<ClientGroup*> AllGroups() const;
   // Builds the next load report; `sent` receives what to mark reported.
   struct Reported {

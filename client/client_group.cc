@@ -250,11 +250,14 @@ void ClientGroup::PublishTable(TableConstPtr table,
     server_id_ = server_id;
     removed_ = false;
     missing_ = absl::OkStatus();
-    retry_at_ = 0;
     ++published_version_;
-    generation_.store(table->generation(), std::memory_order_release);
   }
   loads_.Prune();
+}
+
+void ClientGroup::MarkGeneration(uint64_t generation) {
+  aside::MutexLock lock(&mu_);
+  generation_.store(generation, std::memory_order_release);
 }
 
 }  // namespace aside

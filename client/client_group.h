@@ -56,8 +56,8 @@ class ClientGroup {
   std::string server_id() const;
   // Waits (bounded) until generation() >= `generation`; true on success.
   bool WaitForGeneration(uint64_t generation, absl::Duration timeout) const;
-  // True after the server reported the group deleted (or unknown) while a
-  // table was held; the table keeps serving.
+  // True while the server reports the group absent (unknown, or deleted);
+  // a table held keeps serving. Cleared when its table arrives.
   bool removed() const;
   // Updates rejected by validation so far.
   uint64_t rejected_updates() const {
@@ -81,8 +81,11 @@ class ClientGroup {
                                PickRequest request, uint32_t first,
                                int64_t now);
 
-  // Watcher thread: publishes a table received from a server.
+  // Watcher thread: publishes a table received from a server (picks use it
+  // at once), then, once the stub is done with it, makes its generation
+  // visible through generation() and WaitForGeneration.
   void PublishTable(TableConstPtr table, const std::string& server_id);
+  void MarkGeneration(uint64_t generation);
   void Publish(std::shared_ptr<const client_internal::GroupSnapshot> next);
 
   Client* const client_;
@@ -111,11 +114,9 @@ class ClientGroup {
       stats_ ABSL_GUARDED_BY(mu_);
   std::string server_id_ ABSL_GUARDED_BY(mu_);
   bool removed_ ABSL_GUARDED_BY(mu_) = false;
-  // Set when the server does not know the group.
+  // What picks fail with while the server reports the group absent and
+  // there is neither a table nor a fallback (OK otherwise).
   absl::Status missing_ ABSL_GUARDED_BY(mu_);
-  // Monotonic time (client clock) of the next re-subscription attempt of a
-  // deleted or unknown group; 0 when the group is being watched.
-  int64_t retry_at_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t published_version_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

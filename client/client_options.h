@@ -37,8 +37,6 @@ struct ClientOptions {
   const Clock* clock = nullptr;
   // Reconnect backoff of the Watch and ReportLoad streams.
   BackoffOptions backoff;
-  // How often a deleted or unknown group is asked for again.
-  absl::Duration missing_group_retry = absl::Seconds(5);
   // Load reports: reporter id (empty: "<hostname>-<pid>"), its locality,
   // and the interval (0 disables reporting).
   std::string reporter;

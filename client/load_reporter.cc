@@ -96,7 +96,6 @@ void Client::ReportLoop() {
         break;
       }
     }
-    CheckMissingRetries();
     if (interval <= 0) {
       continue;
     }

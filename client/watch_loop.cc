@@ -18,12 +18,15 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
   switch (result.outcome) {
     case WatchedTable::Outcome::kApplied: {
       group->need_full_ = false;
-      group->PublishTable(group->watched_.table(), update.server_id());
       {
         aside::MutexLock lock(&mu_);
         ++stats_.updates_applied;
       }
+      group->PublishTable(group->watched_.table(), update.server_id());
       RetainChannels();
+      // Last, so that whoever waits for the generation (WaitForGeneration)
+      // finds the stats and the channel pool already in line with it.
+      group->MarkGeneration(group->watched_.generation());
       break;
     }
     case WatchedTable::Outcome::kUnchanged: {
@@ -55,64 +58,38 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
       context->TryCancel();
       break;
     case WatchedTable::Outcome::kRemoved: {
+      // The server has no such group; the stream goes on, and the server
+      // sends the group's full table if it is created.
+      const v1::GroupRemoved& removed = update.removed();
+      const bool not_found =
+          removed.cause() == v1::GroupRemoved::CAUSE_NOT_FOUND;
+      const std::string reason =
+          !removed.reason().empty()
+              ? removed.reason()
+              : absl::StrCat("group '", group->name_,
+                             not_found ? "' not found" : "' was deleted");
+      const bool has_table = group->watched_.table() != nullptr;
       Log(absl::StrCat(
-          "event=group.removed group '", group->name_,
-          "' was deleted on the server",
-          group->watched_.table() != nullptr
+          not_found ? "event=group.not_found " : "event=group.removed ", reason,
+          has_table
               ? absl::StrCat("; generation ", group->watched_.generation(),
                              " keeps serving")
-              : std::string()));
+              : std::string(),
+          "; waiting for it on the same stream"));
+      // The server says which status to report (google.rpc.Code values
+      // are absl's); NOT_FOUND when it does not.
+      absl::StatusCode code = absl::StatusCode::kNotFound;
+      if (removed.code() > 0 && removed.code() <= 16) {
+        code = static_cast<absl::StatusCode>(removed.code());
+      }
       aside::MutexLock lock(&group->mu_);
       group->removed_ = true;
-      if (group->watched_.table() == nullptr && group->fallback_ == nullptr) {
-        group->missing_ = absl::NotFoundError(absl::StrCat(
-            "group '", group->name_, "' was deleted on the aside server"));
+      if (!has_table && group->fallback_ == nullptr) {
+        group->missing_ = absl::Status(
+            code, absl::StrCat(reason, " on aside server(s) ", TargetsText()));
       }
-      group->retry_at_ = MonotonicNanos() +
-                         absl::ToInt64Nanoseconds(options_.missing_group_retry);
       break;
     }
-  }
-}
-
-bool Client::MarkMissing(const std::vector<ClientGroup*>& watched,
-                         const grpc::Status& status) {
-  bool any = false;
-  for (ClientGroup* g : watched) {
-    if (status.error_message().find(absl::StrCat("'", g->name_, "'")) ==
-        std::string::npos) {
-      continue;
-    }
-    any = true;
-    aside::MutexLock lock(&g->mu_);
-    g->retry_at_ = MonotonicNanos() +
-                   absl::ToInt64Nanoseconds(options_.missing_group_retry);
-    if (g->watched_.table() != nullptr) {
-      g->removed_ = true;
-    } else if (g->fallback_ == nullptr) {
-      g->missing_ = absl::NotFoundError(
-          absl::StrCat("group '", g->name_, "' not found on aside server(s) ",
-                       TargetsText()));
-    }
-  }
-  if (any) {
-    Log(absl::StrCat("event=group.not_found ", status.error_message()));
-  }
-  return any;
-}
-
-void Client::CheckMissingRetries() {
-  const int64_t now = MonotonicNanos();
-  bool due = false;
-  for (ClientGroup* g : AllGroups()) {
-    aside::MutexLock lock(&g->mu_);
-    if (g->retry_at_ != 0 && now >= g->retry_at_) {
-      g->retry_at_ = 0;
-      due = true;
-    }
-  }
-  if (due) {
-    RestartWatch();
   }
 }
 
@@ -132,10 +109,7 @@ void Client::WatchLoop() {
         if (!g->name_status_.ok()) {
           continue;
         }
-        aside::MutexLock glock(&g->mu_);
-        if (g->retry_at_ == 0) {
-          watched.push_back(g.get());
-        }
+        watched.push_back(g.get());
       }
       if (watched.empty()) {
         auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -211,14 +185,8 @@ void Client::WatchLoop() {
     if (restart) {
       continue;
     }
-    if (status.error_code() == grpc::StatusCode::NOT_FOUND &&
-        MarkMissing(watched, status)) {
-      continue;
-    }
-    if (status.ok()) {
-      // The server ended the stream: every group on it was deleted.
-      continue;
-    }
+    // The server ends a stream only on errors (absent groups are reported
+    // inside it); any end, even OK, is a disconnection and backs off.
     const std::string error = absl::StrCat(target, ": ", StatusText(status));
     const absl::Duration delay = backoff.Next();
     if (connected || delivered) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/clock.h"
 #include "tests/client/fake_lookaside.h"
+#include "tests/client/log_sink.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -21,6 +22,7 @@ namespace aside {
 namespace {
 
 using ::aside::testing::FakeServer;
+using ::aside::testing::LogSink;
 using ::aside::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -48,25 +50,20 @@ v1::GroupUpdate Full(const std::string& group, uint64_t generation,
   return u;
 }
 
-// Collects the stub's log lines.
-struct LogSink {
-  aside::Mutex mu;
-  std::vector<std::string> lines;
-  std::function<void(absl::string_view)> fn() {
-    return [this](absl::string_view line) {
-      aside::MutexLock lock(&mu);
-      lines.emplace_back(line);
-    };
-  }
-  int Count(absl::string_view needle) {
-    aside::MutexLock lock(&mu);
-    int n = 0;
-    for (const auto& l : lines) {
-      n += absl::StrContains(l, needle) ? 1 : 0;
-    }
-    return n;
-  }
-};
+// A GroupUpdate saying the server has no such group.
+v1::GroupUpdate Absent(const std::string& group, uint64_t generation,
+                       v1::GroupRemoved::Cause cause) {
+  v1::GroupUpdate u;
+  u.set_group(group);
+  u.set_generation(generation);
+  u.set_server_id("fake");
+  u.mutable_removed()->set_cause(cause);
+  u.mutable_removed()->set_code(static_cast<int>(absl::StatusCode::kNotFound));
+  u.mutable_removed()->set_reason(absl::StrCat(
+      "group '", group, "' ",
+      cause == v1::GroupRemoved::CAUSE_DELETED ? "was deleted" : "not found"));
+  return u;
+}
 
 ClientOptions FastOptions(const std::string& target) {
   ClientOptions o;
@@ -125,7 +122,8 @@ TEST(ClientTest, WithoutTableOrFallbackPicksFailAfterWaitForTable) {
   EXPECT_LT(waited, absl::Seconds(5));
   // After the deadline, picks fail at once.
   const absl::Time again = absl::Now();
-  EXPECT_THAT(web->Pick(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(target)));
+  EXPECT_THAT(web->Pick(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(target)));
   EXPECT_LT(absl::Now() - again, absl::Milliseconds(100));
   // The cause: "still connecting" until one attempt has failed (a slow
   // machine may not have failed one within 300 ms), then the connection
@@ -155,6 +153,60 @@ TEST(ClientTest, ReconnectsGoRoundRobinOverTheTargets) {
   EXPECT_EQ(client->stats().watch_connected, 1u);
 }
 
+TEST(ClientTest, AnAbsentGroupIsReportedAloneAndTheOthersKeepTheirStream) {
+  FakeServer fake;
+  fake.Start();
+  LogSink log;
+  ClientOptions options = FastOptions(fake.target());
+  options.groups = {"ghost", "web"};
+  options.log = log.fn();
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  ClientGroup* ghost = client->Group("ghost");
+  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  fake.service.Push(Absent("ghost", 0, v1::GroupRemoved::CAUSE_NOT_FOUND));
+  // Updates of one stream apply in order: web at 2 means the absence of
+  // ghost was handled.
+  fake.service.Push(Full("web", 2, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(2, absl::Seconds(10)));
+  EXPECT_TRUE(ghost->removed());
+  EXPECT_THAT(ghost->Pick(),
+              StatusIs(absl::StatusCode::kNotFound,
+                       AllOf(HasSubstr("group 'ghost' not found"),
+                             HasSubstr(fake.target()))));
+  EXPECT_EQ(log.Count("event=group.not_found group 'ghost'"), 1);
+
+  // The other group keeps its stream: every update arrives, none is
+  // missed, and the stream is never restarted.
+  for (uint64_t g = 3; g <= 10; ++g) {
+    fake.service.Push(Full("web", g, {{"127.0.0.1:8001", 100}}));
+  }
+  ASSERT_TRUE(web->WaitForGeneration(10, absl::Seconds(10)));
+  EXPECT_EQ(client->stats().updates_applied, 10u);
+
+  // Created on the server: its table arrives on the same stream.
+  fake.service.Push(Full("ghost", 11, {{"127.0.0.1:8101", 100}}));
+  ASSERT_TRUE(ghost->WaitForGeneration(11, absl::Seconds(10)));
+  EXPECT_FALSE(ghost->removed());
+  ASSERT_OK_AND_ASSIGN(PickHandle pick, ghost->Pick());
+  EXPECT_EQ(pick.address(), "127.0.0.1:8101");
+  pick.Done(true);
+
+  // Deleted again: the table held keeps serving, and web goes on.
+  fake.service.Push(Absent("ghost", 12, v1::GroupRemoved::CAUSE_DELETED));
+  fake.service.Push(Full("web", 13, {{"127.0.0.1:8002", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(13, absl::Seconds(10)));
+  EXPECT_TRUE(ghost->removed());
+  ASSERT_OK_AND_ASSIGN(PickHandle still, ghost->Pick());
+  EXPECT_EQ(still.address(), "127.0.0.1:8101");
+  still.Done(true);
+  EXPECT_EQ(log.Count("event=group.removed group 'ghost' was deleted"), 1);
+
+  EXPECT_EQ(client->stats().watch_attempts, 1u);
+  EXPECT_EQ(fake.service.watch_calls(), 1);
+  EXPECT_EQ(client->stats().updates_applied, 12u);
+}
+
 TEST(ClientTest, APickWaitingForTheFirstTableGetsIt) {
   FakeServer fake;
   fake.Start();
@@ -174,7 +226,7 @@ TEST(ClientTest, APickWaitingForTheFirstTableGetsIt) {
 
 TEST(ClientTest, InvalidNamesAndOptionsAreRejected) {
   EXPECT_THAT(Client::Create({}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                            HasSubstr("targets")));
+                                           HasSubstr("targets")));
   ClientOptions bad_fallback;
   bad_fallback.targets = {"127.0.0.1:1"};
   bad_fallback.fallback["web"] = {"10.0.0.1"};
@@ -230,8 +282,7 @@ TEST(ClientTest, ARejectedTableLeavesThePreviousOneServing) {
 TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
   FakeServer fake;
   fake.Start();
-  ASSERT_OK_AND_ASSIGN(auto client,
-                       Client::Create(FastOptions(fake.target())));
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(FastOptions(fake.target())));
   ClientGroup* web = client->Group("web");
   fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
@@ -259,8 +310,9 @@ TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
       });
   ASSERT_TRUE(report.has_value());
   const v1::BackendLoad& last = report->loads(0);
-  const absl::Duration first = absl::Seconds(last.first_byte_latency_sum().seconds()) +
-                               absl::Nanoseconds(last.first_byte_latency_sum().nanos());
+  const absl::Duration first =
+      absl::Seconds(last.first_byte_latency_sum().seconds()) +
+      absl::Nanoseconds(last.first_byte_latency_sum().nanos());
   const absl::Duration all = absl::Seconds(last.latency_sum().seconds()) +
                              absl::Nanoseconds(last.latency_sum().nanos());
   EXPECT_GT(first, absl::ZeroDuration());
@@ -328,7 +380,7 @@ TEST_F(LocalEjectionTest, ConsecutiveFailuresEjectUntilTheTimeIsUp) {
   Start(3);
   Fail(kA, 2);
   EXPECT_GT(CountPicks(web_, kA, 10), 0);  // two failures: still picked
-  Fail(kA, 2);                              // the successes above reset it
+  Fail(kA, 2);                             // the successes above reset it
   EXPECT_GT(CountPicks(web_, kA, 10), 0);
   Fail(kA, 3);
   EXPECT_EQ(CountPicks(web_, kA, 20), 0);
@@ -522,7 +574,8 @@ TEST(ClientTest, ChannelsOfDepartedBackendsAreEvicted) {
   fake.Start();
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(FastOptions(fake.target())));
   ClientGroup* web = client->Group("web");
-  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}, {"127.0.0.1:8002", 100}}));
+  fake.service.Push(
+      Full("web", 1, {{"127.0.0.1:8001", 100}, {"127.0.0.1:8002", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
   auto a = client->channels().Get("127.0.0.1:8001");
   EXPECT_EQ(client->channels().Get("127.0.0.1:8001"), a);
@@ -530,12 +583,7 @@ TEST(ClientTest, ChannelsOfDepartedBackendsAreEvicted) {
   EXPECT_EQ(client->channels().size(), 2u);
   fake.service.Push(Full("web", 2, {{"127.0.0.1:8002", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(2, absl::Seconds(10)));
-  // Channels are pruned just after the table is published; there is no
-  // event for it, so poll (bounded).
-  for (const absl::Time until = absl::Now() + absl::Seconds(10);
-       client->channels().size() != 1 && absl::Now() < until;) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  // Channels are pruned before the generation becomes visible.
   EXPECT_EQ(client->channels().size(), 1u);
   EXPECT_NE(client->channels().Get("127.0.0.1:8001"), a);
 }
