@@ -104,7 +104,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   }
   client->watcher_ = std::thread([c = client.get()] { c->WatchLoop(); });
   client->reporter_thread_ =
-      std::thread([c = client.get()] { c->ReportLoop(); });
+      std::thread([c = client.get(), now = client->clock_->NowNanos()] {
+        c->ReportLoop(now);
+      });
   return client;
 }
 
@@ -182,9 +184,22 @@ std::vector<ClientGroup*> Client::AllGroups() const {
 
 Client::Stats Client::stats() const {
   aside::MutexLock lock(&mu_);
+  return StatsLocked();
+}
+
+Client::Stats Client::StatsLocked() const {
   Stats s = stats_;
   s.last_error = last_error_;
   return s;
+}
+
+bool Client::AwaitStats(const std::function<bool(const Stats&)>& done,
+                        absl::Duration timeout) const {
+  aside::MutexLock lock(&mu_);
+  auto holds = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return done(StatsLocked());
+  };
+  return mu_.AwaitWithTimeout(aside::Cond(&holds), timeout);
 }
 
 std::string Client::TargetsText() const {

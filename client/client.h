@@ -33,6 +33,7 @@
 #define ASIDE_CLIENT_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,6 +43,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "aside/v1/lookaside.pb.h"
 #include "client/channel_pool.h"
 #include "client/client_group.h"
@@ -79,11 +81,21 @@ class Client {
     uint64_t updates_applied = 0;
     uint64_t updates_rejected = 0;
     uint64_t reports_sent = 0;
+    // Report intervals that passed with nothing to report (no traffic).
+    uint64_t reports_skipped = 0;
     uint64_t report_stream_failures = 0;
     bool reporting_unavailable = false;  // the server answered UNIMPLEMENTED
+    // Picks that found no table yet and waited for one (wait_for_table).
+    uint64_t table_waits = 0;
     std::string last_error;
   };
   Stats stats() const;
+  // Waits until `done(stats())` holds, for at most `timeout` of real time
+  // (a bound on the caller's wait, not part of the stub's schedule, so not
+  // on the injected clock); returns whether it holds. `done` runs with the
+  // client's lock held: it must only read the Stats.
+  bool AwaitStats(const std::function<bool(const Stats&)>& done,
+                  absl::Duration timeout) const;
 
   const ClientOptions& options() const { return options_; }
   const Clock& clock() const { return *clock_; }
@@ -97,13 +109,16 @@ class Client {
   ClientGroup* GroupLocked(absl::string_view name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WatchLoop();
-  void ReportLoop();
+  // `start_nanos`: when the client was created (its clock); the first
+  // report is due one interval later.
+  void ReportLoop(int64_t start_nanos);
   std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) const;
   void Log(absl::string_view line) const;
   // Counters for one backend, with this client's local ejection settings.
   std::shared_ptr<client_internal::BackendStats> NewStats(
       const std::string& address) const;
   static std::string StatusText(const grpc::Status& s);
+  Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string TargetsText() const;
   void RetainChannels();
   void HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/clock_wait.h"
 
 namespace aside {
 
@@ -161,24 +162,23 @@ absl::StatusOr<aside::PickHandle> ClientGroup::PickWithoutTable(
   if (!name_status_.ok()) {
     return name_status_;
   }
-  const Clock* clock = client_->clock_;
+  // Waits for the first table until deadline_nanos_ on the client's clock.
+  const Clock& clock = *client_->clock_;
+  if (clock.NowNanos() < deadline_nanos_ && cell_.Acquire()->table == nullptr) {
+    aside::MutexLock lock(&client_->mu_);
+    ++client_->stats_.table_waits;
+  }
   {
     aside::MutexLock lock(&mu_);
-    while (cell_.Acquire()->table == nullptr) {
-      if (!missing_.ok()) {
-        return missing_;
-      }
-      const int64_t now = clock->NowNanos();
-      if (now >= deadline_nanos_) {
-        break;
-      }
-      const uint64_t seen = published_version_;
-      auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return published_version_ != seen || !missing_.ok();
-      };
-      mu_.AwaitWithTimeout(aside::Cond(&changed),
-                           std::min(absl::Nanoseconds(deadline_nanos_ - now),
-                                    absl::Milliseconds(50)));
+    const uint64_t seen = published_version_;
+    auto settled = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return published_version_ != seen || !missing_.ok() ||
+             cell_.Acquire()->table != nullptr;
+    };
+    client_internal::AwaitUntil(mu_, aside::Cond(&settled), clock,
+                                deadline_nanos_);
+    if (!missing_.ok() && cell_.Acquire()->table == nullptr) {
+      return missing_;
     }
   }
   const SnapshotPtr& snapshot = Local();

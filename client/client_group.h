@@ -54,7 +54,9 @@ class ClientGroup {
   }
   // server_id of that table.
   std::string server_id() const;
-  // Waits (bounded) until generation() >= `generation`; true on success.
+  // Waits until generation() >= `generation`, for at most `timeout` of real
+  // time (a bound on the caller's wait, not on the injected clock); true on
+  // success.
   bool WaitForGeneration(uint64_t generation, absl::Duration timeout) const;
   // True while the server reports the group absent (unknown, or deleted);
   // a table held keeps serving. Cleared when its table arrives.

@@ -8,6 +8,7 @@
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "client/backoff.h"
 #include "client/client.h"
+#include "client/clock_wait.h"
 #include "proto/convert.h"
 
 namespace aside {
@@ -61,11 +62,10 @@ bool Client::CollectReport(v1::LoadReport* report,
   return report->loads_size() > 0;
 }
 
-void Client::ReportLoop() {
+void Client::ReportLoop(int64_t start_nanos) {
   Backoff backoff(options_.backoff);
-  const absl::Duration tick = absl::Milliseconds(250);
   const int64_t interval = absl::ToInt64Nanoseconds(options_.report_interval);
-  int64_t next_report = MonotonicNanos() + interval;
+  int64_t next_report = start_nanos + interval;
   int64_t next_attempt = 0;
   std::unique_ptr<grpc::ClientContext> context;
   std::unique_ptr<v1::LoadBalancer::Stub> stub;
@@ -87,26 +87,25 @@ void Client::ReportLoop() {
   };
   while (true) {
     {
+      // Sleeps until the next report is due on the client's clock.
       aside::MutexLock lock(&mu_);
+      if (interval <= 0) {
+        mu_.Await(aside::Cond(&stopping_));
+      } else {
+        client_internal::AwaitUntil(mu_, aside::Cond(&stopping_), *clock_,
+                                    next_report);
+      }
       if (stopping_) {
         break;
       }
-      mu_.AwaitWithTimeout(aside::Cond(&stopping_), tick);
-      if (stopping_) {
-        break;
-      }
     }
-    if (interval <= 0) {
-      continue;
-    }
-    const int64_t now = MonotonicNanos();
-    if (now < next_report) {
-      continue;
-    }
+    const int64_t now = clock_->NowNanos();
     next_report = now + interval;
     v1::LoadReport report;
     std::vector<Reported> sent;
     if (!CollectReport(&report, &sent)) {
+      aside::MutexLock lock(&mu_);
+      ++stats_.reports_skipped;
       continue;
     }
     if (writer == nullptr) {
@@ -146,7 +145,7 @@ void Client::ReportLoop() {
     }
     const grpc::Status status = close();
     const absl::Duration delay = backoff.Next();
-    next_attempt = MonotonicNanos() + absl::ToInt64Nanoseconds(delay);
+    next_attempt = clock_->NowNanos() + absl::ToInt64Nanoseconds(delay);
     const bool unimplemented =
         status.error_code() == grpc::StatusCode::UNIMPLEMENTED;
     {

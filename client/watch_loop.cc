@@ -9,6 +9,7 @@
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "client/backoff.h"
 #include "client/client.h"
+#include "client/clock_wait.h"
 
 namespace aside {
 
@@ -39,13 +40,12 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
       break;
     case WatchedTable::Outcome::kRejected: {
       group->rejected_.fetch_add(1, std::memory_order_relaxed);
-      {
-        aside::MutexLock lock(&mu_);
-        ++stats_.updates_rejected;
-      }
       Log(absl::StrCat("event=table.rejected ", result.error.message(),
                        "; generation ", group->watched_.generation(),
                        " keeps serving"));
+      // Last: whoever waits on the stats finds the log line written.
+      aside::MutexLock lock(&mu_);
+      ++stats_.updates_rejected;
       break;
     }
     case WatchedTable::Outcome::kNeedFull:
@@ -198,7 +198,9 @@ void Client::WatchLoop() {
     aside::MutexLock lock(&mu_);
     last_error_ = error;
     ++target_index_;
-    mu_.AwaitWithTimeout(aside::Cond(&stopping_), delay);
+    client_internal::AwaitUntil(
+        mu_, aside::Cond(&stopping_), *clock_,
+        clock_->NowNanos() + absl::ToInt64Nanoseconds(delay));
   }
 }
 

@@ -299,6 +299,14 @@ class SteadyPickers {
     }
   }
   int64_t picks() const { return picks_.load(); }
+  // Waits (bounded) until at least `n` picks succeeded.
+  bool AwaitPicks(int64_t n, absl::Duration timeout = absl::Seconds(10)) const {
+    for (const absl::Time until = absl::Now() + timeout;
+         picks_.load() < n && absl::Now() < until;) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return picks_.load() >= n;
+  }
   int64_t failures() const { return failures_.load(); }
   std::string last_error() {
     aside::MutexLock lock(&mu_);
@@ -348,9 +356,8 @@ void RunOutage(Outage outage) {
     stubs.push_back(std::move(stub));
   }
   SteadyPickers pickers(raw, {"rr", "wrr", "payments"});
-  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(pickers.AwaitPicks(100));
   const int64_t before = pickers.picks();
-  EXPECT_GT(before, 0);
 
   if (outage == Outage::kSigkill) {
     server.process->Signal(SIGKILL);

@@ -108,34 +108,43 @@ TEST(ClientTest, FallbackServesUntilTheFirstTableArrives) {
 TEST(ClientTest, WithoutTableOrFallbackPicksFailAfterWaitForTable) {
   const int port = aside::testing::PickUnusedPort();
   const std::string target = absl::StrCat("127.0.0.1:", port);
+  FakeClock clock;
   ClientOptions options = FastOptions(target);
+  options.clock = &clock;
   options.wait_for_table = absl::Milliseconds(300);
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
-  const absl::Time start = absl::Now();
-  absl::StatusOr<PickHandle> pick = web->Pick();
-  const absl::Duration waited = absl::Now() - start;
+  const int64_t deadline = clock.NowNanos() + 300'000'000;
+
+  // A pick waits for the table until wait_for_table has passed on the
+  // client's clock, and no longer.
+  absl::StatusOr<PickHandle> pick = absl::UnknownError("not returned");
+  std::atomic<int64_t> returned_at{0};
+  std::thread picker([&] {
+    pick = web->Pick();
+    returned_at = clock.NowNanos();
+  });
+  ASSERT_TRUE(client->AwaitStats(
+      [](const Client::Stats& s) { return s.table_waits == 1; },
+      absl::Seconds(10)));
+  clock.Advance(absl::Milliseconds(299));
+  EXPECT_EQ(returned_at.load(), 0);
+  clock.Advance(absl::Milliseconds(1));
+  picker.join();
+  EXPECT_GE(returned_at.load(), deadline);
   EXPECT_THAT(pick, StatusIs(absl::StatusCode::kUnavailable,
                              AllOf(HasSubstr("group 'web'"), HasSubstr(target),
                                    HasSubstr("300ms"))));
-  EXPECT_GE(waited, absl::Milliseconds(250));
-  EXPECT_LT(waited, absl::Seconds(5));
-  // After the deadline, picks fail at once.
-  const absl::Time again = absl::Now();
+  // After the deadline, picks fail at once: without waiting (the clock
+  // stands still, so a wait would never end).
   EXPECT_THAT(web->Pick(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr(target)));
-  EXPECT_LT(absl::Now() - again, absl::Milliseconds(100));
-  // The cause: "still connecting" until one attempt has failed (a slow
-  // machine may not have failed one within 300 ms), then the connection
-  // error.
-  const absl::Time limit = absl::Now() + absl::Seconds(10);
-  absl::StatusOr<PickHandle> later = web->Pick();
-  while (!absl::StrContains(later.status().message(), "UNAVAILABLE") &&
-         absl::Now() < limit) {
-    absl::SleepFor(absl::Milliseconds(20));
-    later = web->Pick();
-  }
-  EXPECT_THAT(later.status().message(), HasSubstr("UNAVAILABLE"));
+  EXPECT_EQ(client->stats().table_waits, 1u);
+  // The cause: the connection error once an attempt has failed.
+  ASSERT_TRUE(client->AwaitStats(
+      [](const Client::Stats& s) { return !s.last_error.empty(); },
+      absl::Seconds(10)));
+  EXPECT_THAT(web->Pick().status().message(), HasSubstr("UNAVAILABLE"));
 }
 
 TEST(ClientTest, ReconnectsGoRoundRobinOverTheTargets) {
@@ -214,12 +223,14 @@ TEST(ClientTest, APickWaitingForTheFirstTableGetsIt) {
   options.wait_for_table = absl::Seconds(20);
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
-  std::thread pusher([&] {
-    absl::SleepFor(absl::Milliseconds(100));  // the pick must be waiting
-    fake.service.Push(Full("web", 5, {{"127.0.0.1:8001", 100}}));
-  });
-  absl::StatusOr<PickHandle> pick = web->Pick();
-  pusher.join();
+  absl::StatusOr<PickHandle> pick = absl::UnknownError("not returned");
+  std::thread picker([&] { pick = web->Pick(); });
+  // The pick is waiting before the table is sent.
+  ASSERT_TRUE(client->AwaitStats(
+      [](const Client::Stats& s) { return s.table_waits == 1; },
+      absl::Seconds(10)));
+  fake.service.Push(Full("web", 5, {{"127.0.0.1:8001", 100}}));
+  picker.join();
   ASSERT_OK(pick);
   EXPECT_EQ(pick->address(), "127.0.0.1:8001");
 }
@@ -262,15 +273,9 @@ TEST(ClientTest, ARejectedTableLeavesThePreviousOneServing) {
 
   fake.service.Push(Full("web", 2, {{"127.0.0.1:8002", 100}, {"bad", 1}}));
   fake.service.Push(Full("web", 3, {{"127.0.0.1:8003", 20000}}));
-  // A good one after them, to know the bad ones were processed.
-  v1::GroupUpdate confirm = Full("web", 1, {});
-  confirm.clear_full();
-  confirm.mutable_delta()->set_base_generation(1);
-  fake.service.Push(confirm);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (web->rejected_updates() < 2 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  ASSERT_TRUE(client->AwaitStats(
+      [](const Client::Stats& s) { return s.updates_rejected == 2; },
+      absl::Seconds(10)));
   EXPECT_EQ(web->rejected_updates(), 2u);
   EXPECT_EQ(web->generation(), 1u);
   ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
@@ -282,7 +287,10 @@ TEST(ClientTest, ARejectedTableLeavesThePreviousOneServing) {
 TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
   FakeServer fake;
   fake.Start();
-  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(FastOptions(fake.target())));
+  FakeClock clock;
+  ClientOptions options = FastOptions(fake.target());
+  options.clock = &clock;
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
   fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
@@ -292,18 +300,21 @@ TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
     // Unmarked (a unary call): its completion is its first byte.
     ASSERT_OK_AND_ASSIGN(PickHandle unary, web->Pick());
     load = unary.member().load;
+    clock.Advance(absl::Milliseconds(1));
     unary.Done(true);
   }
   EXPECT_EQ(load->FirstByteEwma(model), load->LastByteEwma(model));
   {
-    // Marked at once, finished later: the first byte comes first.
+    // Marked after 2 ms, finished 5 ms later: the first byte comes first.
     ASSERT_OK_AND_ASSIGN(PickHandle stream, web->Pick());
+    clock.Advance(absl::Milliseconds(2));
     stream.FirstByte();
-    absl::SleepFor(absl::Milliseconds(5));  // the rest of the response
-    stream.FirstByte();                     // a second mark changes nothing
+    clock.Advance(absl::Milliseconds(5));  // the rest of the response
+    stream.FirstByte();                    // a second mark changes nothing
     stream.Done(true);
   }
   EXPECT_LT(load->FirstByteEwma(model), load->LastByteEwma(model));
+  clock.Advance(options.report_interval);
   const std::optional<v1::LoadReport> report =
       fake.service.AwaitReport([](const v1::LoadReport& r) {
         return r.loads_size() > 0 && r.loads(0).requests() == 2;
@@ -315,9 +326,8 @@ TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
       absl::Nanoseconds(last.first_byte_latency_sum().nanos());
   const absl::Duration all = absl::Seconds(last.latency_sum().seconds()) +
                              absl::Nanoseconds(last.latency_sum().nanos());
-  EXPECT_GT(first, absl::ZeroDuration());
-  EXPECT_LT(first, all);
-  EXPECT_GE(all - first, absl::Milliseconds(5));
+  EXPECT_EQ(first, absl::Milliseconds(1 + 2));
+  EXPECT_EQ(all, absl::Milliseconds(1 + 7));
 }
 
 // Picks from `web` until one lands on `address` (round robin over two
@@ -430,7 +440,9 @@ TEST(ClientTest, NegativeLocalEjectionTimeIsRejected) {
 TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   FakeServer fake;
   fake.Start();
+  FakeClock clock;
   ClientOptions options = FastOptions(fake.target());
+  options.clock = &clock;
   options.locality.zone = "z1";
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
@@ -452,6 +464,7 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
     ASSERT_OK_AND_ASSIGN(PickHandle abandoned, web->Pick());
     // Destroyed without Done: recorded as a failure.
   }
+  clock.Advance(options.report_interval);
   const std::optional<v1::LoadReport> first =
       fake.service.AwaitReport([](const v1::LoadReport& r) {
         return r.loads_size() > 0 && r.loads(0).requests() == 3;
@@ -473,6 +486,7 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
     ASSERT_OK_AND_ASSIGN(PickHandle more, web->Pick());
     more.Done(true);
   }
+  clock.Advance(options.report_interval);
   const std::optional<v1::LoadReport> second =
       fake.service.AwaitReport([](const v1::LoadReport& r) {
         return r.loads_size() > 0 && r.loads(0).requests() == 4;
@@ -483,11 +497,17 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   EXPECT_EQ(next.consecutive_failures(), 0u);
   EXPECT_FALSE(next.reset());
   // Idle backends are left out of later reports, and a report with
-  // nothing in it is not sent: four report intervals pass without one
-  // (an absence, so time has to pass).
+  // nothing in it is not sent: four report intervals pass without one.
   const size_t count = fake.service.reports().size();
-  absl::SleepFor(absl::Milliseconds(400));
+  for (uint64_t i = 1; i <= 4; ++i) {
+    const uint64_t skipped = client->stats().reports_skipped;
+    clock.Advance(options.report_interval);
+    ASSERT_TRUE(client->AwaitStats(
+        [&](const Client::Stats& s) { return s.reports_skipped > skipped; },
+        absl::Seconds(10)));
+  }
   EXPECT_EQ(fake.service.reports().size(), count);
+  EXPECT_EQ(client->stats().reports_sent, 2u);
 }
 
 TEST(ClientTest, UnimplementedReportingIsRetriedQuietly) {
@@ -496,17 +516,33 @@ TEST(ClientTest, UnimplementedReportingIsRetriedQuietly) {
       grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "not yet"));
   fake.Start();
   LogSink log;
+  FakeClock clock;
   ClientOptions options = FastOptions(fake.target());
+  options.clock = &clock;
   options.log = log.fn();
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
   fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (client->stats().report_stream_failures < 3 && absl::Now() < deadline) {
+  // Each step: traffic, then one report interval that is also past the
+  // longest reconnect delay (200 ms + 20 % jitter), so every step makes
+  // one attempt: a write (which gRPC may accept before the server's status
+  // arrives) or a failed stream.
+  auto attempts = [](const Client::Stats& s) {
+    return s.reports_sent + s.report_stream_failures;
+  };
+  for (int step = 0; step < 50 && client->stats().report_stream_failures < 3;
+       ++step) {
     ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
     pick.Done(true);
-    absl::SleepFor(absl::Milliseconds(20));
+    const uint64_t before = attempts(client->stats());
+    clock.Advance(absl::Milliseconds(250));
+    ASSERT_TRUE(client->AwaitStats(
+        [&](const Client::Stats& s) { return attempts(s) > before; },
+        absl::Seconds(10)))
+        << "step " << step << ": sent " << client->stats().reports_sent
+        << ", failures " << client->stats().report_stream_failures
+        << ", skipped " << client->stats().reports_skipped;
   }
   EXPECT_GE(client->stats().report_stream_failures, 3u);
   EXPECT_TRUE(client->stats().reporting_unavailable);
@@ -559,7 +595,13 @@ TEST(ClientTest, PicksOnSeveralThreadsWhileTablesSwap) {
     }
   }
   ASSERT_TRUE(web->WaitForGeneration(kSwaps, absl::Seconds(10)));
-  absl::SleepFor(absl::Milliseconds(50));
+  // Some picks from the last table too, then stop.
+  const int64_t at_last = picks.load();
+  for (const absl::Time until = absl::Now() + absl::Seconds(10);
+       picks.load() < at_last + 100 && absl::Now() < until;) {
+    std::this_thread::yield();
+  }
+  EXPECT_GE(picks.load(), at_last + 100);
   stop.store(true);
   for (auto& t : threads) {
     t.join();
