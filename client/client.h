@@ -14,7 +14,8 @@
 // Fail-static: when every server is unreachable the last table keeps
 // serving, indefinitely. Before the first table, a group's static fallback
 // list (ClientOptions::fallback) serves; without one, Pick waits up to
-// `wait_for_table` after the group was subscribed and then fails with
+// `wait_for_table` (on ClientOptions::clock, like every delay the stub
+// keeps) after the group was subscribed and then fails with
 // UNAVAILABLE naming the servers and the last connection error.
 //
 // Absent groups: the server reports a group it does not have (unknown, or
@@ -68,8 +69,10 @@ class Client {
   static absl::StatusOr<std::unique_ptr<Client>> Create(ClientOptions options);
   ~Client();
 
-  // The group, subscribed on first use. Never null; an invalid name gives a
-  // group whose picks fail with INVALID_ARGUMENT.
+  // The group, subscribed on first use (which re-opens the Watch stream with
+  // the new group added; the groups already held resume from their
+  // generations). Never null; an invalid name gives a group whose picks
+  // fail with INVALID_ARGUMENT.
   ClientGroup* Group(absl::string_view name);
 
   // Channels to backends, evicted when their backends leave every table.

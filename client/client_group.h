@@ -41,8 +41,9 @@ class ClientGroup {
 
   // Picks a backend with the table's policy; `key` is for hash policies.
   // Errors: UNAVAILABLE when nothing can be picked (naming the group and its
-  // counts) or when no table arrived within wait_for_table; NOT_FOUND when
-  // the server does not know the group and there is no table or fallback;
+  // counts) or when no table arrived within wait_for_table (on the client's
+  // clock); NOT_FOUND (the code the server's GroupRemoved carries) while the
+  // server reports the group absent and there is no table or fallback;
   // INVALID_ARGUMENT for an invalid group name.
   absl::StatusOr<aside::PickHandle> Pick(absl::string_view key = {});
 

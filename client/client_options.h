@@ -33,7 +33,10 @@ struct ClientOptions {
   // How long Pick waits for a group's first table (counted from the group's
   // subscription) when it has no fallback.
   absl::Duration wait_for_table = absl::Seconds(10);
-  // Time source for latencies and deadlines (null: the system clock).
+  // The clock the stub counts all its time on: call latencies, local
+  // ejections, wait_for_table, reconnect backoff and report intervals (null:
+  // the system clock). ClientGroup::WaitForGeneration and
+  // Client::AwaitStats take real-time bounds instead.
   const Clock* clock = nullptr;
   // Reconnect backoff of the Watch and ReportLoad streams.
   BackoffOptions backoff;

@@ -34,7 +34,8 @@ struct BackendStats {
   std::atomic<uint64_t> latency_sum_nanos{0};
   std::atomic<uint64_t> first_byte_sum_nanos{0};
   std::atomic<uint32_t> consecutive_failures{0};
-  // Local ejection (ClientOptions): monotonic time until which picks avoid
+  // Local ejection (ClientOptions): the time on the client's Clock
+  // (ClientOptions::clock, in its NowNanos() units) until which picks avoid
   // the backend (0: not ejected), and the settings, fixed at creation.
   std::atomic<int64_t> ejected_until_nanos{0};
   uint32_t eject_after_failures = 0;
