@@ -45,14 +45,15 @@ WatchedTable::Result WatchedTable::Apply(const v1::GroupUpdate& update) {
   auto reject = [&](absl::string_view why) -> Result {
     ++rejected_;
     return {Outcome::kRejected,
-            absl::InvalidArgumentError(absl::StrCat(
-                "group '", group_, "' generation ", update.generation(),
-                ": update rejected: ", why))};
+            absl::InvalidArgumentError(
+                absl::StrCat("group '", group_, "' generation ",
+                             update.generation(), ": update rejected: ", why))};
   };
   if (update.group() != group_) {
     return reject(absl::StrCat("update is for group '", update.group(), "'"));
   }
-  const bool same_server = table_ != nullptr && update.server_id() == server_id_;
+  const bool same_server =
+      table_ != nullptr && update.server_id() == server_id_;
   switch (update.update_case()) {
     case v1::GroupUpdate::kRemoved:
       return {Outcome::kRemoved, absl::OkStatus()};
@@ -73,21 +74,21 @@ WatchedTable::Result WatchedTable::Apply(const v1::GroupUpdate& update) {
     case v1::GroupUpdate::kDelta: {
       const v1::TableDelta& delta = update.delta();
       if (!same_server) {
-        return {Outcome::kNeedFull,
-                absl::FailedPreconditionError(absl::StrCat(
-                    "group '", group_, "': delta from server '",
-                    update.server_id(), "' but the table held is from '",
-                    server_id_, "'"))};
+        return {
+            Outcome::kNeedFull,
+            absl::FailedPreconditionError(absl::StrCat(
+                "group '", group_, "': delta from server '", update.server_id(),
+                "' but the table held is from '", server_id_, "'"))};
       }
       if (update.generation() < generation()) {
         return {Outcome::kStale, absl::OkStatus()};
       }
       if (delta.base_generation() != generation()) {
         return {Outcome::kNeedFull,
-                absl::FailedPreconditionError(absl::StrCat(
-                    "group '", group_, "': delta from generation ",
-                    delta.base_generation(), " but generation ", generation(),
-                    " is held"))};
+                absl::FailedPreconditionError(
+                    absl::StrCat("group '", group_, "': delta from generation ",
+                                 delta.base_generation(), " but generation ",
+                                 generation(), " is held"))};
       }
       if (update.generation() == generation()) {
         return {Outcome::kUnchanged, absl::OkStatus()};

@@ -1,9 +1,17 @@
-// aside.v1.LoadBalancer: Pick (Watch and ReportLoad arrive with the
-// streaming layer and answer UNIMPLEMENTED until then).
+// aside.v1.LoadBalancer: Pick (answered from the group's published table),
+// Watch (handed to the WatchHub, server/watch.h) and ReportLoad (folded into
+// the LoadAggregator).
 #ifndef ASIDE_SERVER_LOOKASIDE_SERVICE_H_
 #define ASIDE_SERVER_LOOKASIDE_SERVICE_H_
 
+#include <grpcpp/grpcpp.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/time/time.h"
 #include "aside/v1/lookaside.grpc.pb.h"
+#include "aside/v1/lookaside.pb.h"
 #include "lib/clock.h"
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"

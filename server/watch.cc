@@ -1,10 +1,15 @@
 #include "server/watch.h"
 
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "aside/v1/lookaside.pb.h"
 #include "lib/clock.h"
+#include "lib/sync.h"
 #include "server/log.h"
 
 namespace aside::server {
@@ -24,10 +29,36 @@ bool ParseRequest(const grpc::ByteBuffer& buffer, v1::WatchRequest* out) {
   return out->ParseFromString(bytes);
 }
 
+// A GroupUpdate telling the subscriber that `group` does not exist here.
+grpc::ByteBuffer EncodeAbsent(const std::string& group, uint64_t generation,
+                              v1::GroupRemoved::Cause cause,
+                              const std::string& server_id) {
+  v1::GroupUpdate update;
+  update.set_server_id(server_id);
+  update.set_group(group);
+  update.set_generation(generation);
+  v1::GroupRemoved* removed = update.mutable_removed();
+  removed->set_cause(cause);
+  removed->set_code(static_cast<int32_t>(grpc::StatusCode::NOT_FOUND));
+  removed->set_reason(cause == v1::GroupRemoved::CAUSE_DELETED
+                          ? absl::StrCat("group '", group, "' was deleted")
+                          : absl::StrCat("group '", group, "' not found"));
+  std::string bytes = update.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 }  // namespace
 
 // One Watch call. Thread-safe: publications arrive on publishing threads,
-// write completions on gRPC's threads; everything below serialises on mu_.
+// write completions on gRPC's threads, group (re)appearances on the hub's
+// janitor; everything below serialises on mu_.
+//
+// Each requested name is an Entry. A name without a group (unknown at
+// subscription, or deleted since) is reported once with GroupRemoved and
+// stays in the stream, `absent`: the janitor looks it up again on every tick
+// (Reattach) and, once a group of that name exists, the stream listens to it
+// and sends its full table.
 class WatchHub::Stream final
     : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       public Group::Listener {
@@ -43,7 +74,9 @@ class WatchHub::Stream final
       v1::WatchRequest req;
       error = ValidateLocked(request, &req);
       for (const Entry& e : entries_) {
-        groups.push_back(e.group);
+        if (e.group != nullptr) {
+          groups.push_back(e.group);
+        }
       }
     }
     {
@@ -63,20 +96,25 @@ class WatchHub::Stream final
     // stream with the group's listener lock held); a publication that comes
     // first only marks its group dirty.
     for (const GroupPtr& g : groups) {
-      g->AddListener(this);
-      if (const GroupMetrics* m = g->metrics()) {
-        m->watch_subscribers->Increment();
-      }
+      Listen(*g);
     }
     aside::MutexLock lock(&mu_);
     subscribed_ = true;
+    // A group deleted between the lookup and AddListener never told us.
+    for (Entry& e : entries_) {
+      if (e.group != nullptr && !e.absent &&
+          hub_->groups_->Find(e.name) != e.group) {
+        MarkAbsentLocked(e, v1::GroupRemoved::CAUSE_DELETED,
+                         e.group->table()->generation());
+      }
+    }
     WriteNextLocked();
   }
 
   void OnPublish(Group& group) override {
     aside::MutexLock lock(&mu_);
     for (Entry& e : entries_) {
-      if (e.group.get() == &group) {
+      if (e.group.get() == &group && !e.absent) {
         e.dirty = true;
         if (e.published_at == 0) {
           e.published_at = MonotonicNanos();
@@ -89,10 +127,8 @@ class WatchHub::Stream final
   void OnRemoved(Group& group, uint64_t generation) override {
     aside::MutexLock lock(&mu_);
     for (Entry& e : entries_) {
-      if (e.group.get() == &group && !e.removed) {
-        e.removed = true;
-        e.removed_generation = generation;
-        e.dirty = true;
+      if (e.group.get() == &group && !e.absent) {
+        MarkAbsentLocked(e, v1::GroupRemoved::CAUSE_DELETED, generation);
       }
     }
     WriteNextLocked();
@@ -129,8 +165,8 @@ class WatchHub::Stream final
         now - write_started_ > absl::ToInt64Nanoseconds(limit)) {
       Log(LogLevel::kWarn, "watch.stalled",
           {{"peer", context_->peer()},
-           {"stalled_for", absl::FormatDuration(absl::Nanoseconds(
-                               now - write_started_))}});
+           {"stalled_for",
+            absl::FormatDuration(absl::Nanoseconds(now - write_started_))}});
       ForceFinishLocked(grpc::Status(
           grpc::StatusCode::RESOURCE_EXHAUSTED,
           absl::StrCat("subscriber did not read for ",
@@ -138,23 +174,131 @@ class WatchHub::Stream final
     }
   }
 
+  // Whether some requested name has no group (the janitor then calls
+  // Reattach on every tick).
+  bool waiting() const {
+    return absent_count_.load(std::memory_order_acquire) > 0;
+  }
+
+  // Janitor, with the hub's mu_ held (which keeps this stream alive): for
+  // every absent name that now has a group, listens to that group and
+  // queues its full table.
+  void Reattach() {
+    std::vector<std::pair<size_t, GroupPtr>> found;
+    {
+      aside::MutexLock lock(&mu_);
+      if (finished_ || !subscribed_) {
+        return;
+      }
+      for (size_t i = 0; i < entries_.size(); ++i) {
+        const Entry& e = entries_[i];
+        if (!e.absent) {
+          continue;
+        }
+        GroupPtr g = hub_->groups_->Find(e.name);
+        if (g != nullptr && g != e.group) {
+          found.emplace_back(i, std::move(g));
+        }
+      }
+    }
+    if (found.empty()) {
+      return;
+    }
+    for (const auto& [i, g] : found) {
+      Listen(*g);
+    }
+    std::vector<GroupPtr> previous;
+    bool undo = false;
+    {
+      aside::MutexLock lock(&mu_);
+      if (!subscribed_) {
+        // Unsubscribe() ran meanwhile and did not see these.
+        undo = true;
+      } else {
+        for (auto& [i, g] : found) {
+          Entry& e = entries_[i];
+          if (e.group != nullptr) {
+            previous.push_back(std::move(e.group));
+          }
+          e.group = g;
+          e.absent = false;
+          e.absent_sent = false;
+          e.sent = 0;
+          e.known = 0;
+          e.dirty = true;
+          e.published_at = 0;
+          absent_count_.fetch_sub(1, std::memory_order_acq_rel);
+          // Deleted again between the lookup and AddListener.
+          if (hub_->groups_->Find(e.name) != g) {
+            MarkAbsentLocked(e, v1::GroupRemoved::CAUSE_DELETED,
+                             g->table()->generation());
+          }
+        }
+        WriteNextLocked();
+      }
+    }
+    if (undo) {
+      for (const auto& [i, g] : found) {
+        Unlisten(*g);
+      }
+    }
+    for (const GroupPtr& g : previous) {
+      Unlisten(*g);
+    }
+  }
+
   void Shutdown() {
     aside::MutexLock lock(&mu_);
-    ForceFinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                   "server is shutting down"));
+    ForceFinishLocked(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
   }
 
  private:
   struct Entry {
+    std::string name;
+    // The group listened to: the current one, or (while `absent` after a
+    // deletion) the deleted one, until a new group of this name replaces
+    // it. Null for a name never found.
     GroupPtr group;
-    uint64_t sent = 0;  // generation the subscriber holds
+    uint64_t sent = 0;   // generation the subscriber holds
     uint64_t known = 0;  // generation the subscriber said it holds
     bool dirty = true;
-    bool removed = false;
-    bool done = false;  // removal sent
+    // The name has no group; `absent_sent` once GroupRemoved went out.
+    bool absent = false;
+    bool absent_sent = false;
+    v1::GroupRemoved::Cause cause = v1::GroupRemoved::CAUSE_NOT_FOUND;
     uint64_t removed_generation = 0;
     int64_t published_at = 0;
   };
+
+  void Listen(Group& g) {
+    g.AddListener(this);
+    if (const GroupMetrics* m = g.metrics()) {
+      m->watch_subscribers->Increment();
+    }
+  }
+  void Unlisten(Group& g) {
+    g.RemoveListener(this);
+    if (const GroupMetrics* m = g.metrics()) {
+      m->watch_subscribers->Decrement();
+    }
+  }
+
+  void MarkAbsentLocked(Entry& e, v1::GroupRemoved::Cause cause,
+                        uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!e.absent) {
+      absent_count_.fetch_add(1, std::memory_order_acq_rel);
+      hub_->waiting_.store(true, std::memory_order_release);
+      // No lock needed to notify; the janitor re-checks waiting_.
+      hub_->janitor_changed_.notify_all();
+    }
+    e.absent = true;
+    e.absent_sent = false;
+    e.cause = cause;
+    e.removed_generation = generation;
+    e.dirty = true;
+  }
 
   grpc::Status ValidateLocked(const grpc::ByteBuffer& buffer,
                               v1::WatchRequest* req)
@@ -182,17 +326,16 @@ class WatchHub::Stream final
         return {grpc::StatusCode::INVALID_ARGUMENT,
                 absl::StrCat("groups[", i, "]: '", name, "' is listed twice")};
       }
-      GroupPtr group = hub_->groups_->Find(name);
-      if (group == nullptr) {
-        if (absl::Status s = ValidateGroupName(name); !s.ok()) {
-          return {grpc::StatusCode::INVALID_ARGUMENT,
-                  absl::StrCat("groups[", i, "]: ", s.message())};
-        }
-        return {grpc::StatusCode::NOT_FOUND,
-                absl::StrCat("group '", name, "' not found")};
+      if (absl::Status s = ValidateGroupName(name); !s.ok()) {
+        return {grpc::StatusCode::INVALID_ARGUMENT,
+                absl::StrCat("groups[", i, "]: ", s.message())};
       }
       Entry e;
-      e.group = std::move(group);
+      e.name = name;
+      e.group = hub_->groups_->Find(name);
+      if (e.group == nullptr) {
+        MarkAbsentLocked(e, v1::GroupRemoved::CAUSE_NOT_FOUND, 0);
+      }
       auto known = req->known_generations().find(name);
       if (known != req->known_generations().end()) {
         e.known = known->second;
@@ -210,16 +353,22 @@ class WatchHub::Stream final
     }
     for (size_t step = 0; step < entries_.size(); ++step) {
       Entry& e = entries_[(next_ + step) % entries_.size()];
-      if (!e.dirty || e.done) {
+      if (!e.dirty) {
         continue;
       }
       e.dirty = false;
-      const GroupMetrics* gm = e.group->metrics();
+      const GroupMetrics* gm =
+          e.group != nullptr ? e.group->metrics() : nullptr;
       prometheus::Counter* kind = nullptr;
-      if (e.removed) {
-        buffer_ = EncodeRemoved(e.group->name(), e.removed_generation,
-                                "group deleted", e.group->server_id());
-        e.done = true;
+      if (e.absent) {
+        if (e.absent_sent) {
+          continue;
+        }
+        buffer_ = EncodeAbsent(e.name, e.removed_generation, e.cause,
+                               hub_->groups_->server_id());
+        e.absent_sent = true;
+        e.sent = 0;
+        e.known = 0;
         kind = gm != nullptr ? gm->watch_removed : nullptr;
       } else {
         std::shared_ptr<const EncodedUpdate> update = e.group->Encoded();
@@ -231,7 +380,8 @@ class WatchHub::Stream final
                                     e.group->server_id());
           kind = gm != nullptr ? gm->watch_unchanged : nullptr;
         } else if (update->delta.has_value() && update->base_generation != 0 &&
-                   update->base_generation == (e.sent != 0 ? e.sent : e.known)) {
+                   update->base_generation ==
+                       (e.sent != 0 ? e.sent : e.known)) {
           buffer_ = *update->delta;
           kind = gm != nullptr ? gm->watch_delta : nullptr;
         } else {
@@ -255,17 +405,10 @@ class WatchHub::Stream final
       StartWrite(&buffer_);
       return;
     }
-    // Every group was deleted: nothing more will come.
-    bool all_done = true;
-    for (const Entry& e : entries_) {
-      all_done = all_done && e.done;
-    }
-    if (all_done) {
-      FinishLocked(grpc::Status::OK);
-    }
   }
 
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void FinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) {
       return;
     }
@@ -285,21 +428,22 @@ class WatchHub::Stream final
   }
 
   void Unsubscribe() {
-    std::vector<Entry> entries;
+    std::vector<GroupPtr> groups;
     {
       aside::MutexLock lock(&mu_);
       if (!subscribed_) {
         return;
       }
       subscribed_ = false;
-      entries = entries_;
+      for (const Entry& e : entries_) {
+        if (e.group != nullptr) {
+          groups.push_back(e.group);
+        }
+      }
     }
     // Not holding mu_: see Start().
-    for (Entry& e : entries) {
-      e.group->RemoveListener(this);
-      if (const GroupMetrics* m = e.group->metrics()) {
-        m->watch_subscribers->Decrement();
-      }
+    for (const GroupPtr& g : groups) {
+      Unlisten(*g);
     }
   }
 
@@ -307,6 +451,8 @@ class WatchHub::Stream final
   grpc::CallbackServerContext* const context_;
   aside::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // Entries that are absent (read by the janitor without mu_).
+  std::atomic<size_t> absent_count_{0};
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -354,18 +500,32 @@ size_t WatchHub::streams() const {
 }
 
 void WatchHub::Janitor() {
-  const absl::Duration tick =
-      std::min(absl::Seconds(1), stall_timeout_ / 4);
+  const absl::Duration tick = std::min(absl::Seconds(1), stall_timeout_ / 4);
   std::unique_lock<std::mutex> lock(mu_);
+  bool waiting = false;
   while (!stop_janitor_) {
-    janitor_changed_.wait_for(lock, absl::ToChronoNanoseconds(tick),
-                              [this] { return stop_janitor_; });
+    // While some stream waits for a group to appear, look more often: the
+    // registry has no creation event, so this is how a group created after
+    // a subscription reaches the stream.
+    waiting = waiting || waiting_.exchange(false, std::memory_order_acq_rel);
+    janitor_changed_.wait_for(
+        lock,
+        absl::ToChronoNanoseconds(waiting ? std::min(tick, kReattachTick)
+                                          : tick),
+        [this] {
+          return stop_janitor_ || waiting_.load(std::memory_order_acquire);
+        });
     if (stop_janitor_) {
       break;
     }
     const int64_t now = MonotonicNanos();
+    waiting = false;
     for (Stream* s : streams_) {
       s->CheckStall(now, stall_timeout_);
+      if (s->waiting()) {
+        s->Reattach();
+        waiting = waiting || s->waiting();
+      }
     }
   }
 }

@@ -7,20 +7,29 @@
 // only the newest table of each group is ever queued: a slow reader gets the
 // newest table, never a backlog, so server memory per stream is bounded by
 // its groups. A stream whose write has not completed for `stall_timeout`
-// is ended with RESOURCE_EXHAUSTED. A deleted group ends its part of the
-// stream with GroupRemoved. Shutdown ends streams with UNAVAILABLE.
+// is ended with RESOURCE_EXHAUSTED. Shutdown ends streams with UNAVAILABLE.
+//
+// Groups are independent (see the Watch rpc in lookaside.proto): a name the
+// registry does not have, at subscription or after a deletion, gets one
+// GroupRemoved (cause NOT_FOUND or DELETED) and the stream keeps serving the
+// others. The stream stays open even when every name is absent; the hub's
+// janitor looks absent names up again every kReattachTick and, when a group
+// of that name appears, the stream listens to it and sends its full table.
+// Only a malformed request fails the whole call (INVALID_ARGUMENT).
 #ifndef ASIDE_SERVER_WATCH_H_
 #define ASIDE_SERVER_WATCH_H_
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "lib/sync.h"
 #include "absl/time/time.h"
 #include "server/group_registry.h"
 #include "server/metrics.h"
@@ -28,11 +37,16 @@
 namespace aside::server {
 
 inline constexpr int kMaxWatchGroups = 256;
+// How often absent names are looked up again while some stream waits for
+// one (the registry offers no creation event).
+inline constexpr absl::Duration kReattachTick = absl::Milliseconds(100);
 
-// Tracks live Watch streams: ends stalled ones, ends all at shutdown.
+// Tracks live Watch streams: ends stalled ones, attaches groups that appear
+// after a stream asked for them, ends all at shutdown.
 class WatchHub {
  public:
-  WatchHub(GroupRegistry* groups, Metrics* metrics, absl::Duration stall_timeout);
+  WatchHub(GroupRegistry* groups, Metrics* metrics,
+           absl::Duration stall_timeout);
   ~WatchHub();
 
   // Creates the reactor for one Watch call.
@@ -60,6 +74,9 @@ class WatchHub {
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_janitor_ ABSL_GUARDED_BY(mu_) = false;
+  // Set (without mu_) when a stream starts waiting for an absent group, so
+  // the janitor switches to kReattachTick.
+  std::atomic<bool> waiting_{false};
   std::thread janitor_;
 };
 

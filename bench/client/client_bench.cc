@@ -159,7 +159,7 @@ void PickLoop(benchmark::State& state, const char* group_name, bool done) {
   const uint64_t before = g_allocations.load();
   int64_t failures = 0;
   for (auto _ : state) {
-    absl::StatusOr<Pick> pick = group->Pick();
+    absl::StatusOr<PickHandle> pick = group->Pick();
     if (!pick.ok()) {
       ++failures;
       continue;
@@ -227,7 +227,7 @@ void BM_ClientPickDuringUpdates(benchmark::State& state) {
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int j = 0; j < kBatch; ++j) {
-      absl::StatusOr<Pick> pick = group->Pick();
+      absl::StatusOr<PickHandle> pick = group->Pick();
       benchmark::DoNotOptimize(pick.ok());
       if (pick.ok()) {
         pick->Done(true);

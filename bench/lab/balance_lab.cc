@@ -496,7 +496,7 @@ class StubSender final : public Sender {
       : client_(client), group_(group), indexes_(indexes), deadline_(deadline) {}
 
   void Send(Phase* phase, size_t i) override {
-    absl::StatusOr<aside::Pick> pick = group_->Pick();
+    absl::StatusOr<aside::PickHandle> pick = group_->Pick();
     if (!pick.ok()) {
       grpc::ByteBuffer none;
       Complete(phase, i,
@@ -528,7 +528,7 @@ class StubSender final : public Sender {
     grpc::ClientContext context;
     grpc::ByteBuffer request;
     grpc::ByteBuffer response;
-    std::optional<aside::Pick> pick;
+    std::optional<aside::PickHandle> pick;
     int picked = -1;
   };
   Client* const client_;

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   std::map<std::string, int> answered;
   int failures = 0;
   for (int i = 0; i < requests; ++i) {
-    absl::StatusOr<aside::Pick> pick = group->Pick();
+    absl::StatusOr<aside::PickHandle> pick = group->Pick();
     if (!pick.ok()) {
       std::fprintf(stderr, "pick: %s\n", pick.status().ToString().c_str());
       ++failures;

@@ -1,8 +1,8 @@
 // The stub against the real aside-server binary on loopback: local picks
 // follow the server's tables and policies, Admin changes reach every stub,
 // unknown and deleted groups, and fail-static through SIGKILL and SIGSTOP.
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -14,6 +14,7 @@
 #include "aside/v1/admin.grpc.pb.h"
 #include "client/client.h"
 #include "tests/client/client_helpers.h"
+#include "tests/client/log_sink.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
@@ -25,6 +26,7 @@ namespace {
 using ::aside::testing::Admin;
 using ::aside::testing::kClientTestConfig;
 using ::aside::testing::kClientTestToken;
+using ::aside::testing::LogSink;
 using ::aside::testing::RunningServer;
 using ::aside::testing::StartServer;
 using ::aside::testing::StatusIs;
@@ -34,7 +36,6 @@ using ::testing::HasSubstr;
 ClientOptions StubOptions(const std::string& target) {
   ClientOptions o;
   o.targets = {target};
-  o.missing_group_retry = absl::Milliseconds(200);
   o.report_interval = absl::Milliseconds(200);
   return o;
 }
@@ -42,7 +43,7 @@ ClientOptions StubOptions(const std::string& target) {
 std::map<std::string, int> Count(ClientGroup* group, int picks) {
   std::map<std::string, int> counts;
   for (int i = 0; i < picks; ++i) {
-    absl::StatusOr<Pick> pick = group->Pick();
+    absl::StatusOr<PickHandle> pick = group->Pick();
     if (!pick.ok()) {
       counts[pick.status().ToString()]++;
       continue;
@@ -60,7 +61,8 @@ TEST(ClientBinaryTest, LocalPicksFollowTheTableAndAdminChangesReachEveryStub) {
       StartServer(dir.path() + "/state",
                   {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
                    "--admin-token-file",
-                   dir.WriteFile("tokens", absl::StrCat(kClientTestToken, " admin\n"))}));
+                   dir.WriteFile("tokens",
+                                 absl::StrCat(kClientTestToken, " admin\n"))}));
   std::vector<std::unique_ptr<Client>> stubs;
   for (int i = 0; i < 3; ++i) {
     ClientOptions o = StubOptions(server.target());
@@ -72,8 +74,10 @@ TEST(ClientBinaryTest, LocalPicksFollowTheTableAndAdminChangesReachEveryStub) {
   ASSERT_OK_AND_ASSIGN(v1::Group rr, admin.Get("rr"));
   ASSERT_OK_AND_ASSIGN(v1::Group wrr, admin.Get("wrr"));
   for (auto& stub : stubs) {
-    ASSERT_TRUE(stub->Group("rr")->WaitForGeneration(rr.generation(), absl::Seconds(10)));
-    ASSERT_TRUE(stub->Group("wrr")->WaitForGeneration(wrr.generation(), absl::Seconds(10)));
+    ASSERT_TRUE(stub->Group("rr")->WaitForGeneration(rr.generation(),
+                                                     absl::Seconds(10)));
+    ASSERT_TRUE(stub->Group("wrr")->WaitForGeneration(wrr.generation(),
+                                                      absl::Seconds(10)));
   }
 
   // Round robin: exact thirds. Weighted round robin 5:1:1: exact counts
@@ -89,7 +93,7 @@ TEST(ClientBinaryTest, LocalPicksFollowTheTableAndAdminChangesReachEveryStub) {
   // Metadata and locality pass through.
   bool saw = false;
   for (int i = 0; i < 7 && !saw; ++i) {
-    ASSERT_OK_AND_ASSIGN(Pick p, stubs[1]->Group("wrr")->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle p, stubs[1]->Group("wrr")->Pick());
     if (p.address() == "127.0.0.1:9101") {
       saw = true;
       EXPECT_EQ(p.metadata().at("version"), "v2");
@@ -117,8 +121,10 @@ TEST(ClientBinaryTest, LocalPicksFollowTheTableAndAdminChangesReachEveryStub) {
   }
   ASSERT_OK_AND_ASSIGN(v1::Group undrained,
                        admin.Drain("payments", "127.0.0.1:9201", false));
-  ASSERT_TRUE(stubs[2]->Group("payments")->WaitForGeneration(
-      undrained.generation(), absl::Seconds(10)));
+  ASSERT_TRUE(
+      stubs[2]
+          ->Group("payments")
+          ->WaitForGeneration(undrained.generation(), absl::Seconds(10)));
   counts = Count(stubs[2]->Group("payments"), 100);
   EXPECT_EQ(counts["127.0.0.1:9201"], 50);
   EXPECT_EQ(counts["127.0.0.1:9202"], 50);
@@ -127,11 +133,12 @@ TEST(ClientBinaryTest, LocalPicksFollowTheTableAndAdminChangesReachEveryStub) {
   ASSERT_OK(admin.Drain("payments", "127.0.0.1:9201", true));
   ASSERT_OK_AND_ASSIGN(v1::Group none,
                        admin.Drain("payments", "127.0.0.1:9202", true));
-  ASSERT_TRUE(stubs[0]->Group("payments")->WaitForGeneration(
-      none.generation(), absl::Seconds(10)));
-  EXPECT_THAT(stubs[0]->Group("payments")->Pick(),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       HasSubstr("group 'payments'")));
+  ASSERT_TRUE(stubs[0]
+                  ->Group("payments")
+                  ->WaitForGeneration(none.generation(), absl::Seconds(10)));
+  EXPECT_THAT(
+      stubs[0]->Group("payments")->Pick(),
+      StatusIs(absl::StatusCode::kUnavailable, HasSubstr("group 'payments'")));
 }
 
 TEST(ClientBinaryTest, UnknownGroupsFailWithNotFoundUntilCreated) {
@@ -141,38 +148,50 @@ TEST(ClientBinaryTest, UnknownGroupsFailWithNotFoundUntilCreated) {
       StartServer(dir.path() + "/state",
                   {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
                    "--admin-token-file",
-                   dir.WriteFile("tokens", absl::StrCat(kClientTestToken, " admin\n"))}));
+                   dir.WriteFile("tokens",
+                                 absl::StrCat(kClientTestToken, " admin\n"))}));
+  Admin admin(server.target());
+  ASSERT_OK(admin.Create("extra", {"127.0.0.1:9311", "127.0.0.1:9312"}));
+  LogSink log;
   ClientOptions o = StubOptions(server.target());
-  o.groups = {"rr"};
+  o.groups = {"rr", "later", "extra"};
+  o.log = log.fn();
   ASSERT_OK_AND_ASSIGN(auto stub, Client::Create(o));
   ClientGroup* later = stub->Group("later");
+  ClientGroup* rr = stub->Group("rr");
   const absl::Time start = absl::Now();
   EXPECT_THAT(later->Pick(), StatusIs(absl::StatusCode::kNotFound,
                                       HasSubstr("group 'later'")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  // The other group is served meanwhile.
-  ASSERT_OK(stub->Group("rr")->Pick());
+  // The other group is served meanwhile, on the same stream.
+  ASSERT_OK(rr->Pick());
+  const uint64_t attempts = stub->stats().watch_attempts;
 
-  Admin admin(server.target());
   ASSERT_OK(admin.Create("later", {"127.0.0.1:9301"}));
   ASSERT_OK_AND_ASSIGN(v1::Group created, admin.Get("later"));
-  ASSERT_TRUE(later->WaitForGeneration(created.generation(), absl::Seconds(10)));
-  ASSERT_OK_AND_ASSIGN(Pick pick, later->Pick());
+  ASSERT_TRUE(
+      later->WaitForGeneration(created.generation(), absl::Seconds(10)));
+  ASSERT_OK_AND_ASSIGN(PickHandle pick, later->Pick());
   EXPECT_EQ(pick.address(), "127.0.0.1:9301");
   pick.Done(true);
 
   // Deleted on the server: the last table keeps serving, and the stub says
   // the group was removed.
   ASSERT_OK(admin.Delete("later"));
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!later->removed() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  ASSERT_TRUE(log.Await("event=group.removed group 'later'"));
   EXPECT_TRUE(later->removed());
-  ASSERT_OK_AND_ASSIGN(Pick still, later->Pick());
+  ASSERT_OK_AND_ASSIGN(PickHandle still, later->Pick());
   EXPECT_EQ(still.address(), "127.0.0.1:9301");
   still.Done(true);
-  ASSERT_OK(stub->Group("rr")->Pick());
+  ASSERT_OK(rr->Pick());
+
+  // Other groups' changes keep arriving, and nothing above restarted the
+  // stream.
+  ASSERT_OK_AND_ASSIGN(v1::Group drained,
+                       admin.Drain("extra", "127.0.0.1:9311", true));
+  ASSERT_TRUE(stub->Group("extra")->WaitForGeneration(drained.generation(),
+                                                      absl::Seconds(10)));
+  EXPECT_EQ(stub->stats().watch_attempts, attempts);
 }
 
 // The value of a metric sample line `name{labels} value` (-1 if absent).
@@ -191,7 +210,8 @@ TEST(ClientBinaryTest, LoadReportsReachTheServer) {
       StartServer(dir.path() + "/state",
                   {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
                    "--admin-token-file",
-                   dir.WriteFile("tokens", absl::StrCat(kClientTestToken, " admin\n"))}));
+                   dir.WriteFile("tokens",
+                                 absl::StrCat(kClientTestToken, " admin\n"))}));
   ClientOptions o = StubOptions(server.target());
   o.reporter = "stub-1";
   o.groups = {"rr"};
@@ -201,7 +221,7 @@ TEST(ClientBinaryTest, LoadReportsReachTheServer) {
   ASSERT_OK_AND_ASSIGN(v1::Group before, admin.Get("rr"));
   ASSERT_TRUE(rr->WaitForGeneration(before.generation(), absl::Seconds(10)));
   for (int i = 0; i < 30; ++i) {
-    ASSERT_OK_AND_ASSIGN(Pick pick, rr->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle pick, rr->Pick());
     pick.Done(i % 10 != 0);
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(15);
@@ -213,13 +233,16 @@ TEST(ClientBinaryTest, LoadReportsReachTheServer) {
     // Keep traffic going: the server takes a reporter's first cumulative
     // report as its baseline and counts what comes after it.
     for (int i = 0; i < 5; ++i) {
-      ASSERT_OK_AND_ASSIGN(Pick pick, rr->Pick());
+      ASSERT_OK_AND_ASSIGN(PickHandle pick, rr->Pick());
       pick.Done(true);
     }
-    auto metrics = aside::testing::HttpGet("127.0.0.1", server.metrics_port, "/metrics");
+    auto metrics =
+        aside::testing::HttpGet("127.0.0.1", server.metrics_port, "/metrics");
     ASSERT_OK(metrics);
-    accepted = MetricValue(metrics->body, R"(aside_load_reports_total{result="accepted"})");
-    rejected = MetricValue(metrics->body, R"(aside_load_reports_total{result="rejected"})");
+    accepted = MetricValue(metrics->body,
+                           R"(aside_load_reports_total{result="accepted"})");
+    rejected = MetricValue(metrics->body,
+                           R"(aside_load_reports_total{result="rejected"})");
     ASSERT_OK_AND_ASSIGN(v1::Group g, admin.Get("rr"));
     reporters = 0;
     rps = 0;
@@ -251,7 +274,7 @@ class SteadyPickers {
         ClientGroup* group = stub->Group(g);
         threads_.emplace_back([this, group] {
           while (!stop_.load()) {
-            absl::StatusOr<Pick> pick = group->Pick();
+            absl::StatusOr<PickHandle> pick = group->Pick();
             if (pick.ok()) {
               picks_.fetch_add(1);
               pick->Done(true);
@@ -276,6 +299,14 @@ class SteadyPickers {
     }
   }
   int64_t picks() const { return picks_.load(); }
+  // Waits (bounded) until at least `n` picks succeeded.
+  bool AwaitPicks(int64_t n, absl::Duration timeout = absl::Seconds(10)) const {
+    for (const absl::Time until = absl::Now() + timeout;
+         picks_.load() < n && absl::Now() < until;) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return picks_.load() >= n;
+  }
   int64_t failures() const { return failures_.load(); }
   std::string last_error() {
     aside::MutexLock lock(&mu_);
@@ -300,9 +331,8 @@ void RunOutage(Outage outage) {
       dir.WriteFile("tokens", absl::StrCat(kClientTestToken, " admin\n"));
   const std::string listen =
       absl::StrCat("127.0.0.1:", aside::testing::PickUnusedPort());
-  const std::vector<std::string> flags = {"--config", config,
-                                          "--admin-token-file", tokens,
-                                          "--listen", listen};
+  const std::vector<std::string> flags = {
+      "--config", config, "--admin-token-file", tokens, "--listen", listen};
   ASSERT_OK_AND_ASSIGN(RunningServer server,
                        StartServer(dir.path() + "/state", flags));
   Admin admin(server.target());
@@ -319,15 +349,15 @@ void RunOutage(Outage outage) {
     o.backoff.max = absl::Seconds(2);
     o.groups = {"rr", "wrr", "payments"};
     ASSERT_OK_AND_ASSIGN(auto stub, Client::Create(o));
-    ASSERT_TRUE(stub->Group("payments")->WaitForGeneration(drained.generation(),
-                                                           absl::Seconds(10)));
+    ASSERT_TRUE(
+        stub->Group("payments")
+            ->WaitForGeneration(drained.generation(), absl::Seconds(10)));
     raw.push_back(stub.get());
     stubs.push_back(std::move(stub));
   }
   SteadyPickers pickers(raw, {"rr", "wrr", "payments"});
-  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(pickers.AwaitPicks(100));
   const int64_t before = pickers.picks();
-  EXPECT_GT(before, 0);
 
   if (outage == Outage::kSigkill) {
     server.process->Signal(SIGKILL);
@@ -359,8 +389,9 @@ void RunOutage(Outage outage) {
                        again.Drain("payments", "127.0.0.1:9202", false));
   ASSERT_OK_AND_ASSIGN(v1::Group rr, again.Get("rr"));
   for (auto& stub : stubs) {
-    EXPECT_TRUE(stub->Group("payments")->WaitForGeneration(
-        undrained.generation(), absl::Seconds(20)))
+    EXPECT_TRUE(
+        stub->Group("payments")
+            ->WaitForGeneration(undrained.generation(), absl::Seconds(20)))
         << "stub at " << stub->Group("payments")->generation();
     EXPECT_TRUE(stub->Group("rr")->WaitForGeneration(rr.generation(),
                                                      absl::Seconds(20)));

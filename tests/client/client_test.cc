@@ -1,6 +1,6 @@
 // aside::Client against an in-process fake LoadBalancer: fallback lists,
 // wait_for_table, rejected tables, load reports, picks on several threads
-// while tables swap (run under TSan), and Pick handle semantics.
+// while tables swap (run under TSan), and PickHandle semantics.
 #include "client/client.h"
 
 #include <gmock/gmock.h>
@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/clock.h"
 #include "tests/client/fake_lookaside.h"
+#include "tests/client/log_sink.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -21,6 +22,7 @@ namespace aside {
 namespace {
 
 using ::aside::testing::FakeServer;
+using ::aside::testing::LogSink;
 using ::aside::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -48,25 +50,20 @@ v1::GroupUpdate Full(const std::string& group, uint64_t generation,
   return u;
 }
 
-// Collects the stub's log lines.
-struct LogSink {
-  aside::Mutex mu;
-  std::vector<std::string> lines;
-  std::function<void(absl::string_view)> fn() {
-    return [this](absl::string_view line) {
-      aside::MutexLock lock(&mu);
-      lines.emplace_back(line);
-    };
-  }
-  int Count(absl::string_view needle) {
-    aside::MutexLock lock(&mu);
-    int n = 0;
-    for (const auto& l : lines) {
-      n += absl::StrContains(l, needle) ? 1 : 0;
-    }
-    return n;
-  }
-};
+// A GroupUpdate saying the server has no such group.
+v1::GroupUpdate Absent(const std::string& group, uint64_t generation,
+                       v1::GroupRemoved::Cause cause) {
+  v1::GroupUpdate u;
+  u.set_group(group);
+  u.set_generation(generation);
+  u.set_server_id("fake");
+  u.mutable_removed()->set_cause(cause);
+  u.mutable_removed()->set_code(static_cast<int>(absl::StatusCode::kNotFound));
+  u.mutable_removed()->set_reason(absl::StrCat(
+      "group '", group, "' ",
+      cause == v1::GroupRemoved::CAUSE_DELETED ? "was deleted" : "not found"));
+  return u;
+}
 
 ClientOptions FastOptions(const std::string& target) {
   ClientOptions o;
@@ -88,7 +85,7 @@ TEST(ClientTest, FallbackServesUntilTheFirstTableArrives) {
 
   std::map<std::string, int> counts;
   for (int i = 0; i < 10; ++i) {
-    ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
     EXPECT_TRUE(pick.from_fallback());
     EXPECT_EQ(pick.generation(), 0u);
     counts[std::string(pick.address())]++;
@@ -100,7 +97,7 @@ TEST(ClientTest, FallbackServesUntilTheFirstTableArrives) {
   fake.service.Push(Full("web", 42, {{"127.0.0.1:8001", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(42, absl::Seconds(10)));
   for (int i = 0; i < 5; ++i) {
-    ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
     EXPECT_FALSE(pick.from_fallback());
     EXPECT_EQ(pick.address(), "127.0.0.1:8001");
     EXPECT_EQ(pick.generation(), 42u);
@@ -111,33 +108,43 @@ TEST(ClientTest, FallbackServesUntilTheFirstTableArrives) {
 TEST(ClientTest, WithoutTableOrFallbackPicksFailAfterWaitForTable) {
   const int port = aside::testing::PickUnusedPort();
   const std::string target = absl::StrCat("127.0.0.1:", port);
+  FakeClock clock;
   ClientOptions options = FastOptions(target);
+  options.clock = &clock;
   options.wait_for_table = absl::Milliseconds(300);
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
-  const absl::Time start = absl::Now();
-  absl::StatusOr<Pick> pick = web->Pick();
-  const absl::Duration waited = absl::Now() - start;
+  const int64_t deadline = clock.NowNanos() + 300'000'000;
+
+  // A pick waits for the table until wait_for_table has passed on the
+  // client's clock, and no longer.
+  absl::StatusOr<PickHandle> pick = absl::UnknownError("not returned");
+  std::atomic<int64_t> returned_at{0};
+  std::thread picker([&] {
+    pick = web->Pick();
+    returned_at = clock.NowNanos();
+  });
+  ASSERT_TRUE(client->AwaitStats(
+      [](const Client::Stats& s) { return s.table_waits == 1; },
+      absl::Seconds(10)));
+  clock.Advance(absl::Milliseconds(299));
+  EXPECT_EQ(returned_at.load(), 0);
+  clock.Advance(absl::Milliseconds(1));
+  picker.join();
+  EXPECT_GE(returned_at.load(), deadline);
   EXPECT_THAT(pick, StatusIs(absl::StatusCode::kUnavailable,
                              AllOf(HasSubstr("group 'web'"), HasSubstr(target),
                                    HasSubstr("300ms"))));
-  EXPECT_GE(waited, absl::Milliseconds(250));
-  EXPECT_LT(waited, absl::Seconds(5));
-  // After the deadline, picks fail at once.
-  const absl::Time again = absl::Now();
-  EXPECT_THAT(web->Pick(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(target)));
-  EXPECT_LT(absl::Now() - again, absl::Milliseconds(100));
-  // The cause: "still connecting" until one attempt has failed (a slow
-  // machine may not have failed one within 300 ms), then the connection
-  // error.
-  const absl::Time limit = absl::Now() + absl::Seconds(10);
-  absl::StatusOr<Pick> later = web->Pick();
-  while (!absl::StrContains(later.status().message(), "UNAVAILABLE") &&
-         absl::Now() < limit) {
-    absl::SleepFor(absl::Milliseconds(20));
-    later = web->Pick();
-  }
-  EXPECT_THAT(later.status().message(), HasSubstr("UNAVAILABLE"));
+  // After the deadline, picks fail at once: without waiting (the clock
+  // stands still, so a wait would never end).
+  EXPECT_THAT(web->Pick(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(target)));
+  EXPECT_EQ(client->stats().table_waits, 1u);
+  // The cause: the connection error once an attempt has failed.
+  ASSERT_TRUE(client->AwaitStats(
+      [](const Client::Stats& s) { return !s.last_error.empty(); },
+      absl::Seconds(10)));
+  EXPECT_THAT(web->Pick().status().message(), HasSubstr("UNAVAILABLE"));
 }
 
 TEST(ClientTest, ReconnectsGoRoundRobinOverTheTargets) {
@@ -155,6 +162,60 @@ TEST(ClientTest, ReconnectsGoRoundRobinOverTheTargets) {
   EXPECT_EQ(client->stats().watch_connected, 1u);
 }
 
+TEST(ClientTest, AnAbsentGroupIsReportedAloneAndTheOthersKeepTheirStream) {
+  FakeServer fake;
+  fake.Start();
+  LogSink log;
+  ClientOptions options = FastOptions(fake.target());
+  options.groups = {"ghost", "web"};
+  options.log = log.fn();
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  ClientGroup* ghost = client->Group("ghost");
+  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  fake.service.Push(Absent("ghost", 0, v1::GroupRemoved::CAUSE_NOT_FOUND));
+  // Updates of one stream apply in order: web at 2 means the absence of
+  // ghost was handled.
+  fake.service.Push(Full("web", 2, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(2, absl::Seconds(10)));
+  EXPECT_TRUE(ghost->removed());
+  EXPECT_THAT(ghost->Pick(),
+              StatusIs(absl::StatusCode::kNotFound,
+                       AllOf(HasSubstr("group 'ghost' not found"),
+                             HasSubstr(fake.target()))));
+  EXPECT_EQ(log.Count("event=group.not_found group 'ghost'"), 1);
+
+  // The other group keeps its stream: every update arrives, none is
+  // missed, and the stream is never restarted.
+  for (uint64_t g = 3; g <= 10; ++g) {
+    fake.service.Push(Full("web", g, {{"127.0.0.1:8001", 100}}));
+  }
+  ASSERT_TRUE(web->WaitForGeneration(10, absl::Seconds(10)));
+  EXPECT_EQ(client->stats().updates_applied, 10u);
+
+  // Created on the server: its table arrives on the same stream.
+  fake.service.Push(Full("ghost", 11, {{"127.0.0.1:8101", 100}}));
+  ASSERT_TRUE(ghost->WaitForGeneration(11, absl::Seconds(10)));
+  EXPECT_FALSE(ghost->removed());
+  ASSERT_OK_AND_ASSIGN(PickHandle pick, ghost->Pick());
+  EXPECT_EQ(pick.address(), "127.0.0.1:8101");
+  pick.Done(true);
+
+  // Deleted again: the table held keeps serving, and web goes on.
+  fake.service.Push(Absent("ghost", 12, v1::GroupRemoved::CAUSE_DELETED));
+  fake.service.Push(Full("web", 13, {{"127.0.0.1:8002", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(13, absl::Seconds(10)));
+  EXPECT_TRUE(ghost->removed());
+  ASSERT_OK_AND_ASSIGN(PickHandle still, ghost->Pick());
+  EXPECT_EQ(still.address(), "127.0.0.1:8101");
+  still.Done(true);
+  EXPECT_EQ(log.Count("event=group.removed group 'ghost' was deleted"), 1);
+
+  EXPECT_EQ(client->stats().watch_attempts, 1u);
+  EXPECT_EQ(fake.service.watch_calls(), 1);
+  EXPECT_EQ(client->stats().updates_applied, 12u);
+}
+
 TEST(ClientTest, APickWaitingForTheFirstTableGetsIt) {
   FakeServer fake;
   fake.Start();
@@ -162,19 +223,21 @@ TEST(ClientTest, APickWaitingForTheFirstTableGetsIt) {
   options.wait_for_table = absl::Seconds(20);
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
-  std::thread pusher([&] {
-    absl::SleepFor(absl::Milliseconds(100));  // the pick must be waiting
-    fake.service.Push(Full("web", 5, {{"127.0.0.1:8001", 100}}));
-  });
-  absl::StatusOr<Pick> pick = web->Pick();
-  pusher.join();
+  absl::StatusOr<PickHandle> pick = absl::UnknownError("not returned");
+  std::thread picker([&] { pick = web->Pick(); });
+  // The pick is waiting before the table is sent.
+  ASSERT_TRUE(client->AwaitStats(
+      [](const Client::Stats& s) { return s.table_waits == 1; },
+      absl::Seconds(10)));
+  fake.service.Push(Full("web", 5, {{"127.0.0.1:8001", 100}}));
+  picker.join();
   ASSERT_OK(pick);
   EXPECT_EQ(pick->address(), "127.0.0.1:8001");
 }
 
 TEST(ClientTest, InvalidNamesAndOptionsAreRejected) {
   EXPECT_THAT(Client::Create({}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                            HasSubstr("targets")));
+                                           HasSubstr("targets")));
   ClientOptions bad_fallback;
   bad_fallback.targets = {"127.0.0.1:1"};
   bad_fallback.fallback["web"] = {"10.0.0.1"};
@@ -210,18 +273,12 @@ TEST(ClientTest, ARejectedTableLeavesThePreviousOneServing) {
 
   fake.service.Push(Full("web", 2, {{"127.0.0.1:8002", 100}, {"bad", 1}}));
   fake.service.Push(Full("web", 3, {{"127.0.0.1:8003", 20000}}));
-  // A good one after them, to know the bad ones were processed.
-  v1::GroupUpdate confirm = Full("web", 1, {});
-  confirm.clear_full();
-  confirm.mutable_delta()->set_base_generation(1);
-  fake.service.Push(confirm);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (web->rejected_updates() < 2 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  ASSERT_TRUE(client->AwaitStats(
+      [](const Client::Stats& s) { return s.updates_rejected == 2; },
+      absl::Seconds(10)));
   EXPECT_EQ(web->rejected_updates(), 2u);
   EXPECT_EQ(web->generation(), 1u);
-  ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+  ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
   EXPECT_EQ(pick.address(), "127.0.0.1:8001");
   EXPECT_EQ(client->stats().updates_rejected, 2u);
   EXPECT_EQ(log.Count("event=table.rejected"), 2);
@@ -230,8 +287,10 @@ TEST(ClientTest, ARejectedTableLeavesThePreviousOneServing) {
 TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
   FakeServer fake;
   fake.Start();
-  ASSERT_OK_AND_ASSIGN(auto client,
-                       Client::Create(FastOptions(fake.target())));
+  FakeClock clock;
+  ClientOptions options = FastOptions(fake.target());
+  options.clock = &clock;
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
   fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
@@ -239,40 +298,43 @@ TEST(ClientTest, FirstByteFeedsTheFirstByteEstimateAndTheReport) {
   const BackendLoad* load = nullptr;
   {
     // Unmarked (a unary call): its completion is its first byte.
-    ASSERT_OK_AND_ASSIGN(Pick unary, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle unary, web->Pick());
     load = unary.member().load;
+    clock.Advance(absl::Milliseconds(1));
     unary.Done(true);
   }
   EXPECT_EQ(load->FirstByteEwma(model), load->LastByteEwma(model));
   {
-    // Marked at once, finished later: the first byte comes first.
-    ASSERT_OK_AND_ASSIGN(Pick stream, web->Pick());
+    // Marked after 2 ms, finished 5 ms later: the first byte comes first.
+    ASSERT_OK_AND_ASSIGN(PickHandle stream, web->Pick());
+    clock.Advance(absl::Milliseconds(2));
     stream.FirstByte();
-    absl::SleepFor(absl::Milliseconds(5));  // the rest of the response
-    stream.FirstByte();                     // a second mark changes nothing
+    clock.Advance(absl::Milliseconds(5));  // the rest of the response
+    stream.FirstByte();                    // a second mark changes nothing
     stream.Done(true);
   }
   EXPECT_LT(load->FirstByteEwma(model), load->LastByteEwma(model));
+  clock.Advance(options.report_interval);
   const std::optional<v1::LoadReport> report =
       fake.service.AwaitReport([](const v1::LoadReport& r) {
         return r.loads_size() > 0 && r.loads(0).requests() == 2;
       });
   ASSERT_TRUE(report.has_value());
   const v1::BackendLoad& last = report->loads(0);
-  const absl::Duration first = absl::Seconds(last.first_byte_latency_sum().seconds()) +
-                               absl::Nanoseconds(last.first_byte_latency_sum().nanos());
+  const absl::Duration first =
+      absl::Seconds(last.first_byte_latency_sum().seconds()) +
+      absl::Nanoseconds(last.first_byte_latency_sum().nanos());
   const absl::Duration all = absl::Seconds(last.latency_sum().seconds()) +
                              absl::Nanoseconds(last.latency_sum().nanos());
-  EXPECT_GT(first, absl::ZeroDuration());
-  EXPECT_LT(first, all);
-  EXPECT_GE(all - first, absl::Milliseconds(5));
+  EXPECT_EQ(first, absl::Milliseconds(1 + 2));
+  EXPECT_EQ(all, absl::Milliseconds(1 + 7));
 }
 
 // Picks from `web` until one lands on `address` (round robin over two
 // backends: within two picks).
-absl::StatusOr<Pick> PickAt(ClientGroup* web, absl::string_view address) {
+absl::StatusOr<PickHandle> PickAt(ClientGroup* web, absl::string_view address) {
   for (int i = 0; i < 4; ++i) {
-    absl::StatusOr<Pick> p = web->Pick();
+    absl::StatusOr<PickHandle> p = web->Pick();
     if (!p.ok() || p->address() == address) {
       return p;
     }
@@ -285,7 +347,7 @@ absl::StatusOr<Pick> PickAt(ClientGroup* web, absl::string_view address) {
 int CountPicks(ClientGroup* web, absl::string_view address, int n) {
   int hits = 0;
   for (int i = 0; i < n; ++i) {
-    absl::StatusOr<Pick> p = web->Pick();
+    absl::StatusOr<PickHandle> p = web->Pick();
     if (p.ok() && p->address() == address) {
       ++hits;
     }
@@ -311,7 +373,7 @@ class LocalEjectionTest : public ::testing::Test {
   }
   void Fail(absl::string_view address, int times) {
     for (int i = 0; i < times; ++i) {
-      ASSERT_OK_AND_ASSIGN(Pick p, PickAt(web_, address));
+      ASSERT_OK_AND_ASSIGN(PickHandle p, PickAt(web_, address));
       p.Done(false);
     }
   }
@@ -328,7 +390,7 @@ TEST_F(LocalEjectionTest, ConsecutiveFailuresEjectUntilTheTimeIsUp) {
   Start(3);
   Fail(kA, 2);
   EXPECT_GT(CountPicks(web_, kA, 10), 0);  // two failures: still picked
-  Fail(kA, 2);                              // the successes above reset it
+  Fail(kA, 2);                             // the successes above reset it
   EXPECT_GT(CountPicks(web_, kA, 10), 0);
   Fail(kA, 3);
   EXPECT_EQ(CountPicks(web_, kA, 20), 0);
@@ -336,14 +398,14 @@ TEST_F(LocalEjectionTest, ConsecutiveFailuresEjectUntilTheTimeIsUp) {
   EXPECT_EQ(CountPicks(web_, kA, 20), 0);
   clock_.Advance(absl::Milliseconds(200));
   // Back after a second; one more failure ejects it again at once.
-  ASSERT_OK_AND_ASSIGN(Pick again, PickAt(web_, kA));
+  ASSERT_OK_AND_ASSIGN(PickHandle again, PickAt(web_, kA));
   again.Done(false);
   EXPECT_EQ(CountPicks(web_, kA, 20), 0);
 }
 
 TEST_F(LocalEjectionTest, ASuccessEndsTheEjection) {
   Start(3);
-  ASSERT_OK_AND_ASSIGN(Pick early, PickAt(web_, kA));  // in flight
+  ASSERT_OK_AND_ASSIGN(PickHandle early, PickAt(web_, kA));  // in flight
   Fail(kA, 3);
   EXPECT_EQ(CountPicks(web_, kA, 10), 0);
   early.Done(true);  // the backend answered after all
@@ -356,7 +418,7 @@ TEST_F(LocalEjectionTest, EveryBackendEjectedStillPicks) {
   Fail(kB, 3);
   // Both ejected: picks ignore ejections rather than fail.
   for (int i = 0; i < 4; ++i) {
-    ASSERT_OK_AND_ASSIGN(Pick p, web_->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle p, web_->Pick());
     p.Done(false);
   }
 }
@@ -378,7 +440,9 @@ TEST(ClientTest, NegativeLocalEjectionTimeIsRejected) {
 TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   FakeServer fake;
   fake.Start();
+  FakeClock clock;
   ClientOptions options = FastOptions(fake.target());
+  options.clock = &clock;
   options.locality.zone = "z1";
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
@@ -386,8 +450,8 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
 
   {
-    ASSERT_OK_AND_ASSIGN(Pick a, web->Pick());
-    ASSERT_OK_AND_ASSIGN(Pick b, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle a, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle b, web->Pick());
     const BackendLoad* load = a.member().load;
     EXPECT_EQ(load->in_flight(), 2);
     a.Done(absl::OkStatus());
@@ -397,9 +461,10 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
     EXPECT_EQ(a.address(), "127.0.0.1:8001");
     a.Done(false);
     EXPECT_EQ(load->in_flight(), 0);
-    ASSERT_OK_AND_ASSIGN(Pick abandoned, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle abandoned, web->Pick());
     // Destroyed without Done: recorded as a failure.
   }
+  clock.Advance(options.report_interval);
   const std::optional<v1::LoadReport> first =
       fake.service.AwaitReport([](const v1::LoadReport& r) {
         return r.loads_size() > 0 && r.loads(0).requests() == 3;
@@ -418,9 +483,10 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   // ones do not.
   EXPECT_TRUE(last.reset());
   {
-    ASSERT_OK_AND_ASSIGN(Pick more, web->Pick());
+    ASSERT_OK_AND_ASSIGN(PickHandle more, web->Pick());
     more.Done(true);
   }
+  clock.Advance(options.report_interval);
   const std::optional<v1::LoadReport> second =
       fake.service.AwaitReport([](const v1::LoadReport& r) {
         return r.loads_size() > 0 && r.loads(0).requests() == 4;
@@ -431,11 +497,17 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   EXPECT_EQ(next.consecutive_failures(), 0u);
   EXPECT_FALSE(next.reset());
   // Idle backends are left out of later reports, and a report with
-  // nothing in it is not sent: four report intervals pass without one
-  // (an absence, so time has to pass).
+  // nothing in it is not sent: four report intervals pass without one.
   const size_t count = fake.service.reports().size();
-  absl::SleepFor(absl::Milliseconds(400));
+  for (uint64_t i = 1; i <= 4; ++i) {
+    const uint64_t skipped = client->stats().reports_skipped;
+    clock.Advance(options.report_interval);
+    ASSERT_TRUE(client->AwaitStats(
+        [&](const Client::Stats& s) { return s.reports_skipped > skipped; },
+        absl::Seconds(10)));
+  }
   EXPECT_EQ(fake.service.reports().size(), count);
+  EXPECT_EQ(client->stats().reports_sent, 2u);
 }
 
 TEST(ClientTest, UnimplementedReportingIsRetriedQuietly) {
@@ -444,17 +516,33 @@ TEST(ClientTest, UnimplementedReportingIsRetriedQuietly) {
       grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "not yet"));
   fake.Start();
   LogSink log;
+  FakeClock clock;
   ClientOptions options = FastOptions(fake.target());
+  options.clock = &clock;
   options.log = log.fn();
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
   fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (client->stats().report_stream_failures < 3 && absl::Now() < deadline) {
-    ASSERT_OK_AND_ASSIGN(Pick pick, web->Pick());
+  // Each step: traffic, then one report interval that is also past the
+  // longest reconnect delay (200 ms + 20 % jitter), so every step makes
+  // one attempt: a write (which gRPC may accept before the server's status
+  // arrives) or a failed stream.
+  auto attempts = [](const Client::Stats& s) {
+    return s.reports_sent + s.report_stream_failures;
+  };
+  for (int step = 0; step < 50 && client->stats().report_stream_failures < 3;
+       ++step) {
+    ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
     pick.Done(true);
-    absl::SleepFor(absl::Milliseconds(20));
+    const uint64_t before = attempts(client->stats());
+    clock.Advance(absl::Milliseconds(250));
+    ASSERT_TRUE(client->AwaitStats(
+        [&](const Client::Stats& s) { return attempts(s) > before; },
+        absl::Seconds(10)))
+        << "step " << step << ": sent " << client->stats().reports_sent
+        << ", failures " << client->stats().report_stream_failures
+        << ", skipped " << client->stats().reports_skipped;
   }
   EXPECT_GE(client->stats().report_stream_failures, 3u);
   EXPECT_TRUE(client->stats().reporting_unavailable);
@@ -477,9 +565,9 @@ TEST(ClientTest, PicksOnSeveralThreadsWhileTablesSwap) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      std::vector<Pick> held;
+      std::vector<PickHandle> held;
       while (!stop.load()) {
-        absl::StatusOr<Pick> pick = web->Pick(absl::StrCat("key", t));
+        absl::StatusOr<PickHandle> pick = web->Pick(absl::StrCat("key", t));
         if (!pick.ok()) {
           failures.fetch_add(1);
           continue;
@@ -507,7 +595,13 @@ TEST(ClientTest, PicksOnSeveralThreadsWhileTablesSwap) {
     }
   }
   ASSERT_TRUE(web->WaitForGeneration(kSwaps, absl::Seconds(10)));
-  absl::SleepFor(absl::Milliseconds(50));
+  // Some picks from the last table too, then stop.
+  const int64_t at_last = picks.load();
+  for (const absl::Time until = absl::Now() + absl::Seconds(10);
+       picks.load() < at_last + 100 && absl::Now() < until;) {
+    std::this_thread::yield();
+  }
+  EXPECT_GE(picks.load(), at_last + 100);
   stop.store(true);
   for (auto& t : threads) {
     t.join();
@@ -522,7 +616,8 @@ TEST(ClientTest, ChannelsOfDepartedBackendsAreEvicted) {
   fake.Start();
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(FastOptions(fake.target())));
   ClientGroup* web = client->Group("web");
-  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}, {"127.0.0.1:8002", 100}}));
+  fake.service.Push(
+      Full("web", 1, {{"127.0.0.1:8001", 100}, {"127.0.0.1:8002", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
   auto a = client->channels().Get("127.0.0.1:8001");
   EXPECT_EQ(client->channels().Get("127.0.0.1:8001"), a);
@@ -530,12 +625,7 @@ TEST(ClientTest, ChannelsOfDepartedBackendsAreEvicted) {
   EXPECT_EQ(client->channels().size(), 2u);
   fake.service.Push(Full("web", 2, {{"127.0.0.1:8002", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(2, absl::Seconds(10)));
-  // Channels are pruned just after the table is published; there is no
-  // event for it, so poll (bounded).
-  for (const absl::Time until = absl::Now() + absl::Seconds(10);
-       client->channels().size() != 1 && absl::Now() < until;) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  // Channels are pruned before the generation becomes visible.
   EXPECT_EQ(client->channels().size(), 1u);
   EXPECT_NE(client->channels().Get("127.0.0.1:8001"), a);
 }

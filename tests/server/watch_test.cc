@@ -1,20 +1,22 @@
 // Watch over real gRPC against an in-process server: full then delta
-// updates, convergence of many subscribers, slow readers, deletion,
+// updates, convergence of many subscribers, slow readers, unknown and
+// deleted groups reported per group (and picked up when they appear),
 // resumption and shutdown.
 #include "server/watch.h"
 
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "lib/sync.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
+#include "lib/sync.h"
 #include "server/server.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
@@ -42,6 +44,7 @@ struct AppliedTable {
     }
     switch (u.update_case()) {
       case v1::GroupUpdate::kFull:
+        removed = false;
         backends.clear();
         for (const auto& b : u.full().backends()) {
           backends[b.backend().address()] = b;
@@ -79,7 +82,8 @@ class Subscriber {
              std::map<std::string, uint64_t> known = {}) {
     v1::WatchRequest request;
     for (auto& g : groups) request.add_groups(g);
-    for (auto& [g, gen] : known) (*request.mutable_known_generations())[g] = gen;
+    for (auto& [g, gen] : known)
+      (*request.mutable_known_generations())[g] = gen;
     context_.set_deadline(std::chrono::system_clock::now() +
                           std::chrono::seconds(60));
     reader_ = stub->Watch(&context_, request);
@@ -96,11 +100,36 @@ class Subscriber {
     aside::MutexLock lock(&mu_);
     auto reached = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       auto it = tables_.find(group);
-      return done_ || (it != tables_.end() && it->second.generation >= generation);
+      return done_ ||
+             (it != tables_.end() && it->second.generation >= generation);
     };
     mu_.AwaitWithTimeout(aside::Cond(&reached), timeout);
     auto it = tables_.find(group);
     return it != tables_.end() && it->second.generation >= generation;
+  }
+  // Waits until an update received so far or later satisfies `match`.
+  bool WaitForUpdate(const std::function<bool(const v1::GroupUpdate&)>& match,
+                     absl::Duration timeout = absl::Seconds(20)) {
+    aside::MutexLock lock(&mu_);
+    auto seen = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      for (const v1::GroupUpdate& u : updates_) {
+        if (match(u)) {
+          return true;
+        }
+      }
+      return done_;
+    };
+    mu_.AwaitWithTimeout(aside::Cond(&seen), timeout);
+    for (const v1::GroupUpdate& u : updates_) {
+      if (match(u)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  bool done() {
+    aside::MutexLock lock(&mu_);
+    return done_;
   }
   bool WaitDone(absl::Duration timeout = absl::Seconds(20)) {
     aside::MutexLock lock(&mu_);
@@ -166,24 +195,26 @@ class WatchTest : public ::testing::Test {
     for (int i = 1; i <= 20; ++i) {
       absl::StrAppend(&backends, "      - 127.0.0.1:", 9000 + i, "\n");
     }
-    absl::StatusOr<ServerConfig> config = ParseConfig(
-        absl::StrCat("state_dir: ", dir_.path(), "/state\n",
-                     "listen: 127.0.0.1:0\nmetrics: \"\"\n",
-                     "admin: {token_file: ", tokens, "}\n", extra), "t.yaml");
+    absl::StatusOr<ServerConfig> config =
+        ParseConfig(absl::StrCat("state_dir: ", dir_.path(), "/state\n",
+                                 "listen: 127.0.0.1:0\nmetrics: \"\"\n",
+                                 "admin: {token_file: ", tokens, "}\n", extra),
+                    "t.yaml");
     ASSERT_OK(config);
     auto server = AsideServer::Create(*config);
     ASSERT_OK(server);
     server_ = *std::move(server);
     ASSERT_OK(server_->Start());
-    channel_ = grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->grpc_port()),
-        grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
+                            grpc::InsecureChannelCredentials());
     lb_ = v1::LoadBalancer::NewStub(channel_);
     admin_ = v1::Admin::NewStub(channel_);
     std::string json;
     v1::CreateGroupRequest create;
     create.mutable_group()->set_name("web");
-    create.mutable_group()->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+    create.mutable_group()->mutable_health_check()->set_kind(
+        v1::HealthCheck::NONE);
     for (int i = 1; i <= 20; ++i) {
       create.mutable_group()->add_backends()->set_address(
           absl::StrCat("127.0.0.1:", 9000 + i));
@@ -194,9 +225,34 @@ class WatchTest : public ::testing::Test {
     ASSERT_TRUE(admin_->CreateGroup(Context().get(), create, &g).ok());
   }
 
+  // Creates a group of three backends; returns its generation.
+  uint64_t CreateGroup(const std::string& name) {
+    v1::CreateGroupRequest create;
+    create.mutable_group()->set_name(name);
+    create.mutable_group()->mutable_health_check()->set_kind(
+        v1::HealthCheck::NONE);
+    for (int i = 1; i <= 3; ++i) {
+      create.mutable_group()->add_backends()->set_address(
+          absl::StrCat("127.0.0.1:", 9100 + i));
+    }
+    v1::Group g;
+    grpc::Status s = admin_->CreateGroup(Context().get(), create, &g);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return g.generation();
+  }
+
+  void DeleteGroup(const std::string& name) {
+    v1::DeleteGroupRequest del;
+    del.set_name(name);
+    v1::DeleteGroupResponse deleted;
+    grpc::Status s = admin_->DeleteGroup(Context().get(), del, &deleted);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+
   std::unique_ptr<grpc::ClientContext> Context() {
     auto c = std::make_unique<grpc::ClientContext>();
-    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    c->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(10));
     c->AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
     return c;
   }
@@ -287,16 +343,91 @@ TEST_P(WatchFanoutTest, EverySubscriberConvergesOnTheSameGeneration) {
 INSTANTIATE_TEST_SUITE_P(Subscribers, WatchFanoutTest,
                          ::testing::Values(1, 10, 200));
 
-TEST_F(WatchTest, DeletedGroupEndsWithAnExplicitMessage) {
-  Subscriber sub(lb_.get(), {"web"});
+bool IsAbsent(const v1::GroupUpdate& u, const std::string& group,
+              v1::GroupRemoved::Cause cause) {
+  return u.group() == group && u.has_removed() &&
+         u.removed().cause() == cause &&
+         u.removed().code() == static_cast<int>(grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(WatchTest, ADeletedGroupIsReportedInTheStreamAndItsReturnFollows) {
+  Subscriber sub(lb_.get(), {"web", "api"});
   ASSERT_TRUE(sub.WaitFor("web", Generation("web")));
-  v1::DeleteGroupRequest del;
-  del.set_name("web");
-  v1::DeleteGroupResponse deleted;
-  ASSERT_TRUE(admin_->DeleteGroup(Context().get(), del, &deleted).ok());
-  ASSERT_TRUE(sub.WaitDone());
+  ASSERT_TRUE(sub.WaitFor("api", Generation("api")));
+  const uint64_t before = Generation("web");
+  DeleteGroup("web");
+  ASSERT_TRUE(sub.WaitForUpdate([](const v1::GroupUpdate& u) {
+    return IsAbsent(u, "web", v1::GroupRemoved::CAUSE_DELETED);
+  }));
   EXPECT_TRUE(sub.table("web").removed);
-  EXPECT_TRUE(sub.status().ok()) << sub.status().error_message();
+  EXPECT_GT(sub.table("web").generation, before);
+  for (const v1::GroupUpdate& u : sub.updates()) {
+    if (u.has_removed()) {
+      EXPECT_THAT(u.removed().reason(), HasSubstr("'web'"));
+    }
+  }
+  // The other group keeps its stream.
+  const uint64_t g = Drain("api", 2, true);
+  ASSERT_TRUE(sub.WaitFor("api", g));
+  EXPECT_EQ(sub.table("api").fulls, 1);
+  EXPECT_EQ(sub.table("api").deltas, 1);
+  // Re-created: its full table follows on the same stream.
+  const uint64_t recreated = CreateGroup("web");
+  ASSERT_TRUE(sub.WaitFor("web", recreated));
+  const AppliedTable web = sub.table("web");
+  EXPECT_FALSE(web.removed);
+  EXPECT_EQ(web.fulls, 2);
+  EXPECT_EQ(web.backends.size(), 3u);
+  // And it is followed like any group.
+  const uint64_t again = Drain("web", 101, true);
+  ASSERT_TRUE(sub.WaitFor("web", again));
+  EXPECT_EQ(sub.table("web").deltas, 1);
+  EXPECT_TRUE(sub.ordered());
+  EXPECT_FALSE(sub.done());
+}
+
+TEST_F(WatchTest, AnUnknownGroupIsReportedAndTheKnownOneKeepsItsUpdates) {
+  Subscriber sub(lb_.get(), {"web", "later"});
+  ASSERT_TRUE(sub.WaitFor("web", Generation("web")));
+  ASSERT_TRUE(sub.WaitForUpdate([](const v1::GroupUpdate& u) {
+    return IsAbsent(u, "later", v1::GroupRemoved::CAUSE_NOT_FOUND);
+  }));
+  EXPECT_EQ(sub.table("later").generation, 0u);
+  for (int i = 1; i <= 3; ++i) {
+    const uint64_t g = Drain("web", i, true);
+    ASSERT_TRUE(sub.WaitFor("web", g));
+  }
+  EXPECT_EQ(sub.table("web").fulls, 1);
+  EXPECT_EQ(sub.table("web").deltas, 3);
+  // The unknown group was reported once, not on every change.
+  int reports = 0;
+  for (const v1::GroupUpdate& u : sub.updates()) {
+    reports += u.group() == "later" ? 1 : 0;
+  }
+  EXPECT_EQ(reports, 1);
+  // Created later: the stream picks it up.
+  const uint64_t created = CreateGroup("later");
+  ASSERT_TRUE(sub.WaitFor("later", created));
+  EXPECT_EQ(sub.table("later").fulls, 1);
+  EXPECT_FALSE(sub.table("later").removed);
+  EXPECT_TRUE(sub.ordered());
+  EXPECT_FALSE(sub.done());
+}
+
+// A stream whose every group is unknown stays open (see the Watch rpc's
+// comment) and delivers the group once it exists.
+TEST_F(WatchTest, AStreamOfOnlyUnknownGroupsWaitsForThem) {
+  Subscriber sub(lb_.get(), {"first", "second"});
+  ASSERT_TRUE(sub.WaitForUpdate([](const v1::GroupUpdate& u) {
+    return IsAbsent(u, "second", v1::GroupRemoved::CAUSE_NOT_FOUND);
+  }));
+  ASSERT_TRUE(sub.WaitForUpdate([](const v1::GroupUpdate& u) {
+    return IsAbsent(u, "first", v1::GroupRemoved::CAUSE_NOT_FOUND);
+  }));
+  const uint64_t created = CreateGroup("second");
+  ASSERT_TRUE(sub.WaitFor("second", created));
+  EXPECT_FALSE(sub.done());
+  EXPECT_EQ(sub.updates().size(), 3u);
 }
 
 TEST_F(WatchTest, ResumingAtTheCurrentGenerationGetsAConfirmation) {
@@ -317,10 +448,10 @@ TEST_F(WatchTest, BadRequests) {
   Subscriber none(lb_.get(), {});
   ASSERT_TRUE(none.WaitDone());
   EXPECT_EQ(none.status().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  Subscriber missing(lb_.get(), {"web", "nope"});
-  ASSERT_TRUE(missing.WaitDone());
-  EXPECT_EQ(missing.status().error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_THAT(missing.status().error_message(), HasSubstr("'nope'"));
+  Subscriber invalid(lb_.get(), {"web", "Not A Name"});
+  ASSERT_TRUE(invalid.WaitDone());
+  EXPECT_EQ(invalid.status().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(invalid.status().error_message(), HasSubstr("groups[1]"));
   Subscriber twice(lb_.get(), {"web", "web"});
   ASSERT_TRUE(twice.WaitDone());
   EXPECT_EQ(twice.status().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -350,23 +481,24 @@ TEST(WatchSlowReaderTest, NeverReadingIsBoundedAndEndedAndHarmsNoOne) {
   aside::testing::TempDir dir;
   const std::string tokens =
       dir.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
-  absl::StatusOr<ServerConfig> config = ParseConfig(
-      absl::StrCat("state_dir: ", dir.path(), "/state\n",
-                   "listen: 127.0.0.1:0\nmetrics: \"\"\n",
-                   "limits: {watch_stall_timeout: 1s}\n",
-                   "admin: {token_file: ", tokens, "}\n"),
-      "t.yaml");
+  absl::StatusOr<ServerConfig> config =
+      ParseConfig(absl::StrCat("state_dir: ", dir.path(), "/state\n",
+                               "listen: 127.0.0.1:0\nmetrics: \"\"\n",
+                               "limits: {watch_stall_timeout: 1s}\n",
+                               "admin: {token_file: ", tokens, "}\n"),
+                  "t.yaml");
   ASSERT_OK(config);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<AsideServer> server,
                        AsideServer::Create(*config));
   ASSERT_OK(server->Start());
-  auto channel = grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server->grpc_port()),
-      grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
+                          grpc::InsecureChannelCredentials());
   auto admin = v1::Admin::NewStub(channel);
   auto context = [] {
     auto c = std::make_unique<grpc::ClientContext>();
-    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    c->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(30));
     c->AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
     return c;
   };
@@ -374,7 +506,8 @@ TEST(WatchSlowReaderTest, NeverReadingIsBoundedAndEndedAndHarmsNoOne) {
   // never reads stalls its stream once HTTP/2 flow control is exhausted.
   v1::CreateGroupRequest create;
   create.mutable_group()->set_name("big");
-  create.mutable_group()->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+  create.mutable_group()->mutable_health_check()->set_kind(
+      v1::HealthCheck::NONE);
   for (int i = 0; i < 5000; ++i) {
     v1::Backend* b = create.mutable_group()->add_backends();
     b->set_address(absl::StrCat("10.", i / 250, ".", i % 250 + 1, ".1:8080"));

@@ -1,0 +1,263 @@
+#include "client/client_group.h"
+
+#include <algorithm>
+#include <array>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/clock_wait.h"
+
+namespace aside {
+
+using client_internal::GroupSnapshot;
+using SnapshotPtr = std::shared_ptr<const GroupSnapshot>;
+
+namespace {
+
+std::atomic<uint64_t> next_group_id{1};
+
+// The per-thread cache of group snapshots (RCU-like): a pick compares the
+// group's version counter with the version its thread last saw and, while
+// they match, uses the snapshot cached here without touching any shared
+// reference count. Each cached pointer has a control block of its own,
+// made for this thread (an aliasing shared_ptr), so copying it into a
+// PickHandle handle only touches memory this thread owns. Slots are
+// direct-mapped by group id; two groups sharing a slot still pick correctly,
+// they just take the refresh path more often. A cached snapshot stays alive
+// until the thread picks from that slot again or exits.
+struct CacheSlot {
+  uint64_t group_id = 0;
+  uint64_t version = 0;
+  SnapshotPtr snapshot;
+};
+constexpr size_t kCacheSlots = 64;
+thread_local std::array<CacheSlot, kCacheSlots> t_cache;
+
+}  // namespace
+
+ClientGroup::ClientGroup(Client* client, std::string name,
+                         absl::Status name_status,
+                         std::vector<std::string> fallback,
+                         int64_t deadline_nanos)
+    : client_(client),
+      name_(std::move(name)),
+      name_status_(std::move(name_status)),
+      id_(next_group_id.fetch_add(1, std::memory_order_relaxed)),
+      deadline_nanos_(deadline_nanos),
+      loads_(&client->clock()),
+      fallback_addresses_(std::move(fallback)),
+      watched_(name_, &loads_) {
+  auto snapshot = std::make_shared<GroupSnapshot>();
+  if (!fallback_addresses_.empty()) {
+    TableSpec spec;
+    spec.group = name_;
+    spec.generation = 0;
+    spec.panic_threshold = 0;
+    for (const std::string& address : fallback_addresses_) {
+      Member m;
+      m.backend.address = address;
+      spec.members.push_back(std::move(m));
+    }
+    absl::StatusOr<TableConstPtr> table =
+        Table::Create(std::move(spec), nullptr, &loads_);
+    if (table.ok()) {
+      fallback_ = *std::move(table);
+      aside::MutexLock lock(&mu_);
+      snapshot->table = fallback_;
+      snapshot->fallback = true;
+      for (const Member& m : fallback_->members()) {
+        auto stats = client_->NewStats(m.backend.address);
+        stats_.emplace(m.backend.address, stats);
+        snapshot->stats.push_back(std::move(stats));
+      }
+    } else {
+      client_->Log(absl::StrCat("group '", name_, "': fallback list unusable: ",
+                                table.status().message()));
+    }
+  }
+  cell_.Publish(std::move(snapshot));
+}
+
+ClientGroup::~ClientGroup() = default;
+
+const SnapshotPtr& ClientGroup::Local() const {
+  CacheSlot& slot = t_cache[id_ % kCacheSlots];
+  const uint64_t version = version_.load(std::memory_order_acquire);
+  if (slot.group_id == id_ && slot.version == version) [[likely]] {
+    return slot.snapshot;
+  }
+  return Refresh(version);
+}
+
+const SnapshotPtr& ClientGroup::Refresh(uint64_t version) const {
+  CacheSlot& slot = t_cache[id_ % kCacheSlots];
+  // The writer publishes the snapshot before it bumps the version, so the
+  // snapshot read here is at least as new as `version`.
+  auto holder = std::make_shared<SnapshotPtr>(cell_.Acquire());
+  slot.snapshot = SnapshotPtr(holder, holder->get());
+  slot.group_id = id_;
+  slot.version = version;
+  return slot.snapshot;
+}
+
+absl::StatusOr<aside::PickHandle> ClientGroup::Pick(absl::string_view key) {
+  const SnapshotPtr& snapshot = Local();
+  if (snapshot->table == nullptr) [[unlikely]] {
+    return PickWithoutTable(key);
+  }
+  return PickFrom(snapshot, key);
+}
+
+absl::StatusOr<aside::PickHandle> ClientGroup::PickFrom(
+    const SnapshotPtr& snapshot, absl::string_view key) {
+  const Table& table = *snapshot->table;
+  const Clock* clock = client_->clock_;
+  // One clock read serves the load models and the call's start time.
+  const int64_t now = clock->NowNanos();
+  uint32_t index = 0;
+  PickRequest request;
+  request.key = key;
+  request.now_nanos = now;
+  if (table.Pick(request, absl::Span<uint32_t>(&index, 1)) == 0) {
+    return absl::UnavailableError(table.NoBackendMessage(0));
+  }
+  if (snapshot->stats[index]->ejected_until_nanos.load(
+          std::memory_order_relaxed) > now) [[unlikely]] {
+    index = AvoidEjected(*snapshot, request, index, now);
+  }
+  const Member& member = table.member(index);
+  member.load->Start();
+  return aside::PickHandle(snapshot, &member, snapshot->stats[index].get(),
+                           clock, now);
+}
+
+uint32_t ClientGroup::AvoidEjected(const GroupSnapshot& snapshot,
+                                   PickRequest request, uint32_t first,
+                                   int64_t now) {
+  // Picks again with the ejected choices excluded, a bounded number of
+  // times and without allocating; keeps the first choice when every
+  // candidate is ejected (or none is left).
+  constexpr size_t kMaxExcluded = 8;
+  std::array<uint32_t, kMaxExcluded> excluded;
+  size_t n = 0;
+  excluded[n++] = first;
+  while (n < kMaxExcluded) {
+    request.exclude = absl::Span<const uint32_t>(excluded.data(), n);
+    uint32_t index = 0;
+    if (snapshot.table->Pick(request, absl::Span<uint32_t>(&index, 1)) == 0) {
+      break;
+    }
+    if (snapshot.stats[index]->ejected_until_nanos.load(
+            std::memory_order_relaxed) <= now) {
+      return index;
+    }
+    excluded[n++] = index;
+  }
+  return first;
+}
+
+absl::StatusOr<aside::PickHandle> ClientGroup::PickWithoutTable(
+    absl::string_view key) {
+  if (!name_status_.ok()) {
+    return name_status_;
+  }
+  // Waits for the first table until deadline_nanos_ on the client's clock.
+  const Clock& clock = *client_->clock_;
+  if (clock.NowNanos() < deadline_nanos_ && cell_.Acquire()->table == nullptr) {
+    aside::MutexLock lock(&client_->mu_);
+    ++client_->stats_.table_waits;
+  }
+  {
+    aside::MutexLock lock(&mu_);
+    const uint64_t seen = published_version_;
+    auto settled = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return published_version_ != seen || !missing_.ok() ||
+             cell_.Acquire()->table != nullptr;
+    };
+    client_internal::AwaitUntil(mu_, aside::Cond(&settled), clock,
+                                deadline_nanos_);
+    if (!missing_.ok() && cell_.Acquire()->table == nullptr) {
+      return missing_;
+    }
+  }
+  const SnapshotPtr& snapshot = Local();
+  if (snapshot->table != nullptr) {
+    return PickFrom(snapshot, key);
+  }
+  std::string last_error;
+  {
+    aside::MutexLock lock(&client_->mu_);
+    last_error = client_->last_error_;
+  }
+  return absl::UnavailableError(
+      absl::StrCat("group '", name_, "': no table from aside server(s) ",
+                   client_->TargetsText(), " within ",
+                   absl::FormatDuration(client_->options_.wait_for_table), ": ",
+                   last_error.empty() ? "still connecting" : last_error));
+}
+
+TableConstPtr ClientGroup::table() const { return cell_.Acquire()->table; }
+
+std::string ClientGroup::server_id() const {
+  aside::MutexLock lock(&mu_);
+  return server_id_;
+}
+
+bool ClientGroup::removed() const {
+  aside::MutexLock lock(&mu_);
+  return removed_;
+}
+
+bool ClientGroup::WaitForGeneration(uint64_t generation,
+                                    absl::Duration timeout) const {
+  aside::MutexLock lock(&mu_);
+  auto reached = [this, generation]() {
+    return generation_.load(std::memory_order_acquire) >= generation;
+  };
+  return mu_.AwaitWithTimeout(aside::Cond(&reached), timeout);
+}
+
+void ClientGroup::Publish(SnapshotPtr next) {
+  cell_.Publish(std::move(next));
+  version_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void ClientGroup::PublishTable(TableConstPtr table,
+                               const std::string& server_id) {
+  auto snapshot = std::make_shared<GroupSnapshot>();
+  snapshot->table = table;
+  {
+    aside::MutexLock lock(&mu_);
+    absl::flat_hash_set<absl::string_view> present;
+    for (const Member& m : table->members()) {
+      present.insert(m.backend.address);
+      auto& stats = stats_[m.backend.address];
+      if (stats == nullptr) {
+        stats = client_->NewStats(m.backend.address);
+      }
+      snapshot->stats.push_back(stats);
+    }
+    // Forget the counters of departed backends once everything they
+    // counted has been reported.
+    absl::erase_if(stats_, [&](const auto& entry) {
+      return !present.contains(entry.first) &&
+             entry.second->requests.load(std::memory_order_relaxed) ==
+                 entry.second->reported_requests.load(
+                     std::memory_order_relaxed);
+    });
+    Publish(std::move(snapshot));
+    server_id_ = server_id;
+    removed_ = false;
+    missing_ = absl::OkStatus();
+    ++published_version_;
+  }
+  loads_.Prune();
+}
+
+void ClientGroup::MarkGeneration(uint64_t generation) {
+  aside::MutexLock lock(&mu_);
+  generation_.store(generation, std::memory_order_release);
+}
+
+}  // namespace aside

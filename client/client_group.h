@@ -1,0 +1,128 @@
+// aside::ClientGroup: one group a Client subscribed to, its local table
+// and the lock-free pick path over it.
+#ifndef ASIDE_CLIENT_CLIENT_GROUP_H_
+#define ASIDE_CLIENT_CLIENT_GROUP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/pick_handle.h"
+#include "client/watched_table.h"
+#include "lib/load/load_tracker.h"
+#include "lib/snapshot_cell.h"
+#include "lib/sync.h"
+#include "lib/table.h"
+
+namespace aside {
+
+class Client;
+
+// One subscribed group. Owned by its Client, valid for the Client's
+// lifetime. Pick() is lock-free and allocation-free once the calling thread
+// has seen the current table: a per-thread cache holds the table and is
+// refreshed only when the group's version counter moves (one acquire load
+// per pick), so picks never touch a shared reference count.
+class ClientGroup {
+ public:
+  ClientGroup(const ClientGroup&) = delete;
+  ClientGroup& operator=(const ClientGroup&) = delete;
+  ~ClientGroup();
+
+  const std::string& name() const { return name_; }
+
+  // Picks a backend with the table's policy; `key` is for hash policies.
+  // Errors: UNAVAILABLE when nothing can be picked (naming the group and its
+  // counts) or when no table arrived within wait_for_table (on the client's
+  // clock); NOT_FOUND (the code the server's GroupRemoved carries) while the
+  // server reports the group absent and there is no table or fallback;
+  // INVALID_ARGUMENT for an invalid group name.
+  absl::StatusOr<aside::PickHandle> Pick(absl::string_view key = {});
+
+  // The table picks use now (null: none yet; the fallback's has generation 0).
+  TableConstPtr table() const;
+  // Generation of the last table received from a server (0: none).
+  uint64_t generation() const {
+    return generation_.load(std::memory_order_acquire);
+  }
+  // server_id of that table.
+  std::string server_id() const;
+  // Waits until generation() >= `generation`, for at most `timeout` of real
+  // time (a bound on the caller's wait, not on the injected clock); true on
+  // success.
+  bool WaitForGeneration(uint64_t generation, absl::Duration timeout) const;
+  // True while the server reports the group absent (unknown, or deleted);
+  // a table held keeps serving. Cleared when its table arrives.
+  bool removed() const;
+  // Updates rejected by validation so far.
+  uint64_t rejected_updates() const {
+    return rejected_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  friend class Client;
+  ClientGroup(Client* client, std::string name, absl::Status name_status,
+              std::vector<std::string> fallback, int64_t deadline_nanos);
+
+  const std::shared_ptr<const client_internal::GroupSnapshot>& Local() const;
+  const std::shared_ptr<const client_internal::GroupSnapshot>& Refresh(
+      uint64_t version) const;
+  absl::StatusOr<aside::PickHandle> PickFrom(
+      const std::shared_ptr<const client_internal::GroupSnapshot>& snapshot,
+      absl::string_view key);
+  absl::StatusOr<aside::PickHandle> PickWithoutTable(absl::string_view key);
+  // The first choice is locally ejected: another one, if any is not.
+  static uint32_t AvoidEjected(const client_internal::GroupSnapshot& snapshot,
+                               PickRequest request, uint32_t first,
+                               int64_t now);
+
+  // Watcher thread: publishes a table received from a server (picks use it
+  // at once), then, once the stub is done with it, makes its generation
+  // visible through generation() and WaitForGeneration.
+  void PublishTable(TableConstPtr table, const std::string& server_id);
+  void MarkGeneration(uint64_t generation);
+  void Publish(std::shared_ptr<const client_internal::GroupSnapshot> next);
+
+  Client* const client_;
+  const std::string name_;
+  const absl::Status name_status_;
+  const uint64_t id_;
+  const int64_t deadline_nanos_;
+
+  // Pick path.
+  std::atomic<uint64_t> version_{1};
+  SnapshotCell<client_internal::GroupSnapshot> cell_;
+
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> rejected_{0};
+  LoadTracker loads_;
+  TableConstPtr fallback_;
+  std::vector<std::string> fallback_addresses_;
+
+  // Watcher thread only.
+  WatchedTable watched_;
+  bool need_full_ = false;
+
+  mutable aside::Mutex mu_;
+  absl::flat_hash_map<std::string,
+                      std::shared_ptr<client_internal::BackendStats>>
+      stats_ ABSL_GUARDED_BY(mu_);
+  std::string server_id_ ABSL_GUARDED_BY(mu_);
+  bool removed_ ABSL_GUARDED_BY(mu_) = false;
+  // What picks fail with while the server reports the group absent and
+  // there is neither a table nor a fallback (OK otherwise).
+  absl::Status missing_ ABSL_GUARDED_BY(mu_);
+  uint64_t published_version_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace aside
+
+#endif  // ASIDE_CLIENT_CLIENT_GROUP_H_

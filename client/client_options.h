@@ -1,0 +1,66 @@
+// aside::ClientOptions: how an aside::Client (client/client.h) connects,
+// what it subscribes to, and how it picks, reports and logs.
+#ifndef ASIDE_CLIENT_CLIENT_OPTIONS_H_
+#define ASIDE_CLIENT_CLIENT_OPTIONS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/backoff.h"
+#include "client/channel_pool.h"
+#include "client/credentials.h"
+#include "lib/backend.h"
+#include "lib/clock.h"
+
+namespace aside {
+
+struct ClientOptions {
+  // Aside servers (replicas), gRPC target syntax ("host:port",
+  // "dns:///aside.lb:50051"). Reconnects go round robin over them.
+  std::vector<std::string> targets;
+  // TLS to the Aside servers.
+  TlsOptions tls;
+  // Groups subscribed at creation; others are subscribed on first Group().
+  std::vector<std::string> groups;
+  // Static backends ("ip:port") per group, served round robin until the
+  // group's first table arrives.
+  std::map<std::string, std::vector<std::string>> fallback;
+  // How long Pick waits for a group's first table (counted from the group's
+  // subscription) when it has no fallback.
+  absl::Duration wait_for_table = absl::Seconds(10);
+  // The clock the stub counts all its time on: call latencies, local
+  // ejections, wait_for_table, reconnect backoff and report intervals (null:
+  // the system clock). ClientGroup::WaitForGeneration and
+  // Client::AwaitStats take real-time bounds instead.
+  const Clock* clock = nullptr;
+  // Reconnect backoff of the Watch and ReportLoad streams.
+  BackoffOptions backoff;
+  // Load reports: reporter id (empty: "<hostname>-<pid>"), its locality,
+  // and the interval (0 disables reporting).
+  std::string reporter;
+  Locality locality;
+  absl::Duration report_interval = absl::Seconds(1);
+  // Local ejection: after `local_ejection_failures` consecutive failures
+  // recorded through PickHandle::Done, this stub stops picking the backend for
+  // `local_ejection_time`, without waiting for the server's health checks
+  // (a killed backend otherwise keeps failing calls until a probe notices).
+  // A failure after that ejects it again at once; a success ends it. When
+  // a pick finds only ejected backends it ignores ejections rather than
+  // fail. 0 turns it off.
+  uint32_t local_ejection_failures = 3;
+  absl::Duration local_ejection_time = absl::Seconds(1);
+  // Channels to backends (Client::channels()).
+  ChannelPoolOptions backend_channels;
+  // Where the stub logs (rejected tables, connection changes); null means
+  // one line per event on stderr.
+  std::function<void(absl::string_view)> log;
+};
+
+}  // namespace aside
+
+#endif  // ASIDE_CLIENT_CLIENT_OPTIONS_H_
