@@ -352,6 +352,7 @@ struct Shared {
               ? now + (deadline - now) / static_cast<int64_t>(n - i)
               : deadline;
       grpc::Status status;
+      bool sent = false;
       for (int login = 0; login < 2; ++login) {
         absl::StatusOr<std::string> token = Token(endpoint, attempt_deadline);
         if (!token.ok()) {
@@ -360,6 +361,7 @@ struct Shared {
               std::string(token.status().message()));
           break;
         }
+        sent = true;
         grpc::ClientContext context;
         Prepare(&context, attempt_deadline, *token);
         status = fn(endpoint, &context);
@@ -376,7 +378,8 @@ struct Shared {
         return absl::OkStatus();
       }
       const bool transient = IsTransient(status.error_code());
-      const bool not_applied = status.error_message() == kNoLeader;
+      // Logging in failed, or the member refused the call unapplied.
+      const bool not_applied = !sent || status.error_message() == kNoLeader;
       if (transient && (retry == Retry::kAlways || not_applied)) {
         any_unavailable |= status.error_code() == grpc::StatusCode::UNAVAILABLE;
         failures.push_back(absl::StrCat(
@@ -818,6 +821,11 @@ void Watch::Run() {
           if (response.canceled()) {
             ended = absl::StrCat("the server cancelled the watch: ",
                                  response.cancel_reason());
+            // A member that forgot the token (restarted, or the token
+            // expired) refuses the watch as not permitted: log in again.
+            if (!token->empty()) {
+              shared_->ForgetToken(*token);
+            }
             break;
           }
           if (response.created()) {
@@ -864,6 +872,9 @@ void Watch::Run() {
         context.TryCancel();
       }
       const grpc::Status status = stream->Finish();
+      if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+        shared_->ForgetToken(*token);
+      }
       {
         MutexLock lock(&mu_);
         context_ = nullptr;
@@ -1029,6 +1040,9 @@ void LeaseKeepAlive::Run() {
           if (stopped_) {
             return;
           }
+        }
+        if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+          shared_->ForgetToken(*token);
         }
         if (!renewed) {
           failures.push_back(absl::StrCat(

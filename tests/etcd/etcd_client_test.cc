@@ -495,6 +495,13 @@ TEST_F(EtcdClientTest, CallsFailWithinTheirDeadlineWhileEveryMemberIsDown) {
   auto client = NewClient(options);
   ASSERT_NE(client, nullptr);
   ASSERT_OK(client->Put(prefix_ + "k", "before"));
+  ASSERT_OK_AND_ASSIGN(Lease lease, client->LeaseGrant(absl::Seconds(2)));
+  Mutex mu;
+  std::optional<absl::Status> loss;
+  auto keep_alive = client->KeepAlive(lease, [&](absl::Status s) {
+    MutexLock lock(&mu);
+    loss = std::move(s);
+  });
   for (int i = 0; i < cluster_->size(); ++i) {
     cluster_->Stop(i);
   }
@@ -520,6 +527,17 @@ TEST_F(EtcdClientTest, CallsFailWithinTheirDeadlineWhileEveryMemberIsDown) {
               t);
   t = absl::Now();
   expect_down(client->LeaseGrant(absl::Seconds(5)).status(), t);
+  // No renewal can succeed: the keep-alive reports the loss once the TTL
+  // since its last renewal has run out.
+  {
+    MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(
+        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return loss.has_value(); },
+        lease.ttl + absl::Seconds(2)));
+    EXPECT_THAT(*loss, ::aside::testing::StatusIs(
+                           absl::StatusCode::kUnavailable,
+                           HasSubstr("expired before a renewal succeeded")));
+  }
 
   for (int i = 0; i < cluster_->size(); ++i) {
     ASSERT_OK(cluster_->StartMember(i));
@@ -582,6 +600,46 @@ TEST_F(EtcdClientTest, UnreachableEndpointsFirstInTheListAreSkipped) {
                                    log.Handlers());
   ASSERT_TRUE(log.WaitForEvents(1, absl::Seconds(10)));
   EXPECT_EQ(cluster_->IndexOf(watch->endpoint()) >= 0, true) << watch->endpoint();
+}
+
+// With authentication on: the client logs in, sends its token on calls and
+// watches, and logs in again when the token expires (here after 1 s idle).
+TEST(EtcdClientAuthTest, LogsInAndLogsInAgainWhenTheTokenExpires) {
+  EtcdCluster::Options cluster_options;
+  cluster_options.extra_args = {"--auth-token-ttl", "1"};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdCluster> cluster,
+                       EtcdCluster::Start(cluster_options));
+  ASSERT_OK(cluster->Etcdctl({"user", "add", "root:secret"}));
+  ASSERT_OK(cluster->Etcdctl({"user", "grant-role", "root", "root"}));
+  ASSERT_OK(cluster->Etcdctl({"auth", "enable"}));
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdClient> client,
+                       EtcdClient::Create({.endpoints = cluster->endpoints(),
+                                           .username = "root",
+                                           .password = "secret"}));
+  ASSERT_OK_AND_ASSIGN(const int64_t first, client->Put("/auth/k", "1"));
+  WatchLog log;
+  auto watch = client->WatchPrefix({.prefix = "/auth/", .start_revision = first},
+                                   log.Handlers());
+  ASSERT_TRUE(log.WaitForEvents(1, absl::Seconds(10)));
+
+  absl::SleepFor(absl::Seconds(3));  // the token expires
+  ASSERT_OK(client->Put("/auth/k", "2"));
+  ASSERT_OK_AND_ASSIGN(std::optional<KeyValue> kv, client->Get("/auth/k"));
+  ASSERT_TRUE(kv.has_value());
+  EXPECT_EQ(kv->value, "2");
+  ASSERT_TRUE(log.WaitForEvents(2, absl::Seconds(10)));
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdClient> anonymous,
+                       EtcdClient::Create({.endpoints = cluster->endpoints()}));
+  EXPECT_FALSE(anonymous->Get("/auth/k").ok());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdClient> wrong,
+                       EtcdClient::Create({.endpoints = cluster->endpoints(),
+                                           .username = "root",
+                                           .password = "wrong"}));
+  absl::Status refused = wrong->Get("/auth/k").status();
+  EXPECT_FALSE(refused.ok());
+  EXPECT_THAT(refused.message(), HasSubstr("Authenticate as 'root'"));
 }
 
 TEST(EtcdClientOptionsTest, RejectsWhatCannotWork) {

@@ -135,7 +135,7 @@ std::vector<std::string> EtcdCluster::Argv(int i) const {
   for (const Member& other : members_) {
     initial.push_back(absl::StrCat(other.name, "=http://", other.peer));
   }
-  return {binary_,
+  std::vector<std::string> argv = {binary_,
           "--name", m.name,
           "--data-dir", m.data_dir,
           "--listen-client-urls", absl::StrCat("http://", m.client),
@@ -149,6 +149,9 @@ std::vector<std::string> EtcdCluster::Argv(int i) const {
           "--election-timeout", absl::StrCat(options_.election_ms),
           "--logger", "zap",
           "--log-outputs", m.log_file};
+  argv.insert(argv.end(), options_.extra_args.begin(),
+              options_.extra_args.end());
+  return argv;
 }
 
 absl::Status EtcdCluster::StartMember(int i) {

@@ -33,6 +33,8 @@ class EtcdCluster {
     int heartbeat_ms = 100;
     int election_ms = 1000;
     absl::Duration start_timeout = absl::Seconds(30);
+    // More flags for every member.
+    std::vector<std::string> extra_args;
   };
 
   // The etcd binary: $ASIDE_ETCD_BIN, else `etcd` on PATH.
