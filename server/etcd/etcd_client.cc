@@ -238,17 +238,25 @@ struct Shared {
     }
   }
 
-  // Waits until `endpoint` has a ready connection. Fails at once when the
-  // channel is in TRANSIENT_FAILURE (the member refused or dropped the
-  // connection), at `deadline`, or when `stopped()` turns true.
+  // Waits until `endpoint` has a ready connection. A channel in
+  // TRANSIENT_FAILURE (the member refused or dropped the connection) gets
+  // one immediate reconnection attempt, skipping gRPC's backoff, so a member
+  // that came back is used at once; when that attempt fails too, so does
+  // this. Also fails at `deadline` or when `stopped()` turns true.
   absl::Status WaitReady(const Endpoint& endpoint, absl::Time deadline,
                          absl::FunctionRef<bool()> stopped) {
     grpc_connectivity_state state = endpoint.channel->GetState(true);
+    bool retried = false;
     while (state != GRPC_CHANNEL_READY) {
-      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
-          state == GRPC_CHANNEL_SHUTDOWN) {
+      if (state == GRPC_CHANNEL_SHUTDOWN ||
+          (state == GRPC_CHANNEL_TRANSIENT_FAILURE && retried)) {
         return absl::UnavailableError(
             absl::StrCat(endpoint.address, ": cannot connect"));
+      }
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+        grpc::experimental::ChannelResetConnectionBackoff(
+            endpoint.channel.get());
+        retried = true;
       }
       const absl::Time now = absl::Now();
       if (now >= deadline) {

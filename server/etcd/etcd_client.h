@@ -25,8 +25,9 @@
 // keep using; (2) name the member in every error; (3) know whether a write
 // was sent at all, which decides whether it may be retried elsewhere. Calls
 // go to the endpoint that last answered. A call first waits up to
-// dial_timeout for that endpoint's connection; a member it cannot reach is
-// skipped (nothing was sent). Reads that then fail with UNAVAILABLE or
+// dial_timeout for that endpoint's connection (one immediate reconnection
+// attempt, past gRPC's backoff, when the last one failed); a member it
+// cannot reach is skipped (nothing was sent). Reads that then fail with UNAVAILABLE or
 // DEADLINE_EXCEEDED are retried on the next endpoint, each attempt getting a
 // share of what is left of request_timeout. Writes are retried elsewhere
 // only when the member refused them unapplied (no leader); after any other
@@ -38,9 +39,9 @@
 // endpoint and the call ("etcd 127.0.0.1:2379: Txn: ..."), or every endpoint
 // tried when none answered. Reading a compacted revision is OUT_OF_RANGE.
 //
-// Threads. EtcdClient is thread-safe: any thread may make any call, and
-// calls block for at most request_timeout (plus dial_timeout for the
-// connection). A Watch and a LeaseKeepAlive each run on a thread of their
+// Threads. EtcdClient is thread-safe: any thread may make any call, and a
+// call blocks for at most request_timeout, connecting and failover
+// included. A Watch and a LeaseKeepAlive each run on a thread of their
 // own and invoke their callbacks there, one at a time; a callback must not
 // destroy its own Watch or LeaseKeepAlive. Both may outlive the client that
 // started them (they share its channels).
