@@ -37,14 +37,71 @@ std::string MakeRoot() {
   return tmpl;
 }
 
-std::shared_ptr<grpc::Channel> ChannelTo(const std::string& endpoint) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(),
-                                   args);
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
 }
 
 }  // namespace
+
+std::shared_ptr<grpc::Channel> EtcdCluster::ChannelTo(int i) const {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (options_.tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = ReadAll(ca_file());
+    ssl.pem_cert_chain = ReadAll(client_cert_file());
+    ssl.pem_private_key = ReadAll(client_key_file());
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return grpc::CreateCustomChannel(members_[i].client, credentials, args);
+}
+
+// A CA, a server certificate for 127.0.0.1 and a client certificate, with
+// openssl, valid for a day.
+absl::Status EtcdCluster::MakeCertificates() {
+  const std::string ext = root_ + "/server.ext";
+  std::ofstream(ext) << "subjectAltName=IP:127.0.0.1\n";
+  auto key = [&](const std::string& name) {
+    return std::vector<std::string>{"-newkey", "ec", "-pkeyopt",
+                                    "ec_paramgen_curve:prime256v1", "-nodes",
+                                    "-keyout", root_ + "/" + name + ".key"};
+  };
+  std::vector<std::vector<std::string>> commands;
+  std::vector<std::string> ca = {"openssl", "req", "-x509", "-days", "1",
+                                 "-subj", "/CN=aside-test-ca", "-out",
+                                 root_ + "/ca.crt"};
+  for (const std::string& a : key("ca")) ca.push_back(a);
+  commands.push_back(ca);
+  for (const std::string name : {"server", "client"}) {
+    std::vector<std::string> req = {"openssl", "req", "-subj",
+                                    name == "server" ? "/CN=127.0.0.1" : "/CN=root",
+                                    "-out", root_ + "/" + name + ".csr"};
+    for (const std::string& a : key(name)) req.push_back(a);
+    commands.push_back(req);
+    std::vector<std::string> sign = {
+        "openssl", "x509", "-req", "-days", "1", "-in", root_ + "/" + name + ".csr",
+        "-CA", root_ + "/ca.crt", "-CAkey", root_ + "/ca.key", "-CAcreateserial",
+        "-out", root_ + "/" + name + ".crt"};
+    if (name == "server") {
+      sign.push_back("-extfile");
+      sign.push_back(ext);
+    }
+    commands.push_back(sign);
+  }
+  for (std::vector<std::string>& command : commands) {
+    CommandResult r = RunCommand(command, absl::Seconds(20));
+    if (r.exit_code != 0) {
+      return absl::InternalError(absl::StrCat(
+          absl::StrJoin(command, " "), " exited ", r.exit_code, ": ", r.output));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> EtcdCluster::Binary() {
   if (const char* env = std::getenv("ASIDE_ETCD_BIN"); env != nullptr) {
@@ -77,6 +134,11 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
   }
   cluster->token_ = absl::StrCat("aside-test-", getpid(), "-",
                                  absl::ToUnixNanos(absl::Now()));
+  if (options.tls) {
+    if (absl::Status s = cluster->MakeCertificates(); !s.ok()) {
+      return s;
+    }
+  }
   std::set<int> ports;
   while (ports.size() < static_cast<size_t>(2 * options.members)) {
     ports.insert(PickUnusedPort());
@@ -135,11 +197,12 @@ std::vector<std::string> EtcdCluster::Argv(int i) const {
   for (const Member& other : members_) {
     initial.push_back(absl::StrCat(other.name, "=http://", other.peer));
   }
+  const std::string scheme = options_.tls ? "https://" : "http://";
   std::vector<std::string> argv = {binary_,
           "--name", m.name,
           "--data-dir", m.data_dir,
-          "--listen-client-urls", absl::StrCat("http://", m.client),
-          "--advertise-client-urls", absl::StrCat("http://", m.client),
+          "--listen-client-urls", absl::StrCat(scheme, m.client),
+          "--advertise-client-urls", absl::StrCat(scheme, m.client),
           "--listen-peer-urls", absl::StrCat("http://", m.peer),
           "--initial-advertise-peer-urls", absl::StrCat("http://", m.peer),
           "--initial-cluster", absl::StrJoin(initial, ","),
@@ -149,6 +212,12 @@ std::vector<std::string> EtcdCluster::Argv(int i) const {
           "--election-timeout", absl::StrCat(options_.election_ms),
           "--logger", "zap",
           "--log-outputs", m.log_file};
+  if (options_.tls) {
+    argv.insert(argv.end(), {"--cert-file", root_ + "/server.crt",
+                             "--key-file", root_ + "/server.key",
+                             "--trusted-ca-file", ca_file(),
+                             "--client-cert-auth"});
+  }
   argv.insert(argv.end(), options_.extra_args.begin(),
               options_.extra_args.end());
   return argv;
@@ -189,6 +258,18 @@ void EtcdCluster::Stop(int i) {
   }
 }
 
+void EtcdCluster::Pause(int i) {
+  if (members_[i].process != nullptr) {
+    members_[i].process->Signal(SIGSTOP);
+  }
+}
+
+void EtcdCluster::Resume(int i) {
+  if (members_[i].process != nullptr) {
+    members_[i].process->Signal(SIGCONT);
+  }
+}
+
 absl::Status EtcdCluster::Restart(int i, absl::Duration timeout) {
   if (absl::Status s = StartMember(i); !s.ok()) {
     return s;
@@ -207,7 +288,7 @@ void EtcdCluster::Reap() {
 
 absl::StatusOr<std::pair<uint64_t, uint64_t>> EtcdCluster::Status(
     int i, absl::Duration timeout) {
-  auto stub = etcdserverpb::Maintenance::NewStub(ChannelTo(members_[i].client));
+  auto stub = etcdserverpb::Maintenance::NewStub(ChannelTo(i));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   etcdserverpb::StatusResponse response;
@@ -223,7 +304,7 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> EtcdCluster::Status(
 }
 
 absl::Status EtcdCluster::LinearizableRead(int i, absl::Duration timeout) {
-  auto stub = etcdserverpb::KV::NewStub(ChannelTo(members_[i].client));
+  auto stub = etcdserverpb::KV::NewStub(ChannelTo(i));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   etcdserverpb::RangeRequest request;
@@ -332,12 +413,18 @@ absl::StatusOr<std::string> EtcdCluster::Etcdctl(
   std::vector<std::string> running_endpoints;
   for (const Member& m : members_) {
     if (m.process != nullptr) {
-      running_endpoints.push_back(m.client);
+      running_endpoints.push_back(
+          absl::StrCat(options_.tls ? "https://" : "http://", m.client));
     }
   }
   std::vector<std::string> argv = {
       "etcdctl", absl::StrCat("--endpoints=", absl::StrJoin(running_endpoints, ",")),
       "--command-timeout=5s"};
+  if (options_.tls) {
+    argv.insert(argv.end(), {"--cacert=" + ca_file(),
+                             "--cert=" + client_cert_file(),
+                             "--key=" + client_key_file()});
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   CommandResult result = RunCommand(argv, absl::Seconds(10));
   if (result.exit_code != 0) {

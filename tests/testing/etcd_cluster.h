@@ -22,6 +22,10 @@
 #include "absl/time/time.h"
 #include "tests/testing/process.h"
 
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
 namespace aside::testing {
 
 class EtcdCluster {
@@ -35,6 +39,9 @@ class EtcdCluster {
     absl::Duration start_timeout = absl::Seconds(30);
     // More flags for every member.
     std::vector<std::string> extra_args;
+    // Serve clients over TLS only, requiring a client certificate signed by
+    // a test CA made for this cluster (see ca_file() and friends).
+    bool tls = false;
   };
 
   // The etcd binary: $ASIDE_ETCD_BIN, else `etcd` on PATH.
@@ -63,6 +70,10 @@ class EtcdCluster {
   void Stop(int i);
   // Starts a stopped member again with its data; does not wait.
   absl::Status StartMember(int i);
+  // SIGSTOP / SIGCONT: a member that keeps its connections open and
+  // answers nothing, like one cut off by a partition.
+  void Pause(int i);
+  void Resume(int i);
   // StartMember, then WaitServing.
   absl::Status Restart(int i, absl::Duration timeout = absl::Seconds(20));
   // Waits until every running member answers with a leader and a
@@ -74,6 +85,12 @@ class EtcdCluster {
 
   // The last lines of member i's log, for failure messages.
   std::string LogTail(int i, int lines = 30) const;
+
+  // With Options::tls: PEM files of the test CA and of a client
+  // certificate it signed.
+  std::string ca_file() const { return root_ + "/ca.crt"; }
+  std::string client_cert_file() const { return root_ + "/client.crt"; }
+  std::string client_key_file() const { return root_ + "/client.key"; }
 
   // Runs etcdctl (v3 API) against the running members; returns its output
   // or an error with it.
@@ -96,6 +113,8 @@ class EtcdCluster {
   absl::StatusOr<std::pair<uint64_t, uint64_t>> Status(int i,
                                                        absl::Duration timeout);
   absl::Status LinearizableRead(int i, absl::Duration timeout);
+  std::shared_ptr<grpc::Channel> ChannelTo(int i) const;
+  absl::Status MakeCertificates();
   void Reap();
 
   Options options_;
