@@ -838,6 +838,12 @@ void Watch::Run() {
           }
           if (response.created()) {
             MutexLock lock(&mu_);
+            if (next <= 0) {
+              // "From now on" means after the revision the watcher was
+              // created at; a reconnection must resume from there.
+              next = response.header().revision() + 1;
+              next_revision_ = next;
+            }
             connected_ = true;
             failures_in_a_row = 0;
             backoff = kMinStreamBackoff;

@@ -428,6 +428,28 @@ TEST_F(EtcdClientTest, CompactionWhileDisconnectedIsReportedOnReconnect) {
   EXPECT_GE(log.disconnections(), 1);
 }
 
+// A watch "from now on" resumes from the revision it started at, so what
+// happened while it was away is delivered, not skipped.
+TEST_F(EtcdClientTest, AWatchFromNowMissesNothingWhileAway) {
+  ASSERT_OK_AND_ASSIGN(const int leader, cluster_->Leader());
+  const int member = (leader + 1) % cluster_->size();
+  auto writer = NewClient();
+  ASSERT_NE(writer, nullptr);
+  auto pinned = NewClient({.endpoints = {cluster_->endpoint(member)}});
+  ASSERT_NE(pinned, nullptr);
+  WatchLog log;
+  auto watch = pinned->WatchPrefix({.prefix = prefix_}, log.Handlers());
+  ASSERT_TRUE(Eventually([&] { return watch->connected(); }, absl::Seconds(10)));
+  EXPECT_GT(watch->next_revision(), 0);
+
+  cluster_->Kill(member);
+  ASSERT_TRUE(Eventually([&] { return writer->Put(prefix_ + "k", "v").ok(); },
+                         absl::Seconds(10)));
+  ASSERT_OK(cluster_->Restart(member));
+  ASSERT_TRUE(log.WaitForEvents(1, absl::Seconds(15)));
+  EXPECT_EQ(log.events()[0].kv.value, "v");
+}
+
 TEST_F(EtcdClientTest, KeepAliveHoldsAKeyBeyondItsTtlAndStoppingLetsItExpire) {
   auto client = NewClient();
   ASSERT_NE(client, nullptr);
@@ -438,8 +460,8 @@ TEST_F(EtcdClientTest, KeepAliveHoldsAKeyBeyondItsTtlAndStoppingLetsItExpire) {
   std::atomic<bool> lost{false};
   auto keep_alive = client->KeepAlive(lease, [&](absl::Status) { lost = true; });
 
-  // Twice the TTL and then some: without renewals the key would be gone.
-  absl::SleepFor(lease.ttl * 2 + absl::Seconds(1));
+  // Past the TTL: without renewals the key would be gone.
+  absl::SleepFor(lease.ttl + absl::Seconds(1));
   ASSERT_OK_AND_ASSIGN(std::optional<KeyValue> alive, client->Get(key));
   ASSERT_TRUE(alive.has_value());
   EXPECT_EQ(alive->lease, lease.id);
@@ -527,7 +549,7 @@ TEST_F(EtcdClientTest, CallsFailWithinTheirDeadlineWhileEveryMemberIsDown) {
     cluster_->Stop(i);
   }
 
-  const absl::Duration slack = absl::Milliseconds(700);
+  const absl::Duration slack = absl::Seconds(1);
   auto expect_down = [&](const absl::Status& s, absl::Time started) {
     EXPECT_LE(absl::Now() - started, options.request_timeout + slack);
     EXPECT_THAT(s.code(), AnyOf(absl::StatusCode::kUnavailable,
