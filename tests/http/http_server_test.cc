@@ -15,19 +15,15 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/metrics.h"
 #include "tests/http/metric_value.h"
 #include "tests/http/raw_client.h"
-#include "tests/testing/http_client.h"
 
 namespace aside::server {
 namespace {
@@ -36,7 +32,6 @@ using ::aside::testing::CountOpenFds;
 using ::aside::testing::MetricValue;
 using ::aside::testing::RawConnection;
 using ::aside::testing::RawGet;
-using ::aside::testing::RawResponse;
 using ::aside::testing::ReadResponse;
 using ::aside::testing::WaitUntil;
 using ::testing::HasSubstr;
@@ -131,42 +126,6 @@ class HttpServerTest : public ::testing::Test {
   std::unique_ptr<HttpServer> server_;
   int port_ = 0;
 };
-
-TEST(MetricsServeTest, ServesPrometheusTextThatParses) {
-  Metrics metrics;
-  absl::StatusOr<int> port = metrics.Serve("127.0.0.1:0");
-  ASSERT_TRUE(port.ok()) << port.status();
-  auto first = aside::testing::HttpGet(kLocal, *port, "/metrics");
-  ASSERT_TRUE(first.ok()) << first.status();
-  auto res = aside::testing::HttpGet(kLocal, *port, "/metrics");
-  ASSERT_TRUE(res.ok()) << res.status();
-  EXPECT_EQ(res->status, 200);
-  EXPECT_EQ(res->content_type, "text/plain; version=0.0.4; charset=utf-8");
-  // Every line is a comment or `name{labels} value` (text format 0.0.4).
-  const std::regex sample(
-      R"re(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? ([-+]?[0-9.eE+-]+|NaN|[+-]Inf)$)re");
-  int samples = 0;
-  for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
-    if (line.empty() || line.front() == '#') {
-      continue;
-    }
-    EXPECT_TRUE(std::regex_match(line.begin(), line.end(), sample)) << line;
-    ++samples;
-  }
-  EXPECT_GT(samples, 10);
-  EXPECT_THAT(res->body, HasSubstr("aside_build_info{"));
-  // The server's own metrics are in the same registry.
-  EXPECT_THAT(
-      res->body,
-      HasSubstr(
-          R"(aside_http_requests_total{code="200",path="/metrics"} 1)"));
-  EXPECT_THAT(res->body, HasSubstr("aside_http_connections_accepted_total 2"));
-  metrics.StopServing();
-  metrics.StopServing();  // idempotent
-  EXPECT_FALSE(aside::testing::HttpGet(kLocal, *port, "/metrics",
-                                       absl::Seconds(2))
-                   .ok());
-}
 
 TEST_F(HttpServerTest, UnknownPathIs404OtherMethodsAre405) {
   Start();

@@ -1,8 +1,8 @@
-// The metrics port under the slow-connection abuse of DESIGN.md §9: while
+// The metrics port as the product serves it (Metrics::Serve): Prometheus
+// text that parses, and the slow-connection abuse of DESIGN.md §9: while
 // 500 connections that never send a byte and 10 that trickle a request one
-// byte every 200 ms are open, scrapes keep succeeding. Runs the product's
-// path (Metrics::Serve with the default caps) and prints each phase's
-// scrape latency (asserting success, not speed).
+// byte every 200 ms are open, scrapes keep succeeding with the default
+// caps. Prints each phase's scrape latency (asserting success, not speed).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -11,12 +11,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/metrics.h"
@@ -116,6 +118,42 @@ Latencies Scrape(int port, int n) {
         std::chrono::duration<double, std::milli>(end - start).count());
   }
   return out;
+}
+
+TEST(MetricsServeTest, ServesPrometheusTextThatParses) {
+  Metrics metrics;
+  absl::StatusOr<int> port = metrics.Serve("127.0.0.1:0");
+  ASSERT_TRUE(port.ok()) << port.status();
+  auto first = aside::testing::HttpGet(kLocal, *port, "/metrics");
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto res = aside::testing::HttpGet(kLocal, *port, "/metrics");
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->content_type, "text/plain; version=0.0.4; charset=utf-8");
+  // Every line is a comment or `name{labels} value` (text format 0.0.4).
+  const std::regex sample(
+      R"re(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? ([-+]?[0-9.eE+-]+|NaN|[+-]Inf)$)re");
+  int samples = 0;
+  for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
+    if (line.empty() || line.front() == '#') {
+      continue;
+    }
+    EXPECT_TRUE(std::regex_match(line.begin(), line.end(), sample)) << line;
+    ++samples;
+  }
+  EXPECT_GT(samples, 10);
+  EXPECT_THAT(res->body, HasSubstr("aside_build_info{"));
+  // The server's own metrics are in the same registry.
+  EXPECT_THAT(
+      res->body,
+      HasSubstr(
+          R"(aside_http_requests_total{code="200",path="/metrics"} 1)"));
+  EXPECT_THAT(res->body, HasSubstr("aside_http_connections_accepted_total 2"));
+  metrics.StopServing();
+  metrics.StopServing();  // idempotent
+  EXPECT_FALSE(aside::testing::HttpGet(kLocal, *port, "/metrics",
+                                       absl::Seconds(2))
+                   .ok());
 }
 
 TEST(MetricsAbuseTest, ScrapesSucceedWhileSlowConnectionsHoldThePort) {
