@@ -106,8 +106,9 @@ class HttpMetrics {
                      .Add({});
     auto& rejected = prometheus::BuildCounter()
                          .Name("aside_http_connections_rejected_total")
-                         .Help("Connections closed at once because a cap was "
-                               "reached, by reason.")
+                         .Help(
+                             "Connections closed at once because a cap was "
+                             "reached, by reason.")
                          .Register(*registry);
     for (size_t i = 0; i < kRejectReasonNames.size(); ++i) {
       rejected_[i] = &rejected.Add({{"reason", kRejectReasonNames[i]}});
@@ -126,14 +127,16 @@ class HttpMetrics {
                  .Add({});
     accept_errors_ = &prometheus::BuildCounter()
                           .Name("aside_http_accept_errors_total")
-                          .Help("Failed accepts on the HTTP (metrics) port "
-                                "(retried after a backoff).")
+                          .Help(
+                              "Failed accepts on the HTTP (metrics) port "
+                              "(retried after a backoff).")
                           .Register(*registry)
                           .Add({});
     requests_ = &prometheus::BuildCounter()
                      .Name("aside_http_requests_total")
-                     .Help("HTTP requests answered, by route (\"other\" for "
-                           "unknown paths) and status code.")
+                     .Help(
+                         "HTTP requests answered, by route (\"other\" for "
+                         "unknown paths) and status code.")
                      .Register(*registry);
   }
 
@@ -222,7 +225,10 @@ absl::string_view HttpRequest::Header(absl::string_view name) const {
   return {};
 }
 
-class Session;
+namespace http_internal {
+class Connection;
+}  // namespace http_internal
+using http_internal::Connection;
 
 class HttpServer::Impl {
  public:
@@ -249,7 +255,7 @@ class HttpServer::Impl {
   void CountRequest(const std::string& route, int code) {
     metrics_.Request(route, code);
   }
-  void Released(Session* session, const std::string& peer,
+  void Released(Connection* connection, const std::string& peer,
                 CloseReason reason);
 
  private:
@@ -263,10 +269,10 @@ class HttpServer::Impl {
   absl::flat_hash_map<std::string, HttpHandler> routes_;
   std::atomic<size_t> open_{0};
 
-  // Server thread only. Declared before io_ so that sessions destroyed with
+  // Server thread only. Declared before io_ so that connections destroyed with
   // the io_context (only after an abnormal stop) can still unregister.
   HttpMetrics metrics_;
-  absl::flat_hash_set<Session*> sessions_;
+  absl::flat_hash_set<Connection*> connections_;
   absl::flat_hash_map<std::string, uint32_t> per_peer_;
   bool stopping_ = false;
   std::chrono::steady_clock::duration backoff_ = kFirstAcceptBackoff;
@@ -293,16 +299,18 @@ class HttpServer::Impl {
 // idle (after a response, until the next request's first byte:
 // idle_timeout). One timer enforces the current phase's deadline by closing
 // the socket, which ends the pending operation.
-class Session : public std::enable_shared_from_this<Session> {
+namespace http_internal {
+
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Session(HttpServer::Impl* server, tcp::socket socket, std::string peer)
+  Connection(HttpServer::Impl* server, tcp::socket socket, std::string peer)
       : server_(server),
         socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         buffer_(server->options().max_header_bytes + 4096),
         peer_(std::move(peer)) {}
 
-  ~Session() {
+  ~Connection() {
     server_->Released(this, peer_, reason_.value_or(CloseReason::kError));
   }
 
@@ -340,19 +348,20 @@ class Session : public std::enable_shared_from_this<Session> {
   // Idle phase: waits for the next request's first byte.
   void WaitForRequest() {
     Arm(server_->options().idle_timeout, CloseReason::kIdleTimeout);
-    socket_.async_wait(tcp::socket::wait_read,
-                       [self = shared_from_this()](const beast::error_code& ec) {
-                         if (self->reason_.has_value()) {
-                           return;
-                         }
-                         if (ec) {
-                           self->Close(CloseReason::kError);
-                           return;
-                         }
-                         self->Arm(self->server_->options().header_timeout,
-                                   CloseReason::kHeaderTimeout);
-                         self->ReadHeader();
-                       });
+    socket_.async_wait(
+        tcp::socket::wait_read,
+        [self = shared_from_this()](const beast::error_code& ec) {
+          if (self->reason_.has_value()) {
+            return;
+          }
+          if (ec) {
+            self->Close(CloseReason::kError);
+            return;
+          }
+          self->Arm(self->server_->options().header_timeout,
+                    CloseReason::kHeaderTimeout);
+          self->ReadHeader();
+        });
   }
 
   void ReadHeader() {
@@ -420,8 +429,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Answers a request that could not be parsed, then closes.
   void RespondError(int status, std::string body) {
     Respond(HttpResponse{.status = status, .body = std::move(body)}, "other",
-            11, /*head=*/false, /*keep_alive=*/false,
-            CloseReason::kBadRequest);
+            11, /*head=*/false, /*keep_alive=*/false, CloseReason::kBadRequest);
   }
 
   void Respond(HttpResponse response, const std::string& route,
@@ -484,6 +492,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<CloseReason> reason_;  // set once closed
 };
 
+}  // namespace http_internal
+
 absl::StatusOr<int> HttpServer::Impl::Start(absl::string_view address) {
   std::lock_guard<std::mutex> lock(mu_);
   if (started_) {
@@ -498,8 +508,8 @@ absl::StatusOr<int> HttpServer::Impl::Start(absl::string_view address) {
   beast::error_code ec;
   tcp::endpoint endpoint;
   if (parsed->is_ip()) {
-    endpoint = tcp::endpoint(asio::ip::make_address(parsed->host, ec),
-                             parsed->port);
+    endpoint =
+        tcp::endpoint(asio::ip::make_address(parsed->host, ec), parsed->port);
   } else {
     tcp::resolver resolver(io_);
     auto results = resolver.resolve(parsed->host, absl::StrCat(parsed->port),
@@ -512,15 +522,14 @@ absl::StatusOr<int> HttpServer::Impl::Start(absl::string_view address) {
     }
   }
   if (ec) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "http: cannot resolve ", address, ": ", ec.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("http: cannot resolve ", address, ": ", ec.message()));
   }
   auto fail = [&](const char* what) {
     beast::error_code ignored;
     acceptor_.close(ignored);
-    return absl::UnavailableError(absl::StrCat("http: cannot listen on ",
-                                               address, ": ", what, ": ",
-                                               ec.message()));
+    return absl::UnavailableError(absl::StrCat(
+        "http: cannot listen on ", address, ": ", what, ": ", ec.message()));
   };
   if (acceptor_.open(endpoint.protocol(), ec)) {
     return fail("open");
@@ -577,10 +586,11 @@ void HttpServer::Impl::Stop() {
     beast::error_code ignored;
     acceptor_.close(ignored);
     accept_backoff_.cancel();
-    // Shutdown() does not destroy a session (its pending handlers do, once
+    // Shutdown() does not destroy a connection (its pending handlers do, once
     // they run), so iterating is safe; copy anyway to keep it obvious.
-    std::vector<Session*> sessions(sessions_.begin(), sessions_.end());
-    for (Session* s : sessions) {
+    std::vector<Connection*> connections(connections_.begin(),
+                                         connections_.end());
+    for (Connection* s : connections) {
       s->Shutdown();
     }
   });
@@ -609,11 +619,11 @@ void HttpServer::Impl::OnAccept(const beast::error_code& ec,
     metrics_.AcceptError();
     accept_warnings_.Warn(
         options_, "http.accept_error",
-        absl::StrCat("accept failed: ", ec.message(), "; retrying in ",
-                     std::chrono::duration_cast<std::chrono::milliseconds>(
-                         backoff_)
-                         .count(),
-                     " ms"));
+        absl::StrCat(
+            "accept failed: ", ec.message(), "; retrying in ",
+            std::chrono::duration_cast<std::chrono::milliseconds>(backoff_)
+                .count(),
+            " ms"));
     accept_backoff_.expires_after(backoff_);
     backoff_ = std::min<std::chrono::steady_clock::duration>(backoff_ * 2,
                                                              kMaxAcceptBackoff);
@@ -634,11 +644,10 @@ void HttpServer::Impl::OnAccept(const beast::error_code& ec,
   }
   asio::ip::address address = remote.address();
   if (address.is_v6() && address.to_v6().is_v4_mapped()) {
-    address = asio::ip::make_address_v4(asio::ip::v4_mapped,
-                                        address.to_v6());
+    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
   }
   std::string peer = address.to_string();
-  if (sessions_.size() >= options_.max_connections) {
+  if (connections_.size() >= options_.max_connections) {
     Reject(socket, RejectReason::kTotalLimit, peer);
     return;
   }
@@ -653,12 +662,12 @@ void HttpServer::Impl::OnAccept(const beast::error_code& ec,
   ++slot->second;
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  auto session =
-      std::make_shared<Session>(this, std::move(socket), std::move(peer));
-  sessions_.insert(session.get());
+  auto connection =
+      std::make_shared<Connection>(this, std::move(socket), std::move(peer));
+  connections_.insert(connection.get());
   open_.fetch_add(1, std::memory_order_relaxed);
   metrics_.Accepted();
-  session->Start();
+  connection->Start();
 }
 
 void HttpServer::Impl::Reject(tcp::socket& socket, RejectReason reason,
@@ -667,8 +676,8 @@ void HttpServer::Impl::Reject(tcp::socket& socket, RejectReason reason,
   reject_warnings_[static_cast<size_t>(reason)].Warn(
       options_, "http.connection_rejected",
       absl::StrCat(kRejectReasonNames[static_cast<size_t>(reason)],
-                   ": connection from ", peer, " closed (caps: ",
-                   options_.max_connections, " in total, ",
+                   ": connection from ", peer,
+                   " closed (caps: ", options_.max_connections, " in total, ",
                    options_.max_connections_per_peer, " per peer)"));
   // Never block the server thread on a peer: one non-blocking write.
   beast::error_code ignored;
@@ -679,9 +688,9 @@ void HttpServer::Impl::Reject(tcp::socket& socket, RejectReason reason,
   socket.close(ignored);
 }
 
-void HttpServer::Impl::Released(Session* session, const std::string& peer,
+void HttpServer::Impl::Released(Connection* connection, const std::string& peer,
                                 CloseReason reason) {
-  sessions_.erase(session);
+  connections_.erase(connection);
   auto it = per_peer_.find(peer);
   if (it != per_peer_.end() && --it->second == 0) {
     per_peer_.erase(it);
@@ -707,7 +716,7 @@ HttpResponse HttpServer::Impl::Dispatch(const HttpRequest& request,
     return it->second(request);
   } catch (const std::exception& e) {
     handler_warnings_.Warn(options_, "http.handler_error",
-                          absl::StrCat(it->first, ": ", e.what()));
+                           absl::StrCat(it->first, ": ", e.what()));
     return HttpResponse{.status = 500, .body = "internal error\n"};
   }
 }

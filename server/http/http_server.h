@@ -83,8 +83,7 @@ struct HttpServerOptions {
   // Receives warnings (event name, detail): accept errors and rejected
   // connections, each kind at most once per 10 s with a count of those
   // left out. Called on the server thread; none when empty.
-  std::function<void(absl::string_view event, absl::string_view detail)>
-      warn;
+  std::function<void(absl::string_view event, absl::string_view detail)> warn;
 };
 
 // What a handler sees. Views are valid during the handler call only.

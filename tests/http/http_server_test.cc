@@ -4,8 +4,8 @@
 // every wait is bounded.
 #include "server/http/http_server.h"
 
-#include <prometheus/registry.h>
 #include <netinet/in.h>
+#include <prometheus/registry.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -142,9 +142,9 @@ TEST_F(HttpServerTest, UnknownPathIs404OtherMethodsAre405) {
   EXPECT_EQ(res->status, 405);
   EXPECT_EQ(res->headers["allow"], "GET, HEAD");
 
-  EXPECT_EQ(Metric("aside_http_requests_total",
-                   {{"path", "other"}, {"code", "404"}}),
-            1);
+  EXPECT_EQ(
+      Metric("aside_http_requests_total", {{"path", "other"}, {"code", "404"}}),
+      1);
   EXPECT_EQ(Metric("aside_http_requests_total",
                    {{"path", "/hello"}, {"code", "405"}}),
             1);
@@ -429,9 +429,9 @@ TEST_F(HttpServerTest, AcceptRecoversFromDescriptorExhaustion) {
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   const int connected =
       connect(client_fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
-  const bool saw_error = WaitUntil(
-      [&] { return Metric("aside_http_accept_errors_total") >= 1; },
-      absl::Seconds(5));
+  const bool saw_error =
+      WaitUntil([&] { return Metric("aside_http_accept_errors_total") >= 1; },
+                absl::Seconds(5));
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
   ASSERT_EQ(connected, 0);
   ASSERT_TRUE(saw_error);
@@ -463,9 +463,9 @@ TEST_F(HttpServerTest, StopIsPromptWithConnectionsOpen) {
   for (RawConnection& conn : conns) {
     EXPECT_TRUE(conn.ReadUntilClosed(absl::Seconds(2)).ok());
   }
-  EXPECT_EQ(Metric("aside_http_connections_closed_total",
-                   {{"reason", "shutdown"}}),
-            100);
+  EXPECT_EQ(
+      Metric("aside_http_connections_closed_total", {{"reason", "shutdown"}}),
+      100);
   server_->Stop();  // idempotent
   EXPECT_FALSE(RawConnection::Connect(kLocal, port_).ok());
 }
@@ -499,8 +499,8 @@ TEST_F(HttpServerTest, DescriptorsReturnToBaselineAfterConnectionsClose) {
     EXPECT_TRUE(conn.ReadUntilClosed(absl::Seconds(2)).ok());
   }
   conns.clear();
-  EXPECT_TRUE(WaitUntil([&] { return CountOpenFds() == baseline; },
-                        absl::Seconds(5)))
+  EXPECT_TRUE(
+      WaitUntil([&] { return CountOpenFds() == baseline; }, absl::Seconds(5)))
       << "fds " << CountOpenFds() << " vs " << baseline;
 }
 
@@ -520,8 +520,7 @@ TEST(HttpServerStartTest, BadOrBusyAddressFails) {
   port = first.Start("127.0.0.1:0");
   ASSERT_TRUE(port.ok()) << port.status();
   HttpServer second;
-  absl::StatusOr<int> again =
-      second.Start(absl::StrCat("127.0.0.1:", *port));
+  absl::StatusOr<int> again = second.Start(absl::StrCat("127.0.0.1:", *port));
   ASSERT_FALSE(again.ok());
   EXPECT_THAT(std::string(again.status().message()), HasSubstr("bind"));
   EXPECT_FALSE(first.Start("127.0.0.1:0").ok());  // once per server

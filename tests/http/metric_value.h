@@ -12,9 +12,9 @@ namespace aside::testing {
 
 // The value of counter or gauge `name` with exactly `labels`; -1 if there is
 // no such series.
-inline double MetricValue(const prometheus::Registry& registry,
-                          const std::string& name,
-                          const std::map<std::string, std::string>& labels = {}) {
+inline double MetricValue(
+    const prometheus::Registry& registry, const std::string& name,
+    const std::map<std::string, std::string>& labels = {}) {
   for (const prometheus::MetricFamily& family : registry.Collect()) {
     if (family.name != name) {
       continue;

@@ -106,8 +106,8 @@ Latencies Scrape(int port, int n) {
   Latencies out;
   for (int i = 0; i < n; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    auto res = aside::testing::HttpGet(kLocal, port, "/metrics",
-                                       absl::Seconds(5));
+    auto res =
+        aside::testing::HttpGet(kLocal, port, "/metrics", absl::Seconds(5));
     const auto end = std::chrono::steady_clock::now();
     EXPECT_TRUE(res.ok()) << "scrape " << i << ": " << res.status();
     if (res.ok()) {
@@ -146,14 +146,13 @@ TEST(MetricsServeTest, ServesPrometheusTextThatParses) {
   // The server's own metrics are in the same registry.
   EXPECT_THAT(
       res->body,
-      HasSubstr(
-          R"(aside_http_requests_total{code="200",path="/metrics"} 1)"));
+      HasSubstr(R"(aside_http_requests_total{code="200",path="/metrics"} 1)"));
   EXPECT_THAT(res->body, HasSubstr("aside_http_connections_accepted_total 2"));
   metrics.StopServing();
   metrics.StopServing();  // idempotent
-  EXPECT_FALSE(aside::testing::HttpGet(kLocal, *port, "/metrics",
-                                       absl::Seconds(2))
-                   .ok());
+  EXPECT_FALSE(
+      aside::testing::HttpGet(kLocal, *port, "/metrics", absl::Seconds(2))
+          .ok());
 }
 
 TEST(MetricsAbuseTest, ScrapesSucceedWhileSlowConnectionsHoldThePort) {
@@ -216,10 +215,10 @@ TEST(MetricsAbuseTest, ScrapesSucceedWhileSlowConnectionsHoldThePort) {
   }
   EXPECT_EQ(still_open, kSilent + kTrickling);
   EXPECT_GE(trickler.sent(), 1);
-  EXPECT_EQ(MetricValue(*metrics.registry(),
-                        "aside_http_connections_rejected_total",
-                        {{"reason", "total_limit"}}),
-            0);
+  EXPECT_EQ(
+      MetricValue(*metrics.registry(), "aside_http_connections_rejected_total",
+                  {{"reason", "total_limit"}}),
+      0);
 
   std::printf("scrape latency, quiet port:                %s\n",
               quiet.Summary().c_str());
@@ -231,9 +230,9 @@ TEST(MetricsAbuseTest, ScrapesSucceedWhileSlowConnectionsHoldThePort) {
   trickler.Stop();
   silent.clear();
   trickling.clear();
-  EXPECT_TRUE(WaitUntil(
-      [&] { return open() == 0 && CountOpenFds() == baseline_fds; },
-      absl::Seconds(10)))
+  EXPECT_TRUE(
+      WaitUntil([&] { return open() == 0 && CountOpenFds() == baseline_fds; },
+                absl::Seconds(10)))
       << "open " << open() << ", fds " << CountOpenFds() << " vs "
       << baseline_fds;
   metrics.StopServing();

@@ -198,10 +198,9 @@ absl::StatusOr<RawResponse> ReadResponse(RawConnection& conn,
       continue;
     }
     if (ready <= 0) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no complete response after ",
-                       absl::FormatDuration(timeout), " (read ", data.size(),
-                       " bytes)"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no complete response after ", absl::FormatDuration(timeout),
+          " (read ", data.size(), " bytes)"));
     }
     ssize_t n = ::recv(conn.fd(), buf, sizeof(buf), 0);
     if (n == 0) {
