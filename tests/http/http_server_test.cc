@@ -232,9 +232,13 @@ TEST_F(HttpServerTest, MalformedRequestGets400AndClose) {
   auto rest = conn.ReadUntilClosed(absl::Seconds(5));
   ASSERT_TRUE(rest.ok()) << rest.status();
   EXPECT_THAT(*rest, StartsWith("HTTP/1.1 400"));
-  EXPECT_EQ(Metric("aside_http_connections_closed_total",
-                   {{"reason", "bad_request"}}),
-            1);
+  // Counted when the connection object goes, just after the close.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Metric("aside_http_connections_closed_total",
+                      {{"reason", "bad_request"}}) == 1;
+      },
+      absl::Seconds(5)));
 }
 
 TEST_F(HttpServerTest, RequestBodyIsRefusedWith413AndClose) {
