@@ -291,6 +291,8 @@ class HttpServer::Impl {
   std::thread thread_;
 };
 
+namespace http_internal {
+
 // One accepted connection. Lives while an operation of its own is pending
 // (handlers hold a shared_ptr); runs on the server thread only.
 //
@@ -299,8 +301,6 @@ class HttpServer::Impl {
 // idle (after a response, until the next request's first byte:
 // idle_timeout). One timer enforces the current phase's deadline by closing
 // the socket, which ends the pending operation.
-namespace http_internal {
-
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(HttpServer::Impl* server, tcp::socket socket, std::string peer)
@@ -435,7 +435,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Respond(HttpResponse response, const std::string& route,
                unsigned version, bool head, bool keep_alive,
                CloseReason close_reason) {
-    if (response.status < 100 || response.status > 599) {
+    if (response.status < 200 || response.status > 599) {
       response = HttpResponse{.status = 500, .body = "internal error\n"};
     }
     server_->CountRequest(route, response.status);

@@ -41,7 +41,8 @@
 // but the server's own (handlers must not call Stop()); open_connections()
 // from any thread. Handlers run on the server thread, one at a time, so a
 // handler should be quick (it delays every other connection while it runs).
-// Cost: one socket, one timer and an 8 KiB-bounded buffer per connection.
+// Cost per connection: one socket, one timer and a read buffer of at most
+// max_header_bytes + 4 KiB.
 #ifndef ASIDE_SERVER_HTTP_HTTP_SERVER_H_
 #define ASIDE_SERVER_HTTP_HTTP_SERVER_H_
 
@@ -99,7 +100,7 @@ struct HttpRequest {
 };
 
 struct HttpResponse {
-  int status = 200;
+  int status = 200;  // 200..599; anything else is sent as 500
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
   // Extra headers (Content-Type, Content-Length and Connection are set by
