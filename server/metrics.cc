@@ -2,9 +2,10 @@
 
 #include <prometheus/text_serializer.h>
 
-#include <exception>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/log.h"
 
 namespace aside::server {
 namespace {
@@ -109,23 +110,36 @@ Metrics::Metrics()
 
 Metrics::~Metrics() { StopServing(); }
 
-absl::StatusOr<int> Metrics::Serve(const std::string& address) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
+absl::StatusOr<int> Metrics::Serve(const std::string& address,
+                                   HttpServerOptions options) {
+  if (http_ != nullptr) {
+    return absl::FailedPreconditionError("metrics: already serving");
   }
-  exposer_->RegisterCollectable(registry_);
-  std::vector<int> ports = exposer_->GetListeningPorts();
-  if (ports.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics: no port bound for ", address));
+  options.registry = registry_.get();
+  options.warn = [](absl::string_view event, absl::string_view detail) {
+    Log(LogLevel::kWarn, event, {{"detail", std::string(detail)}});
+  };
+  auto http = std::make_unique<HttpServer>(std::move(options));
+  http->Route("/metrics", [this](const HttpRequest&) {
+    return HttpResponse{
+        .status = 200,
+        .content_type = "text/plain; version=0.0.4; charset=utf-8",
+        .body = Render()};
+  });
+  absl::StatusOr<int> port = http->Start(address);
+  if (!port.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "metrics: cannot listen on ", address, ": ", port.status().message()));
   }
-  return ports.front();
+  http_ = std::move(http);
+  return *port;
 }
 
-void Metrics::StopServing() { exposer_.reset(); }
+void Metrics::StopServing() {
+  if (http_ != nullptr) {
+    http_->Stop();
+  }
+}
 
 std::string Metrics::Render() const {
   prometheus::TextSerializer serializer;

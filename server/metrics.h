@@ -5,7 +5,6 @@
 #define ASIDE_SERVER_METRICS_H_
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -15,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/http/http_server.h"
 
 namespace aside::server {
 
@@ -30,9 +30,13 @@ class Metrics {
   Metrics& operator=(const Metrics&) = delete;
   ~Metrics();
 
-  // Serves GET /metrics on `address` ("host:port", port 0 allowed). Returns
-  // the bound port.
-  absl::StatusOr<int> Serve(const std::string& address);
+  // Serves GET /metrics on `address` ("host:port", "[v6]:port", port 0
+  // allowed) with Aside's HTTP server and its connection limits (see
+  // server/http/http_server.h; `options.registry` and `options.warn` are
+  // filled in here). Returns the bound port. Once per Metrics.
+  absl::StatusOr<int> Serve(const std::string& address,
+                            HttpServerOptions options = {});
+  // Closes the port and every connection on it, promptly. Idempotent.
   void StopServing();
 
   const std::shared_ptr<prometheus::Registry>& registry() const {
@@ -77,7 +81,7 @@ class Metrics {
   prometheus::Counter& internal_errors;
 
  private:
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpServer> http_;
 };
 
 }  // namespace aside::server
