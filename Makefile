@@ -14,6 +14,8 @@ JOBS ?= 2
 SANITIZE ?=
 CMAKE ?= cmake
 CTEST_ARGS ?=
+# The chart tests need Go (installed by scripts/install-deps.sh).
+CHART_TESTS ?= ON
 
 ifeq ($(SANITIZE),)
 BUILD_DIR ?= build
@@ -36,7 +38,8 @@ deps:
 
 $(BUILD_DIR)/CMakeCache.txt: | deps
 	$(CMAKE) -S . -B $(BUILD_DIR) -G Ninja \
-	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DASIDE_SANITIZE=$(SANITIZE)
+	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DASIDE_SANITIZE=$(SANITIZE) \
+	  -DASIDE_BUILD_CHART_TESTS=$(CHART_TESTS)
 
 configure: deps $(BUILD_DIR)/CMakeCache.txt
 
