@@ -4,11 +4,21 @@
 #   make run                      build and run the server on the demo config
 #   make test                     build and run every test through ctest
 #   make test SANITIZE=address,undefined   (or SANITIZE=thread)
+#   make test-unit                build and run only the tests labelled unit
+#                                 (with SANITIZE=... too; CI runs it under
+#                                 ASan+UBSan)
 #   make bench                    Release build, run every benchmark and the
 #                                 balancing lab; JSON and the target summary
 #                                 in build/bench/ (BENCH_QUICK=1: ~2 minutes;
 #                                 BENCH_ARGS="--only lab" runs one part)
 #   make format                   clang-format the sources
+#
+# Checks (CI runs them all; see .ci/run):
+#   make thread-safety            clang's -Wthread-safety over every project
+#                                 translation unit, as errors (no linking)
+#   make format-check             clang-format --dry-run -Werror
+#   make check-no-fetch           no dependency is downloaded at build time
+#   make tidy                     clang-tidy with the root .clang-tidy
 
 JOBS ?= 2
 SANITIZE ?=
@@ -29,7 +39,12 @@ comma := ,
 BENCH_DIR ?= build-release
 BENCH_ARGS ?=
 
-.PHONY: all deps configure build run test bench format clean
+# The project's own C++ sources (tracked files only; generated code lives in
+# the build directory).
+SOURCES = $(shell git ls-files -- '*.h' '*.cc' | grep -E '^(lib|server|client|tests|bench|proto|examples|cmake)/')
+
+.PHONY: all deps configure build run test test-unit bench format \
+        format-check thread-safety check-no-fetch tidy clean
 
 all: build
 
@@ -54,6 +69,11 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE bench \
 	  --timeout 600 $(CTEST_ARGS)
 
+test-unit: configure
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target aside_unit_tests
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L unit \
+	  --timeout 600 $(CTEST_ARGS)
+
 bench: deps
 	$(CMAKE) -S . -B $(BENCH_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DASIDE_BUILD_TESTS=OFF -DASIDE_BUILD_BENCH=ON
@@ -61,8 +81,20 @@ bench: deps
 	./bench/run.sh $(BENCH_DIR) $(BENCH_ARGS)
 
 format:
-	find lib server client tests bench proto -name '*.h' -o -name '*.cc' \
-	  | xargs clang-format -i
+	clang-format -i $(SOURCES)
+
+format-check:
+	clang-format --dry-run -Werror $(SOURCES)
+
+# Needs the generated headers, hence the build.
+thread-safety: build
+	./scripts/check-thread-safety.py $(BUILD_DIR) --jobs $(JOBS)
+
+check-no-fetch:
+	./scripts/check-no-fetch.sh
+
+tidy: build
+	./scripts/run-tidy.sh $(BUILD_DIR) $(JOBS)
 
 clean:
 	rm -rf build build-* var
