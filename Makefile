@@ -38,13 +38,17 @@ comma := ,
 
 BENCH_DIR ?= build-release
 BENCH_ARGS ?=
+# The static checks read compile commands from a clang configuration of the
+# whole tree (benchmarks included) in which only the generated headers are
+# built: no full build is needed.
+CHECK_DIR ?= build-clang
 
 # The project's own C++ sources (tracked files only; generated code lives in
 # the build directory).
 SOURCES = $(shell git ls-files -- '*.h' '*.cc' | grep -E '^(lib|server|client|tests|bench|proto|examples|cmake)/')
 
 .PHONY: all deps configure build run test test-unit bench format \
-        format-check thread-safety check-no-fetch tidy clean
+        format-check check-generated thread-safety check-no-fetch tidy clean
 
 all: build
 
@@ -86,15 +90,24 @@ format:
 format-check:
 	clang-format --dry-run -Werror $(SOURCES)
 
-# Needs the generated headers, hence the build.
-thread-safety: build
-	./scripts/check-thread-safety.py $(BUILD_DIR) --jobs $(JOBS)
+$(CHECK_DIR)/CMakeCache.txt: | deps
+	$(CMAKE) -S . -B $(CHECK_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DASIDE_BUILD_BENCH=ON -DASIDE_BUILD_CHART_TESTS=OFF
+
+# The protobuf headers the sources include (protoc only, seconds).
+check-generated: deps $(CHECK_DIR)/CMakeCache.txt
+	ninja -C $(CHECK_DIR) $$(ninja -C $(CHECK_DIR) -t targets all \
+	  | grep -oE '^[^/:][^:]*\.pb\.h' | grep -v CMakeFiles | sort -u)
+
+thread-safety: check-generated
+	./scripts/check-thread-safety.py $(CHECK_DIR) --jobs $(JOBS)
 
 check-no-fetch:
 	./scripts/check-no-fetch.sh
 
-tidy: build
-	./scripts/run-tidy.sh $(BUILD_DIR) $(JOBS)
+tidy: check-generated
+	./scripts/run-tidy.sh $(CHECK_DIR) $(JOBS)
 
 clean:
 	rm -rf build build-* var

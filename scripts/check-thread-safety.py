@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Clang's thread-safety analysis over every project translation unit.
 
-Reads compile_commands.json from a configured build directory (GCC or clang
-commands) and runs `clang++ -fsyntax-only` on each of the project's own .cc
+Reads compile_commands.json from a configured build directory (`make
+thread-safety` uses a clang configuration in build-clang/ where only the
+generated headers are built; GCC commands work too) and runs `clang++ -fsyntax-only` on each of the project's own .cc
 files (not generated protobuf code, not third-party code) with only the
 thread-safety warnings enabled, as errors. Nothing is linked or written.
 
@@ -56,7 +57,7 @@ def command_for(entry, clang):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("build_dir", nargs="?", default="build")
+    parser.add_argument("build_dir", nargs="?", default="build-clang")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--clang", default=os.environ.get("CLANGXX", "clang++"))
     args = parser.parse_args()

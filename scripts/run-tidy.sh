@@ -6,7 +6,7 @@
 #   scripts/run-tidy.sh [BUILD_DIR] [JOBS] [FILE_REGEX]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_dir=${1:-build}
+build_dir=${1:-build-clang}
 jobs=${2:-2}
 regex=${3:-"$PWD/(lib|server|client|proto|tests|bench|examples)/.*\\.cc\$"}
 tidy=$(command -v run-clang-tidy || command -v run-clang-tidy-14)
