@@ -247,7 +247,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
   }
   if (f->policies.empty()) {
     for (const PolicyDef& p : AllPolicies()) {
-      f->policies.push_back(p.name);
+      f->policies.emplace_back(p.name);
     }
   }
   if (f->churn_policies.empty()) {
@@ -527,7 +527,7 @@ class StubSender final : public Sender {
     grpc::GenericStub stub(channel);
     stub.UnaryCall(&call->context, kEchoMethod, grpc::StubOptions(),
                    &call->request, &call->response,
-                   [call, phase, i](grpc::Status status) {
+                   [call, phase, i](const grpc::Status& status) {
                      call->pick->Done(status);
                      Complete(phase, i, status, call->response, call->picked);
                      delete call;
@@ -560,7 +560,7 @@ class StockSender final : public Sender {
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
     stub_.UnaryCall(&call->context, kEchoMethod, grpc::StubOptions(),
                     &call->request, &call->response,
-                    [call, phase, i](grpc::Status status) {
+                    [call, phase, i](const grpc::Status& status) {
                       Complete(phase, i, status, call->response, -1);
                       delete call;
                     });
