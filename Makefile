@@ -4,16 +4,28 @@
 #   make run                      build and run the server on the demo config
 #   make test                     build and run every test through ctest
 #   make test SANITIZE=address,undefined   (or SANITIZE=thread)
+#   make test-unit                build and run only the tests labelled unit
+#                                 (with SANITIZE=... too; CI runs it under
+#                                 ASan+UBSan)
 #   make bench                    Release build, run every benchmark and the
 #                                 balancing lab; JSON and the target summary
 #                                 in build/bench/ (BENCH_QUICK=1: ~2 minutes;
 #                                 BENCH_ARGS="--only lab" runs one part)
 #   make format                   clang-format the sources
+#
+# Checks (CI runs them all; see .ci/run):
+#   make thread-safety            clang's -Wthread-safety over every project
+#                                 translation unit, as errors (no linking)
+#   make format-check             clang-format --dry-run -Werror
+#   make check-no-fetch           no dependency is downloaded at build time
+#   make tidy                     clang-tidy with the root .clang-tidy
 
 JOBS ?= 2
 SANITIZE ?=
 CMAKE ?= cmake
 CTEST_ARGS ?=
+# The chart tests need Go (installed by scripts/install-deps.sh).
+CHART_TESTS ?= ON
 
 ifeq ($(SANITIZE),)
 BUILD_DIR ?= build
@@ -26,8 +38,17 @@ comma := ,
 
 BENCH_DIR ?= build-release
 BENCH_ARGS ?=
+# The static checks read compile commands from a clang configuration of the
+# whole tree (benchmarks included) in which only the generated headers are
+# built: no full build is needed.
+CHECK_DIR ?= build-clang
 
-.PHONY: all deps configure build run test bench format clean
+# The project's own C++ sources (tracked files only; generated code lives in
+# the build directory).
+SOURCES = $(shell git ls-files -- '*.h' '*.cc' | grep -E '^(lib|server|client|tests|bench|proto|examples|cmake)/')
+
+.PHONY: all deps configure build run test test-unit bench format \
+        format-check check-generated thread-safety check-no-fetch tidy clean
 
 all: build
 
@@ -36,7 +57,8 @@ deps:
 
 $(BUILD_DIR)/CMakeCache.txt: | deps
 	$(CMAKE) -S . -B $(BUILD_DIR) -G Ninja \
-	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DASIDE_SANITIZE=$(SANITIZE)
+	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DASIDE_SANITIZE=$(SANITIZE) \
+	  -DASIDE_BUILD_CHART_TESTS=$(CHART_TESTS)
 
 configure: deps $(BUILD_DIR)/CMakeCache.txt
 
@@ -51,6 +73,11 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE bench \
 	  --timeout 600 $(CTEST_ARGS)
 
+test-unit: configure
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target aside_unit_tests
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L unit \
+	  --timeout 600 $(CTEST_ARGS)
+
 bench: deps
 	$(CMAKE) -S . -B $(BENCH_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DASIDE_BUILD_TESTS=OFF -DASIDE_BUILD_BENCH=ON
@@ -58,8 +85,29 @@ bench: deps
 	./bench/run.sh $(BENCH_DIR) $(BENCH_ARGS)
 
 format:
-	find lib server client tests bench proto -name '*.h' -o -name '*.cc' \
-	  | xargs clang-format -i
+	clang-format -i $(SOURCES)
+
+format-check:
+	clang-format --dry-run -Werror $(SOURCES)
+
+$(CHECK_DIR)/CMakeCache.txt: | deps
+	$(CMAKE) -S . -B $(CHECK_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DASIDE_BUILD_BENCH=ON -DASIDE_BUILD_CHART_TESTS=OFF
+
+# The protobuf headers the sources include (protoc only, seconds).
+check-generated: deps $(CHECK_DIR)/CMakeCache.txt
+	ninja -C $(CHECK_DIR) $$(ninja -C $(CHECK_DIR) -t targets all \
+	  | grep -oE '^[^/:][^:]*\.pb\.h' | grep -v CMakeFiles | sort -u)
+
+thread-safety: check-generated
+	./scripts/check-thread-safety.py $(CHECK_DIR) --jobs $(JOBS)
+
+check-no-fetch:
+	./scripts/check-no-fetch.sh
+
+tidy: check-generated
+	./scripts/run-tidy.sh $(CHECK_DIR) $(JOBS)
 
 clean:
 	rm -rf build build-* var

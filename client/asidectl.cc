@@ -11,10 +11,12 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -26,7 +28,8 @@
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "client/credentials.h"
-#include "lib/duration.h"
+#include "lib/command_line.h"
+#include "lib/json.h"
 #include "lib/policy_config.h"
 #include "proto/convert.h"
 #include "proto/yaml/group_yaml.h"
@@ -63,74 +66,38 @@ flags:
   --timeout DURATION     per-call deadline (default 10s; watch has none)
 )";
 
+}  // namespace
+}  // namespace aside
+
+// Global flags, and the flags of single commands (they may appear anywhere
+// on the command line).
+ABSL_FLAG(std::string, server, "",
+          "Aside server (default $ASIDE_SERVER or localhost:50051)");
+ABSL_FLAG(std::string, token, "", "Admin bearer token (default $ASIDE_TOKEN)");
+ABSL_FLAG(bool, tls, false, "use TLS (implied by the other --tls-* flags)");
+ABSL_FLAG(std::string, tls_ca, "", "CA certificate (PEM) to verify the server");
+ABSL_FLAG(std::string, tls_cert, "", "client certificate (PEM) for mTLS");
+ABSL_FLAG(std::string, tls_key, "", "client key (PEM)");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name to verify the server certificate against");
+ABSL_FLAG(bool, json, false, "print protobuf JSON instead of tables");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "per-call deadline");
+ABSL_FLAG(std::optional<uint32_t>, count, std::nullopt,
+          "pick: how many distinct backends");
+ABSL_FLAG(std::optional<int64_t>, updates, std::nullopt,
+          "watch: stop after N updates");
+ABSL_FLAG(std::vector<std::string>, backend, {},
+          "create-group: ADDR[=WEIGHT], repeatable");
+ABSL_FLAG(std::string, policy, "", "create-group: policy name");
+ABSL_FLAG(std::string, health_check, "",
+          "create-group: tcp, http, grpc or none");
+
+namespace aside {
+namespace {
+
 // Reported as a usage error (exit code 2).
 absl::Status Usage(absl::string_view message) {
   return absl::InvalidArgumentError(message);
-}
-
-struct Args {
-  std::vector<std::string> positional;
-  std::map<std::string, std::vector<std::string>> flags;
-
-  bool Has(const std::string& name) const { return flags.contains(name); }
-  std::string Get(const std::string& name, const std::string& def = "") const {
-    auto it = flags.find(name);
-    return it == flags.end() || it->second.empty() ? def : it->second.back();
-  }
-  std::vector<std::string> All(const std::string& name) const {
-    auto it = flags.find(name);
-    return it == flags.end() ? std::vector<std::string>{} : it->second;
-  }
-};
-
-const std::map<std::string, bool>& KnownFlags() {
-  // name -> takes a value
-  static const auto* flags = new std::map<std::string, bool>{
-      {"server", true},   {"token", true},           {"tls", false},
-      {"tls-ca", true},   {"tls-cert", true},        {"tls-key", true},
-      {"tls-server-name", true}, {"json", false},    {"timeout", true},
-      {"count", true},    {"updates", true},         {"backend", true},
-      {"policy", true},   {"health-check", true},    {"help", false}};
-  return *flags;
-}
-
-bool ParseArgs(int argc, char** argv, Args* out, std::string* error) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h") {
-      arg = "--help";
-    }
-    if (!absl::StartsWith(arg, "--") || arg == "--") {
-      out->positional.push_back(arg);
-      continue;
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    bool has_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    auto known = KnownFlags().find(name);
-    if (known == KnownFlags().end()) {
-      *error = absl::StrCat("unknown flag --", name);
-      return false;
-    }
-    if (known->second && !has_value) {
-      if (i + 1 >= argc) {
-        *error = absl::StrCat("flag --", name, " needs a value");
-        return false;
-      }
-      value = argv[++i];
-    }
-    out->flags[name].push_back(value);
-  }
-  return true;
-}
-
-std::string StatusCodeName(grpc::StatusCode code) {
-  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
 std::string ToJson(const google::protobuf::Message& m, bool pretty = true) {
@@ -212,12 +179,11 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
 
 class Ctl {
  public:
-  Ctl(const Args& args, std::shared_ptr<grpc::Channel> channel)
-      : args_(args),
-        json_(args.Has("json")),
+  explicit Ctl(std::shared_ptr<grpc::Channel> channel)
+      : json_(absl::GetFlag(FLAGS_json)),
         admin_(v1::Admin::NewStub(channel)),
         lb_(v1::LoadBalancer::NewStub(channel)) {
-    token_ = args.Get("token");
+    token_ = absl::GetFlag(FLAGS_token);
     if (token_.empty()) {
       const char* env = std::getenv("ASIDE_TOKEN");
       token_ = env != nullptr ? env : "";
@@ -253,7 +219,7 @@ class Ctl {
   }
 
   int Fail(const grpc::Status& s) {
-    std::cerr << "asidectl: " << command_ << ": " << StatusCodeName(s.error_code())
+    std::cerr << "asidectl: " << command_ << ": " << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))
               << ": " << s.error_message() << "\n";
     // A method the server does not have (as opposed to a feature inside a
     // method, whose message says what is missing).
@@ -375,12 +341,8 @@ class Ctl {
     v1::PickRequest req;
     req.set_group(a[0]);
     if (a.size() > 1) req.set_key(a[1]);
-    if (args_.Has("count")) {
-      uint32_t count = 0;
-      if (!absl::SimpleAtoi(args_.Get("count"), &count)) {
-        return UsageFail("--count: not a number");
-      }
-      req.set_count(count);
+    if (std::optional<uint32_t> count = absl::GetFlag(FLAGS_count)) {
+      req.set_count(*count);
     }
     v1::PickResponse out;
     auto ctx = Context();
@@ -407,10 +369,7 @@ class Ctl {
     v1::WatchRequest req;
     for (const std::string& g : a) req.add_groups(g);
     req.set_subscriber("asidectl");
-    int64_t limit = -1;
-    if (args_.Has("updates") && !absl::SimpleAtoi(args_.Get("updates"), &limit)) {
-      return UsageFail("--updates: not a number");
-    }
+    const int64_t limit = absl::GetFlag(FLAGS_updates).value_or(-1);
     auto ctx = Context(/*deadline=*/false);
     auto reader = lb_->Watch(ctx.get(), req);
     v1::GroupUpdate u;
@@ -508,13 +467,13 @@ class Ctl {
     if (!from_file) {
       v1::Group g;
       g.set_name(a[0]);
-      for (const std::string& b : args_.All("backend")) {
+      for (const std::string& b : absl::GetFlag(FLAGS_backend)) {
         absl::StatusOr<v1::Backend> backend = ParseBackend(b);
         if (!backend.ok()) return UsageFail(backend.status().message());
         *g.add_backends() = *std::move(backend);
       }
-      if (args_.Has("policy")) {
-        absl::StatusOr<PolicyKind> kind = ParsePolicyName(args_.Get("policy"));
+      if (const std::string policy = absl::GetFlag(FLAGS_policy); !policy.empty()) {
+        absl::StatusOr<PolicyKind> kind = ParsePolicyName(policy);
         if (!kind.ok()) {
           return UsageFail(absl::StrCat("--policy: ", kind.status().message()));
         }
@@ -522,10 +481,9 @@ class Ctl {
         c.kind = *kind;
         ToProto(c, g.mutable_policy());
       }
-      if (args_.Has("health-check")) {
+      if (const std::string check = absl::GetFlag(FLAGS_health_check); !check.empty()) {
         v1::HealthCheck::Kind kind;
-        if (!v1::HealthCheck::Kind_Parse(absl::AsciiStrToUpper(args_.Get("health-check")),
-                                         &kind)) {
+        if (!v1::HealthCheck::Kind_Parse(absl::AsciiStrToUpper(check), &kind)) {
           return UsageFail("--health-check: one of tcp, http, grpc, none");
         }
         g.mutable_health_check()->set_kind(kind);
@@ -619,19 +577,12 @@ class Ctl {
                                 " backend(s)"));
   }
 
-  const Args& args_;
   const bool json_;
-  absl::Duration timeout_ = absl::Seconds(10);
+  const absl::Duration timeout_ = absl::GetFlag(FLAGS_timeout);
   std::string usage_error_;
 
  public:
   const std::string& usage_error() const { return usage_error_; }
-  bool SetTimeout(const std::string& text) {
-    absl::StatusOr<absl::Duration> d = ParseDurationText(text);
-    if (!d.ok()) return false;
-    timeout_ = *d;
-    return timeout_ > absl::ZeroDuration();
-  }
 
  private:
   std::string token_;
@@ -641,32 +592,34 @@ class Ctl {
 };
 
 int Main(int argc, char** argv) {
-  Args args;
-  std::string error;
-  if (!ParseArgs(argc, argv, &args, &error)) {
-    std::cerr << "asidectl: " << error << "\n\n" << kUsage;
+  absl::StatusOr<std::vector<std::string>> positional = ParseCommandLine(
+      argc, argv, {.usage = kUsage, .positional = true});
+  if (!positional.ok()) {
+    std::cerr << "asidectl: " << positional.status().message() << "\n\n"
+              << kUsage;
     return 2;
   }
-  if (args.Has("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (args.positional.empty()) {
+  if (positional->empty()) {
     std::cerr << kUsage;
     return 2;
   }
-  std::string server = args.Get("server");
+  std::string server = absl::GetFlag(FLAGS_server);
   if (server.empty()) {
     const char* env = std::getenv("ASIDE_SERVER");
     server = env != nullptr && *env != '\0' ? env : "localhost:50051";
   }
   TlsOptions tls;
-  tls.enabled = args.Has("tls") || args.Has("tls-ca") || args.Has("tls-cert") ||
-                args.Has("tls-key") || args.Has("tls-server-name");
-  tls.ca_file = args.Get("tls-ca");
-  tls.cert_file = args.Get("tls-cert");
-  tls.key_file = args.Get("tls-key");
-  tls.server_name = args.Get("tls-server-name");
+  tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  tls.enabled = absl::GetFlag(FLAGS_tls) || !tls.ca_file.empty() ||
+                !tls.cert_file.empty() || !tls.key_file.empty() ||
+                !tls.server_name.empty();
+  if (absl::GetFlag(FLAGS_timeout) <= absl::ZeroDuration()) {
+    std::cerr << "asidectl: --timeout: must be positive\n";
+    return 2;
+  }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeCredentials(tls);
   if (!creds.ok()) {
     std::cerr << "asidectl: " << creds.status().message() << "\n";
@@ -676,14 +629,9 @@ int Main(int argc, char** argv) {
   ApplyTlsArgs(tls, &channel_args);
   channel_args.SetMaxReceiveMessageSize(64 << 20);
   auto channel = grpc::CreateCustomChannel(server, *creds, channel_args);
-  Ctl ctl(args, channel);
-  if (args.Has("timeout") && !ctl.SetTimeout(args.Get("timeout"))) {
-    std::cerr << "asidectl: --timeout: cannot parse '" << args.Get("timeout")
-              << "'\n";
-    return 2;
-  }
-  const std::string command = args.positional[0];
-  std::vector<std::string> rest(args.positional.begin() + 1, args.positional.end());
+  Ctl ctl(channel);
+  const std::string command = (*positional)[0];
+  std::vector<std::string> rest(positional->begin() + 1, positional->end());
   const int rc = ctl.Run(command, rest);
   if (rc < 0) {
     std::cerr << "asidectl: " << command << ": " << ctl.usage_error() << "\n\n"

@@ -37,6 +37,13 @@ endfunction()
 
 include(GoogleTest)
 
+# Every test labelled "unit" (fast, hermetic, no external peer or binary):
+# `make test-unit` builds only these and runs `ctest -L unit`, which is what
+# the sanitizer run in CI covers.
+add_custom_target(aside_unit_tests)
+
+# aside_add_test(NAME name SOURCES files... [DEPS targets...]
+#                [LABELS unit|integration] [TIMEOUT seconds])
 function(aside_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
@@ -52,6 +59,9 @@ function(aside_add_test)
   gtest_discover_tests(${T_NAME}
     DISCOVERY_TIMEOUT 60
     PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+  if("unit" IN_LIST T_LABELS)
+    add_dependencies(aside_unit_tests ${T_NAME})
+  endif()
 endfunction()
 
 # aside_add_bench(NAME name SOURCES files... [DEPS targets...])

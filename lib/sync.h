@@ -1,11 +1,19 @@
-// A mutex and a scoped lock with the shape of absl::Mutex/absl::MutexLock
-// (Lock, Unlock, Await, AwaitWithTimeout), built on std::mutex.
+// The project's one mutex: aside::Mutex and its scoped aside::MutexLock,
+// with the shape of absl::Mutex/absl::MutexLock (Lock, Unlock, Await,
+// AwaitWithTimeout), built on std::mutex. Use it (not std::mutex, not
+// absl::Mutex) for shared state, with ABSL_GUARDED_BY on the state and
+// ABSL_EXCLUSIVE_LOCKS_REQUIRED on the methods that need the lock held.
 //
 // Why not absl::Mutex: Debian's abseil is not built with ThreadSanitizer,
 // so TSan cannot see absl::Mutex's happens-before edges and reports false
 // races on everything it guards. std::mutex goes through pthread, which TSan
-// intercepts. The thread-safety annotations stay, for documentation and for
-// compilers that check them.
+// intercepts, so TSan sees this one.
+//
+// Mutex is a capability for clang's thread-safety analysis, which checks
+// the annotations over every translation unit (`make thread-safety`). A
+// condition passed to Await runs with the lock held, which the analysis
+// cannot see through a lambda: pass aside::Cond(&flag), or call
+// AssertHeld() first thing in the lambda.
 #ifndef ASIDE_LIB_SYNC_H_
 #define ASIDE_LIB_SYNC_H_
 
@@ -19,6 +27,7 @@
 
 namespace aside {
 
+// ABSL_LOCKABLE is clang's capability("mutex") (and nothing for GCC).
 class ABSL_LOCKABLE Mutex {
  public:
   Mutex() = default;
@@ -36,6 +45,10 @@ class ABSL_LOCKABLE Mutex {
     }
   }
   bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
+
+  // Tells the analysis that the calling thread holds the lock (no check at
+  // run time): for lambdas that run under it, such as Await conditions.
+  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
 
   // With the mutex held: waits until `condition()` is true. The condition is
   // re-evaluated each time another thread releases the mutex.
@@ -88,9 +101,12 @@ inline auto Cond(const bool* flag) {
 inline auto Cond(bool* flag) {
   return [flag] { return *flag; };
 }
+// A callable may be annotated ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu): Await
+// calls it with the lock held, which the analysis cannot follow into the
+// wrapper.
 template <typename Callable>
 auto Cond(Callable* callable) {
-  return [callable] { return (*callable)(); };
+  return [callable]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return (*callable)(); };
 }
 
 }  // namespace aside

@@ -25,6 +25,9 @@ packages=(
   # packages (sprig pulls in its own dependencies), YAML checks, test certs
   golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   python3-yaml openssl
+  # checks (make thread-safety, format-check, tidy): clang's thread-safety
+  # analysis, clang-format, clang-tidy
+  clang clang-format clang-tidy
 )
 
 missing=()

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "lib/address.h"
 #include "proto/convert.h"
@@ -17,29 +20,11 @@ grpc::Status Invalid(std::string message) {
   return {grpc::StatusCode::INVALID_ARGUMENT, std::move(message)};
 }
 
-const char* CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return "ok";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "invalid_argument";
-    case grpc::StatusCode::NOT_FOUND:
-      return "not_found";
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return "already_exists";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "permission_denied";
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "unauthenticated";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "failed_precondition";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "resource_exhausted";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "unavailable";
-    default:
-      return "error";
-  }
+// The metric and log label of a status: its canonical code name in lower
+// case ("ok", "not_found", "permission_denied").
+std::string CodeName(grpc::StatusCode code) {
+  return absl::AsciiStrToLower(
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
 }
 
 // Checks a list of addresses from a request and canonicalises them.

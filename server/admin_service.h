@@ -4,6 +4,14 @@
 // acknowledged; mutations are serialised, so a read-modify-write of a group
 // never loses a concurrent change. Groups declared in the config file are
 // read-only here (FAILED_PRECONDITION naming the file).
+//
+// Threads: gRPC's callback threads call the RPC methods concurrently, each
+// handled inline (no reactor state outlives the call). Reads (GetGroup,
+// ListGroups, ListTargets) take no lock of their own: they read published
+// group snapshots. Mutations hold mutation_mu_ from the read of the current
+// spec to the publication of the new one; the state store and the registry
+// take their own locks inside it, never the other way round.
+// set_grpclb_streams() is for wiring, before the server serves.
 #ifndef ASIDE_SERVER_ADMIN_SERVICE_H_
 #define ASIDE_SERVER_ADMIN_SERVICE_H_
 
@@ -11,8 +19,9 @@
 
 #include <functional>
 
-#include "lib/sync.h"
+#include "absl/base/thread_annotations.h"
 #include "aside/v1/admin.grpc.pb.h"
+#include "lib/sync.h"
 #include "server/admin_auth.h"
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
@@ -119,6 +128,8 @@ class AdminService final : public v1::Admin::CallbackService {
   const LoadAggregator* const loads_;
   const HealthRegistry* const health_;
   GrpclbStreams grpclb_streams_;
+  // Serialises mutations (see the file comment); taken before the store's
+  // and the registry's locks.
   aside::Mutex mutation_mu_;
 };
 

@@ -145,12 +145,12 @@ class GrpclbService::Stream final
       : service_(service), context_(context) {
     bool shutting_down;
     {
-      std::lock_guard<std::mutex> lock(service_->mu_);
+      aside::MutexLock lock(&service_->mu_);
       shutting_down = service_->shutting_down_;
       service_->streams_.insert(this);
     }
     if (shutting_down) {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 "server is shutting down"));
       return;
@@ -160,7 +160,7 @@ class GrpclbService::Stream final
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       FinishLocked(grpc::Status::OK);
       return;
     }
@@ -171,7 +171,7 @@ class GrpclbService::Stream final
     }
     bool finished;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       finished = finished_;
     }
     if (!finished) {
@@ -181,7 +181,7 @@ class GrpclbService::Stream final
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
@@ -191,20 +191,20 @@ class GrpclbService::Stream final
   }
 
   void OnPublish(Group& /*group*/) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     dirty_ = true;
     WriteNextLocked();
   }
 
   void OnRemoved(Group& group, uint64_t /*generation*/) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     ForceFinishLocked(grpc::Status(
         grpc::StatusCode::NOT_FOUND,
         absl::StrCat("group '", group.name(), "' was deleted")));
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     FinishLocked(grpc::Status::CANCELLED);
   }
 
@@ -216,7 +216,7 @@ class GrpclbService::Stream final
       }
     }
     {
-      std::lock_guard<std::mutex> lock(service_->mu_);
+      aside::MutexLock lock(&service_->mu_);
       service_->streams_.erase(this);
     }
     delete this;
@@ -224,13 +224,13 @@ class GrpclbService::Stream final
 
   // Whether the stream serves `group` (any thread).
   bool ServesGroup(const std::string& group) {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     return group_ != nullptr && group_->name() == group;
   }
 
   // Re-checks load-based drops (ticker thread).
   void Recheck() {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     if (group_ != nullptr && group_->spec_snapshot()->grpclb.max_requests_per_second > 0) {
       dirty_ = true;
       WriteNextLocked();
@@ -238,7 +238,7 @@ class GrpclbService::Stream final
   }
 
   void Shutdown() {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     ForceFinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                    "server is shutting down"));
   }
@@ -246,7 +246,7 @@ class GrpclbService::Stream final
  private:
   void HandleInitial() {
     if (!request_.has_initial_request()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       FinishLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                 "the first message must be initial_request"));
       return;
@@ -256,7 +256,7 @@ class GrpclbService::Stream final
                          ? ResolveGrpclbName(*service_->groups_, name)
                          : nullptr;
     if (group == nullptr) {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       FinishLocked(grpc::Status(
           grpc::StatusCode::NOT_FOUND,
           absl::StrCat("no group for grpclb name '", name.substr(0, 512),
@@ -264,7 +264,7 @@ class GrpclbService::Stream final
       return;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       group_ = group;
       pending_initial_ = true;
       dirty_ = true;
@@ -277,7 +277,7 @@ class GrpclbService::Stream final
     // Added without holding mu_ (publication calls in with the group's
     // listener lock held).
     group->AddListener(this);
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     WriteNextLocked();
   }
 
@@ -364,9 +364,8 @@ class GrpclbService::Stream final
   // uses it; other threads read it under mu_.
   GroupPtr group_;
 
-  // std::mutex rather than aside::Mutex so ThreadSanitizer sees the
-  // ordering (Debian's abseil is not instrumented).
-  std::mutex mu_;
+  // Taken after the service's mu_, never before.
+  aside::Mutex mu_;
   lb::LoadBalanceResponse response_ ABSL_GUARDED_BY(mu_);
   std::string last_sent_ ABSL_GUARDED_BY(mu_);
   bool pending_initial_ ABSL_GUARDED_BY(mu_) = false;
@@ -389,10 +388,9 @@ GrpclbService::GrpclbService(GroupRegistry* groups, LoadAggregator* loads,
 GrpclbService::~GrpclbService() {
   Shutdown();
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    aside::MutexLock lock(&mu_);
+    stop_ = true;  // wakes the ticker when the lock is released
   }
-  stop_changed_.notify_all();
   ticker_.join();
 }
 
@@ -402,7 +400,7 @@ GrpclbService::BalanceLoad(grpc::CallbackServerContext* context) {
 }
 
 void GrpclbService::Shutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   shutting_down_ = true;
   for (Stream* s : streams_) {
     s->Shutdown();
@@ -410,12 +408,12 @@ void GrpclbService::Shutdown() {
 }
 
 size_t GrpclbService::streams() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   return streams_.size();
 }
 
 uint32_t GrpclbService::streams_for(const std::string& group) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   uint32_t n = 0;
   for (Stream* s : streams_) {
     if (s->ServesGroup(group)) {
@@ -426,10 +424,9 @@ uint32_t GrpclbService::streams_for(const std::string& group) const {
 }
 
 void GrpclbService::Ticker() {
-  std::unique_lock<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   while (!stop_) {
-    stop_changed_.wait_for(lock, std::chrono::seconds(1),
-                           [this] { return stop_; });
+    mu_.AwaitWithTimeout(aside::Cond(&stop_), absl::Seconds(1));
     if (stop_) {
       break;
     }

@@ -19,16 +19,23 @@
 // A fresh list follows every change of the group (coalesced like Watch: at
 // most one write in flight, the newest list next). ClientStats feed the
 // group's client-stats totals (Admin GetGroup) and metrics.
+//
+// Threads: gRPC's callback threads run each stream's reactor methods (one
+// read and one write in flight per stream); group publication calls a
+// stream's OnPublish from the publishing thread; one ticker thread owned by
+// the service re-checks load-based drops once a second. Locks: the
+// service's mu_ (the stream set) is taken before a stream's own, never
+// after; a stream registers as a group listener without holding its lock,
+// since publication calls OnPublish with the group's listener lock held.
 #ifndef ASIDE_SERVER_GRPCLB_SERVICE_H_
 #define ASIDE_SERVER_GRPCLB_SERVICE_H_
 
-#include <condition_variable>
-#include <mutex>
 #include <set>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "grpc/lb/v1/load_balancer.grpc.pb.h"
+#include "lib/sync.h"
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
 #include "server/metrics.h"
@@ -74,11 +81,8 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   const absl::Duration stats_interval_;
   const uint32_t max_servers_;
 
-  // Taken before a stream's own lock, never after. std::mutex rather than
-  // aside::Mutex so ThreadSanitizer sees the ordering (Debian's abseil is
-  // not instrumented).
-  mutable std::mutex mu_;
-  std::condition_variable stop_changed_;
+  // Taken before a stream's own lock, never after.
+  mutable aside::Mutex mu_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -6,6 +6,12 @@
 // and "grpc.lb.v1.LoadBalancer" are SERVING while the server runs and
 // NOT_SERVING once it shuts down; a group name is SERVING while the group
 // has a backend that can be picked. Anything else is NOT_FOUND.
+//
+// Threads: gRPC's callback threads call Check and run each Watch stream's
+// reactor (one write in flight per stream); Notify() and Shutdown() may be
+// called from any thread (group changes, the shutdown path). Check reads
+// published snapshots without a lock. Locks: the service's mu_ (the set of
+// Watch streams) is taken before a stream's own, never after.
 #ifndef ASIDE_SERVER_HEALTH_SERVICE_H_
 #define ASIDE_SERVER_HEALTH_SERVICE_H_
 
@@ -14,8 +20,8 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "lib/sync.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "lib/sync.h"
 #include "server/group_registry.h"
 
 namespace aside::server {
@@ -49,6 +55,7 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   GroupRegistry* const groups_;
   std::atomic<bool> shutting_down_{false};
+  // Taken before a Watcher's own lock, never after.
   aside::Mutex mu_;
   std::set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
 };

@@ -2,11 +2,13 @@
 
 #include <atomic>
 #include <cstdio>
+#include <string>
 
 #include "absl/strings/str_cat.h"
-#include "lib/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "lib/json.h"
+#include "lib/sync.h"
 
 namespace aside::server {
 namespace {
@@ -29,38 +31,6 @@ absl::string_view LevelName(LogLevel level) {
   return "info";
 }
 
-void AppendJsonString(std::string& out, absl::string_view s) {
-  out.push_back('"');
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
-}
-
 void AppendTextValue(std::string& out, absl::string_view s) {
   bool quote = s.empty();
   for (char c : s) {
@@ -70,7 +40,7 @@ void AppendTextValue(std::string& out, absl::string_view s) {
     }
   }
   if (quote) {
-    AppendJsonString(out, s);
+    AppendJsonString(&out, s);
   } else {
     out.append(s.data(), s.size());
   }
@@ -110,12 +80,12 @@ void Log(LogLevel level, absl::string_view event,
   if (g_json.load(std::memory_order_relaxed)) {
     line = absl::StrCat("{\"ts\":\"", ts, "\",\"level\":\"", LevelName(level),
                         "\",\"event\":");
-    AppendJsonString(line, event);
+    AppendJsonString(&line, event);
     for (const auto& [key, value] : fields) {
       line.push_back(',');
-      AppendJsonString(line, key);
+      AppendJsonString(&line, key);
       line.push_back(':');
-      AppendJsonString(line, value);
+      AppendJsonString(&line, value);
     }
     line += "}\n";
   } else {

@@ -2,17 +2,49 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "lib/command_line.h"
 #include "server/config.h"
 #include "server/embedded_config.h"
 #include "server/log.h"
 #include "server/server.h"
+
+namespace {
+
+// A flag that overrides a config-file field when given, even with an empty
+// value (`--metrics ""` disables the endpoint), which std::optional flags
+// cannot express: abseil reads an empty value as "unset".
+struct Override {
+  std::optional<std::string> value;
+};
+bool AbslParseFlag(absl::string_view text, Override* out, std::string*) {
+  out->value = std::string(text);
+  return true;
+}
+std::string AbslUnparseFlag(const Override& in) {
+  return in.value.value_or("");
+}
+
+}  // namespace
+
+ABSL_FLAG(std::string, config, "", "YAML config file");
+ABSL_FLAG(Override, listen, {}, "gRPC address");
+ABSL_FLAG(Override, metrics, {}, "Prometheus /metrics address");
+ABSL_FLAG(Override, state_dir, {}, "directory for durable state");
+ABSL_FLAG(Override, health_listen, {},
+          "extra plaintext port serving only grpc.health.v1");
+ABSL_FLAG(Override, admin_token_file, {}, "bearer tokens for aside.v1.Admin");
+ABSL_FLAG(Override, log_format, {}, "text or json");
+ABSL_FLAG(Override, log_level, {}, "debug, info, warn or error");
+ABSL_FLAG(std::string, check_config, "",
+          "validate the file, print every error, exit");
 
 namespace {
 
@@ -36,115 +68,51 @@ constexpr absl::string_view kUsage = R"(usage: aside-server [flags]
 Flags override the config file.
 )";
 
-struct Flags {
-  std::string config;
-  std::optional<std::string> listen, metrics, state_dir, log_format, log_level,
-      health_listen, admin_token_file;
-  std::string check_config;
-};
-
-// Parses "--name value" and "--name=value".
-bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    }
-    if (arg == "--version") {
-      std::cout << "aside-server " << ASIDE_VERSION << "\n";
-      std::exit(0);
-    }
-    std::string name(arg);
-    std::string value;
-    bool has_value = false;
-    if (const size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-      has_value = true;
-    }
-    auto take = [&]() -> std::optional<std::string> {
-      if (has_value) {
-        return value;
-      }
-      if (i + 1 >= argc) {
-        *error = absl::StrCat(name, ": missing value");
-        return std::nullopt;
-      }
-      return std::string(argv[++i]);
-    };
-    std::optional<std::string> v;
-    if (name == "--config") {
-      if (!(v = take())) return false;
-      flags->config = *v;
-    } else if (name == "--listen") {
-      if (!(v = take())) return false;
-      flags->listen = *v;
-    } else if (name == "--metrics") {
-      if (!(v = take())) return false;
-      flags->metrics = *v;
-    } else if (name == "--state-dir") {
-      if (!(v = take())) return false;
-      flags->state_dir = *v;
-    } else if (name == "--health-listen") {
-      if (!(v = take())) return false;
-      flags->health_listen = *v;
-    } else if (name == "--admin-token-file") {
-      if (!(v = take())) return false;
-      flags->admin_token_file = *v;
-    } else if (name == "--log-format") {
-      if (!(v = take())) return false;
-      flags->log_format = *v;
-    } else if (name == "--log-level") {
-      if (!(v = take())) return false;
-      flags->log_level = *v;
-    } else if (name == "--check-config") {
-      if (!(v = take())) return false;
-      flags->check_config = *v;
-    } else {
-      *error = absl::StrCat("unknown flag '", arg, "' (see --help)");
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace aside::server;
-  Flags flags;
-  std::string error;
-  if (!ParseFlags(argc, argv, &flags, &error)) {
-    std::cerr << "aside-server: " << error << "\n";
+  const std::string version = absl::StrCat("aside-server ", ASIDE_VERSION);
+  if (absl::StatusOr<std::vector<std::string>> args = aside::ParseCommandLine(
+          argc, argv, {.usage = kUsage, .version = version});
+      !args.ok()) {
+    std::cerr << "aside-server: " << args.status().message() << "\n";
     return 2;
   }
+  const std::string config_file = absl::GetFlag(FLAGS_config);
+  const std::string check_config = absl::GetFlag(FLAGS_check_config);
 
-  if (!flags.check_config.empty()) {
-    absl::StatusOr<ServerConfig> config = LoadConfigFile(flags.check_config);
+  if (!check_config.empty()) {
+    absl::StatusOr<ServerConfig> config = LoadConfigFile(check_config);
     if (!config.ok()) {
       std::cerr << config.status().message() << "\n";
       return 1;
     }
-    std::cout << flags.check_config << ": ok (" << config->groups.size()
+    std::cout << check_config << ": ok (" << config->groups.size()
               << " groups)\n";
     return 0;
   }
 
   absl::StatusOr<ServerConfig> config =
-      flags.config.empty() ? ParseConfig(kEmbeddedConfig, "<embedded aside.yaml>")
-                           : LoadConfigFile(flags.config);
+      config_file.empty()
+          ? ParseConfig(kEmbeddedConfig, "<embedded aside.yaml>")
+          : LoadConfigFile(config_file);
   if (!config.ok()) {
     std::cerr << config.status().message() << "\n";
     return 1;
   }
-  if (flags.listen) config->listen = *flags.listen;
-  if (flags.metrics) config->metrics = *flags.metrics;
-  if (flags.state_dir) config->state_dir = *flags.state_dir;
-  if (flags.log_format) config->log_format = *flags.log_format;
-  if (flags.health_listen) config->health_listen = *flags.health_listen;
-  if (flags.admin_token_file) config->admin_token_file = *flags.admin_token_file;
-  if (flags.log_level) config->log_level = *flags.log_level;
+  auto override = [](const absl::Flag<Override>& flag, std::string* field) {
+    if (std::optional<std::string> value = absl::GetFlag(flag).value) {
+      *field = *std::move(value);
+    }
+  };
+  override(FLAGS_listen, &config->listen);
+  override(FLAGS_metrics, &config->metrics);
+  override(FLAGS_state_dir, &config->state_dir);
+  override(FLAGS_log_format, &config->log_format);
+  override(FLAGS_health_listen, &config->health_listen);
+  override(FLAGS_admin_token_file, &config->admin_token_file);
+  override(FLAGS_log_level, &config->log_level);
   if (config->log_format != "text" && config->log_format != "json") {
     std::cerr << "aside-server: --log-format: expected text or json\n";
     return 2;
@@ -177,13 +145,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (absl::Status s = (*server)->Start(); !s.ok()) {
-    Log(LogLevel::kError, "startup.failed", {{"error", std::string(s.message())}});
+    Log(LogLevel::kError, "startup.failed",
+        {{"error", std::string(s.message())}});
     return 1;
   }
   Log(LogLevel::kInfo, "server.started",
       {{"version", ASIDE_VERSION},
        {"groups", absl::StrCat(group_count)},
-       {"config", flags.config.empty() ? "<embedded>" : flags.config}});
+       {"config", config_file.empty() ? "<embedded>" : config_file}});
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

@@ -134,6 +134,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
   }
   if (version == 0) {
     absl::Status s = store->Transaction([&]() -> absl::Status {
+      store->mu_.AssertHeld();  // Transaction runs the body under the lock
       ASIDE_RETURN_IF_ERROR(store->Exec(
           "CREATE TABLE IF NOT EXISTS meta ("
           "  key TEXT PRIMARY KEY, value BLOB NOT NULL)"));
@@ -285,6 +286,7 @@ absl::Status StateStore::PutGroup(const v1::Group& definition,
   const std::string blob = definition.SerializeAsString();
   aside::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
+    mu_.AssertHeld();  // Transaction runs the body under the lock
     Statement st(db_,
                  "INSERT INTO groups(name, definition, generation) "
                  "VALUES(?1, ?2, ?3) ON CONFLICT(name) DO UPDATE SET "
@@ -310,6 +312,7 @@ absl::Status StateStore::DeleteGroup(const std::string& name,
                                      uint64_t generation) {
   aside::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
+    mu_.AssertHeld();  // Transaction runs the body under the lock
     Statement st(db_, "DELETE FROM groups WHERE name = ?1");
     if (st.prepare_rc() != SQLITE_OK) {
       return Error("delete group", st.prepare_rc());
@@ -325,12 +328,18 @@ absl::Status StateStore::DeleteGroup(const std::string& name,
 
 absl::Status StateStore::RaiseGenerationFloor(uint64_t floor) {
   aside::MutexLock lock(&mu_);
-  return Transaction([&]() { return RaiseFloorLocked(floor); });
+  return Transaction([&]() {
+    mu_.AssertHeld();
+    return RaiseFloorLocked(floor);
+  });
 }
 
 absl::Status StateStore::SetSessionKey(const std::string& key) {
   aside::MutexLock lock(&mu_);
-  return Transaction([&]() { return SetMetaLocked("session_key", key); });
+  return Transaction([&]() {
+    mu_.AssertHeld();
+    return SetMetaLocked("session_key", key);
+  });
 }
 
 absl::StatusOr<std::string> StateStore::IntegrityCheck() {

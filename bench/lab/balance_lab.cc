@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -61,8 +62,34 @@
 #include "absl/time/time.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "client/client.h"
+#include "lib/command_line.h"
 #include "lib/status_macros.h"
 #include "tests/testing/process.h"
+
+ABSL_FLAG(bool, quick, false, "fewer rounds and shorter phases");
+ABSL_FLAG(bool, smoke, false, "a short run of three policies");
+ABSL_FLAG(bool, verbose, false, "log each phase");
+ABSL_FLAG(std::string, bin_dir, "", "where aside-server and lab_backend are");
+ABSL_FLAG(int, backends, 10, "backends per group");
+ABSL_FLAG(double, rate, 1000, "requests per second (open loop)");
+ABSL_FLAG(int64_t, latency_us, 1000, "backend service time");
+ABSL_FLAG(double, slow_factor, 10, "the slow backend's latency multiple");
+ABSL_FLAG(int, workers, 2, "worker threads per backend");
+ABSL_FLAG(double, warmup_s, 1, "warm-up before each measurement");
+ABSL_FLAG(double, measure_s, 4, "measured time per round");
+ABSL_FLAG(int, rounds, 3, "rounds per scenario and policy");
+ABSL_FLAG(double, death_before_s, 1.5, "death scenario: time before the kill");
+ABSL_FLAG(double, death_after_s, 4, "death scenario: time after the kill");
+ABSL_FLAG(double, warmup_phase_s, 5, "warmup scenario: length of the ramp");
+ABSL_FLAG(double, cold_s, 3, "warmup scenario: cold period of a new backend");
+ABSL_FLAG(double, deadline_s, 1, "per-request deadline");
+ABSL_FLAG(std::vector<std::string>, policies, {}, "policies (default: all)");
+ABSL_FLAG(std::vector<std::string>, churn_policies, {},
+          "policies that run death and warmup (default: all)");
+ABSL_FLAG(std::vector<std::string>, scenarios,
+          std::vector<std::string>({"healthy", "slow", "death", "warmup"}),
+          "scenarios to run");
+ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 
 namespace aside::bench {
 namespace {
@@ -76,6 +103,13 @@ constexpr char kEchoMethod[] = "/aside.lab.Echo/Call";
 constexpr char kControlMethod[] = "/aside.lab.Control/Set";
 
 // ------------------------------------------------------------------ flags
+
+constexpr char kUsage[] =
+    "usage: balance_lab [--quick|--smoke] [--policies=a,b] "
+    "[--scenarios=healthy,slow,death,warmup] [--rate=R] [--backends=N] "
+    "[--latency_us=US] [--slow_factor=F] [--workers=N] [--rounds=N] "
+    "[--warmup_s=S] [--measure_s=S] [--churn_policies=a,b] "
+    "[--json=FILE] [--bin_dir=DIR] [--verbose]\n";
 
 struct Flags {
   std::string bin_dir;
@@ -140,73 +174,50 @@ std::string GroupName(absl::string_view policy) {
 }
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--quick") {
-      quick = true;
-      continue;
-    }
-    if (arg == "--smoke") {
-      f->smoke = true;
-      continue;
-    }
-    if (arg == "--verbose") {
-      f->verbose = true;
-      continue;
-    }
-    const size_t eq = arg.find('=');
-    if (eq == absl::string_view::npos) {
-      std::fprintf(stderr, "balance_lab: expected --name=value: %s\n", argv[i]);
-      return false;
-    }
-    const absl::string_view name = arg.substr(0, eq);
-    const std::string value(arg.substr(eq + 1));
-    bool ok = true;
-    if (name == "--bin_dir") {
-      f->bin_dir = value;
-    } else if (name == "--backends") {
-      ok = absl::SimpleAtoi(value, &f->backends) && f->backends >= 2;
-    } else if (name == "--rate") {
-      ok = absl::SimpleAtod(value, &f->rate) && f->rate > 0;
-    } else if (name == "--latency_us") {
-      ok = absl::SimpleAtoi(value, &f->latency_us) && f->latency_us > 0;
-    } else if (name == "--slow_factor") {
-      ok = absl::SimpleAtod(value, &f->slow_factor) && f->slow_factor >= 1;
-    } else if (name == "--workers") {
-      ok = absl::SimpleAtoi(value, &f->workers) && f->workers >= 0;
-    } else if (name == "--warmup_s") {
-      ok = absl::SimpleAtod(value, &f->warmup_s) && f->warmup_s >= 0;
-    } else if (name == "--measure_s") {
-      ok = absl::SimpleAtod(value, &f->measure_s) && f->measure_s > 0;
-    } else if (name == "--rounds") {
-      ok = absl::SimpleAtoi(value, &f->rounds) && f->rounds > 0;
-    } else if (name == "--death_before_s") {
-      ok = absl::SimpleAtod(value, &f->death_before_s) &&
-           f->death_before_s > 0;
-    } else if (name == "--death_after_s") {
-      ok = absl::SimpleAtod(value, &f->death_after_s) && f->death_after_s > 0;
-    } else if (name == "--warmup_phase_s") {
-      ok = absl::SimpleAtod(value, &f->warmup_phase_s) &&
-           f->warmup_phase_s > 0;
-    } else if (name == "--cold_s") {
-      ok = absl::SimpleAtod(value, &f->cold_s) && f->cold_s > 0;
-    } else if (name == "--deadline_s") {
-      ok = absl::SimpleAtod(value, &f->deadline_s) && f->deadline_s > 0;
-    } else if (name == "--policies") {
-      f->policies = absl::StrSplit(value, ',', absl::SkipEmpty());
-    } else if (name == "--churn_policies") {
-      f->churn_policies = absl::StrSplit(value, ',', absl::SkipEmpty());
-    } else if (name == "--scenarios") {
-      f->scenarios = absl::StrSplit(value, ',', absl::SkipEmpty());
-    } else if (name == "--json") {
-      f->json = value;
-    } else {
-      std::fprintf(stderr, "balance_lab: unknown flag %s\n", argv[i]);
-      return false;
-    }
+  absl::StatusOr<std::vector<std::string>> args =
+      ParseCommandLine(argc, argv, {.usage = kUsage});
+  if (!args.ok()) {
+    std::fprintf(stderr, "balance_lab: %s\n",
+                 std::string(args.status().message()).c_str());
+    return false;
+  }
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  f->smoke = absl::GetFlag(FLAGS_smoke);
+  f->verbose = absl::GetFlag(FLAGS_verbose);
+  f->bin_dir = absl::GetFlag(FLAGS_bin_dir);
+  f->backends = absl::GetFlag(FLAGS_backends);
+  f->rate = absl::GetFlag(FLAGS_rate);
+  f->latency_us = absl::GetFlag(FLAGS_latency_us);
+  f->slow_factor = absl::GetFlag(FLAGS_slow_factor);
+  f->workers = absl::GetFlag(FLAGS_workers);
+  f->warmup_s = absl::GetFlag(FLAGS_warmup_s);
+  f->measure_s = absl::GetFlag(FLAGS_measure_s);
+  f->rounds = absl::GetFlag(FLAGS_rounds);
+  f->death_before_s = absl::GetFlag(FLAGS_death_before_s);
+  f->death_after_s = absl::GetFlag(FLAGS_death_after_s);
+  f->warmup_phase_s = absl::GetFlag(FLAGS_warmup_phase_s);
+  f->cold_s = absl::GetFlag(FLAGS_cold_s);
+  f->deadline_s = absl::GetFlag(FLAGS_deadline_s);
+  f->policies = absl::GetFlag(FLAGS_policies);
+  f->churn_policies = absl::GetFlag(FLAGS_churn_policies);
+  f->scenarios = absl::GetFlag(FLAGS_scenarios);
+  f->json = absl::GetFlag(FLAGS_json);
+  for (auto [ok, what] : std::initializer_list<std::pair<bool, const char*>>{
+           {f->backends >= 2, "--backends: at least 2"},
+           {f->rate > 0, "--rate: must be positive"},
+           {f->latency_us > 0, "--latency_us: must be positive"},
+           {f->slow_factor >= 1, "--slow_factor: at least 1"},
+           {f->workers >= 0, "--workers: must not be negative"},
+           {f->warmup_s >= 0, "--warmup_s: must not be negative"},
+           {f->measure_s > 0, "--measure_s: must be positive"},
+           {f->rounds > 0, "--rounds: must be positive"},
+           {f->death_before_s > 0, "--death_before_s: must be positive"},
+           {f->death_after_s > 0, "--death_after_s: must be positive"},
+           {f->warmup_phase_s > 0, "--warmup_phase_s: must be positive"},
+           {f->cold_s > 0, "--cold_s: must be positive"},
+           {f->deadline_s > 0, "--deadline_s: must be positive"}}) {
     if (!ok) {
-      std::fprintf(stderr, "balance_lab: bad value: %s\n", argv[i]);
+      std::fprintf(stderr, "balance_lab: %s\n", what);
       return false;
     }
   }
@@ -236,7 +247,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
   }
   if (f->policies.empty()) {
     for (const PolicyDef& p : AllPolicies()) {
-      f->policies.push_back(p.name);
+      f->policies.emplace_back(p.name);
     }
   }
   if (f->churn_policies.empty()) {
@@ -516,7 +527,7 @@ class StubSender final : public Sender {
     grpc::GenericStub stub(channel);
     stub.UnaryCall(&call->context, kEchoMethod, grpc::StubOptions(),
                    &call->request, &call->response,
-                   [call, phase, i](grpc::Status status) {
+                   [call, phase, i](const grpc::Status& status) {
                      call->pick->Done(status);
                      Complete(phase, i, status, call->response, call->picked);
                      delete call;
@@ -549,7 +560,7 @@ class StockSender final : public Sender {
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
     stub_.UnaryCall(&call->context, kEchoMethod, grpc::StubOptions(),
                     &call->request, &call->response,
-                    [call, phase, i](grpc::Status status) {
+                    [call, phase, i](const grpc::Status& status) {
                       Complete(phase, i, status, call->response, -1);
                       delete call;
                     });
@@ -1332,13 +1343,7 @@ void Lab::Report() const {
 int Main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, &flags)) {
-    std::fprintf(
-        stderr,
-        "usage: balance_lab [--quick|--smoke] [--policies=a,b] "
-        "[--scenarios=healthy,slow,death,warmup] [--rate=R] [--backends=N] "
-        "[--latency_us=US] [--slow_factor=F] [--workers=N] [--rounds=N] "
-        "[--warmup_s=S] [--measure_s=S] [--churn_policies=a,b] "
-        "[--json=FILE] [--bin_dir=DIR] [--verbose]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);

@@ -41,15 +41,29 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "lib/command_line.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC address");
+ABSL_FLAG(std::string, name, "0", "the name replies carry");
+ABSL_FLAG(int64_t, latency_us, 1000, "service time");
+ABSL_FLAG(int64_t, cold_latency_us, 0, "service time when cold");
+ABSL_FLAG(int64_t, warmup_ms, 0, "time from cold to warm");
+ABSL_FLAG(int, workers, 2, "requests served at once");
 
 namespace aside::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr char kUsage[] =
+    "usage: lab_backend [--listen HOST:PORT] [--name N] [--latency_us US] "
+    "[--workers N] [--cold_latency_us US --warmup_ms MS]\n";
 
 struct Flags {
   std::string listen = "127.0.0.1:0";
@@ -267,48 +281,26 @@ class Service final : public grpc::CallbackGenericService {
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    std::string value;
-    const size_t eq = arg.find('=');
-    absl::string_view name = arg.substr(0, eq);
-    if (eq != absl::string_view::npos) {
-      value = std::string(arg.substr(eq + 1));
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return false;
-    }
-    bool ok = true;
-    if (name == "--listen") {
-      flags->listen = value;
-    } else if (name == "--name") {
-      flags->name = value;
-    } else if (name == "--latency_us") {
-      ok = absl::SimpleAtoi(value, &flags->latency_us);
-    } else if (name == "--cold_latency_us") {
-      ok = absl::SimpleAtoi(value, &flags->cold_latency_us);
-    } else if (name == "--warmup_ms") {
-      ok = absl::SimpleAtoi(value, &flags->warmup_ms);
-    } else if (name == "--workers") {
-      ok = absl::SimpleAtoi(value, &flags->workers);
-    } else {
-      return false;
-    }
-    if (!ok) {
-      return false;
-    }
+  if (absl::StatusOr<std::vector<std::string>> args =
+          ParseCommandLine(argc, argv, {.usage = kUsage});
+      !args.ok()) {
+    std::fprintf(stderr, "lab_backend: %s\n",
+                 std::string(args.status().message()).c_str());
+    return false;
   }
+  flags->listen = absl::GetFlag(FLAGS_listen);
+  flags->name = absl::GetFlag(FLAGS_name);
+  flags->latency_us = absl::GetFlag(FLAGS_latency_us);
+  flags->cold_latency_us = absl::GetFlag(FLAGS_cold_latency_us);
+  flags->warmup_ms = absl::GetFlag(FLAGS_warmup_ms);
+  flags->workers = absl::GetFlag(FLAGS_workers);
   return flags->latency_us >= 0 && flags->workers >= 0;
 }
 
 int Main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, &flags)) {
-    std::fprintf(stderr,
-                 "usage: lab_backend [--listen HOST:PORT] [--name N] "
-                 "[--latency_us US] [--workers N] [--cold_latency_us US "
-                 "--warmup_ms MS]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   sigset_t signals;

@@ -10,19 +10,34 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <mutex>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "bench/load/latency.h"
+#include "lib/command_line.h"
+#include "lib/sync.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address");
+ABSL_FLAG(std::string, token, "", "Admin bearer token");
+ABSL_FLAG(std::string, group, "fanout", "group to create and change");
+ABSL_FLAG(int, subscribers, 100, "Watch streams");
+ABSL_FLAG(int, changes, 20, "changes to publish");
+ABSL_FLAG(int, channels, 20, "channels the streams share");
+ABSL_FLAG(int, server_pid, 0, "the server's pid, for its CPU time");
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr char kUsage[] =
+    "usage: fanout_load --target HOST:PORT --token T --subscribers N "
+    "--changes K --server-pid PID [--channels C]\n";
 
 struct Options {
   std::string target = "127.0.0.1:50051";
@@ -49,7 +64,7 @@ class Subscriber final : public grpc::ClientReadReactor<aside::v1::GroupUpdate> 
       return;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       arrivals_.emplace_back(update_.generation(), Clock::now());
     }
     latest_.store(update_.generation(), std::memory_order_release);
@@ -57,7 +72,7 @@ class Subscriber final : public grpc::ClientReadReactor<aside::v1::GroupUpdate> 
   }
 
   void OnDone(const grpc::Status& status) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     done_ = true;
     status_ = status;
   }
@@ -66,7 +81,7 @@ class Subscriber final : public grpc::ClientReadReactor<aside::v1::GroupUpdate> 
 
   // When the first update at or past `generation` arrived.
   Clock::time_point ArrivalOf(uint64_t generation) {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     for (const auto& [g, t] : arrivals_) {
       if (g >= generation) {
         return t;
@@ -77,7 +92,7 @@ class Subscriber final : public grpc::ClientReadReactor<aside::v1::GroupUpdate> 
 
   void Cancel() { context_.TryCancel(); }
   bool done() {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     return done_;
   }
 
@@ -86,34 +101,27 @@ class Subscriber final : public grpc::ClientReadReactor<aside::v1::GroupUpdate> 
   aside::v1::WatchRequest request_;
   aside::v1::GroupUpdate update_;
   std::atomic<uint64_t> latest_{0};
-  std::mutex mu_;
-  std::vector<std::pair<uint64_t, Clock::time_point>> arrivals_;
-  bool done_ = false;
-  grpc::Status status_;
+  aside::Mutex mu_;
+  std::vector<std::pair<uint64_t, Clock::time_point>> arrivals_
+      ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const std::string value = argv[i + 1];
-    if (flag == "--target") {
-      o->target = value;
-    } else if (flag == "--token") {
-      o->token = value;
-    } else if (flag == "--group") {
-      o->group = value;
-    } else if (flag == "--subscribers") {
-      if (!absl::SimpleAtoi(value, &o->subscribers)) return false;
-    } else if (flag == "--changes") {
-      if (!absl::SimpleAtoi(value, &o->changes)) return false;
-    } else if (flag == "--channels") {
-      if (!absl::SimpleAtoi(value, &o->channels)) return false;
-    } else if (flag == "--server-pid") {
-      if (!absl::SimpleAtoi(value, &o->server_pid)) return false;
-    } else {
-      return false;
-    }
+  if (absl::StatusOr<std::vector<std::string>> args =
+          aside::ParseCommandLine(argc, argv, {.usage = kUsage});
+      !args.ok()) {
+    std::cerr << "fanout_load: " << args.status().message() << "\n";
+    return false;
   }
+  o->target = absl::GetFlag(FLAGS_target);
+  o->token = absl::GetFlag(FLAGS_token);
+  o->group = absl::GetFlag(FLAGS_group);
+  o->subscribers = absl::GetFlag(FLAGS_subscribers);
+  o->changes = absl::GetFlag(FLAGS_changes);
+  o->channels = absl::GetFlag(FLAGS_channels);
+  o->server_pid = absl::GetFlag(FLAGS_server_pid);
   return o->subscribers > 0 && o->changes > 0 && o->channels > 0;
 }
 
@@ -144,8 +152,7 @@ bool WaitAll(std::vector<std::unique_ptr<Subscriber>>& subs,
 int main(int argc, char** argv) {
   Options o;
   if (!ParseArgs(argc, argv, &o)) {
-    std::cerr << "usage: fanout_load --target HOST:PORT --token T "
-                 "--subscribers N --changes K --server-pid PID [--channels C]\n";
+    std::cerr << kUsage;
     return 2;
   }
   auto admin = aside::v1::Admin::NewStub(

@@ -13,16 +13,31 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "bench/load/latency.h"
+#include "lib/command_line.h"
+#include "lib/json.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address");
+ABSL_FLAG(std::string, method, "pick", "pick or empty (grpc.health.v1 Check)");
+ABSL_FLAG(std::string, group, "demo", "group to pick from");
+ABSL_FLAG(int, concurrency, 16, "calls in flight");
+ABSL_FLAG(double, seconds, 5, "measured time");
+ABSL_FLAG(double, warmup, 1, "time before measuring");
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr char kUsage[] =
+    "usage: rpc_load --target HOST:PORT --method pick|empty [--group G] "
+    "[--concurrency N] [--seconds S] [--warmup S]\n";
 
 struct Options {
   std::string target = "127.0.0.1:50051";
@@ -84,25 +99,18 @@ class Caller {
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const std::string value = argv[i + 1];
-    if (flag == "--target") {
-      o->target = value;
-    } else if (flag == "--method") {
-      o->method = value;
-    } else if (flag == "--group") {
-      o->group = value;
-    } else if (flag == "--concurrency") {
-      if (!absl::SimpleAtoi(value, &o->concurrency)) return false;
-    } else if (flag == "--seconds") {
-      if (!absl::SimpleAtod(value, &o->seconds)) return false;
-    } else if (flag == "--warmup") {
-      if (!absl::SimpleAtod(value, &o->warmup)) return false;
-    } else {
-      return false;
-    }
+  if (absl::StatusOr<std::vector<std::string>> args =
+          aside::ParseCommandLine(argc, argv, {.usage = kUsage});
+      !args.ok()) {
+    std::cerr << "rpc_load: " << args.status().message() << "\n";
+    return false;
   }
+  o->target = absl::GetFlag(FLAGS_target);
+  o->method = absl::GetFlag(FLAGS_method);
+  o->group = absl::GetFlag(FLAGS_group);
+  o->concurrency = absl::GetFlag(FLAGS_concurrency);
+  o->seconds = absl::GetFlag(FLAGS_seconds);
+  o->warmup = absl::GetFlag(FLAGS_warmup);
   return (o->method == "pick" || o->method == "empty") && o->concurrency > 0;
 }
 
@@ -111,8 +119,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
 int main(int argc, char** argv) {
   Options options;
   if (!ParseArgs(argc, argv, &options)) {
-    std::cerr << "usage: rpc_load --target HOST:PORT --method pick|empty "
-                 "[--group G] [--concurrency N] [--seconds S] [--warmup S]\n";
+    std::cerr << kUsage;
     return 2;
   }
   grpc::ChannelArguments args;
@@ -175,6 +182,7 @@ int main(int argc, char** argv) {
       samples.MaxMicros(),
       first_error.empty()
           ? ""
-          : absl::StrCat(",\"first_error\":\"", first_error, "\"").c_str());
+          : absl::StrCat(",\"first_error\":", aside::JsonString(first_error))
+                .c_str());
   return errors > 0 && samples.size() == 0 ? 1 : 0;
 }

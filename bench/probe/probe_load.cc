@@ -58,13 +58,25 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "lib/clock.h"
+#include "lib/command_line.h"
 #include "server/health/health_registry.h"
+
+ABSL_FLAG(std::vector<std::string>, targets,
+          std::vector<std::string>({"1000", "10000"}),
+          "target counts to measure (1..60000 each)");
+ABSL_FLAG(double, seconds, 10, "measured time per phase");
+ABSL_FLAG(double, saturate_seconds, 2, "time of the saturation phase");
+ABSL_FLAG(int, rounds, 5, "rounds per target count");
+ABSL_FLAG(int, concurrency, 64, "the prober's concurrency cap");
+ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 
 namespace aside::bench {
 namespace {
@@ -74,6 +86,10 @@ using tcp = asio::ip::tcp;
 using server::HealthCheckSpec;
 using server::HealthHandle;
 using server::HealthRegistry;
+
+constexpr char kUsage[] =
+    "usage: probe_load [--targets=1000,10000] [--seconds=10] "
+    "[--saturate_seconds=2] [--rounds=5] [--concurrency=64] [--json=FILE]\n";
 
 struct Flags {
   std::vector<int> targets = {1000, 10000};
@@ -85,39 +101,26 @@ struct Flags {
 };
 
 bool ParseFlags(int argc, char** argv, Flags& flags) {
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    std::pair<std::string, std::string> kv = absl::StrSplit(
-        arg, absl::MaxSplits('=', 1));
-    if (kv.first == "--targets") {
-      flags.targets.clear();
-      for (absl::string_view part : absl::StrSplit(kv.second, ',')) {
-        int n = 0;
-        if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 60000) return false;
-        flags.targets.push_back(n);
-      }
-    } else if (kv.first == "--seconds") {
-      if (!absl::SimpleAtod(kv.second, &flags.seconds)) return false;
-    } else if (kv.first == "--saturate_seconds") {
-      if (!absl::SimpleAtod(kv.second, &flags.saturate_seconds)) return false;
-    } else if (kv.first == "--rounds") {
-      if (!absl::SimpleAtoi(kv.second, &flags.rounds) || flags.rounds < 1) {
-        return false;
-      }
-    } else if (kv.first == "--concurrency") {
-      if (!absl::SimpleAtoi(kv.second, &flags.concurrency) ||
-          flags.concurrency < 1) {
-        return false;
-      }
-    } else if (kv.first == "--json") {
-      flags.json = kv.second;
-    } else if (absl::StartsWith(arg, "--benchmark_")) {
-      // Ignored: bench/run.sh passes Google Benchmark flags to *_bench.
-    } else {
-      return false;
-    }
+  // bench/run.sh passes Google Benchmark flags to every tool: ignored.
+  if (absl::StatusOr<std::vector<std::string>> args = ParseCommandLine(
+          argc, argv, {.usage = kUsage, .ignored_prefixes = {"--benchmark_"}});
+      !args.ok()) {
+    std::fprintf(stderr, "probe_load: %s\n",
+                 std::string(args.status().message()).c_str());
+    return false;
   }
-  return true;
+  flags.targets.clear();
+  for (const std::string& part : absl::GetFlag(FLAGS_targets)) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 60000) return false;
+    flags.targets.push_back(n);
+  }
+  flags.seconds = absl::GetFlag(FLAGS_seconds);
+  flags.saturate_seconds = absl::GetFlag(FLAGS_saturate_seconds);
+  flags.rounds = absl::GetFlag(FLAGS_rounds);
+  flags.concurrency = absl::GetFlag(FLAGS_concurrency);
+  flags.json = absl::GetFlag(FLAGS_json);
+  return flags.rounds >= 1 && flags.concurrency >= 1;
 }
 
 double ThreadCpuSeconds(clockid_t clock) {
@@ -431,10 +434,7 @@ ProberRun RunProber(const Listeners& listeners, int targets,
 int Main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, flags)) {
-    std::fprintf(stderr,
-                 "usage: probe_load [--targets=1000,10000] [--seconds=10] "
-                 "[--saturate_seconds=2] [--rounds=5] [--concurrency=64] "
-                 "[--json=FILE]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   int most = 0;

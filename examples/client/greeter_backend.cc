@@ -8,9 +8,13 @@
 #include <atomic>
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "helloworld.grpc.pb.h"
+#include "lib/command_line.h"
 
 namespace {
 
@@ -20,10 +24,11 @@ class Greeter final : public helloworld::Greeter::Service {
   explicit Greeter(std::string host) : host_(std::move(host)) {}
   void set_port(int port) { port_.store(port); }
 
-  grpc::Status SayHello(grpc::ServerContext*, const helloworld::HelloRequest* req,
+  grpc::Status SayHello(grpc::ServerContext*,
+                        const helloworld::HelloRequest* req,
                         helloworld::HelloReply* reply) override {
-    reply->set_message(
-        absl::StrCat("hello ", req->name(), " from ", host_, ":", port_.load()));
+    reply->set_message(absl::StrCat("hello ", req->name(), " from ", host_, ":",
+                                    port_.load()));
     return grpc::Status::OK;
   }
 
@@ -34,13 +39,18 @@ class Greeter final : public helloworld::Greeter::Service {
 
 }  // namespace
 
+ABSL_FLAG(std::string, listen, "127.0.0.1:50061", "gRPC address");
+
 int main(int argc, char** argv) {
-  std::string listen = "127.0.0.1:50061";
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--listen") {
-      listen = argv[++i];
-    }
+  if (absl::StatusOr<std::vector<std::string>> args = aside::ParseCommandLine(
+          argc, argv,
+          {.usage = "usage: greeter_backend [--listen HOST:PORT]\n"});
+      !args.ok()) {
+    std::fprintf(stderr, "greeter_backend: %s\n",
+                 std::string(args.status().message()).c_str());
+    return 2;
   }
+  const std::string listen = absl::GetFlag(FLAGS_listen);
   Greeter greeter(listen.substr(0, listen.rfind(':')));
   int port = 0;
   grpc::ServerBuilder builder;
@@ -48,7 +58,8 @@ int main(int argc, char** argv) {
   builder.RegisterService(&greeter);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "greeter_backend: cannot listen on %s\n", listen.c_str());
+    std::fprintf(stderr, "greeter_backend: cannot listen on %s\n",
+                 listen.c_str());
     return 1;
   }
   greeter.set_port(port);

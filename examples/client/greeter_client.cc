@@ -11,41 +11,44 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "helloworld.grpc.pb.h"
+#include "lib/command_line.h"
+
+ABSL_FLAG(std::vector<std::string>, aside, {"localhost:50051"},
+          "Aside server address (repeatable: replicas)");
+ABSL_FLAG(std::string, group, "greeter", "the Greeter backends' group");
+ABSL_FLAG(std::string, name, "world", "HelloRequest.name");
+ABSL_FLAG(int, requests, 6, "requests to send");
+
+constexpr char kUsage[] =
+    "usage: greeter_client --aside HOST:PORT [--group NAME] [--requests N] "
+    "[--name NAME]\n";
 
 int main(int argc, char** argv) {
+  if (absl::StatusOr<std::vector<std::string>> args =
+          aside::ParseCommandLine(argc, argv, {.usage = kUsage});
+      !args.ok()) {
+    std::fprintf(stderr, "greeter_client: %s\n%s",
+                 std::string(args.status().message()).c_str(), kUsage);
+    return 2;
+  }
   aside::ClientOptions options;
-  std::string group_name = "greeter";
-  std::string name = "world";
-  int requests = 6;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const std::string value = argv[i + 1];
-    if (flag == "--aside") {
-      options.targets.push_back(value);
-    } else if (flag == "--group") {
-      group_name = value;
-    } else if (flag == "--name") {
-      name = value;
-    } else if (flag == "--requests" && absl::SimpleAtoi(value, &requests)) {
-    } else {
-      std::fprintf(stderr, "usage: greeter_client --aside HOST:PORT "
-                           "[--group NAME] [--requests N] [--name NAME]\n");
-      return 2;
-    }
-  }
-  if (options.targets.empty()) {
-    options.targets.push_back("localhost:50051");
-  }
+  options.targets = absl::GetFlag(FLAGS_aside);
+  const std::string group_name = absl::GetFlag(FLAGS_group);
+  const std::string name = absl::GetFlag(FLAGS_name);
+  const int requests = absl::GetFlag(FLAGS_requests);
   options.groups = {group_name};
   absl::StatusOr<std::unique_ptr<aside::Client>> client =
       aside::Client::Create(options);
   if (!client.ok()) {
-    std::fprintf(stderr, "greeter_client: %s\n", client.status().ToString().c_str());
+    std::fprintf(stderr, "greeter_client: %s\n",
+                 client.status().ToString().c_str());
     return 1;
   }
   aside::ClientGroup* group = (*client)->Group(group_name);

@@ -200,7 +200,7 @@ TEST_F(AsidectlTest, UsageErrorsExitWithTwo) {
   EXPECT_THAT(r.output, AllOf(HasSubstr("unknown command 'frobnicate'"), HasSubstr("usage:")));
   r = RunCommand({bin, "--bogus", "groups"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("unknown flag --bogus"));
+  EXPECT_THAT(r.output, HasSubstr("unknown flag '--bogus'"));
   r = Ctl({"group"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("missing group name"));

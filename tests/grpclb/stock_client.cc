@@ -22,7 +22,11 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "grpc/examples/helloworld.grpc.pb.h"
 
 namespace {
@@ -78,9 +82,16 @@ int Run(const std::string& target, const std::string& name, int pause_ms) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3 || argc > 4) {
-    std::fprintf(stderr, "usage: %s TARGET NAME [PAUSE_MS]\n", argv[0]);
+  absl::SetProgramUsageMessage(
+      "usage: grpclb_stock_client TARGET NAME [PAUSE_MS]");
+  // No flags of its own; abseil's --help and unknown-flag errors.
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  int pause_ms = 3;
+  if (args.size() < 3 || args.size() > 4 ||
+      (args.size() == 4 && !absl::SimpleAtoi(args[3], &pause_ms))) {
+    std::fprintf(stderr, "%s\n",
+                 std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
-  return Run(argv[1], argv[2], argc == 4 ? std::atoi(argv[3]) : 3);
+  return Run(args[1], args[2], pause_ms);
 }
