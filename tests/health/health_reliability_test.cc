@@ -320,8 +320,12 @@ TEST(BlackHoleTest, ThousandBlackHolesDoNotDelayAHealthyTarget) {
 TEST(RemovalTest, RemovingTargetsMidProbeIsHarmless) {
   FakeBackend hole(FakeBackend::Mode::kBlackHole);
   ASSERT_OK_AND_ASSIGN(uint16_t hole_port, hole.Listen());
+  // A body that stalls short of the body limit: a probe of it cannot end
+  // before its target is released (an endless body reaches the 1 MiB limit
+  // on loopback within milliseconds, and that result of a target still
+  // registered would be reported, rightly).
   FakeBackend endless(FakeBackend::Mode::kHttp);
-  endless.SetReply({FakeBackend::HttpKind::kEndlessBody, 200, ""});
+  endless.SetReply({FakeBackend::HttpKind::kStalledBody, 200, ""});
   ASSERT_OK_AND_ASSIGN(uint16_t endless_port, endless.Listen());
   RegistryUnderTest r;
   ProbeRecorder recorder(*r.registry);

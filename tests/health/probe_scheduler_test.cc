@@ -170,6 +170,39 @@ TEST(ProbeSchedulerTest, RemovedTargetNeverStartsAgainAndFreesItsSlotOnFinish) {
   EXPECT_EQ(s.in_flight(), 0u);
 }
 
+TEST(ProbeSchedulerTest, RemovalWhileQueuedOrAfterATimeoutStartsNothing) {
+  ProbeScheduler s(/*max_in_flight=*/1, 1);
+  ProbeScheduler::Actions a;
+  s.Add(1, Every(100, 50), kT0, a);
+  s.Add(2, Every(100, 50), kT0, a);
+  ASSERT_THAT(a.start, ElementsAre(1u));
+  ASSERT_EQ(s.waiting(), 1u);
+  // 2 is removed while it waits for a slot: it is forgotten at once.
+  s.Remove(2);
+  EXPECT_EQ(s.size(), 1u);
+
+  // 1 times out, and is removed before its probe has ended.
+  a.clear();
+  s.Poll(kT0 + 50 * kMs, a);
+  ASSERT_THAT(a.timed_out, ElementsAre(1u));
+  s.Remove(1);
+  a.clear();
+  s.Poll(kT0 + 60 * kMs, a);
+  EXPECT_THAT(a.timed_out, IsEmpty());
+  EXPECT_EQ(s.in_flight(), 1u);  // its slot is held until it ends
+
+  // Its end frees the slot and starts nothing: the queued target is gone.
+  s.Finished(1, kT0 + 61 * kMs, a);
+  EXPECT_THAT(a.start, IsEmpty());
+  EXPECT_EQ(s.in_flight(), 0u);
+  EXPECT_EQ(s.waiting(), 0u);
+  EXPECT_EQ(s.size(), 0u);
+  EXPECT_EQ(s.NextWake(), ProbeScheduler::kNever);
+  s.Poll(kT0 + 10'000 * kMs, a);
+  EXPECT_THAT(a.start, IsEmpty());
+  EXPECT_THAT(a.timed_out, IsEmpty());
+}
+
 TEST(ProbeSchedulerTest, JitterSpreadsTheIntervalWithinItsFraction) {
   ProbeScheduler s(8, /*seed=*/42);
   ProbeScheduler::Actions a;

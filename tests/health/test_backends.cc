@@ -189,6 +189,7 @@ class FakeBackend::Impl {
     owner_->Counted();
 
     bool endless = false;
+    bool stalled = false;
     switch (reply.kind) {
       case HttpKind::kStatus:
         conn->out = absl::StrCat("HTTP/1.1 ", reply.status,
@@ -207,25 +208,37 @@ class FakeBackend::Impl {
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
         endless = true;
         break;
+      case HttpKind::kStalledBody: {
+        conn->out = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        const std::string chunk =
+            absl::StrCat("1000\r\n", std::string(4096, 'b'), "\r\n");
+        for (int i = 0; i < 128; ++i) {
+          conn->out += chunk;
+        }
+        stalled = true;
+        break;
+      }
     }
-    asio::async_write(conn->socket, asio::buffer(conn->out),
-                      [this, conn, endless](error_code ec, std::size_t) {
-                        if (ec || !endless) {
-                          if (!ec) {
-                            error_code ignored;
-                            conn->socket.shutdown(tcp::socket::shutdown_send,
-                                                  ignored);
-                            Discard(conn);  // until the client closes
-                          } else {
-                            Close(conn);
-                          }
-                          return;
-                        }
-                        conn->out = absl::StrCat("1000\r\n",
-                                                 std::string(4096, 'b'),
-                                                 "\r\n");
-                        WriteForever(conn);
-                      });
+    asio::async_write(
+        conn->socket, asio::buffer(conn->out),
+        [this, conn, endless, stalled](error_code ec, std::size_t) {
+          if (!ec && stalled) {
+            Discard(conn);  // the body never ends
+            return;
+          }
+          if (ec || !endless) {
+            if (!ec) {
+              error_code ignored;
+              conn->socket.shutdown(tcp::socket::shutdown_send, ignored);
+              Discard(conn);  // until the client closes
+            } else {
+              Close(conn);
+            }
+            return;
+          }
+          conn->out = absl::StrCat("1000\r\n", std::string(4096, 'b'), "\r\n");
+          WriteForever(conn);
+        });
   }
 
   void WriteForever(const ConnPtr& conn) {

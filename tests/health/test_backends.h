@@ -42,6 +42,10 @@ class FakeBackend {
     kRaw,          // `raw` verbatim, then close
     kHugeHeader,   // 200 with a 1 MiB header block
     kEndlessBody,  // 200 with a chunked body that never ends
+    // 200 with a chunked body that sends 512 KiB (half the largest body
+    // limit) and then stalls: it neither ends nor exceeds a limit, so the
+    // probe is still reading it until its timeout.
+    kStalledBody,
   };
   struct HttpReply {
     HttpKind kind = HttpKind::kStatus;
