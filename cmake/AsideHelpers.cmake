@@ -16,6 +16,10 @@ if(ASIDE_SANITIZE)
   if(ASIDE_SANITIZE MATCHES "undefined")
     add_compile_options(-fno-sanitize-recover=undefined)
   endif()
+  # The instrumentation changes GCC's flow analysis: -Wmaybe-uninitialized
+  # then fires inside Boost.Beast's parser headers, where the optimised
+  # build proves the value is set. Still shown, no longer fatal.
+  add_compile_options(-Wno-error=maybe-uninitialized)
   if(ASIDE_SANITIZE MATCHES "thread")
     # GCC warns that TSan does not model atomic_thread_fence (used inside
     # Boost.Asio); the warning is about the tool, not the code.
