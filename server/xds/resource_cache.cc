@@ -1,0 +1,102 @@
+#include "server/xds/resource_cache.h"
+
+#include "server/grpclb_service.h"
+
+namespace aside::server::xds {
+
+namespace {
+
+bool RingHash(const GroupSpec& spec, bool ring_hash_safe) {
+  return ring_hash_safe && IsHashPolicy(spec.policy.kind);
+}
+
+}  // namespace
+
+ResourceCache::Found ResourceCache::Listener(const std::string& name,
+                                             bool ring_hash_safe) {
+  Found out;
+  out.group = ResolveGrpclbName(*groups_, name);
+  if (out.group == nullptr) {
+    return out;
+  }
+  std::shared_ptr<const GroupSpec> spec = out.group->spec_snapshot();
+  const bool hashing = RingHash(*spec, ring_hash_safe);
+  out.ring_hash_fallback = !ring_hash_safe && IsHashPolicy(spec->policy.kind);
+  std::lock_guard<std::mutex> lock(mu_);
+  SpecEntry& e = listeners_[{name, hashing}];
+  // The listener depends on the group's name and whether it hashes; a new
+  // spec pointer means a publication that may have changed either.
+  if (e.resource == nullptr || e.spec != spec) {
+    ResourcePtr r =
+        MakeResource(name, BuildListener(name, out.group->name(), hashing));
+    if (e.resource == nullptr || e.resource->version != r->version) {
+      e.resource = std::move(r);
+    }
+    e.spec = std::move(spec);
+  }
+  out.resource = e.resource;
+  return out;
+}
+
+ResourceCache::Found ResourceCache::Cluster(const std::string& name,
+                                            bool ring_hash_safe) {
+  Found out;
+  out.group = groups_->Find(name);
+  if (out.group == nullptr) {
+    return out;
+  }
+  std::shared_ptr<const GroupSpec> spec = out.group->spec_snapshot();
+  const bool hashing = RingHash(*spec, ring_hash_safe);
+  out.ring_hash_fallback = !ring_hash_safe && IsHashPolicy(spec->policy.kind);
+  std::lock_guard<std::mutex> lock(mu_);
+  SpecEntry& e = clusters_[{name, hashing}];
+  if (e.resource == nullptr || e.spec != spec) {
+    ResourcePtr r =
+        MakeResource(name, BuildCluster(name, spec->policy, hashing));
+    if (e.resource == nullptr || e.resource->version != r->version) {
+      e.resource = std::move(r);
+    }
+    e.spec = std::move(spec);
+  }
+  out.resource = e.resource;
+  return out;
+}
+
+ResourceCache::Found ResourceCache::Endpoints(const std::string& name) {
+  Found out;
+  out.group = groups_->Find(name);
+  if (out.group == nullptr) {
+    return out;
+  }
+  TableConstPtr table = out.group->table();
+  std::lock_guard<std::mutex> lock(mu_);
+  TableEntry& e = endpoints_[name];
+  if (e.resource == nullptr || e.generation != table->generation()) {
+    ResourcePtr r = MakeResource(name, BuildLoadAssignment(*table));
+    if (e.resource == nullptr || e.resource->version != r->version) {
+      e.resource = std::move(r);
+    }
+    e.generation = table->generation();
+  }
+  out.resource = e.resource;
+  return out;
+}
+
+void ResourceCache::Prune() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = listeners_.begin(); it != listeners_.end();) {
+    it = ResolveGrpclbName(*groups_, it->first.first) == nullptr
+             ? listeners_.erase(it)
+             : std::next(it);
+  }
+  for (auto it = clusters_.begin(); it != clusters_.end();) {
+    it = groups_->Find(it->first.first) == nullptr ? clusters_.erase(it)
+                                                   : std::next(it);
+  }
+  for (auto it = endpoints_.begin(); it != endpoints_.end();) {
+    it = groups_->Find(it->first) == nullptr ? endpoints_.erase(it)
+                                             : std::next(it);
+  }
+}
+
+}  // namespace aside::server::xds
