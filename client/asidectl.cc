@@ -27,6 +27,7 @@
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "client/credentials.h"
 #include "lib/duration.h"
+#include "client/xds_bootstrap.h"
 #include "lib/policy_config.h"
 #include "proto/convert.h"
 #include "proto/yaml/group_yaml.h"
@@ -50,6 +51,8 @@ commands:
   remove-backend GROUP ADDR...
   drain GROUP ADDR...
   undrain GROUP ADDR...
+  xds-bootstrap [--node-id ID]    print a bootstrap for stock gRPC xDS clients
+                                  (xds:///GROUP) that names --server
 
 flags:
   --server HOST:PORT     Aside server (default $ASIDE_SERVER or localhost:50051)
@@ -90,7 +93,8 @@ const std::map<std::string, bool>& KnownFlags() {
       {"tls-ca", true},   {"tls-cert", true},        {"tls-key", true},
       {"tls-server-name", true}, {"json", false},    {"timeout", true},
       {"count", true},    {"updates", true},         {"backend", true},
-      {"policy", true},   {"health-check", true},    {"help", false}};
+      {"policy", true},   {"health-check", true},    {"help", false},
+      {"node-id", true}};
   return *flags;
 }
 
@@ -659,6 +663,20 @@ int Main(int argc, char** argv) {
   if (server.empty()) {
     const char* env = std::getenv("ASIDE_SERVER");
     server = env != nullptr && *env != '\0' ? env : "localhost:50051";
+  }
+  if (args.positional[0] == "xds-bootstrap") {
+    XdsBootstrapOptions options{.server = server};
+    if (args.Has("node-id")) {
+      options.node_id = args.Get("node-id");
+    }
+    absl::StatusOr<std::string> json = XdsBootstrapJson(options);
+    if (!json.ok()) {
+      std::cerr << "asidectl: xds-bootstrap: " << json.status().message()
+                << "\n";
+      return 2;
+    }
+    std::cout << *json;
+    return 0;
   }
   TlsOptions tls;
   tls.enabled = args.Has("tls") || args.Has("tls-ca") || args.Has("tls-cert") ||

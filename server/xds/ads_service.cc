@@ -158,8 +158,9 @@ class AdsService::Stream final
       ring_hash_safe_ = RingHashSafe(request_.node());
       Log(LogLevel::kInfo, "xds.stream",
           {{"node", node_id_},
-           {"user_agent", absl::StrCat(request_.node().user_agent_name(), " ",
-                                       request_.node().user_agent_version())},
+           {"user_agent", request_.node().user_agent_name().substr(0, 128)},
+           {"user_agent_version",
+            request_.node().user_agent_version().substr(0, 128)},
            {"ring_hash", ring_hash_safe_ ? "yes" : "no"},
            {"peer", context_->peer()}});
     }

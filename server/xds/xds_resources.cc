@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -31,16 +32,37 @@ ResourcePtr MakeResource(std::string name,
   return r;
 }
 
+namespace {
+
+// The number at the start of `text` (after spaces), or -1.
+int LeadingNumber(absl::string_view text) {
+  while (!text.empty() && text.front() == ' ') {
+    text.remove_prefix(1);
+  }
+  size_t end = 0;
+  while (end < text.size() && absl::ascii_isdigit(text[end])) {
+    ++end;
+  }
+  int n = -1;
+  return end > 0 && absl::SimpleAtoi(text.substr(0, end), &n) ? n : -1;
+}
+
+}  // namespace
+
 bool RingHashSafe(const core::Node& node) {
   const std::string& name = node.user_agent_name();
   const std::string& version = node.user_agent_version();
-  if (absl::StrContains(name, "C-core")) {
-    // "29.0.0": the C-core major version.
-    int major = 0;
-    const absl::string_view head =
-        absl::string_view(version).substr(0, version.find('.'));
-    return absl::SimpleAtoi(head, &major) &&
-           major >= kFirstCoreWithWorkingRingHash;
+  constexpr absl::string_view kCore = "C-core";
+  if (absl::StrContains(name, kCore) || absl::StrContains(version, kCore)) {
+    // C-core based clients: the version is either the core's ("29.0.0")
+    // or names it ("C-core 29.0.0 Python 1.51.1", what Debian's Python
+    // grpcio 1.51 sends under the name "gRPC C-core linux Python").
+    int major = LeadingNumber(version);
+    if (const size_t at = absl::string_view(version).find(kCore);
+        at != absl::string_view::npos) {
+      major = LeadingNumber(absl::string_view(version).substr(at + kCore.size()));
+    }
+    return major >= kFirstCoreWithWorkingRingHash;
   }
   // Pure-language implementations whose ring hash has long been in use.
   return absl::StartsWith(name, "gRPC Go") ||
