@@ -166,7 +166,7 @@ class AdsService::Stream final
     }
     const int type = TypeIndex(request_.type_url());
     if (type < 0) {
-      Count(request_.type_url().substr(0, 64), "unknown_type");
+      Count("other", "unknown_type");
       return;
     }
     TypeState& t = types_[type];

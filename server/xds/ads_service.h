@@ -85,7 +85,7 @@ class AdsService final
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
-  // Taken alone (never while taking another lock). `known_` mirrors
+  // Taken last (nothing else is locked while it is held). `known_` mirrors
   // watched_ so that re-evaluations queue only groups not yet watched.
   std::mutex pending_mu_;
   std::vector<GroupPtr> pending_ ABSL_GUARDED_BY(pending_mu_);

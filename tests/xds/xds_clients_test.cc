@@ -77,23 +77,42 @@ class XdsClientsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_OK_AND_ASSIGN(backends_, GreeterBackends::Start(kBackends, &log_));
-    const std::string tokens =
-        dir_.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n"));
+    tokens_ = dir_.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n"));
     // LRS reports every second (the grpclb report interval).
-    const std::string config = dir_.WriteFile(
-        "aside.yaml", absl::StrCat("admin: {token_file: ", tokens, "}\n",
+    config_ = dir_.WriteFile(
+        "aside.yaml", absl::StrCat("admin: {token_file: ", tokens_, "}\n",
                                    "grpclb: {client_stats_report_interval: 1s}\n"));
-    ASSERT_OK_AND_ASSIGN(
-        server_, aside::testing::StartServer(dir_.path() + "/state",
-                                             {"--config", config}));
-    ASSERT_GT(server_.grpc_port, 0);
-    admin_ = v1::Admin::NewStub(grpc::CreateChannel(
-        server_.target(), grpc::InsecureChannelCredentials()));
+    // The bootstrap names the port, so it is chosen up front and kept
+    // across restarts (another one if it was taken meanwhile).
+    absl::Status started;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      port_ = aside::testing::PickUnusedPort();
+      started = StartAside();
+      if (started.ok()) {
+        break;
+      }
+    }
+    ASSERT_OK(started);
     // The bootstrap `asidectl xds-bootstrap` prints.
     ASSERT_OK_AND_ASSIGN(const std::string bootstrap,
                          XdsBootstrapJson({.server = server_.target(),
                                            .node_id = "xds-clients-test"}));
     bootstrap_ = dir_.WriteFile("bootstrap.json", bootstrap);
+  }
+
+  // Starts aside-server on port_ with the state in dir_/state.
+  absl::Status StartAside() {
+    ASIDE_ASSIGN_OR_RETURN(
+        server_, aside::testing::StartServer(
+                     dir_.path() + "/state",
+                     {"--config", config_, "--listen",
+                      absl::StrCat("127.0.0.1:", port_)}));
+    if (server_.grpc_port != port_) {
+      return absl::UnavailableError("aside-server did not take its port");
+    }
+    admin_ = v1::Admin::NewStub(grpc::CreateChannel(
+        server_.target(), grpc::InsecureChannelCredentials()));
+    return absl::OkStatus();
   }
 
   void TearDown() override {
@@ -333,6 +352,9 @@ class XdsClientsTest : public ::testing::Test {
   std::unique_ptr<GreeterBackends> backends_;
   RunningServer server_;
   std::unique_ptr<v1::Admin::Stub> admin_;
+  std::string tokens_;
+  std::string config_;
+  int port_ = 0;
   std::string bootstrap_;
   std::vector<StockClient> clients_;
 };
@@ -340,13 +362,13 @@ class XdsClientsTest : public ::testing::Test {
 TEST_F(XdsClientsTest, WeightsThreeToOneHoldInStockClients) {
   CreateGroup({300, 100});
   StartClients();
-  ExpectSplit({0.75, 0.25}, 2500);
+  ExpectSplit({0.75, 0.25}, 4000);
 }
 
 TEST_F(XdsClientsTest, WeightsFiveOneOneHoldInStockClients) {
   CreateGroup({500, 100, 100});
   StartClients();
-  ExpectSplit({5.0 / 7, 1.0 / 7, 1.0 / 7}, 2500);
+  ExpectSplit({5.0 / 7, 1.0 / 7, 1.0 / 7}, 4000);
 }
 
 TEST_F(XdsClientsTest, AnAliasResolvesToItsGroup) {
@@ -456,6 +478,48 @@ TEST_F(XdsClientsTest, LoadReportsReachTheGroupsLoadView) {
   }
   EXPECT_EQ(reported(), 2) << group.DebugString();
   EXPECT_GE(MetricValue({"aside_xds_load_reports_total", "accepted"}), 2);
+}
+
+TEST_F(XdsClientsTest, ClientsKeepTheirConfigWhileAsideIsDownThenFollowIt) {
+  CreateGroup({100, 100});
+  StartClients();
+  WaitUntilClientsCall({0, 1}, 5);
+
+  server_.process->Signal(SIGKILL);
+  ASSERT_TRUE(server_.process->Wait(kWait).has_value());
+  // The management server is gone: the clients keep calling the last
+  // assignment's backends and nothing fails.
+  const auto down = Positions();
+  WaitForMoreCalls(down, 300);
+  for (const StockClient& c : clients_) {
+    const std::vector<int> per_backend =
+        PerBackend(log_.CallsSince(c.name, down.at(c.name)));
+    EXPECT_GT(per_backend[0], 50) << c.name;
+    EXPECT_GT(per_backend[1], 50) << c.name;
+  }
+
+  // Back on the same port with its state: a change made after the restart
+  // reaches the clients through their reconnected streams.
+  const absl::Time restarted = absl::Now();
+  ASSERT_OK(StartAside());
+  Add(2);
+  Drain(1);
+  WaitUntilClientsCall({2}, 50, Positions());
+  RecordProperty("seconds_to_follow_the_restarted_server",
+                 absl::StrCat(absl::ToDoubleSeconds(absl::Now() - restarted)));
+  const auto followed = Positions();
+  WaitForMoreCalls(followed, 200);
+  for (const StockClient& c : clients_) {
+    const std::vector<int> per_backend =
+        PerBackend(log_.CallsSince(c.name, followed.at(c.name)));
+    EXPECT_EQ(per_backend[1], 0) << c.name;
+    EXPECT_GT(per_backend[0], 50) << c.name;
+    EXPECT_GT(per_backend[2], 50) << c.name;
+    for (const std::string& line : c.process->stderr_lines()) {
+      EXPECT_THAT(line, ::testing::Not(HasSubstr("event=call.failed")))
+          << c.name;
+    }
+  }
 }
 
 // A raw ADS client on the generated stubs.
