@@ -134,6 +134,8 @@ std::string BackendFromLocality(const core::Locality& locality) {
 endpoint::ClusterLoadAssignment BuildLoadAssignment(const Table& table) {
   endpoint::ClusterLoadAssignment out;
   out.set_cluster_name(table.group());
+  // Aside's round robin ignores weights: so do its xDS clients.
+  const bool weighted = table.policy().kind != PolicyKind::kRoundRobin;
   for (uint32_t i = 0; i < table.size(); ++i) {
     const Member& m = table.member(i);
     if (!table.eligible(i) || m.weight == 0) {
@@ -147,7 +149,8 @@ endpoint::ClusterLoadAssignment BuildLoadAssignment(const Table& table) {
     locality->mutable_locality()->set_region(m.backend.locality.region);
     locality->mutable_locality()->set_zone(m.backend.locality.zone);
     locality->mutable_locality()->set_sub_zone(EncodedSubZone(m.backend));
-    locality->mutable_load_balancing_weight()->set_value(m.weight);
+    const uint32_t weight = weighted ? m.weight : 1;
+    locality->mutable_load_balancing_weight()->set_value(weight);
     endpoint::LbEndpoint* lb = locality->add_lb_endpoints();
     core::SocketAddress* socket = lb->mutable_endpoint()
                                       ->mutable_address()
@@ -155,7 +158,7 @@ endpoint::ClusterLoadAssignment BuildLoadAssignment(const Table& table) {
     socket->set_address(a->host);
     socket->set_port_value(a->port);
     lb->set_health_status(core::HEALTHY);
-    lb->mutable_load_balancing_weight()->set_value(m.weight);
+    lb->mutable_load_balancing_weight()->set_value(weight);
   }
   return out;
 }

@@ -55,6 +55,19 @@ TEST(XdsLoadAssignmentTest, EachBackendIsALocalityWeightedByItsWeight) {
   }
 }
 
+TEST(XdsLoadAssignmentTest, RoundRobinIgnoresWeightsAsAsideDoes) {
+  PolicyConfig rr;
+  rr.kind = PolicyKind::kRoundRobin;
+  absl::StatusOr<TableConstPtr> t = Table::Create(
+      MakeTableSpec(rr, {.weights = {300, 100}}), nullptr, nullptr);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const auto cla = BuildLoadAssignment(**t);
+  ASSERT_EQ(cla.endpoints_size(), 2);
+  for (const auto& l : cla.endpoints()) {
+    EXPECT_EQ(l.load_balancing_weight().value(), 1u);
+  }
+}
+
 TEST(XdsLoadAssignmentTest, OnlyEligibleBackendsAreListed) {
   // Backend 1 is not ready, backend 2 drained (weight 0).
   TableConstPtr table =
