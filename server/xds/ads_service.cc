@@ -40,9 +40,9 @@ int TypeIndex(const std::string& type_url) {
 class AdsService::GroupWatcher final : public Group::Listener {
  public:
   explicit GroupWatcher(AdsService* service) : service_(service) {}
-  void OnPublish(Group& /*group*/) override { service_->PokeAll(); }
-  void OnRemoved(Group& /*group*/, uint64_t /*generation*/) override {
-    service_->PokeAll();
+  void OnPublish(Group& group) override { service_->PokeUsers(group.name()); }
+  void OnRemoved(Group& group, uint64_t /*generation*/) override {
+    service_->PokeUsers(group.name());
   }
 
  private:
@@ -123,10 +123,22 @@ class AdsService::Stream final
   }
 
   // Re-evaluates what the client should have (publication callbacks and the
-  // ticker, with the service's mu_ held).
-  void Poke() {
+  // ticker, with the service's mu_ held). `forget` starts the set of groups
+  // the stream uses afresh (the ticker's full pass).
+  void Poke(bool forget = false) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (forget) {
+      uses_.clear();
+    }
     WriteNextLocked();
+  }
+
+  // Re-evaluates only when the stream's resources came from `group`.
+  void PokeIfUses(const std::string& group) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (uses_.contains(group)) {
+      WriteNextLocked();
+    }
   }
 
   void Shutdown() {
@@ -231,6 +243,7 @@ class AdsService::Stream final
           break;  // routes are inline in listeners: none by name
       }
       if (f.group != nullptr) {
+        uses_.insert(f.group->name());
         service_->WatchLater(f.group);
       }
       if (f.resource == nullptr) {
@@ -337,6 +350,11 @@ class AdsService::Stream final
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   bool ring_hash_safe_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> fallbacks_logged_ ABSL_GUARDED_BY(mu_);
+  // Groups the stream's resources came from since the ticker's last full
+  // pass: publications of other groups do not concern it. Every write
+  // completion re-evaluates every type, so a type skipped by an early
+  // return is resolved (and recorded) right after.
+  std::set<std::string> uses_ ABSL_GUARDED_BY(mu_);
   uint64_t nonce_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -388,6 +406,13 @@ void AdsService::PokeAll() {
   std::lock_guard<std::mutex> lock(mu_);
   for (Stream* s : streams_) {
     s->Poke();
+  }
+}
+
+void AdsService::PokeUsers(const std::string& group) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Stream* s : streams_) {
+    s->PokeIfUses(group);
   }
 }
 
@@ -446,9 +471,10 @@ void AdsService::Ticker() {
     if (stop_) {
       break;
     }
-    // Names may now resolve to groups created meanwhile.
+    // Names may now resolve to groups created meanwhile, or (aliases
+    // changed) to other groups.
     for (Stream* s : streams_) {
-      s->Poke();
+      s->Poke(/*forget=*/true);
     }
     lock.unlock();
     RegisterPending();

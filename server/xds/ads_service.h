@@ -17,7 +17,9 @@
 // with error_detail, rejects it: the rejection is logged with the client's
 // node id and counted, and a response of the rejected version is never sent
 // again on that stream. A changed set of names is answered at once; a group
-// publication re-evaluates every stream and sends only what changed.
+// publication re-evaluates the streams that use the group and sends only
+// what changed; once a second every stream is re-evaluated (names that now
+// resolve, or resolve elsewhere).
 //
 // Threads: gRPC reactor callbacks, group publication callbacks and the
 // ticker thread. Lock order: a group's listener lock → mu_ → a stream's
@@ -63,8 +65,11 @@ class AdsService final
   // Hears every publication of the groups some stream uses.
   class GroupWatcher;
 
-  // Re-evaluates every stream (group publications, deletions, new groups).
+  // Re-evaluates every stream.
   void PokeAll();
+  // Re-evaluates the streams whose resources came from `group` (its
+  // publications and deletion).
+  void PokeUsers(const std::string& group);
   // Queues `group` to be subscribed to (any thread, any locks).
   void WatchLater(const GroupPtr& group);
   // Drops `group` from known_ (it is no longer watched).
