@@ -6,6 +6,11 @@ namespace aside::server::xds {
 
 namespace {
 
+// Target names are chosen by clients and many spellings reach one group
+// ("web.a", "web.b" by first label): past this many cached listeners, new
+// ones are built for the asking stream and not kept.
+constexpr size_t kMaxCachedListeners = 10'000;
+
 bool RingHash(const GroupSpec& spec, bool ring_hash_safe) {
   return ring_hash_safe && IsHashPolicy(spec.policy.kind);
 }
@@ -23,7 +28,13 @@ ResourceCache::Found ResourceCache::Listener(const std::string& name,
   const bool hashing = RingHash(*spec, ring_hash_safe);
   out.ring_hash_fallback = !ring_hash_safe && IsHashPolicy(spec->policy.kind);
   std::lock_guard<std::mutex> lock(mu_);
-  SpecEntry& e = listeners_[{name, hashing}];
+  const std::pair<std::string, bool> key(name, hashing);
+  if (listeners_.size() >= kMaxCachedListeners && !listeners_.contains(key)) {
+    out.resource =
+        MakeResource(name, BuildListener(name, out.group->name(), hashing));
+    return out;
+  }
+  SpecEntry& e = listeners_[key];
   // The listener depends on the group's name and whether it hashes; a new
   // spec pointer means a publication that may have changed either.
   if (e.resource == nullptr || e.spec != spec) {
