@@ -26,6 +26,7 @@
 #include "aside/v1/admin.grpc.pb.h"
 #include "client/xds_bootstrap.h"
 #include "envoy/config/cluster/v3/cluster.pb.h"
+#include "envoy/config/listener/v3/listener.pb.h"
 #include "envoy/service/discovery/v3/discovery.grpc.pb.h"
 #include "lib/status_macros.h"
 #include "tests/grpclb/greeter_backends.h"
@@ -614,6 +615,21 @@ TEST_F(XdsClientsTest, AnUnknownNameIsAnsweredWithoutItAndCounted) {
   r = ads.Read();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->resources_size(), 2);
+  ASSERT_TRUE(ads.Send(kListenerType, {"nosuch", "web"}, r->version_info(),
+                       r->nonce()));
+  // Deleted, it leaves the next response.
+  v1::DeleteGroupRequest request;
+  request.set_name("nosuch");
+  v1::DeleteGroupResponse deleted;
+  const grpc::Status s =
+      admin_->DeleteGroup(AdminContext().get(), request, &deleted);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  r = ads.Read();
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->resources_size(), 1);
+  envoy::config::listener::v3::Listener listener;
+  ASSERT_TRUE(r->resources(0).UnpackTo(&listener));
+  EXPECT_EQ(listener.name(), "web");
 }
 
 }  // namespace
