@@ -79,11 +79,16 @@ ResourceCache::Found ResourceCache::Endpoints(const std::string& name) {
   if (out.group == nullptr) {
     return out;
   }
+  // Every spec change takes a new generation, so the generation covers the
+  // drop option too.
   TableConstPtr table = out.group->table();
+  const double drop_in_panic =
+      out.group->spec_snapshot()->grpclb.drop_in_panic_percent;
   std::lock_guard<std::mutex> lock(mu_);
   TableEntry& e = endpoints_[name];
   if (e.resource == nullptr || e.generation != table->generation()) {
-    ResourcePtr r = MakeResource(name, BuildLoadAssignment(*table));
+    ResourcePtr r =
+        MakeResource(name, BuildLoadAssignment(*table, drop_in_panic));
     if (e.resource == nullptr || e.resource->version != r->version) {
       e.resource = std::move(r);
     }

@@ -1,5 +1,7 @@
 #include "server/xds/xds_resources.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/ascii.h"
@@ -131,7 +133,8 @@ std::string BackendFromLocality(const core::Locality& locality) {
   return slash == std::string::npos ? sub_zone : sub_zone.substr(slash + 1);
 }
 
-endpoint::ClusterLoadAssignment BuildLoadAssignment(const Table& table) {
+endpoint::ClusterLoadAssignment BuildLoadAssignment(
+    const Table& table, double drop_in_panic_percent) {
   endpoint::ClusterLoadAssignment out;
   out.set_cluster_name(table.group());
   // Aside's round robin ignores weights: so do its xDS clients.
@@ -159,6 +162,14 @@ endpoint::ClusterLoadAssignment BuildLoadAssignment(const Table& table) {
     socket->set_port_value(a->port);
     lb->set_health_status(core::HEALTHY);
     lb->mutable_load_balancing_weight()->set_value(weight);
+  }
+  if (table.panic() && drop_in_panic_percent > 0 && out.endpoints_size() > 0) {
+    auto* drop = out.mutable_policy()->add_drop_overloads();
+    drop->set_category("panic");
+    drop->mutable_drop_percentage()->set_denominator(
+        envoy::type::v3::FractionalPercent::MILLION);
+    drop->mutable_drop_percentage()->set_numerator(static_cast<uint32_t>(
+        std::lround(std::min(drop_in_panic_percent, 90.0) * 10'000)));
   }
   return out;
 }

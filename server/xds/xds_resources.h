@@ -97,9 +97,12 @@ envoy::config::cluster::v3::Cluster BuildCluster(const std::string& group,
                                                  const PolicyConfig& policy,
                                                  bool ring_hash);
 
-// The endpoints of `table` in the weight encoding above.
+// The endpoints of `table` in the weight encoding above. While the table is
+// in panic and `drop_in_panic_percent` (the group's grpclb option, 0..90)
+// is set, clients are told to drop that share of calls (category
+// "panic"), as grpclb clients are.
 envoy::config::endpoint::v3::ClusterLoadAssignment BuildLoadAssignment(
-    const Table& table);
+    const Table& table, double drop_in_panic_percent = 0);
 
 // The sub_zone BuildLoadAssignment gives a backend.
 std::string EncodedSubZone(const Backend& backend);

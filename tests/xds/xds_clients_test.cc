@@ -523,6 +523,42 @@ TEST_F(XdsClientsTest, ClientsKeepTheirConfigWhileAsideIsDownThenFollowIt) {
   }
 }
 
+TEST_F(XdsClientsTest, PanicDropsReachStockClients) {
+  // Backend 0 answers; the second member's port has no listener, so its
+  // TCP probe fails at once. With a panic threshold of 100 % the group is
+  // in panic from then on, and drop_in_panic_percent tells clients to drop
+  // half their calls, as grpclb clients do.
+  v1::CreateGroupRequest request;
+  v1::Group* g = request.mutable_group();
+  g->set_name("web");
+  g->mutable_policy()->mutable_weighted_round_robin();
+  v1::HealthCheck* check = g->mutable_health_check();
+  check->set_kind(v1::HealthCheck::TCP);
+  check->mutable_interval()->set_nanos(100'000'000);
+  check->mutable_timeout()->set_nanos(100'000'000);
+  check->set_fall(1);
+  check->set_rise(1);
+  g->set_panic_threshold(100);
+  g->mutable_grpclb()->set_drop_in_panic_percent(50);
+  g->add_backends()->set_address(backends_->address(0));
+  g->add_backends()->set_address(
+      absl::StrCat("127.0.0.1:", aside::testing::PickUnusedPort()));
+  v1::Group created;
+  const grpc::Status s =
+      admin_->CreateGroup(AdminContext().get(), request, &created);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  StartClients();
+  for (StockClient& c : clients_) {
+    ASSERT_OK_AND_ASSIGN(const std::string failure,
+                         c.process->WaitForLine("event=call.failed", kWait));
+    RecordProperty(c.name + "_drop", failure);
+    EXPECT_EQ(aside::testing::LogField(failure, "code"), "14") << failure;
+    EXPECT_THAT(failure, HasSubstr("drop")) << failure;
+  }
+  // Calls that are not dropped still reach the answering backend.
+  WaitUntilClientsCall({0}, 20);
+}
+
 // A raw ADS client on the generated stubs.
 class AdsClient {
  public:

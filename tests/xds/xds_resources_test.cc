@@ -86,6 +86,18 @@ TEST(XdsLoadAssignmentTest, PanicListsEveryNonDrainedBackend) {
                                    .panic_threshold = 50});
   ASSERT_TRUE(table->panic());
   EXPECT_EQ(BuildLoadAssignment(*table).endpoints_size(), 3);
+  EXPECT_FALSE(BuildLoadAssignment(*table).has_policy());
+  // grpclb's drop_in_panic_percent: the same share dropped by xDS clients.
+  const auto cla = BuildLoadAssignment(*table, 25);
+  ASSERT_EQ(cla.policy().drop_overloads_size(), 1);
+  EXPECT_EQ(cla.policy().drop_overloads(0).category(), "panic");
+  EXPECT_EQ(cla.policy().drop_overloads(0).drop_percentage().numerator(),
+            250'000u);
+  EXPECT_EQ(cla.policy().drop_overloads(0).drop_percentage().denominator(),
+            envoy::type::v3::FractionalPercent::MILLION);
+  // Out of panic, nothing is dropped.
+  TableConstPtr healthy = MakeTable({.weights = {100, 100}, .panic_threshold = 50});
+  EXPECT_FALSE(BuildLoadAssignment(*healthy, 25).has_policy());
 }
 
 TEST(XdsLocalityTest, SubZoneKeepsTheBackendsOwnSubZone) {
