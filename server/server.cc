@@ -187,7 +187,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       });
   // xDS for stock gRPC clients; LRS reports arrive as often as grpclb's.
   server->ads_service_ = std::make_unique<xds::AdsService>(
-      server->groups_.get(), &server->metrics_);
+      server->groups_.get(), &server->metrics_, server->loads_.get());
   server->lrs_service_ = std::make_unique<xds::LrsService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval);

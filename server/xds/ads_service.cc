@@ -360,10 +360,11 @@ class AdsService::Stream final
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-AdsService::AdsService(GroupRegistry* groups, Metrics* metrics)
+AdsService::AdsService(GroupRegistry* groups, Metrics* metrics,
+                       const LoadAggregator* loads)
     : groups_(groups),
       metrics_(metrics),
-      cache_(groups),
+      cache_(groups, loads),
       watcher_(std::make_unique<GroupWatcher>(this)) {
   ticker_ = std::thread([this] { Ticker(); });
 }

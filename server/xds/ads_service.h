@@ -48,7 +48,9 @@ class AdsService final
     : public envoy::service::discovery::v3::AggregatedDiscoveryService::
           CallbackService {
  public:
-  AdsService(GroupRegistry* groups, Metrics* metrics);
+  // `loads` (may be null) drives overload drops.
+  AdsService(GroupRegistry* groups, Metrics* metrics,
+             const LoadAggregator* loads = nullptr);
   ~AdsService() override;
 
   grpc::ServerBidiReactor<envoy::service::discovery::v3::DiscoveryRequest,

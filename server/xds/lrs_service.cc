@@ -127,6 +127,9 @@ size_t LrsService::Apply(const std::string& reporter,
     const std::string& group = c.cluster_service_name().empty()
                                    ? c.cluster_name()
                                    : c.cluster_service_name();
+    if (c.total_dropped_requests() > 0 && groups_->Find(group) != nullptr) {
+      loads_->AddDroppedCalls(group, c.total_dropped_requests());
+    }
     for (const envoy::config::endpoint::v3::UpstreamLocalityStats& l :
          c.upstream_locality_stats()) {
       LoadObservation o;

@@ -1,5 +1,8 @@
 #include "server/xds/resource_cache.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "server/grpclb_service.h"
 
 namespace aside::server::xds {
@@ -82,17 +85,38 @@ ResourceCache::Found ResourceCache::Endpoints(const std::string& name) {
   // Every spec change takes a new generation, so the generation covers the
   // drop option too.
   TableConstPtr table = out.group->table();
-  const double drop_in_panic =
-      out.group->spec_snapshot()->grpclb.drop_in_panic_percent;
+  const GrpclbSpec drops = out.group->spec_snapshot()->grpclb;
   std::lock_guard<std::mutex> lock(mu_);
   TableEntry& e = endpoints_[name];
-  if (e.resource == nullptr || e.generation != table->generation()) {
-    ResourcePtr r =
-        MakeResource(name, BuildLoadAssignment(*table, drop_in_panic));
+  // Overload drops follow the group's offered rate as grpclb's do: the
+  // excess over max_requests_per_second, in whole percent, at most 90 %,
+  // re-read at most once a second.
+  int overload = 0;
+  if (drops.max_requests_per_second > 0 && loads_ != nullptr) {
+    const auto now = std::chrono::steady_clock::now();
+    if (e.resource == nullptr ||
+        now - e.rate_read_at >= std::chrono::seconds(1)) {
+      const double rate = loads_->GroupRequestsPerSecond(name);
+      const double excess =
+          rate > drops.max_requests_per_second
+              ? 1 - drops.max_requests_per_second / rate
+              : 0;
+      e.rate_read_at = now;
+      overload = static_cast<int>(std::lround(std::min(0.9, excess) * 100));
+    } else {
+      overload = e.overload_percent;
+    }
+  }
+  if (e.resource == nullptr || e.generation != table->generation() ||
+      e.overload_percent != overload) {
+    ResourcePtr r = MakeResource(
+        name, BuildLoadAssignment(*table, drops.drop_in_panic_percent,
+                                  overload / 100.0));
     if (e.resource == nullptr || e.resource->version != r->version) {
       e.resource = std::move(r);
     }
     e.generation = table->generation();
+    e.overload_percent = overload;
   }
   out.resource = e.resource;
   return out;

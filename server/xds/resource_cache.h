@@ -10,6 +10,7 @@
 #ifndef ASIDE_SERVER_XDS_RESOURCE_CACHE_H_
 #define ASIDE_SERVER_XDS_RESOURCE_CACHE_H_
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <string>
@@ -17,13 +18,18 @@
 
 #include "absl/base/thread_annotations.h"
 #include "server/group_registry.h"
+#include "server/load_aggregator.h"
 #include "server/xds/xds_resources.h"
 
 namespace aside::server::xds {
 
 class ResourceCache {
  public:
-  explicit ResourceCache(GroupRegistry* groups) : groups_(groups) {}
+  // `loads` (may be null) gives the request rate that overload drops
+  // follow.
+  explicit ResourceCache(GroupRegistry* groups,
+                         const LoadAggregator* loads = nullptr)
+      : groups_(groups), loads_(loads) {}
 
   struct Found {
     ResourcePtr resource;  // null when no group answers the name
@@ -51,10 +57,15 @@ class ResourceCache {
     // The generation encoded (not the table: the cache must not keep a
     // superseded table alive).
     uint64_t generation = 0;
+    // The overload drop encoded, in whole percent, and when the group's
+    // rate was last read (at most once a second).
+    int overload_percent = 0;
+    std::chrono::steady_clock::time_point rate_read_at;
     ResourcePtr resource;
   };
 
   GroupRegistry* const groups_;
+  const LoadAggregator* const loads_;
   std::mutex mu_;
   // (name, hashing) → listener; (group, ring hash) → cluster.
   std::map<std::pair<std::string, bool>, SpecEntry> listeners_

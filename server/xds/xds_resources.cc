@@ -134,7 +134,8 @@ std::string BackendFromLocality(const core::Locality& locality) {
 }
 
 endpoint::ClusterLoadAssignment BuildLoadAssignment(
-    const Table& table, double drop_in_panic_percent) {
+    const Table& table, double drop_in_panic_percent,
+    double overload_fraction) {
   endpoint::ClusterLoadAssignment out;
   out.set_cluster_name(table.group());
   // Aside's round robin ignores weights: so do its xDS clients.
@@ -163,13 +164,21 @@ endpoint::ClusterLoadAssignment BuildLoadAssignment(
     lb->set_health_status(core::HEALTHY);
     lb->mutable_load_balancing_weight()->set_value(weight);
   }
-  if (table.panic() && drop_in_panic_percent > 0 && out.endpoints_size() > 0) {
+  auto add_drop = [&](const char* category, double fraction) {
     auto* drop = out.mutable_policy()->add_drop_overloads();
-    drop->set_category("panic");
+    drop->set_category(category);
     drop->mutable_drop_percentage()->set_denominator(
         envoy::type::v3::FractionalPercent::MILLION);
     drop->mutable_drop_percentage()->set_numerator(static_cast<uint32_t>(
-        std::lround(std::min(drop_in_panic_percent, 90.0) * 10'000)));
+        std::lround(std::clamp(fraction, 0.0, 0.9) * 1'000'000)));
+  };
+  if (out.endpoints_size() == 0) {
+    return out;
+  }
+  if (table.panic() && drop_in_panic_percent > 0) {
+    add_drop("panic", drop_in_panic_percent / 100);
+  } else if (overload_fraction > 0) {
+    add_drop("overload", overload_fraction);
   }
   return out;
 }

@@ -100,9 +100,11 @@ envoy::config::cluster::v3::Cluster BuildCluster(const std::string& group,
 // The endpoints of `table` in the weight encoding above. While the table is
 // in panic and `drop_in_panic_percent` (the group's grpclb option, 0..90)
 // is set, clients are told to drop that share of calls (category
-// "panic"), as grpclb clients are.
+// "panic"), as grpclb clients are; otherwise `overload_fraction` (0..0.9)
+// of calls are dropped (category "overload").
 envoy::config::endpoint::v3::ClusterLoadAssignment BuildLoadAssignment(
-    const Table& table, double drop_in_panic_percent = 0);
+    const Table& table, double drop_in_panic_percent = 0,
+    double overload_fraction = 0);
 
 // The sub_zone BuildLoadAssignment gives a backend.
 std::string EncodedSubZone(const Backend& backend);

@@ -327,6 +327,31 @@ class XdsClientsTest : public ::testing::Test {
     return last == calls.rend() ? 0 : static_cast<size_t>(calls.rend() - last);
   }
 
+  // The client's failed-call count from a summary line written after every
+  // call the backends have logged for it so far.
+  uint64_t FailedSoFar(StockClient& client) {
+    const uint64_t served = log_.Count(client.name);
+    const absl::Time deadline = absl::Now() + kWait;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<std::string> line =
+          client.process->WaitForLine("event=calls ", deadline - absl::Now());
+      if (!line.ok()) {
+        break;
+      }
+      uint64_t ok = 0;
+      uint64_t failed = 0;
+      if (absl::SimpleAtoi(aside::testing::LogField(*line, "ok"), &ok) &&
+          absl::SimpleAtoi(aside::testing::LogField(*line, "failed"),
+                           &failed) &&
+          ok >= served) {
+        return failed;
+      }
+    }
+    ADD_FAILURE() << client.name << ": no summary covering " << served
+                  << " calls";
+    return 0;
+  }
+
   // The value of a counter line on /metrics that contains all of `parts`.
   double MetricValue(const std::vector<std::string>& parts) const {
     absl::StatusOr<aside::testing::HttpResponse> r =
@@ -557,6 +582,50 @@ TEST_F(XdsClientsTest, PanicDropsReachStockClients) {
   }
   // Calls that are not dropped still reach the answering backend.
   WaitUntilClientsCall({0}, 20);
+}
+
+TEST_F(XdsClientsTest, OverloadDropsFollowTheReportedRate) {
+  // The clients offer hundreds of calls a second; the group takes 20. Once
+  // their load reports show the rate, the assignment asks them to drop the
+  // excess; lifting the cap ends the drops.
+  v1::CreateGroupRequest request;
+  v1::Group* g = request.mutable_group();
+  g->set_name("web");
+  g->mutable_policy()->mutable_weighted_round_robin();
+  g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+  g->mutable_grpclb()->set_max_requests_per_second(20);
+  g->add_backends()->set_address(backends_->address(0));
+  g->add_backends()->set_address(backends_->address(1));
+  v1::Group created;
+  grpc::Status s = admin_->CreateGroup(AdminContext().get(), request, &created);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const absl::Time calling = absl::Now();
+  StartClients();
+  for (StockClient& c : clients_) {
+    ASSERT_OK_AND_ASSIGN(const std::string failure,
+                         c.process->WaitForLine("event=call.failed", kWait));
+    RecordProperty(c.name + "_seconds_to_first_drop",
+                   absl::StrCat(absl::ToDoubleSeconds(absl::Now() - calling)));
+    EXPECT_THAT(failure, HasSubstr("EDS-configured drop: overload")) << failure;
+  }
+
+  v1::UpdateGroupRequest update;
+  update.mutable_group()->set_name("web");
+  update.mutable_update_mask()->add_paths("grpclb");
+  v1::Group updated;
+  s = admin_->UpdateGroup(AdminContext().get(), update, &updated);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // Once the next assignment is in, no call fails: the clients' own
+  // failure counts stop moving.
+  WaitForMoreCalls(Positions(), 100);
+  std::map<std::string, uint64_t> failed;
+  for (StockClient& c : clients_) {
+    failed[c.name] = FailedSoFar(c);
+  }
+  WaitForMoreCalls(Positions(), 300);
+  for (StockClient& c : clients_) {
+    EXPECT_EQ(FailedSoFar(c), failed[c.name]) << c.name;
+  }
 }
 
 // A raw ADS client on the generated stubs.

@@ -95,6 +95,16 @@ TEST(XdsLoadAssignmentTest, PanicListsEveryNonDrainedBackend) {
             250'000u);
   EXPECT_EQ(cla.policy().drop_overloads(0).drop_percentage().denominator(),
             envoy::type::v3::FractionalPercent::MILLION);
+  // Overload drops are for groups out of panic.
+  EXPECT_EQ(BuildLoadAssignment(*table, 0, 0.5).policy().drop_overloads(0)
+                .category(),
+            "overload");
+  TableConstPtr ok = MakeTable({.weights = {100}});
+  const auto overloaded = BuildLoadAssignment(*ok, 25, 0.95);
+  ASSERT_EQ(overloaded.policy().drop_overloads_size(), 1);
+  EXPECT_EQ(overloaded.policy().drop_overloads(0).category(), "overload");
+  EXPECT_EQ(overloaded.policy().drop_overloads(0).drop_percentage().numerator(),
+            900'000u);
   // Out of panic, nothing is dropped.
   TableConstPtr healthy = MakeTable({.weights = {100, 100}, .panic_threshold = 50});
   EXPECT_FALSE(BuildLoadAssignment(*healthy, 25).has_policy());
