@@ -28,6 +28,7 @@
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "client/credentials.h"
+#include "client/xds_bootstrap.h"
 #include "lib/command_line.h"
 #include "lib/json.h"
 #include "lib/policy_config.h"
@@ -53,6 +54,8 @@ commands:
   remove-backend GROUP ADDR...
   drain GROUP ADDR...
   undrain GROUP ADDR...
+  xds-bootstrap [--node-id ID]    print a bootstrap for stock gRPC xDS clients
+                                  (xds:///GROUP) that names --server
 
 flags:
   --server HOST:PORT     Aside server (default $ASIDE_SERVER or localhost:50051)
@@ -607,6 +610,20 @@ int Main(int argc, char** argv) {
   if (server.empty()) {
     const char* env = std::getenv("ASIDE_SERVER");
     server = env != nullptr && *env != '\0' ? env : "localhost:50051";
+  }
+  if ((*positional)[0] == "xds-bootstrap") {
+    XdsBootstrapOptions options{.server = server};
+    if (!absl::GetFlag(FLAGS_node_id).empty()) {
+      options.node_id = absl::GetFlag(FLAGS_node_id);
+    }
+    absl::StatusOr<std::string> json = XdsBootstrapJson(options);
+    if (!json.ok()) {
+      std::cerr << "asidectl: xds-bootstrap: " << json.status().message()
+                << "\n";
+      return 2;
+    }
+    std::cout << *json;
+    return 0;
   }
   TlsOptions tls;
   tls.ca_file = absl::GetFlag(FLAGS_tls_ca);

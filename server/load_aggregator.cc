@@ -275,6 +275,13 @@ absl::Status LoadAggregator::AddClientStats(
   return absl::OkStatus();
 }
 
+void LoadAggregator::AddDroppedCalls(const std::string& group,
+                                     uint64_t dropped) {
+  aside::MutexLock lock(&mu_);
+  AddToBucketsLocked(client_call_buckets_[group], clock_->NowNanos(),
+                     Bucket{.requests = dropped});
+}
+
 ClientStatsTotals LoadAggregator::ClientStats(const std::string& group) const {
   aside::MutexLock lock(&mu_);
   auto it = client_stats_.find(group);

@@ -116,6 +116,12 @@ class LoadAggregator {
                                   dropped);
   ClientStatsTotals ClientStats(const std::string& group) const;
 
+  // Calls stock xDS clients dropped for `group` (the dropped requests of
+  // their LRS reports). Their locality counts cover only the calls they
+  // sent, so these make GroupRequestsPerSecond the offered rate, as grpclb
+  // client stats do.
+  void AddDroppedCalls(const std::string& group, uint64_t dropped);
+
   // Completed requests per second over the window: ReportLoad requests
   // summed over the group's backends, plus the calls grpclb clients
   // reported finished (ClientStats count a dropped call as finished, so

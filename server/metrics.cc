@@ -104,7 +104,37 @@ Metrics::Metrics()
                           .Name("aside_internal_errors_total")
                           .Help("Internal errors that were survived.")
                           .Register(*registry_)
-                          .Add({})) {
+                          .Add({})),
+      xds_streams(prometheus::BuildGauge()
+                      .Name("aside_xds_streams")
+                      .Help("xDS streams open, by service (ads, lrs).")
+                      .Register(*registry_)),
+      xds_responses(prometheus::BuildCounter()
+                        .Name("aside_xds_responses_total")
+                        .Help("ADS responses sent, by resource type.")
+                        .Register(*registry_)),
+      xds_requests(prometheus::BuildCounter()
+                       .Name("aside_xds_requests_total")
+                       .Help("ADS requests by resource type and result "
+                             "(subscribe, ack, nack, stale).")
+                       .Register(*registry_)),
+      xds_unknown_resources(
+          prometheus::BuildCounter()
+              .Name("aside_xds_unknown_resources_total")
+              .Help("ADS responses that left out a requested name no group "
+                    "answers, by resource type.")
+              .Register(*registry_)),
+      xds_ring_hash_fallbacks(
+          prometheus::BuildCounter()
+              .Name("aside_xds_ring_hash_fallbacks_total")
+              .Help("Hash-policy groups served to a client that cannot take "
+                    "RING_HASH with the weighted encoding instead, by group.")
+              .Register(*registry_)),
+      xds_load_reports(prometheus::BuildCounter()
+                           .Name("aside_xds_load_reports_total")
+                           .Help("LRS locality reports, by result (accepted, "
+                                 "rejected).")
+                           .Register(*registry_)) {
   build_info.Add({{"version", ASIDE_VERSION}}).Set(1);
 }
 

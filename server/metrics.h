@@ -79,6 +79,17 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& admin_mutations;
   // Survivable internal errors (bugs that are logged and counted).
   prometheus::Counter& internal_errors;
+  // xDS: ADS and LRS streams open (by service: ads, lrs); discovery
+  // responses sent by type; discovery requests by type and result (ack,
+  // nack, stale, subscribe); names asked for that no group answers, by
+  // type; hash-policy groups served with the weighted fallback instead of
+  // RING_HASH, by group; LRS locality reports by result.
+  prometheus::Family<prometheus::Gauge>& xds_streams;
+  prometheus::Family<prometheus::Counter>& xds_responses;
+  prometheus::Family<prometheus::Counter>& xds_requests;
+  prometheus::Family<prometheus::Counter>& xds_unknown_resources;
+  prometheus::Family<prometheus::Counter>& xds_ring_hash_fallbacks;
+  prometheus::Family<prometheus::Counter>& xds_load_reports;
 
  private:
   std::unique_ptr<HttpServer> http_;

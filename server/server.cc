@@ -185,6 +185,12 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       [grpclb = server->grpclb_service_.get()](const std::string& group) {
         return grpclb->streams_for(group);
       });
+  // xDS for stock gRPC clients; LRS reports arrive as often as grpclb's.
+  server->ads_service_ = std::make_unique<xds::AdsService>(
+      server->groups_.get(), &server->metrics_, server->loads_.get());
+  server->lrs_service_ = std::make_unique<xds::LrsService>(
+      server->groups_.get(), server->loads_.get(), &server->metrics_,
+      cfg.grpclb_client_stats_report_interval);
   server->health_service_ =
       std::make_unique<HealthService>(server->groups_.get());
   if (!cfg.health_listen.empty()) {
@@ -231,6 +237,8 @@ absl::Status AsideServer::Start() {
   builder.RegisterService(lb_service_.get());
   builder.RegisterService(admin_service_.get());
   builder.RegisterService(grpclb_service_.get());
+  builder.RegisterService(ads_service_.get());
+  builder.RegisterService(lrs_service_.get());
   builder.RegisterService(health_service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || grpc_port_ == 0) {
@@ -293,6 +301,12 @@ void AsideServer::Shutdown(absl::Duration grace) {
   }
   if (grpclb_service_ != nullptr) {
     grpclb_service_->Shutdown();
+  }
+  if (ads_service_ != nullptr) {
+    ads_service_->Shutdown();
+  }
+  if (lrs_service_ != nullptr) {
+    lrs_service_->Shutdown();
   }
   const auto deadline =
       std::chrono::system_clock::now() +

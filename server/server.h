@@ -22,6 +22,8 @@
 #include "server/lookaside_service.h"
 #include "server/metrics.h"
 #include "server/state_store.h"
+#include "server/xds/ads_service.h"
+#include "server/xds/lrs_service.h"
 
 namespace aside::server {
 
@@ -48,6 +50,7 @@ class AsideServer {
   WatchHub& watch_hub() { return *watch_hub_; }
   LoadAggregator& loads() { return *loads_; }
   GrpclbService& grpclb() { return *grpclb_service_; }
+  xds::AdsService& ads() { return *ads_service_; }
   HealthRegistry& health() { return *health_; }
   GroupRegistry& groups() { return *groups_; }
   Metrics& metrics() { return metrics_; }
@@ -75,6 +78,8 @@ class AsideServer {
   std::unique_ptr<LoadBalancerService> lb_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<GrpclbService> grpclb_service_;
+  std::unique_ptr<xds::AdsService> ads_service_;
+  std::unique_ptr<xds::LrsService> lrs_service_;
   std::unique_ptr<HealthService> health_service_;
   std::unique_ptr<HealthService> plain_health_service_;
   std::unique_ptr<grpc::Server> server_;

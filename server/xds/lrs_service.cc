@@ -1,0 +1,162 @@
+#include "server/xds/lrs_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "lib/address.h"
+#include "proto/convert.h"
+#include "server/log.h"
+#include "server/xds/xds_resources.h"
+
+namespace aside::server::xds {
+
+namespace lrs = envoy::service::load_stats::v3;
+
+class LrsService::Stream final
+    : public grpc::ServerBidiReactor<lrs::LoadStatsRequest,
+                                     lrs::LoadStatsResponse> {
+ public:
+  Stream(LrsService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    bool shutting_down;
+    {
+      std::lock_guard<std::mutex> lock(service_->mu_);
+      shutting_down = service_->shutting_down_;
+      service_->streams_.insert(this);
+    }
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Increment();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "server is shutting down"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ok) {
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
+    if (reporter_.empty()) {
+      // The first message names the client; answer with what to report.
+      reporter_ = absl::StrCat("xds:", request_.node().id().substr(0, 64), "@",
+                               context_->peer().substr(0, 60));
+      response_.set_send_all_clusters(true);
+      ToProto(service_->interval_,
+              response_.mutable_load_reporting_interval());
+      StartWrite(&response_);
+    }
+    service_->Apply(reporter_, request_);
+    request_.Clear();
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(mu_);
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+    }
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Decrement();
+    }
+    {
+      std::lock_guard<std::mutex> lock(service_->mu_);
+      service_->streams_.erase(this);
+    }
+    delete this;
+  }
+
+  void Shutdown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "server is shutting down"));
+    context_->TryCancel();
+  }
+
+ private:
+  void FinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!finished_) {
+      finished_ = true;
+      Finish(status);
+    }
+  }
+
+  LrsService* const service_;
+  grpc::CallbackServerContext* const context_;
+  std::mutex mu_;
+  lrs::LoadStatsRequest request_ ABSL_GUARDED_BY(mu_);
+  lrs::LoadStatsResponse response_ ABSL_GUARDED_BY(mu_);
+  std::string reporter_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+LrsService::LrsService(GroupRegistry* groups, LoadAggregator* loads,
+                       Metrics* metrics, absl::Duration interval)
+    : groups_(groups), loads_(loads), metrics_(metrics), interval_(interval) {}
+
+grpc::ServerBidiReactor<lrs::LoadStatsRequest, lrs::LoadStatsResponse>*
+LrsService::StreamLoadStats(grpc::CallbackServerContext* context) {
+  return new Stream(this, context);
+}
+
+void LrsService::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutting_down_ = true;
+  for (Stream* s : streams_) {
+    s->Shutdown();
+  }
+}
+
+size_t LrsService::Apply(const std::string& reporter,
+                         const lrs::LoadStatsRequest& report) {
+  size_t accepted = 0;
+  for (const envoy::config::endpoint::v3::ClusterStats& c :
+       report.cluster_stats()) {
+    const std::string& group = c.cluster_service_name().empty()
+                                   ? c.cluster_name()
+                                   : c.cluster_service_name();
+    if (c.total_dropped_requests() > 0 && groups_->Find(group) != nullptr) {
+      loads_->AddDroppedCalls(group, c.total_dropped_requests());
+    }
+    for (const envoy::config::endpoint::v3::UpstreamLocalityStats& l :
+         c.upstream_locality_stats()) {
+      LoadObservation o;
+      o.group = group;
+      o.address = BackendFromLocality(l.locality());
+      o.deltas = true;
+      o.requests = l.total_successful_requests() + l.total_error_requests();
+      o.failures = l.total_error_requests();
+      o.in_flight = l.total_requests_in_progress();
+      absl::Status s = loads_->Add(reporter, o);
+      if (metrics_ != nullptr) {
+        metrics_->xds_load_reports
+            .Add({{"result", s.ok() ? "accepted" : "rejected"}})
+            .Increment();
+      }
+      if (s.ok()) {
+        ++accepted;
+      } else {
+        Log(LogLevel::kDebug, "xds.load_report_rejected",
+            {{"reporter", reporter},
+             {"cluster", group.substr(0, 256)},
+             {"locality", l.locality().sub_zone().substr(0, 256)},
+             {"reason", std::string(s.message())}});
+      }
+    }
+  }
+  return accepted;
+}
+
+}  // namespace aside::server::xds

@@ -1,0 +1,186 @@
+#include "server/xds/xds_resources.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "envoy/extensions/filters/http/router/v3/router.pb.h"
+#include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
+#include "envoy/config/route/v3/route.pb.h"
+#include "lib/address.h"
+#include "lib/hash.h"
+
+namespace aside::server::xds {
+
+namespace core = envoy::config::core::v3;
+namespace cluster = envoy::config::cluster::v3;
+namespace endpoint = envoy::config::endpoint::v3;
+namespace hcm = envoy::extensions::filters::network::http_connection_manager::v3;
+namespace route = envoy::config::route::v3;
+
+ResourcePtr MakeResource(std::string name,
+                         const google::protobuf::Message& message) {
+  auto r = std::make_shared<Resource>();
+  r->name = std::move(name);
+  r->any.PackFrom(message);
+  char version[17];
+  std::snprintf(version, sizeof(version), "%016llx",
+                static_cast<unsigned long long>(Fnv1a64(r->any.value())));
+  r->version = version;
+  return r;
+}
+
+namespace {
+
+// The number at the start of `text` (after spaces), or -1.
+int LeadingNumber(absl::string_view text) {
+  while (!text.empty() && text.front() == ' ') {
+    text.remove_prefix(1);
+  }
+  size_t end = 0;
+  while (end < text.size() && absl::ascii_isdigit(text[end])) {
+    ++end;
+  }
+  int n = -1;
+  return end > 0 && absl::SimpleAtoi(text.substr(0, end), &n) ? n : -1;
+}
+
+}  // namespace
+
+bool RingHashSafe(const core::Node& node) {
+  const std::string& name = node.user_agent_name();
+  const std::string& version = node.user_agent_version();
+  constexpr absl::string_view kCore = "C-core";
+  if (absl::StrContains(name, kCore) || absl::StrContains(version, kCore)) {
+    // C-core based clients: the version is either the core's ("29.0.0")
+    // or names it ("C-core 29.0.0 Python 1.51.1", what Debian's Python
+    // grpcio 1.51 sends under the name "gRPC C-core linux Python").
+    int major = LeadingNumber(version);
+    if (const size_t at = absl::string_view(version).find(kCore);
+        at != absl::string_view::npos) {
+      major = LeadingNumber(absl::string_view(version).substr(at + kCore.size()));
+    }
+    return major >= kFirstCoreWithWorkingRingHash;
+  }
+  // Pure-language implementations whose ring hash has long been in use.
+  return absl::StartsWith(name, "gRPC Go") ||
+         absl::StartsWith(name, "gRPC Java");
+}
+
+envoy::config::listener::v3::Listener BuildListener(const std::string& name,
+                                                    const std::string& cluster,
+                                                    bool hash_header) {
+  hcm::HttpConnectionManager manager;
+  manager.set_stat_prefix("aside");
+  route::RouteConfiguration* routes = manager.mutable_route_config();
+  routes->set_name(name);
+  route::VirtualHost* host = routes->add_virtual_hosts();
+  host->set_name(name);
+  host->add_domains("*");
+  route::Route* r = host->add_routes();
+  r->mutable_match()->set_prefix("");
+  route::RouteAction* action = r->mutable_route();
+  action->set_cluster(cluster);
+  if (hash_header) {
+    action->add_hash_policy()->mutable_header()->set_header_name(
+        kHashKeyHeader);
+  }
+  hcm::HttpFilter* router = manager.add_http_filters();
+  router->set_name("envoy.filters.http.router");
+  router->mutable_typed_config()->PackFrom(
+      envoy::extensions::filters::http::router::v3::Router());
+
+  envoy::config::listener::v3::Listener listener;
+  listener.set_name(name);
+  listener.mutable_api_listener()->mutable_api_listener()->PackFrom(manager);
+  return listener;
+}
+
+cluster::Cluster BuildCluster(const std::string& group,
+                              const PolicyConfig& policy, bool ring_hash) {
+  cluster::Cluster c;
+  c.set_name(group);
+  c.set_type(cluster::Cluster::EDS);
+  cluster::Cluster::EdsClusterConfig* eds = c.mutable_eds_cluster_config();
+  eds->mutable_eds_config()->mutable_ads();
+  eds->mutable_eds_config()->set_resource_api_version(core::V3);
+  eds->set_service_name(group);
+  c.mutable_connect_timeout()->set_seconds(5);
+  if (ring_hash && IsHashPolicy(policy.kind)) {
+    c.set_lb_policy(cluster::Cluster::RING_HASH);
+    c.mutable_ring_hash_lb_config()->mutable_minimum_ring_size()->set_value(
+        1024);
+  } else {
+    c.set_lb_policy(cluster::Cluster::ROUND_ROBIN);
+  }
+  c.mutable_lrs_server()->mutable_self();
+  return c;
+}
+
+std::string EncodedSubZone(const Backend& backend) {
+  return backend.locality.subzone.empty()
+             ? backend.address
+             : absl::StrCat(backend.locality.subzone, "/", backend.address);
+}
+
+std::string BackendFromLocality(const core::Locality& locality) {
+  const std::string& sub_zone = locality.sub_zone();
+  const size_t slash = sub_zone.rfind('/');
+  return slash == std::string::npos ? sub_zone : sub_zone.substr(slash + 1);
+}
+
+endpoint::ClusterLoadAssignment BuildLoadAssignment(
+    const Table& table, double drop_in_panic_percent,
+    double overload_fraction) {
+  endpoint::ClusterLoadAssignment out;
+  out.set_cluster_name(table.group());
+  // Aside's round robin ignores weights: so do its xDS clients.
+  const bool weighted = table.policy().kind != PolicyKind::kRoundRobin;
+  for (uint32_t i = 0; i < table.size(); ++i) {
+    const Member& m = table.member(i);
+    if (!table.eligible(i) || m.weight == 0) {
+      continue;
+    }
+    absl::StatusOr<Address> a = ParseAddress(m.backend.address);
+    if (!a.ok() || !a->is_ip()) {
+      continue;  // a host name no DNS source resolved: nothing to dial
+    }
+    endpoint::LocalityLbEndpoints* locality = out.add_endpoints();
+    locality->mutable_locality()->set_region(m.backend.locality.region);
+    locality->mutable_locality()->set_zone(m.backend.locality.zone);
+    locality->mutable_locality()->set_sub_zone(EncodedSubZone(m.backend));
+    const uint32_t weight = weighted ? m.weight : 1;
+    locality->mutable_load_balancing_weight()->set_value(weight);
+    endpoint::LbEndpoint* lb = locality->add_lb_endpoints();
+    core::SocketAddress* socket = lb->mutable_endpoint()
+                                      ->mutable_address()
+                                      ->mutable_socket_address();
+    socket->set_address(a->host);
+    socket->set_port_value(a->port);
+    lb->set_health_status(core::HEALTHY);
+    lb->mutable_load_balancing_weight()->set_value(weight);
+  }
+  auto add_drop = [&](const char* category, double fraction) {
+    auto* drop = out.mutable_policy()->add_drop_overloads();
+    drop->set_category(category);
+    drop->mutable_drop_percentage()->set_denominator(
+        envoy::type::v3::FractionalPercent::MILLION);
+    drop->mutable_drop_percentage()->set_numerator(static_cast<uint32_t>(
+        std::lround(std::clamp(fraction, 0.0, 0.9) * 1'000'000)));
+  };
+  if (out.endpoints_size() == 0) {
+    return out;
+  }
+  if (table.panic() && drop_in_panic_percent > 0) {
+    add_drop("panic", drop_in_panic_percent / 100);
+  } else if (overload_fraction > 0) {
+    add_drop("overload", overload_fraction);
+  }
+  return out;
+}
+
+}  // namespace aside::server::xds

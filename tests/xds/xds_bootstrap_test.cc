@@ -1,0 +1,33 @@
+// The bootstrap `asidectl xds-bootstrap` prints for stock xDS clients (the
+// stock clients in xds_clients_test run with it).
+#include "client/xds_bootstrap.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/testing/status_matchers.h"
+
+namespace aside {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(XdsBootstrapTest, NamesTheServerAndKeepsConfigOnDeletion) {
+  ASSERT_OK_AND_ASSIGN(const std::string json,
+                       XdsBootstrapJson({.server = "[::1]:50051",
+                                         .node_id = "web-\"7\""}));
+  EXPECT_THAT(json, HasSubstr(R"("server_uri": "[::1]:50051")"));
+  EXPECT_THAT(json, HasSubstr(R"("ignore_resource_deletion")"));
+  EXPECT_THAT(json, HasSubstr(R"("xds_v3")"));
+  EXPECT_THAT(json, HasSubstr(R"("id": "web-\"7\"")"));
+}
+
+TEST(XdsBootstrapTest, RejectsAServerWithoutAPort) {
+  for (const char* server : {"aside", "aside:", ":50051", "aside:70000"}) {
+    EXPECT_FALSE(XdsBootstrapJson({.server = server}).ok()) << server;
+  }
+  EXPECT_FALSE(XdsBootstrapJson({.server = "aside:1", .node_id = ""}).ok());
+}
+
+}  // namespace
+}  // namespace aside

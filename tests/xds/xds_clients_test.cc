@@ -1,0 +1,741 @@
+// Aside as the xDS management server of stock gRPC clients, end to end: the
+// real aside-server binary, real Greeter backends on loopback that log
+// every call (caller, backend), Debian's Python grpcio 1.51 and a C++
+// client built from gRPC and generated code only, each dialing xds:///web
+// with a bootstrap that names the server. A raw ADS client on the generated
+// stubs drives the protocol cases (rejections, unknown names).
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "aside/v1/admin.grpc.pb.h"
+#include "client/xds_bootstrap.h"
+#include "envoy/config/cluster/v3/cluster.pb.h"
+#include "envoy/config/listener/v3/listener.pb.h"
+#include "envoy/service/discovery/v3/discovery.grpc.pb.h"
+#include "lib/status_macros.h"
+#include "tests/grpclb/greeter_backends.h"
+#include "tests/integration/server_helpers.h"
+#include "tests/testing/http_client.h"
+#include "tests/testing/process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace aside {
+namespace {
+
+namespace discovery = envoy::service::discovery::v3;
+using ::aside::testing::CallLog;
+using ::aside::testing::GreeterBackends;
+using ::aside::testing::Process;
+using ::aside::testing::RunningServer;
+using ::aside::testing::TempDir;
+using ::testing::AllOf;
+using ::testing::Ge;
+using ::testing::HasSubstr;
+using ::testing::Le;
+
+constexpr char kAdminToken[] = "xds-stock-client-test-token";
+constexpr char kListenerType[] =
+    "type.googleapis.com/envoy.config.listener.v3.Listener";
+constexpr char kClusterType[] =
+    "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+constexpr char kEndpointType[] =
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+constexpr int kBackends = 4;
+// Bound of every wait for something the clients or servers do; generous
+// because the suite may share the machine's two cores with other tests.
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+absl::StatusOr<std::unique_ptr<Process>> StartChild(
+    std::vector<std::string> argv) {
+  if (access("/usr/bin/setpriv", X_OK) == 0) {
+    argv.insert(argv.begin(), {"/usr/bin/setpriv", "--pdeathsig", "KILL"});
+  }
+  return Process::Start(std::move(argv));
+}
+
+struct StockClient {
+  std::string name;
+  std::unique_ptr<Process> process;
+};
+
+class XdsClientsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(backends_, GreeterBackends::Start(kBackends, &log_));
+    tokens_ = dir_.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n"));
+    // LRS reports every second (the grpclb report interval).
+    config_ = dir_.WriteFile(
+        "aside.yaml", absl::StrCat("admin: {token_file: ", tokens_, "}\n",
+                                   "grpclb: {client_stats_report_interval: 1s}\n"));
+    // The bootstrap names the port, so it is chosen up front and kept
+    // across restarts (another one if it was taken meanwhile).
+    absl::Status started;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      port_ = aside::testing::PickUnusedPort();
+      started = StartAside();
+      if (started.ok()) {
+        break;
+      }
+    }
+    ASSERT_OK(started);
+    // The bootstrap `asidectl xds-bootstrap` prints.
+    ASSERT_OK_AND_ASSIGN(const std::string bootstrap,
+                         XdsBootstrapJson({.server = server_.target(),
+                                           .node_id = "xds-clients-test"}));
+    bootstrap_ = dir_.WriteFile("bootstrap.json", bootstrap);
+  }
+
+  // Starts aside-server on port_ with the state in dir_/state.
+  absl::Status StartAside() {
+    ASIDE_ASSIGN_OR_RETURN(
+        server_, aside::testing::StartServer(
+                     dir_.path() + "/state",
+                     {"--config", config_, "--listen",
+                      absl::StrCat("127.0.0.1:", port_)}));
+    if (server_.grpc_port != port_) {
+      return absl::UnavailableError("aside-server did not take its port");
+    }
+    admin_ = v1::Admin::NewStub(grpc::CreateChannel(
+        server_.target(), grpc::InsecureChannelCredentials()));
+    return absl::OkStatus();
+  }
+
+  void TearDown() override {
+    clients_.clear();
+    if (server_.process == nullptr) {
+      return;
+    }
+    server_.process->Signal(SIGTERM);
+    const std::optional<int> status = server_.process->Wait(kWait);
+    ASSERT_TRUE(status.has_value()) << "aside-server did not exit";
+    server_.process->DrainStderr(absl::Seconds(5));
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << "aside-server exit status " << *status << "; stderr:\n"
+        << server_.process->StderrText();
+  }
+
+  std::unique_ptr<grpc::ClientContext> AdminContext() const {
+    auto context = aside::testing::Context(kAdminToken);
+    return context;
+  }
+
+  // Creates group `name`: backend i with weights[i].
+  void CreateGroup(const std::vector<uint32_t>& weights,
+                   const std::string& policy = "weighted_round_robin",
+                   const std::string& name = "web") {
+    v1::CreateGroupRequest request;
+    v1::Group* g = request.mutable_group();
+    g->set_name(name);
+    if (policy == "ketama") {
+      g->mutable_policy()->mutable_ketama();
+    } else {
+      g->mutable_policy()->mutable_weighted_round_robin();
+    }
+    g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      v1::Backend* b = g->add_backends();
+      b->set_address(backends_->address(static_cast<int>(i)));
+      b->set_weight(weights[i]);
+    }
+    v1::Group created;
+    const grpc::Status s =
+        admin_->CreateGroup(AdminContext().get(), request, &created);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  void Drain(int backend) {
+    v1::DrainBackendsRequest request;
+    request.set_group("web");
+    request.add_addresses(backends_->address(backend));
+    request.set_drained(true);
+    v1::Group group;
+    const grpc::Status s =
+        admin_->DrainBackends(AdminContext().get(), request, &group);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  void Remove(int backend) {
+    v1::RemoveBackendsRequest request;
+    request.set_group("web");
+    request.add_addresses(backends_->address(backend));
+    v1::Group group;
+    const grpc::Status s =
+        admin_->RemoveBackends(AdminContext().get(), request, &group);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  void Add(int backend) {
+    v1::AddBackendsRequest request;
+    request.set_group("web");
+    request.add_backends()->set_address(backends_->address(backend));
+    v1::Group group;
+    const grpc::Status s =
+        admin_->AddBackends(AdminContext().get(), request, &group);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  v1::Group GetGroup() const {
+    v1::GetGroupRequest request;
+    request.set_name("web");
+    v1::Group group;
+    const grpc::Status s =
+        admin_->GetGroup(AdminContext().get(), request, &group);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return group;
+  }
+
+  // Starts the Python ("python") and, unless `python_only`, the C++
+  // ("cpp") stock clients on xds:///<target>.
+  void StartClients(const std::string& target = "web",
+                    bool python_only = false) {
+    const std::vector<std::string> env = {
+        "/usr/bin/env", "GRPC_XDS_BOOTSTRAP=" + bootstrap_,
+        "GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS=200"};
+    auto start = [&](const std::string& name, std::vector<std::string> cmd) {
+      std::vector<std::string> argv = env;
+      argv.insert(argv.end(), cmd.begin(), cmd.end());
+      absl::StatusOr<std::unique_ptr<Process>> p = StartChild(argv);
+      ASSERT_OK(p.status());
+      clients_.push_back({name, *std::move(p)});
+    };
+    const std::string url = "xds:///" + target;
+    start("python", {"/usr/bin/python3", ASIDE_XDS_CLIENT_PY, url, "python"});
+    if (!python_only) {
+      start("cpp", {ASIDE_XDS_CLIENT_BIN, url, "cpp"});
+    }
+    for (StockClient& c : clients_) {
+      ASSERT_OK(c.process->WaitForLine("event=client.started", kWait));
+    }
+  }
+
+  // Waits until every client has called each of `backends` at least
+  // `calls` times since since[name] (0 when absent).
+  void WaitUntilClientsCall(const std::vector<int>& backends, int calls,
+                            const std::map<std::string, size_t>& since = {}) {
+    const bool done = log_.WaitUntil(
+        [&](const CallLog::Calls& log) {
+          for (const StockClient& c : clients_) {
+            auto it = log.find(c.name);
+            if (it == log.end()) {
+              return false;
+            }
+            const size_t from = since.contains(c.name) ? since.at(c.name) : 0;
+            for (int b : backends) {
+              if (std::count(it->second.begin() +
+                                 static_cast<ptrdiff_t>(
+                                     std::min(from, it->second.size())),
+                             it->second.end(), b) < calls) {
+                return false;
+              }
+            }
+          }
+          return true;
+        },
+        kWait);
+    ASSERT_TRUE(done) << "clients did not reach backends within " << kWait
+                      << "; " << Describe();
+  }
+
+  std::map<std::string, size_t> Positions() const {
+    std::map<std::string, size_t> out;
+    for (const StockClient& c : clients_) {
+      out[c.name] = log_.Count(c.name);
+    }
+    return out;
+  }
+
+  void WaitForMoreCalls(const std::map<std::string, size_t>& since,
+                        size_t calls) {
+    for (const StockClient& c : clients_) {
+      ASSERT_TRUE(log_.WaitForCount(c.name, since.at(c.name) + calls, kWait))
+          << c.name << " made " << log_.Count(c.name) - since.at(c.name)
+          << " of " << calls << " calls; " << Describe();
+    }
+  }
+
+  static std::vector<int> PerBackend(const std::vector<int>& calls) {
+    std::vector<int> out(kBackends, 0);
+    for (int b : calls) {
+      ++out[b];
+    }
+    return out;
+  }
+
+  std::string Describe() const {
+    std::string out;
+    for (const StockClient& c : clients_) {
+      absl::StrAppend(&out, c.name, ": ");
+      for (int n : PerBackend(log_.CallsSince(c.name, 0))) {
+        absl::StrAppend(&out, n, " ");
+      }
+      absl::StrAppend(&out, "calls per backend; stderr:\n",
+                      c.process->StderrText(), "\n");
+    }
+    return out;
+  }
+
+  // Checks that `calls` calls from each client split as `shares` (fractions
+  // summing to 1) within ±3 percentage points.
+  void ExpectSplit(const std::vector<double>& shares, size_t calls) {
+    WaitUntilClientsCall(std::vector<int>(
+                             [&] {
+                               std::vector<int> all;
+                               for (size_t i = 0; i < shares.size(); ++i) {
+                                 all.push_back(static_cast<int>(i));
+                               }
+                               return all;
+                             }()),
+                         5);
+    const auto since = Positions();
+    WaitForMoreCalls(since, calls);
+    for (const StockClient& c : clients_) {
+      std::vector<int> got = log_.CallsSince(c.name, since.at(c.name));
+      got.resize(calls);
+      const std::vector<int> per_backend = PerBackend(got);
+      std::string split;
+      for (size_t i = 0; i < shares.size(); ++i) {
+        const double share =
+            static_cast<double>(per_backend[i]) / static_cast<double>(calls);
+        absl::StrAppend(&split, i == 0 ? "" : ":", per_backend[i]);
+        EXPECT_THAT(share, AllOf(Ge(shares[i] - 0.03), Le(shares[i] + 0.03)))
+            << c.name << " backend " << i;
+      }
+      RecordProperty(c.name + "_split", split);
+    }
+  }
+
+  // The last index at which `backend` appears in `calls`, plus one (0 when
+  // it never does).
+  static size_t EndOf(const std::vector<int>& calls, int backend) {
+    const auto last = std::find(calls.rbegin(), calls.rend(), backend);
+    return last == calls.rend() ? 0 : static_cast<size_t>(calls.rend() - last);
+  }
+
+  // The client's failed-call count from a summary line written after every
+  // call the backends have logged for it so far.
+  uint64_t FailedSoFar(StockClient& client) {
+    const uint64_t served = log_.Count(client.name);
+    const absl::Time deadline = absl::Now() + kWait;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<std::string> line =
+          client.process->WaitForLine("event=calls ", deadline - absl::Now());
+      if (!line.ok()) {
+        break;
+      }
+      uint64_t ok = 0;
+      uint64_t failed = 0;
+      if (absl::SimpleAtoi(aside::testing::LogField(*line, "ok"), &ok) &&
+          absl::SimpleAtoi(aside::testing::LogField(*line, "failed"),
+                           &failed) &&
+          ok >= served) {
+        return failed;
+      }
+    }
+    ADD_FAILURE() << client.name << ": no summary covering " << served
+                  << " calls";
+    return 0;
+  }
+
+  // The value of a counter line on /metrics that contains all of `parts`.
+  double MetricValue(const std::vector<std::string>& parts) const {
+    absl::StatusOr<aside::testing::HttpResponse> r =
+        aside::testing::HttpGet("127.0.0.1", server_.metrics_port, "/metrics");
+    EXPECT_OK(r.status());
+    if (!r.ok()) {
+      return -1;
+    }
+    for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
+      bool all = !line.empty() && line.front() != '#';
+      for (const std::string& p : parts) {
+        all = all && absl::StrContains(line, p);
+      }
+      double v = 0;
+      if (all && absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) {
+        return v;
+      }
+    }
+    return 0;
+  }
+
+  TempDir dir_;
+  CallLog log_;
+  std::unique_ptr<GreeterBackends> backends_;
+  RunningServer server_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+  std::string tokens_;
+  std::string config_;
+  int port_ = 0;
+  std::string bootstrap_;
+  std::vector<StockClient> clients_;
+};
+
+TEST_F(XdsClientsTest, WeightsThreeToOneHoldInStockClients) {
+  CreateGroup({300, 100});
+  StartClients();
+  ExpectSplit({0.75, 0.25}, 4000);
+}
+
+TEST_F(XdsClientsTest, WeightsFiveOneOneHoldInStockClients) {
+  CreateGroup({500, 100, 100});
+  StartClients();
+  ExpectSplit({5.0 / 7, 1.0 / 7, 1.0 / 7}, 4000);
+}
+
+TEST_F(XdsClientsTest, AnAliasResolvesToItsGroup) {
+  // "web.prod.svc" names group web by its first label.
+  CreateGroup({100, 100});
+  StartClients("web.prod.svc", /*python_only=*/true);
+  WaitUntilClientsCall({0, 1}, 20);
+}
+
+TEST_F(XdsClientsTest, DrainedAndRemovedBackendsGetNoCallsWithinOneSecond) {
+  CreateGroup({100, 100, 100});
+  StartClients();
+  WaitUntilClientsCall({0, 1, 2}, 5);
+  for (const auto& [backend, action] :
+       std::vector<std::pair<int, const char*>>{{2, "drain"}, {1, "remove"}}) {
+    if (std::string(action) == "drain") {
+      Drain(backend);
+    } else {
+      Remove(backend);
+    }
+    const absl::Time acknowledged = absl::Now();
+    const auto at_ack = Positions();
+    // A measurement window, not synchronisation: the calls made in the
+    // second after the acknowledgement may still reach the backend, none
+    // after it.
+    absl::SleepFor(absl::Seconds(1) - (absl::Now() - acknowledged));
+    const auto after = Positions();
+    WaitForMoreCalls(after, 200);
+    for (const StockClient& c : clients_) {
+      const std::vector<int> calls = log_.CallsSince(c.name, at_ack.at(c.name));
+      const size_t window = after.at(c.name) - at_ack.at(c.name);
+      const size_t end = EndOf(calls, backend);
+      RecordProperty(absl::StrCat(c.name, "_", action,
+                                  "_calls_to_backend_after_ack"),
+                     static_cast<int>(end));
+      EXPECT_LE(end, window) << c.name << " " << action << ": " << Describe();
+    }
+  }
+}
+
+TEST_F(XdsClientsTest, AddedBackendGetsCallsWithinOneSecond) {
+  CreateGroup({100, 100});
+  StartClients();
+  WaitUntilClientsCall({0, 1}, 5);
+  Add(2);
+  const absl::Time acknowledged = absl::Now();
+  const auto at_ack = Positions();
+  absl::SleepFor(absl::Seconds(1) - (absl::Now() - acknowledged));
+  const auto after = Positions();
+  for (const StockClient& c : clients_) {
+    std::vector<int> calls = log_.CallsSince(c.name, at_ack.at(c.name));
+    calls.resize(after.at(c.name) - at_ack.at(c.name));
+    const std::vector<int> per_backend = PerBackend(calls);
+    RecordProperty(c.name + "_calls_to_new_backend_in_first_second",
+                   per_backend[2]);
+    EXPECT_GT(per_backend[2], 0) << c.name << ": " << Describe();
+  }
+}
+
+TEST_F(XdsClientsTest, HashGroupIsServedWeightedToOldClientsWithoutCrashing) {
+  CreateGroup({100, 100}, "ketama");
+  StartClients();
+  WaitUntilClientsCall({0, 1}, 20);
+  WaitForMoreCalls(Positions(), 200);
+  for (StockClient& c : clients_) {
+    EXPECT_FALSE(c.process->Wait(absl::ZeroDuration()).has_value())
+        << c.name << " exited";
+    for (const std::string& line : c.process->stderr_lines()) {
+      EXPECT_THAT(line, ::testing::Not(HasSubstr("event=call.failed")));
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(
+      const std::string line,
+      server_.process->WaitForLine("event=xds.ring_hash_fallback", kWait));
+  EXPECT_THAT(line, HasSubstr("group=web"));
+  EXPECT_GE(MetricValue({"aside_xds_ring_hash_fallbacks_total", "web"}), 1);
+  // What the clients said they are, for the record.
+  ASSERT_OK_AND_ASSIGN(const std::string stream,
+                       server_.process->WaitForLine("event=xds.stream", kWait));
+  RecordProperty("client_stream", stream);
+}
+
+TEST_F(XdsClientsTest, LoadReportsReachTheGroupsLoadView) {
+  CreateGroup({100, 100});
+  StartClients("web", /*python_only=*/true);
+  WaitUntilClientsCall({0, 1}, 20);
+  // Reports arrive every second; poll the load view until both backends
+  // show the client's requests.
+  v1::Group group;
+  const absl::Time deadline = absl::Now() + kWait;
+  auto reported = [&] {
+    int n = 0;
+    for (const v1::TableBackend& b : group.state()) {
+      if (b.has_load() && b.load().reporters() >= 1 &&
+          b.load().requests_per_second() > 0) {
+        ++n;
+      }
+    }
+    return n;
+  };
+  while (absl::Now() < deadline) {
+    group = GetGroup();
+    if (reported() == 2) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(reported(), 2) << group.DebugString();
+  EXPECT_GE(MetricValue({"aside_xds_load_reports_total", "accepted"}), 2);
+}
+
+TEST_F(XdsClientsTest, ClientsKeepTheirConfigWhileAsideIsDownThenFollowIt) {
+  CreateGroup({100, 100});
+  StartClients();
+  WaitUntilClientsCall({0, 1}, 5);
+
+  server_.process->Signal(SIGKILL);
+  ASSERT_TRUE(server_.process->Wait(kWait).has_value());
+  // The management server is gone: the clients keep calling the last
+  // assignment's backends and nothing fails.
+  const auto down = Positions();
+  WaitForMoreCalls(down, 300);
+  for (const StockClient& c : clients_) {
+    const std::vector<int> per_backend =
+        PerBackend(log_.CallsSince(c.name, down.at(c.name)));
+    EXPECT_GT(per_backend[0], 50) << c.name;
+    EXPECT_GT(per_backend[1], 50) << c.name;
+  }
+
+  // Back on the same port with its state: a change made after the restart
+  // reaches the clients through their reconnected streams.
+  const absl::Time restarted = absl::Now();
+  ASSERT_OK(StartAside());
+  Add(2);
+  Drain(1);
+  WaitUntilClientsCall({2}, 50, Positions());
+  RecordProperty("seconds_to_follow_the_restarted_server",
+                 absl::StrCat(absl::ToDoubleSeconds(absl::Now() - restarted)));
+  const auto followed = Positions();
+  WaitForMoreCalls(followed, 200);
+  for (const StockClient& c : clients_) {
+    const std::vector<int> per_backend =
+        PerBackend(log_.CallsSince(c.name, followed.at(c.name)));
+    EXPECT_EQ(per_backend[1], 0) << c.name;
+    EXPECT_GT(per_backend[0], 50) << c.name;
+    EXPECT_GT(per_backend[2], 50) << c.name;
+    for (const std::string& line : c.process->stderr_lines()) {
+      EXPECT_THAT(line, ::testing::Not(HasSubstr("event=call.failed")))
+          << c.name;
+    }
+  }
+}
+
+TEST_F(XdsClientsTest, PanicDropsReachStockClients) {
+  // Backend 0 answers; the second member's port has no listener, so its
+  // TCP probe fails at once. With a panic threshold of 100 % the group is
+  // in panic from then on, and drop_in_panic_percent tells clients to drop
+  // half their calls, as grpclb clients do.
+  v1::CreateGroupRequest request;
+  v1::Group* g = request.mutable_group();
+  g->set_name("web");
+  g->mutable_policy()->mutable_weighted_round_robin();
+  v1::HealthCheck* check = g->mutable_health_check();
+  check->set_kind(v1::HealthCheck::TCP);
+  check->mutable_interval()->set_nanos(100'000'000);
+  check->mutable_timeout()->set_nanos(100'000'000);
+  check->set_fall(1);
+  check->set_rise(1);
+  g->set_panic_threshold(100);
+  g->mutable_grpclb()->set_drop_in_panic_percent(50);
+  g->add_backends()->set_address(backends_->address(0));
+  g->add_backends()->set_address(
+      absl::StrCat("127.0.0.1:", aside::testing::PickUnusedPort()));
+  v1::Group created;
+  const grpc::Status s =
+      admin_->CreateGroup(AdminContext().get(), request, &created);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  StartClients();
+  for (StockClient& c : clients_) {
+    ASSERT_OK_AND_ASSIGN(const std::string failure,
+                         c.process->WaitForLine("event=call.failed", kWait));
+    RecordProperty(c.name + "_drop", failure);
+    EXPECT_EQ(aside::testing::LogField(failure, "code"), "14") << failure;
+    EXPECT_THAT(failure, HasSubstr("drop")) << failure;
+  }
+  // Calls that are not dropped still reach the answering backend.
+  WaitUntilClientsCall({0}, 20);
+}
+
+TEST_F(XdsClientsTest, OverloadDropsFollowTheReportedRate) {
+  // The clients offer hundreds of calls a second; the group takes 20. Once
+  // their load reports show the rate, the assignment asks them to drop the
+  // excess; lifting the cap ends the drops.
+  v1::CreateGroupRequest request;
+  v1::Group* g = request.mutable_group();
+  g->set_name("web");
+  g->mutable_policy()->mutable_weighted_round_robin();
+  g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+  g->mutable_grpclb()->set_max_requests_per_second(20);
+  g->add_backends()->set_address(backends_->address(0));
+  g->add_backends()->set_address(backends_->address(1));
+  v1::Group created;
+  grpc::Status s = admin_->CreateGroup(AdminContext().get(), request, &created);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const absl::Time calling = absl::Now();
+  StartClients();
+  for (StockClient& c : clients_) {
+    ASSERT_OK_AND_ASSIGN(const std::string failure,
+                         c.process->WaitForLine("event=call.failed", kWait));
+    RecordProperty(c.name + "_seconds_to_first_drop",
+                   absl::StrCat(absl::ToDoubleSeconds(absl::Now() - calling)));
+    EXPECT_THAT(failure, HasSubstr("EDS-configured drop: overload")) << failure;
+  }
+
+  v1::UpdateGroupRequest update;
+  update.mutable_group()->set_name("web");
+  update.mutable_update_mask()->add_paths("grpclb");
+  v1::Group updated;
+  s = admin_->UpdateGroup(AdminContext().get(), update, &updated);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // Once the next assignment is in, no call fails: the clients' own
+  // failure counts stop moving.
+  WaitForMoreCalls(Positions(), 100);
+  std::map<std::string, uint64_t> failed;
+  for (StockClient& c : clients_) {
+    failed[c.name] = FailedSoFar(c);
+  }
+  WaitForMoreCalls(Positions(), 300);
+  for (StockClient& c : clients_) {
+    EXPECT_EQ(FailedSoFar(c), failed[c.name]) << c.name;
+  }
+}
+
+// A raw ADS client on the generated stubs.
+class AdsClient {
+ public:
+  explicit AdsClient(const std::string& target)
+      : stub_(discovery::AggregatedDiscoveryService::NewStub(
+            grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {
+    context_.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(30));
+    stream_ = stub_->StreamAggregatedResources(&context_);
+  }
+
+  bool Send(const std::string& type, std::vector<std::string> names,
+            const std::string& version = "", const std::string& nonce = "",
+            const std::string& error = "") {
+    discovery::DiscoveryRequest r;
+    r.mutable_node()->set_id("raw-ads-client");
+    r.set_type_url(type);
+    for (std::string& n : names) {
+      r.add_resource_names(std::move(n));
+    }
+    r.set_version_info(version);
+    r.set_response_nonce(nonce);
+    if (!error.empty()) {
+      r.mutable_error_detail()->set_code(3);
+      r.mutable_error_detail()->set_message(error);
+    }
+    return stream_->Write(r);
+  }
+
+  // The next response (the stream's deadline bounds the wait).
+  std::optional<discovery::DiscoveryResponse> Read() {
+    discovery::DiscoveryResponse r;
+    if (!stream_->Read(&r)) {
+      return std::nullopt;
+    }
+    return r;
+  }
+
+ private:
+  std::unique_ptr<discovery::AggregatedDiscoveryService::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<discovery::DiscoveryRequest,
+                                           discovery::DiscoveryResponse>>
+      stream_;
+};
+
+TEST_F(XdsClientsTest, ARejectedVersionIsLoggedCountedAndNotSentAgain) {
+  CreateGroup({100, 100});
+  AdsClient ads(server_.target());
+  ASSERT_TRUE(ads.Send(kListenerType, {"web"}));
+  std::optional<discovery::DiscoveryResponse> listener = ads.Read();
+  ASSERT_TRUE(listener.has_value());
+  ASSERT_EQ(listener->type_url(), kListenerType);
+  ASSERT_EQ(listener->resources_size(), 1);
+  ASSERT_TRUE(ads.Send(kListenerType, {"web"}, "", listener->nonce(),
+                       "listener rejected by the test"));
+  ASSERT_OK_AND_ASSIGN(const std::string nack,
+                       server_.process->WaitForLine("event=xds.nack", kWait));
+  EXPECT_THAT(nack, HasSubstr("node=raw-ads-client"));
+  EXPECT_THAT(nack, HasSubstr("listener rejected by the test"));
+
+  // Publications re-evaluate the stream: the rejected listener stays
+  // unsent, so the next responses are the cluster and then the endpoints
+  // asked for after each change (a pending listener would go first).
+  ASSERT_TRUE(ads.Send(kClusterType, {"web"}));
+  std::optional<discovery::DiscoveryResponse> cluster = ads.Read();
+  ASSERT_TRUE(cluster.has_value());
+  EXPECT_EQ(cluster->type_url(), kClusterType);
+  ASSERT_TRUE(ads.Send(kClusterType, {"web"}, cluster->version_info(),
+                       cluster->nonce()));
+  Drain(1);
+  ASSERT_TRUE(ads.Send(kEndpointType, {"web"}));
+  std::optional<discovery::DiscoveryResponse> endpoints = ads.Read();
+  ASSERT_TRUE(endpoints.has_value());
+  EXPECT_EQ(endpoints->type_url(), kEndpointType);
+  EXPECT_EQ(MetricValue({"aside_xds_requests_total", "listener", "nack"}), 1);
+  EXPECT_GE(MetricValue({"aside_xds_requests_total", "cluster", "ack"}), 1);
+}
+
+TEST_F(XdsClientsTest, AnUnknownNameIsAnsweredWithoutItAndCounted) {
+  CreateGroup({100});
+  AdsClient ads(server_.target());
+  ASSERT_TRUE(ads.Send(kListenerType, {"nosuch", "web"}));
+  std::optional<discovery::DiscoveryResponse> r = ads.Read();
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->resources_size(), 1);
+  EXPECT_EQ(MetricValue({"aside_xds_unknown_resources_total", "listener"}), 1);
+  // Created later, the group is sent without the client asking again.
+  CreateGroup({100}, "weighted_round_robin", "nosuch");
+  r = ads.Read();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->resources_size(), 2);
+  ASSERT_TRUE(ads.Send(kListenerType, {"nosuch", "web"}, r->version_info(),
+                       r->nonce()));
+  // Deleted, it leaves the next response.
+  v1::DeleteGroupRequest request;
+  request.set_name("nosuch");
+  v1::DeleteGroupResponse deleted;
+  const grpc::Status s =
+      admin_->DeleteGroup(AdminContext().get(), request, &deleted);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  r = ads.Read();
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->resources_size(), 1);
+  envoy::config::listener::v3::Listener listener;
+  ASSERT_TRUE(r->resources(0).UnpackTo(&listener));
+  EXPECT_EQ(listener.name(), "web");
+}
+
+}  // namespace
+}  // namespace aside

@@ -1,0 +1,188 @@
+// The xDS encoding of a group: weights as locality weights (one locality
+// per backend), eligibility as presence, the ring-hash gate by user agent,
+// and the listener shape stock clients require.
+#include "server/xds/xds_resources.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "envoy/config/route/v3/route.pb.h"
+#include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
+#include "tests/testing/tables.h"
+
+namespace aside::server::xds {
+namespace {
+
+namespace core = envoy::config::core::v3;
+namespace cluster = envoy::config::cluster::v3;
+namespace hcm = envoy::extensions::filters::network::http_connection_manager::v3;
+using ::aside::testing::MakeTableSpec;
+using ::aside::testing::TableOptions;
+using ::aside::testing::TestAddress;
+
+TableConstPtr MakeTable(TableOptions options) {
+  PolicyConfig policy;
+  policy.kind = PolicyKind::kWeightedRoundRobin;
+  absl::StatusOr<TableConstPtr> t =
+      Table::Create(MakeTableSpec(policy, options), nullptr, nullptr);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
+}
+
+core::Node NodeWith(std::string name, std::string version) {
+  core::Node node;
+  node.set_user_agent_name(std::move(name));
+  node.set_user_agent_version(std::move(version));
+  return node;
+}
+
+TEST(XdsLoadAssignmentTest, EachBackendIsALocalityWeightedByItsWeight) {
+  TableConstPtr table = MakeTable({.weights = {500, 100, 100}});
+  const auto cla = BuildLoadAssignment(*table);
+  EXPECT_EQ(cla.cluster_name(), "test");
+  ASSERT_EQ(cla.endpoints_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    const auto& l = cla.endpoints(i);
+    EXPECT_EQ(l.load_balancing_weight().value(), i == 0 ? 500u : 100u);
+    ASSERT_EQ(l.lb_endpoints_size(), 1);
+    EXPECT_EQ(l.lb_endpoints(0).health_status(), core::HEALTHY);
+    const auto& socket = l.lb_endpoints(0).endpoint().address().socket_address();
+    EXPECT_EQ(absl::StrCat(socket.address(), ":", socket.port_value()),
+              TestAddress(static_cast<size_t>(i)));
+    // A load report's locality names the backend.
+    EXPECT_EQ(BackendFromLocality(l.locality()),
+              TestAddress(static_cast<size_t>(i)));
+  }
+}
+
+TEST(XdsLoadAssignmentTest, RoundRobinIgnoresWeightsAsAsideDoes) {
+  PolicyConfig rr;
+  rr.kind = PolicyKind::kRoundRobin;
+  absl::StatusOr<TableConstPtr> t = Table::Create(
+      MakeTableSpec(rr, {.weights = {300, 100}}), nullptr, nullptr);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const auto cla = BuildLoadAssignment(**t);
+  ASSERT_EQ(cla.endpoints_size(), 2);
+  for (const auto& l : cla.endpoints()) {
+    EXPECT_EQ(l.load_balancing_weight().value(), 1u);
+  }
+}
+
+TEST(XdsLoadAssignmentTest, OnlyEligibleBackendsAreListed) {
+  // Backend 1 is not ready, backend 2 drained (weight 0).
+  TableConstPtr table =
+      MakeTable({.weights = {100, 100, 0, 100}, .ready = {true, false, true, true}});
+  const auto cla = BuildLoadAssignment(*table);
+  std::vector<std::string> listed;
+  for (const auto& l : cla.endpoints()) {
+    listed.push_back(BackendFromLocality(l.locality()));
+  }
+  EXPECT_THAT(listed, ::testing::ElementsAre(TestAddress(0), TestAddress(3)));
+}
+
+TEST(XdsLoadAssignmentTest, PanicListsEveryNonDrainedBackend) {
+  TableConstPtr table = MakeTable({.weights = {100, 100, 100},
+                                   .ready = {true, false, false},
+                                   .panic_threshold = 50});
+  ASSERT_TRUE(table->panic());
+  EXPECT_EQ(BuildLoadAssignment(*table).endpoints_size(), 3);
+  EXPECT_FALSE(BuildLoadAssignment(*table).has_policy());
+  // grpclb's drop_in_panic_percent: the same share dropped by xDS clients.
+  const auto cla = BuildLoadAssignment(*table, 25);
+  ASSERT_EQ(cla.policy().drop_overloads_size(), 1);
+  EXPECT_EQ(cla.policy().drop_overloads(0).category(), "panic");
+  EXPECT_EQ(cla.policy().drop_overloads(0).drop_percentage().numerator(),
+            250'000u);
+  EXPECT_EQ(cla.policy().drop_overloads(0).drop_percentage().denominator(),
+            envoy::type::v3::FractionalPercent::MILLION);
+  // Overload drops are for groups out of panic.
+  EXPECT_EQ(BuildLoadAssignment(*table, 0, 0.5).policy().drop_overloads(0)
+                .category(),
+            "overload");
+  TableConstPtr ok = MakeTable({.weights = {100}});
+  const auto overloaded = BuildLoadAssignment(*ok, 25, 0.95);
+  ASSERT_EQ(overloaded.policy().drop_overloads_size(), 1);
+  EXPECT_EQ(overloaded.policy().drop_overloads(0).category(), "overload");
+  EXPECT_EQ(overloaded.policy().drop_overloads(0).drop_percentage().numerator(),
+            900'000u);
+  // Out of panic, nothing is dropped.
+  TableConstPtr healthy = MakeTable({.weights = {100, 100}, .panic_threshold = 50});
+  EXPECT_FALSE(BuildLoadAssignment(*healthy, 25).has_policy());
+}
+
+TEST(XdsLocalityTest, SubZoneKeepsTheBackendsOwnSubZone) {
+  Backend b;
+  b.address = "[::1]:8080";
+  b.locality.subzone = "rack-7";
+  EXPECT_EQ(EncodedSubZone(b), "rack-7/[::1]:8080");
+  core::Locality l;
+  l.set_sub_zone(EncodedSubZone(b));
+  EXPECT_EQ(BackendFromLocality(l), "[::1]:8080");
+}
+
+TEST(XdsRingHashGateTest, OldCoreClientsNeverGetRingHash) {
+  EXPECT_FALSE(RingHashSafe(NodeWith("gRPC C-core linux", "29.0.0")));
+  // What Debian's Python grpcio 1.51 sends.
+  EXPECT_FALSE(RingHashSafe(
+      NodeWith("gRPC C-core linux Python", "C-core 29.0.0 Python 1.51.1")));
+  EXPECT_TRUE(RingHashSafe(
+      NodeWith("gRPC C-core linux Python", "C-core 31.0.0 Python 1.53.0")));
+  EXPECT_FALSE(RingHashSafe(NodeWith("C-core", "30.1.0")));
+  EXPECT_TRUE(RingHashSafe(NodeWith("gRPC C-core linux", "31.0.0")));
+  EXPECT_FALSE(RingHashSafe(NodeWith("gRPC C-core linux", "garbage")));
+  EXPECT_FALSE(RingHashSafe(NodeWith("", "")));
+  EXPECT_TRUE(RingHashSafe(NodeWith("gRPC Go", "1.60.0")));
+}
+
+TEST(XdsClusterTest, HashPoliciesFallBackToRoundRobinUnlessAllowed) {
+  PolicyConfig ketama;
+  ketama.kind = PolicyKind::kKetama;
+  EXPECT_EQ(BuildCluster("web", ketama, false).lb_policy(),
+            cluster::Cluster::ROUND_ROBIN);
+  EXPECT_EQ(BuildCluster("web", ketama, true).lb_policy(),
+            cluster::Cluster::RING_HASH);
+  PolicyConfig wrr;
+  wrr.kind = PolicyKind::kWeightedRoundRobin;
+  const cluster::Cluster c = BuildCluster("web", wrr, true);
+  EXPECT_EQ(c.lb_policy(), cluster::Cluster::ROUND_ROBIN);
+  EXPECT_EQ(c.type(), cluster::Cluster::EDS);
+  EXPECT_TRUE(c.eds_cluster_config().eds_config().has_ads());
+  EXPECT_EQ(c.eds_cluster_config().service_name(), "web");
+  EXPECT_TRUE(c.lrs_server().has_self());
+}
+
+TEST(XdsListenerTest, RoutesEveryDomainToTheClusterWithTheRouterLast) {
+  const auto listener = BuildListener("web.prod", "web", false);
+  EXPECT_EQ(listener.name(), "web.prod");
+  hcm::HttpConnectionManager manager;
+  ASSERT_TRUE(listener.api_listener().api_listener().UnpackTo(&manager));
+  ASSERT_GT(manager.http_filters_size(), 0);
+  EXPECT_EQ(manager.http_filters(manager.http_filters_size() - 1)
+                .typed_config()
+                .type_url(),
+            kRouterType);
+  const auto& host = manager.route_config().virtual_hosts(0);
+  EXPECT_THAT(host.domains(), ::testing::ElementsAre("*"));
+  EXPECT_EQ(host.routes(0).route().cluster(), "web");
+  EXPECT_EQ(host.routes(0).route().hash_policy_size(), 0);
+  EXPECT_EQ(BuildListener("web", "web", true)
+                .api_listener()
+                .api_listener()
+                .type_url(),
+            kHttpConnectionManagerType);
+}
+
+TEST(XdsResourceTest, EqualEncodingsHaveEqualVersions) {
+  TableConstPtr a = MakeTable({.weights = {300, 100}});
+  TableConstPtr b = MakeTable({.weights = {300, 100}, .generation = 2});
+  TableConstPtr c = MakeTable({.weights = {100, 100}});
+  EXPECT_EQ(MakeResource("test", BuildLoadAssignment(*a))->version,
+            MakeResource("test", BuildLoadAssignment(*b))->version);
+  EXPECT_NE(MakeResource("test", BuildLoadAssignment(*a))->version,
+            MakeResource("test", BuildLoadAssignment(*c))->version);
+  EXPECT_EQ(MakeResource("test", BuildLoadAssignment(*a))->any.type_url(),
+            kEndpointType);
+}
+
+}  // namespace
+}  // namespace aside::server::xds
