@@ -94,6 +94,8 @@ ABSL_FLAG(std::vector<std::string>, backend, {},
 ABSL_FLAG(std::string, policy, "", "create-group: policy name");
 ABSL_FLAG(std::string, health_check, "",
           "create-group: tcp, http, grpc or none");
+ABSL_FLAG(std::string, node_id, "",
+          "xds-bootstrap: the node id (default aside-xds-client)");
 
 namespace aside {
 namespace {
