@@ -469,30 +469,51 @@ void GroupRegistry::set_session_key(std::string key) {
 }
 
 absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
-  aside::MutexLock lock(&write_mu_);
-  std::shared_ptr<const GroupMap> current = groups_.Acquire();
-  if (current->contains(spec.name)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("group '", spec.name, "' already exists"));
+  GroupPtr group;
+  {
+    aside::MutexLock lock(&write_mu_);
+    std::shared_ptr<const GroupMap> current = groups_.Acquire();
+    if (current->contains(spec.name)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("group '", spec.name, "' already exists"));
+    }
+    if (current->size() >= max_groups_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("group limit reached (", max_groups_, " groups)"));
+    }
+    std::shared_ptr<GroupMetrics> group_metrics = MetricsFor(spec.name);
+    group = std::make_shared<Group>(std::move(spec), &generations_, metrics_,
+                                    std::move(group_metrics), session_key_,
+                                    server_id_, inputs_);
+    ASIDE_RETURN_IF_ERROR(group->Init(persist));
+    auto next = std::make_shared<GroupMap>(*current);
+    next->emplace(group->name(), group);
+    groups_.Publish(std::move(next));
+    // A probe result that arrived between the first build and now found no
+    // group to rebuild (health observers look groups up by name): take it in
+    // now. Usually nothing changed and this publishes nothing.
+    group->Rebuild();
+    group->StartDiscovery();
   }
-  if (current->size() >= max_groups_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("group limit reached (", max_groups_, " groups)"));
+  // Outside write_mu_: observers fan out to their own subscribers, which
+  // must not hold up other additions and removals. They look the name up,
+  // so a removal that overtakes this call is harmless.
+  aside::MutexLock lock(&observers_mu_);
+  for (Observer* o : observers_) {
+    o->OnAdded(group);
   }
-  std::shared_ptr<GroupMetrics> group_metrics = MetricsFor(spec.name);
-  auto group = std::make_shared<Group>(std::move(spec), &generations_, metrics_,
-                                       std::move(group_metrics), session_key_,
-                                       server_id_, inputs_);
-  ASIDE_RETURN_IF_ERROR(group->Init(persist));
-  auto next = std::make_shared<GroupMap>(*current);
-  next->emplace(group->name(), group);
-  groups_.Publish(std::move(next));
-  // A probe result that arrived between the first build and now found no
-  // group to rebuild (health observers look groups up by name): take it in
-  // now. Usually nothing changed and this publishes nothing.
-  group->Rebuild();
-  group->StartDiscovery();
   return absl::OkStatus();
+}
+
+void GroupRegistry::AddObserver(Observer* observer) {
+  aside::MutexLock lock(&observers_mu_);
+  observers_.push_back(observer);
+}
+
+void GroupRegistry::RemoveObserver(Observer* observer) {
+  aside::MutexLock lock(&observers_mu_);
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer),
+                   observers_.end());
 }
 
 absl::Status GroupRegistry::Remove(absl::string_view name,

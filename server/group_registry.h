@@ -270,9 +270,25 @@ using GroupPtr = std::shared_ptr<Group>;
 // Thread rules: Find, List, size from any thread (lock-free); Add and Remove
 // from any thread, serialised on write_mu_ (which guards metrics_by_name_);
 // set_inputs and set_session_key during start-up only, before groups are
-// added.
+// added. AddObserver and RemoveObserver from any thread; observers_mu_
+// guards the observers and is taken alone (never with write_mu_), and held
+// while they are told, so an observer is never called after
+// RemoveObserver returned.
 class GroupRegistry {
  public:
+  // Told about every group added (Watch streams waiting for a name).
+  // OnAdded runs on the adding thread once the group is in the map (Find
+  // returns it) and its first table is published, with observers_mu_ held
+  // and no other registry or group lock: it may take its own locks and call
+  // Find and the group's listener methods, but must not add or remove
+  // groups or (un)register observers. A group may already be removed again
+  // by the time it is told; look the name up rather than trust `group`.
+  class Observer {
+   public:
+    virtual ~Observer() = default;
+    virtual void OnAdded(const GroupPtr& group) = 0;
+  };
+
   // `generation_base`: generations start above it. The server passes the
   // start time in microseconds since the epoch (or the persisted generation,
   // if higher) so generations never go backwards across restarts. Fails
@@ -298,6 +314,11 @@ class GroupRegistry {
   // Removes a group after persisting the removal (if given); its listeners
   // hear OnRemoved.
   absl::Status Remove(absl::string_view name, const Persist& persist = nullptr);
+
+  // Registers an observer of added groups; RemoveObserver waits for a call
+  // in progress to return, after which the observer may be destroyed.
+  void AddObserver(Observer* observer);
+  void RemoveObserver(Observer* observer);
 
   GenerationSource& generations() { return generations_; }
   // Random per process; tells Watch subscribers which server's generation
@@ -330,6 +351,9 @@ class GroupRegistry {
   aside::Mutex write_mu_;  // serialises Add/Remove
   absl::flat_hash_map<std::string, std::weak_ptr<GroupMetrics>> metrics_by_name_
       ABSL_GUARDED_BY(write_mu_);
+
+  aside::Mutex observers_mu_;
+  std::vector<Observer*> observers_ ABSL_GUARDED_BY(observers_mu_);
 };
 
 }  // namespace aside::server

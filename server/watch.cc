@@ -51,14 +51,14 @@ grpc::ByteBuffer EncodeAbsent(const std::string& group, uint64_t generation,
 }  // namespace
 
 // One Watch call. Thread-safe: publications arrive on publishing threads,
-// write completions on gRPC's threads, group (re)appearances on the hub's
-// janitor; everything below serialises on mu_.
+// write completions on gRPC's threads, group (re)appearances on the thread
+// that added the group; everything below serialises on mu_.
 //
 // Each requested name is an Entry. A name without a group (unknown at
 // subscription, or deleted since) is reported once with GroupRemoved and
-// stays in the stream, `absent`: the janitor looks it up again on every tick
-// (Reattach) and, once a group of that name exists, the stream listens to it
-// and sends its full table.
+// stays in the stream, `absent`: when the registry adds a group of that
+// name, the hub has the stream look it up again (Reattach), listen to it
+// and send its full table.
 class WatchHub::Stream final
     : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       public Group::Listener {
@@ -98,17 +98,29 @@ class WatchHub::Stream final
     for (const GroupPtr& g : groups) {
       Listen(*g);
     }
-    aside::MutexLock lock(&mu_);
-    subscribed_ = true;
-    // A group deleted between the lookup and AddListener never told us.
-    for (Entry& e : entries_) {
-      if (e.group != nullptr && !e.absent &&
-          hub_->groups_->Find(e.name) != e.group) {
-        MarkAbsentLocked(e, v1::GroupRemoved::CAUSE_DELETED,
-                         e.group->table()->generation());
+    {
+      aside::MutexLock lock(&mu_);
+      subscribed_ = true;
+      // A group deleted between the lookup and AddListener never told us.
+      for (Entry& e : entries_) {
+        if (e.group != nullptr && !e.absent &&
+            hub_->groups_->Find(e.name) != e.group) {
+          MarkAbsentLocked(e, v1::GroupRemoved::CAUSE_DELETED,
+                           e.group->table()->generation());
+        }
       }
+      WriteNextLocked();
     }
-    WriteNextLocked();
+    // A group added between the lookup in ValidateLocked and now was
+    // announced while this stream was not subscribed (Reattach ignored it)
+    // or not yet in the hub: look absent names up once more. The group is
+    // in the registry before it is announced, so either that announcement
+    // or this lookup finds it; both run under the hub's mu_, so they never
+    // attach the same group twice.
+    if (waiting()) {
+      std::lock_guard<std::mutex> lock(hub_->mu_);
+      Reattach(nullptr);
+    }
   }
 
   void OnPublish(Group& group) override {
@@ -174,16 +186,16 @@ class WatchHub::Stream final
     }
   }
 
-  // Whether some requested name has no group (the janitor then calls
-  // Reattach on every tick).
+  // Whether some requested name has no group (the hub then calls Reattach
+  // when a group is added).
   bool waiting() const {
     return absent_count_.load(std::memory_order_acquire) > 0;
   }
 
-  // Janitor, with the hub's mu_ held (which keeps this stream alive): for
-  // every absent name that now has a group, listens to that group and
-  // queues its full table.
-  void Reattach() {
+  // With the hub's mu_ held (which keeps this stream alive and serialises
+  // Reattach calls): for every absent name (or only `name`, when given)
+  // that now has a group, listens to that group and queues its full table.
+  void Reattach(const std::string* name) {
     std::vector<std::pair<size_t, GroupPtr>> found;
     {
       aside::MutexLock lock(&mu_);
@@ -192,7 +204,7 @@ class WatchHub::Stream final
       }
       for (size_t i = 0; i < entries_.size(); ++i) {
         const Entry& e = entries_[i];
-        if (!e.absent) {
+        if (!e.absent || (name != nullptr && e.name != *name)) {
           continue;
         }
         GroupPtr g = hub_->groups_->Find(e.name);
@@ -289,9 +301,6 @@ class WatchHub::Stream final
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!e.absent) {
       absent_count_.fetch_add(1, std::memory_order_acq_rel);
-      hub_->waiting_.store(true, std::memory_order_release);
-      // No lock needed to notify; the janitor re-checks waiting_.
-      hub_->janitor_changed_.notify_all();
     }
     e.absent = true;
     e.absent_sent = false;
@@ -451,7 +460,7 @@ class WatchHub::Stream final
   grpc::CallbackServerContext* const context_;
   aside::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
-  // Entries that are absent (read by the janitor without mu_).
+  // Entries that are absent (read by the hub without mu_).
   std::atomic<size_t> absent_count_{0};
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
@@ -464,10 +473,13 @@ class WatchHub::Stream final
 WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
                    absl::Duration stall_timeout)
     : groups_(groups), metrics_(metrics), stall_timeout_(stall_timeout) {
+  groups_->AddObserver(this);
   janitor_ = std::thread([this] { Janitor(); });
 }
 
 WatchHub::~WatchHub() {
+  // Waits for an announcement in progress, which holds mu_ at times.
+  groups_->RemoveObserver(this);
   Shutdown();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -499,33 +511,27 @@ size_t WatchHub::streams() const {
   return streams_.size();
 }
 
+void WatchHub::OnAdded(const GroupPtr& group) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Stream* s : streams_) {
+    if (s->waiting()) {
+      s->Reattach(&group->name());
+    }
+  }
+}
+
 void WatchHub::Janitor() {
   const absl::Duration tick = std::min(absl::Seconds(1), stall_timeout_ / 4);
   std::unique_lock<std::mutex> lock(mu_);
-  bool waiting = false;
   while (!stop_janitor_) {
-    // While some stream waits for a group to appear, look more often: the
-    // registry has no creation event, so this is how a group created after
-    // a subscription reaches the stream.
-    waiting = waiting || waiting_.exchange(false, std::memory_order_acq_rel);
-    janitor_changed_.wait_for(
-        lock,
-        absl::ToChronoNanoseconds(waiting ? std::min(tick, kReattachTick)
-                                          : tick),
-        [this] {
-          return stop_janitor_ || waiting_.load(std::memory_order_acquire);
-        });
+    janitor_changed_.wait_for(lock, absl::ToChronoNanoseconds(tick),
+                              [this] { return stop_janitor_; });
     if (stop_janitor_) {
       break;
     }
     const int64_t now = MonotonicNanos();
-    waiting = false;
     for (Stream* s : streams_) {
       s->CheckStall(now, stall_timeout_);
-      if (s->waiting()) {
-        s->Reattach();
-        waiting = waiting || s->waiting();
-      }
     }
   }
 }

@@ -12,19 +12,23 @@
 // Groups are independent (see the Watch rpc in lookaside.proto): a name the
 // registry does not have, at subscription or after a deletion, gets one
 // GroupRemoved (cause NOT_FOUND or DELETED) and the stream keeps serving the
-// others. The stream stays open even when every name is absent; the hub's
-// janitor looks absent names up again every kReattachTick and, when a group
-// of that name appears, the stream listens to it and sends its full table.
+// others. The stream stays open even when every name is absent; the group
+// registry tells the hub when a group is added and, if a stream waits for
+// that name, the stream listens to the group and sends its full table.
 // Only a malformed request fails the whole call (INVALID_ARGUMENT).
+//
+// Thread rules and lock order: the registry's observers_mu_, then the hub's
+// mu_, then a group's listeners_mu_, then a stream's mu_, then a group's
+// encode_mu_. A stream's mu_ is also taken under the hub's mu_ directly
+// (stall checks, shutdown) and under a group's listeners_mu_ (publication);
+// nothing holding a stream's mu_ or a group's lock takes the hub's mu_.
 #ifndef ASIDE_SERVER_WATCH_H_
 #define ASIDE_SERVER_WATCH_H_
 
 #include <grpcpp/grpcpp.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <cstddef>
-#include <cstdint>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -37,17 +41,15 @@
 namespace aside::server {
 
 inline constexpr int kMaxWatchGroups = 256;
-// How often absent names are looked up again while some stream waits for
-// one (the registry offers no creation event).
-inline constexpr absl::Duration kReattachTick = absl::Milliseconds(100);
 
 // Tracks live Watch streams: ends stalled ones, attaches groups that appear
-// after a stream asked for them, ends all at shutdown.
-class WatchHub {
+// after a stream asked for them, ends all at shutdown. Observes `groups`
+// from construction to destruction (which must come first).
+class WatchHub : private GroupRegistry::Observer {
  public:
   WatchHub(GroupRegistry* groups, Metrics* metrics,
            absl::Duration stall_timeout);
-  ~WatchHub();
+  ~WatchHub() override;
 
   // Creates the reactor for one Watch call.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(
@@ -61,6 +63,10 @@ class WatchHub {
   class Stream;
   friend class Stream;
 
+  // GroupRegistry::Observer: attaches the group to the streams waiting for
+  // its name. On the adding thread, with the registry's observers_mu_ held.
+  void OnAdded(const GroupPtr& group) override;
+  // Ends stalled streams, every min(1 s, stall_timeout / 4).
   void Janitor();
 
   GroupRegistry* const groups_;
@@ -74,9 +80,6 @@ class WatchHub {
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_janitor_ ABSL_GUARDED_BY(mu_) = false;
-  // Set (without mu_) when a stream starts waiting for an absent group, so
-  // the janitor switches to kReattachTick.
-  std::atomic<bool> waiting_{false};
   std::thread janitor_;
 };
 

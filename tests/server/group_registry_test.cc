@@ -98,6 +98,43 @@ TEST_F(GroupRegistryTest, NoOpRebuildTakesNoGeneration) {
   EXPECT_FALSE(Ready(g, "10.0.0.2:80"));
 }
 
+// Records what an observer sees when it is told of an added group.
+class RecordingObserver : public GroupRegistry::Observer {
+ public:
+  explicit RecordingObserver(GroupRegistry* registry) : registry_(registry) {}
+  void OnAdded(const GroupPtr& group) override {
+    names.push_back(group->name());
+    found_by_name.push_back(registry_->Find(group->name()) == group);
+    published.push_back(group->table() != nullptr);
+  }
+  std::vector<std::string> names;
+  std::vector<bool> found_by_name;
+  std::vector<bool> published;
+
+ private:
+  GroupRegistry* const registry_;
+};
+
+TEST_F(GroupRegistryTest, ObserversHearOfAddedGroupsOnceTheyCanBeFound) {
+  RecordingObserver observer(registry_.get());
+  registry_->AddObserver(&observer);
+  Add(Spec({Member("10.0.0.1:80")}));
+  GroupSpec api = Spec({Member("10.0.0.2:80")});
+  api.name = "api";
+  ASSERT_OK(registry_->Add(api));
+  // A refused addition is not announced.
+  EXPECT_FALSE(registry_->Add(api).ok());
+  EXPECT_THAT(observer.names, ::testing::ElementsAre("web", "api"));
+  EXPECT_THAT(observer.found_by_name, ::testing::ElementsAre(true, true));
+  EXPECT_THAT(observer.published, ::testing::ElementsAre(true, true));
+
+  registry_->RemoveObserver(&observer);
+  GroupSpec later = Spec({Member("10.0.0.3:80")});
+  later.name = "later";
+  ASSERT_OK(registry_->Add(later));
+  EXPECT_EQ(observer.names.size(), 2u);
+}
+
 TEST_F(GroupRegistryTest, ReapplyingTheSpecPublishesOnlyExplicitUpdates) {
   GroupPtr g = Add(Spec({Member("10.0.0.1:80")}));
   TableConstPtr first = g->table();

@@ -430,6 +430,38 @@ TEST_F(WatchTest, AStreamOfOnlyUnknownGroupsWaitsForThem) {
   EXPECT_EQ(sub.updates().size(), 3u);
 }
 
+// A group created while the stream subscribes is delivered whichever comes
+// first: the stream's lookup or the registry's announcement.
+TEST_F(WatchTest, AGroupCreatedAsTheStreamStartsIsDelivered) {
+  for (int i = 0; i < 10; ++i) {
+    const std::string name = absl::StrCat("racing-", i);
+    uint64_t created = 0;
+    std::thread create([&] { created = CreateGroup(name); });
+    Subscriber sub(lb_.get(), {name});
+    create.join();
+    ASSERT_TRUE(sub.WaitFor(name, created)) << name;
+    EXPECT_TRUE(sub.ordered());
+    EXPECT_FALSE(sub.done());
+  }
+}
+
+// Waiting for a group costs the server nothing while it waits: a cancelled
+// stream is let go at once.
+TEST_F(WatchTest, AStreamWaitingForAGroupEndsAtOnceWhenCancelled) {
+  {
+    Subscriber sub(lb_.get(), {"nowhere"});
+    ASSERT_TRUE(sub.WaitForUpdate([](const v1::GroupUpdate& u) {
+      return IsAbsent(u, "nowhere", v1::GroupRemoved::CAUSE_NOT_FOUND);
+    }));
+    EXPECT_EQ(server_->watch_hub().streams(), 1u);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (server_->watch_hub().streams() != 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(server_->watch_hub().streams(), 0u);
+}
+
 TEST_F(WatchTest, ResumingAtTheCurrentGenerationGetsAConfirmation) {
   const uint64_t g = Generation("web");
   Subscriber sub(lb_.get(), {"web"}, {{"web", g}});
