@@ -188,7 +188,15 @@ TEST_F(GroupHealthTest, SharedTargetsAreProbedOnceAndListed) {
   Start(absl::StrCat("  - name: a\n", Check(), "    backends: [", up.address(),
                      "]\n  - name: b\n", Check(), "    backends: [",
                      up.address(), "]\n"));
-  ASSERT_TRUE(Eventually("a", [&] { return Ready("a", up.address()); }));
+  // Ready comes before the first probe (a new target counts as healthy
+  // until its first result): wait for the result itself, which a rebuild
+  // carries into the table as the member's health.
+  ASSERT_TRUE(Eventually("a", [&] {
+    TableConstPtr t = server_->groups().Find("a")->table();
+    const int64_t i = t->Find(up.address());
+    return i >= 0 && t->member(static_cast<uint32_t>(i)).health ==
+                         HealthState::kHealthy;
+  }));
   auto admin = v1::Admin::NewStub(channel_);
   grpc::ClientContext c;
   c.AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
