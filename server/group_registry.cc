@@ -99,7 +99,7 @@ absl::Status Group::Update(GroupSpec spec, const Persist& persist) {
   if (spec.dns != spec_.dns) {
     UnwatchDnsLocked();
     {
-      std::lock_guard<std::mutex> lock(dns_mu_);
+      aside::MutexLock lock(&dns_mu_);
       dns_members_.clear();
       dns_error_.clear();
     }
@@ -118,9 +118,8 @@ void Group::Rebuild() {
     aside::MutexLock lock(&mu_);
     RebuildLocked();
   }
-  std::lock_guard<std::mutex> lock(rebuilds_mu_);
-  ++rebuilds_;
-  rebuilds_changed_.notify_all();
+  aside::MutexLock lock(&rebuilds_mu_);
+  ++rebuilds_;  // waiters wake as the lock is released
 }
 
 void Group::RebuildLocked() {
@@ -147,20 +146,24 @@ void Group::RebuildLocked() {
 }
 
 bool Group::AwaitRebuilds(uint64_t count, absl::Duration timeout) const {
-  std::unique_lock<std::mutex> lock(rebuilds_mu_);
-  return rebuilds_changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                                    [&] { return rebuilds_ >= count; });
+  aside::MutexLock lock(&rebuilds_mu_);
+  return rebuilds_mu_.AwaitWithTimeout(
+      [&] {
+        rebuilds_mu_.AssertHeld();
+        return rebuilds_ >= count;
+      },
+      timeout);
 }
 
 uint64_t Group::rebuilds() const {
-  std::lock_guard<std::mutex> lock(rebuilds_mu_);
+  aside::MutexLock lock(&rebuilds_mu_);
   return rebuilds_;
 }
 
 TableSpec Group::PrepareLocked(const GroupSpec& spec) {
   std::vector<Backend> backends;
   {
-    std::lock_guard<std::mutex> lock(dns_mu_);
+    aside::MutexLock lock(&dns_mu_);
     backends = MergeMembers(spec.backends, dns_members_);
   }
   members_.Sync(spec, backends, inputs_.clock->NowNanos());
@@ -278,7 +281,7 @@ void Group::WatchDnsLocked(const GroupSpec& spec) {
         }
       });
   if (!id.ok()) {
-    std::lock_guard<std::mutex> lock(dns_mu_);
+    aside::MutexLock lock(&dns_mu_);
     dns_error_ = std::string(id.status().message());
     return;
   }
@@ -294,7 +297,7 @@ void Group::UnwatchDnsLocked() {
 
 void Group::OnDnsResult(const absl::StatusOr<std::vector<Backend>>& members) {
   {
-    std::lock_guard<std::mutex> lock(dns_mu_);
+    aside::MutexLock lock(&dns_mu_);
     if (!members.ok()) {
       dns_error_ = std::string(members.status().message());
       Log(LogLevel::kWarn, "dns.failed",
@@ -317,7 +320,7 @@ void Group::OnDnsResult(const absl::StatusOr<std::vector<Backend>>& members) {
 }
 
 std::string Group::dns_error() const {
-  std::lock_guard<std::mutex> lock(dns_mu_);
+  aside::MutexLock lock(&dns_mu_);
   return dns_error_;
 }
 

@@ -14,10 +14,8 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -242,15 +240,16 @@ class Group : public std::enable_shared_from_this<Group> {
   // outlier detector locks itself (see GroupMemberState).
   GroupMemberState members_;
 
-  // Written by DNS callbacks, read by table builds. A plain std::mutex that
-  // DNS callbacks may take while an Unwatch (under mu_) waits for them.
-  mutable std::mutex dns_mu_;
-  std::vector<Backend> dns_members_;
-  std::string dns_error_;
+  // Written by DNS callbacks, read by table builds. Taken alone or after
+  // mu_, never before it: DNS callbacks take it while an Unwatch (under mu_)
+  // waits for them.
+  mutable aside::Mutex dns_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<Backend> dns_members_ ABSL_GUARDED_BY(dns_mu_);
+  std::string dns_error_ ABSL_GUARDED_BY(dns_mu_);
 
-  mutable std::mutex rebuilds_mu_;
-  mutable std::condition_variable rebuilds_changed_;
-  uint64_t rebuilds_ = 0;  // guarded by rebuilds_mu_
+  // Taken alone.
+  mutable aside::Mutex rebuilds_mu_;
+  uint64_t rebuilds_ ABSL_GUARDED_BY(rebuilds_mu_) = 0;
 
   mutable aside::Mutex listeners_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<Listener*> listeners_ ABSL_GUARDED_BY(listeners_mu_);

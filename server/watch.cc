@@ -80,7 +80,7 @@ class WatchHub::Stream final
       }
     }
     {
-      std::lock_guard<std::mutex> lock(hub_->mu_);
+      aside::MutexLock lock(&hub_->mu_);
       if (error.ok() && hub_->shutting_down_) {
         error = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                              "server is shutting down");
@@ -118,7 +118,7 @@ class WatchHub::Stream final
     // or this lookup finds it; both run under the hub's mu_, so they never
     // attach the same group twice.
     if (waiting()) {
-      std::lock_guard<std::mutex> lock(hub_->mu_);
+      aside::MutexLock lock(&hub_->mu_);
       Reattach(nullptr);
     }
   }
@@ -164,7 +164,7 @@ class WatchHub::Stream final
   void OnDone() override {
     Unsubscribe();
     {
-      std::lock_guard<std::mutex> lock(hub_->mu_);
+      aside::MutexLock lock(&hub_->mu_);
       hub_->streams_.erase(this);
     }
     delete this;
@@ -482,10 +482,9 @@ WatchHub::~WatchHub() {
   groups_->RemoveObserver(this);
   Shutdown();
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_janitor_ = true;
+    aside::MutexLock lock(&mu_);
+    stop_janitor_ = true;  // wakes the janitor as the lock is released
   }
-  janitor_changed_.notify_all();
   janitor_.join();
 }
 
@@ -498,7 +497,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchHub::Start(
 
 void WatchHub::Shutdown() {
   std::vector<Stream*> streams;
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   shutting_down_ = true;
   // Holding mu_ keeps every stream alive (OnDone erases under mu_).
   for (Stream* s : streams_) {
@@ -507,12 +506,12 @@ void WatchHub::Shutdown() {
 }
 
 size_t WatchHub::streams() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   return streams_.size();
 }
 
 void WatchHub::OnAdded(const GroupPtr& group) {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   for (Stream* s : streams_) {
     if (s->waiting()) {
       s->Reattach(&group->name());
@@ -522,10 +521,14 @@ void WatchHub::OnAdded(const GroupPtr& group) {
 
 void WatchHub::Janitor() {
   const absl::Duration tick = std::min(absl::Seconds(1), stall_timeout_ / 4);
-  std::unique_lock<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   while (!stop_janitor_) {
-    janitor_changed_.wait_for(lock, absl::ToChronoNanoseconds(tick),
-                              [this] { return stop_janitor_; });
+    mu_.AwaitWithTimeout(
+        [this] {
+          mu_.AssertHeld();
+          return stop_janitor_;
+        },
+        tick);
     if (stop_janitor_) {
       break;
     }

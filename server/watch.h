@@ -27,14 +27,13 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
 #include <cstddef>
-#include <mutex>
 #include <set>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
+#include "lib/sync.h"
 #include "server/group_registry.h"
 #include "server/metrics.h"
 
@@ -73,10 +72,9 @@ class WatchHub : private GroupRegistry::Observer {
   Metrics* const metrics_;
   const absl::Duration stall_timeout_;
 
-  // std::mutex rather than aside::Mutex so ThreadSanitizer sees the
-  // ordering (Debian's abseil is not instrumented).
-  mutable std::mutex mu_;
-  std::condition_variable janitor_changed_;
+  // Guards the stream set and the janitor's stop flag; holding it keeps
+  // every listed stream alive (OnDone erases under it).
+  mutable aside::Mutex mu_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_janitor_ ABSL_GUARDED_BY(mu_) = false;
