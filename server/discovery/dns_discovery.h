@@ -118,9 +118,9 @@ using DnsMembersCallback =
 //
 // Cost: one thread and one c-ares channel per server for all watches; a
 // watch costs a map entry and, while resolving, one or two queries (SRV:
-// 1 + 2 x targets). Queries to a slow server only wait on their own timeouts: other
-// watches keep resolving. Resolutions of one watch never overlap: the next
-// is scheduled an interval after the previous one ends.
+// 1 + 2 x targets). Queries to a slow server only wait on their own timeouts:
+// other watches keep resolving. Resolutions of one watch never overlap: the
+// next is scheduled an interval after the previous one ends.
 class DnsDiscovery {
  public:
   // Registers aside_dns_resolutions_total{group,result},
