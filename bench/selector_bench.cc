@@ -14,6 +14,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -178,7 +179,7 @@ const BenchTable& TableFor(const std::string& name, const PickCase& pick_case,
   return *entry;
 }
 
-void BM_Pick(benchmark::State& state, PickCase pick_case) {
+void BM_Pick(benchmark::State& state, const PickCase& pick_case) {
   const BenchTable& bench = TableFor(pick_case.name, pick_case,
                                      static_cast<size_t>(state.range(0)));
   const Table& table = *bench.table;
@@ -449,7 +450,7 @@ void BM_TableBuild(benchmark::State& state, PolicyConfig policy) {
   const size_t n = static_cast<size_t>(state.range(0));
   TableSpec spec;
   spec.group = "build";
-  spec.policy = policy;
+  spec.policy = std::move(policy);
   for (size_t i = 0; i < n; ++i) {
     Member m;
     m.backend.address = testing::TestAddress(i);

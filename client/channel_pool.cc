@@ -60,8 +60,10 @@ void ChannelPool::Retain(const absl::flat_hash_set<std::string>& live) {
   aside::MutexLock lock(&mu_);
   live_ = live;
   have_live_ = true;
-  absl::erase_if(channels_, [&](const auto& entry) {
-    return !live_.contains(entry.first);
+  // Reads the argument (what live_ now holds), not live_: the analysis
+  // cannot see that erase_if runs the lambda with mu_ held.
+  absl::erase_if(channels_, [&live](const auto& entry) {
+    return !live.contains(entry.first);
   });
 }
 

@@ -1,6 +1,9 @@
 // The project's one mutex: aside::Mutex and its scoped aside::MutexLock,
 // with the shape of absl::Mutex/absl::MutexLock (Lock, Unlock, Await,
-// AwaitWithTimeout), built on std::mutex. Use it (not std::mutex, not
+// AwaitWithTimeout, plus AwaitUntil for a steady-clock deadline), built on
+// std::mutex. It replaces std::condition_variable too: a waiter states the
+// condition it waits for, and every Unlock re-evaluates the conditions of
+// the waiters, so there is no notify to forget. Use it (not std::mutex, not
 // absl::Mutex) for shared state, with ABSL_GUARDED_BY on the state and
 // ABSL_EXCLUSIVE_LOCKS_REQUIRED on the methods that need the lock held.
 //
@@ -17,6 +20,7 @@
 #ifndef ASIDE_LIB_SYNC_H_
 #define ASIDE_LIB_SYNC_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -37,12 +41,15 @@ class ABSL_LOCKABLE Mutex {
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() {
     // Waiters register while holding the mutex, so this read cannot miss
-    // one that is about to wait.
-    const bool wake = waiters_.load(std::memory_order_relaxed) > 0;
-    mu_.unlock();
-    if (wake) {
+    // one that is about to wait. The notification goes out before the
+    // unlock: a woken waiter cannot return from Await until it gets the
+    // mutex, so nothing here touches this object after a waiter may have
+    // destroyed it (a waiter that owns the Mutex, such as a completion
+    // flag on its stack, may free it as soon as its condition holds).
+    if (waiters_.load(std::memory_order_relaxed) > 0) {
       changed_.notify_all();
     }
+    mu_.unlock();
   }
   bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
 
@@ -70,6 +77,21 @@ class ABSL_LOCKABLE Mutex {
     const bool ok = changed_.wait_for(
         lock, absl::ToChronoNanoseconds(std::max(timeout, absl::ZeroDuration())),
         condition);
+    waiters_.fetch_sub(1, std::memory_order_relaxed);
+    lock.release();
+    return ok;
+  }
+
+  // Same, until `deadline` on the steady clock (for loops that sleep until
+  // the next of several due times, and must not drift by recomputing a
+  // timeout); returns whether the condition holds.
+  template <typename Condition>
+  bool AwaitUntil(Condition condition,
+                  std::chrono::steady_clock::time_point deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    waiters_.fetch_add(1, std::memory_order_relaxed);
+    const bool ok = changed_.wait_until(lock, deadline, condition);
     waiters_.fetch_sub(1, std::memory_order_relaxed);
     lock.release();
     return ok;

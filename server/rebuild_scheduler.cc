@@ -1,7 +1,6 @@
 #include "server/rebuild_scheduler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 #include <vector>
 
@@ -21,10 +20,9 @@ RebuildScheduler::RebuildScheduler(const Clock* clock, Mode mode)
 
 RebuildScheduler::~RebuildScheduler() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  changed_.notify_all();
   if (thread_.joinable()) {
     thread_.join();
   }
@@ -37,27 +35,24 @@ void RebuildScheduler::Schedule(const std::shared_ptr<Group>& group,
   const int64_t due = wait >= std::numeric_limits<int64_t>::max() - now
                           ? std::numeric_limits<int64_t>::max()
                           : now + wait;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto [it, inserted] =
-        pending_.try_emplace(group.get(), Pending{group, due});
-    if (!inserted) {
-      if (due >= it->second.due) {
-        return;  // folded into the rebuild already scheduled
-      }
-      it->second.due = due;
+  MutexLock lock(&mu_);
+  auto [it, inserted] = pending_.try_emplace(group.get(), Pending{group, due});
+  if (!inserted) {
+    if (due >= it->second.due) {
+      return;  // folded into the rebuild already scheduled
     }
+    it->second.due = due;
   }
-  changed_.notify_all();
+  ++schedule_changes_;  // wakes the thread if it sleeps past `due`
 }
 
 uint64_t RebuildScheduler::rebuilds() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return rebuilds_;
 }
 
 std::optional<int64_t> RebuildScheduler::NextDue() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::optional<int64_t> next;
   for (const auto& [key, p] : pending_) {
     if (!next || p.due < *next) {
@@ -86,19 +81,19 @@ std::vector<std::shared_ptr<Group>> RebuildScheduler::TakeDueLocked(
 size_t RebuildScheduler::RunDue() {
   std::vector<std::shared_ptr<Group>> due;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     due = TakeDueLocked(clock_->NowNanos());
   }
   for (const auto& g : due) {
     g->Rebuild();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   rebuilds_ += due.size();
   return due.size();
 }
 
 void RebuildScheduler::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (!stop_) {
     int64_t next = std::numeric_limits<int64_t>::max();
     for (const auto& [key, p] : pending_) {
@@ -106,21 +101,28 @@ void RebuildScheduler::Run() {
     }
     const int64_t now = clock_->NowNanos();
     if (next > now) {
+      // Until the earliest rebuild is due, or a Schedule or the destructor
+      // changes what to wait for.
+      const uint64_t seen = schedule_changes_;
+      auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || schedule_changes_ != seen;
+      };
       if (next == std::numeric_limits<int64_t>::max()) {
-        changed_.wait(lock);
+        mu_.Await(Cond(&changed));
       } else {
-        changed_.wait_for(lock, std::chrono::nanoseconds(next - now));
+        mu_.AwaitWithTimeout(Cond(&changed), absl::Nanoseconds(next - now));
       }
       continue;
     }
     std::vector<std::shared_ptr<Group>> due = TakeDueLocked(now);
-    lock.unlock();
+    mu_.Unlock();
     for (const auto& g : due) {
       g->Rebuild();
     }
-    lock.lock();
+    mu_.Lock();
     rebuilds_ += due.size();
   }
+  mu_.Unlock();
 }
 
 }  // namespace aside::server

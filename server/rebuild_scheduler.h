@@ -17,24 +17,23 @@
 //   call RunDue, observe: no sleeps.
 //
 // Thread rules: Schedule, RunDue, NextDue and rebuilds from any thread;
-// mu_ guards pending_, stop_ and rebuilds_. Rebuilds run without mu_ held
-// (on the scheduler's thread, or RunDue's caller), so a rebuild may
-// Schedule again. std::mutex rather than absl::Mutex so ThreadSanitizer
-// sees the ordering (Debian's abseil is not instrumented).
+// mu_ guards the pending rebuilds and the counters. Rebuilds run without
+// mu_ held (on the scheduler's thread, or RunDue's caller), so a rebuild
+// may Schedule again.
 #ifndef ASIDE_SERVER_REBUILD_SCHEDULER_H_
 #define ASIDE_SERVER_REBUILD_SCHEDULER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "lib/clock.h"
+#include "lib/sync.h"
 
 namespace aside::server {
 
@@ -71,15 +70,18 @@ class RebuildScheduler {
     int64_t due = 0;  // clock nanoseconds
   };
   void Run();
-  // Takes the due entries out of pending_ (mu_ held).
-  std::vector<std::shared_ptr<Group>> TakeDueLocked(int64_t now);
+  // Takes the due entries out of pending_.
+  std::vector<std::shared_ptr<Group>> TakeDueLocked(int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* const clock_;
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<const Group*, Pending> pending_;
-  bool stop_ = false;
-  uint64_t rebuilds_ = 0;
+  mutable Mutex mu_;
+  std::map<const Group*, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Counts the Schedule calls that added an entry or moved one earlier:
+  // the thread's wait ends when it changes.
+  uint64_t schedule_changes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t rebuilds_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // threaded mode only
 };
 

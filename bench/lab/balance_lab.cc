@@ -47,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
@@ -56,14 +57,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "client/client.h"
 #include "lib/command_line.h"
 #include "lib/status_macros.h"
+#include "lib/sync.h"
 #include "tests/testing/process.h"
 
 ABSL_FLAG(bool, quick, false, "fewer rounds and shorter phases");
@@ -333,14 +333,19 @@ struct LabBackend {
                          std::chrono::seconds(5));
     const grpc::ByteBuffer request = Payload(setting);
     grpc::ByteBuffer response;
-    absl::Notification done;
+    // The call completes on a gRPC thread. aside::Mutex rather than
+    // absl::Notification, whose ordering ThreadSanitizer cannot see.
+    Mutex mu;
+    bool done = false;
     grpc::Status status;
     stub.UnaryCall(&context, kControlMethod, grpc::StubOptions(), &request,
                    &response, [&](grpc::Status s) {
+                     MutexLock lock(&mu);
                      status = std::move(s);
-                     done.Notify();
+                     done = true;
                    });
-    done.WaitForNotification();
+    MutexLock lock(&mu);
+    mu.Await(Cond(&done));
     if (!status.ok()) {
       return absl::InternalError(absl::StrCat("backend ", address, ": ",
                                               status.error_message()));
@@ -840,8 +845,8 @@ class Lab {
   std::unique_ptr<Client> client_;
   std::shared_ptr<grpc::Channel> stock_channel_;
   std::vector<PhaseResult> results_;
-  absl::Mutex log_mu_;
-  std::vector<std::string> stub_log_;
+  Mutex log_mu_;
+  std::vector<std::string> stub_log_ ABSL_GUARDED_BY(log_mu_);
 };
 
 absl::Status Lab::Setup() {
@@ -867,7 +872,7 @@ absl::Status Lab::Setup() {
   options.targets = {server_->target()};
   options.groups = groups;
   options.log = [this](absl::string_view line) {
-    absl::MutexLock lock(&log_mu_);
+    MutexLock lock(&log_mu_);
     stub_log_.emplace_back(line);
   };
   ASIDE_ASSIGN_OR_RETURN(client_, Client::Create(std::move(options)));

@@ -31,23 +31,23 @@
 #include <sys/prctl.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <queue>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "lib/command_line.h"
+#include "lib/sync.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC address");
 ABSL_FLAG(std::string, name, "0", "the name replies carry");
@@ -90,10 +90,9 @@ class Backend {
   }
   ~Backend() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
-    wake_.notify_all();
     timer_.join();
   }
 
@@ -104,7 +103,7 @@ class Backend {
 
   // Applies a control payload; returns false when it is not understood.
   bool Control(absl::string_view payload) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     int64_t value = 0;
     if (absl::ConsumePrefix(&payload, "latency_us=") &&
         absl::SimpleAtoi(payload, &value) && value >= 0) {
@@ -128,7 +127,8 @@ class Backend {
   };
 
   // The service time of a call starting now.
-  Clock::duration ServiceTimeLocked(Clock::time_point now) {
+  Clock::duration ServiceTimeLocked(Clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     int64_t ns = latency_ns_;
     if (cold_latency_ns_ > 0 && warmup_ns_ > 0) {
       if (first_call_ == Clock::time_point()) {
@@ -150,24 +150,25 @@ class Backend {
     return std::chrono::nanoseconds(ns);
   }
 
-  void StartLocked(Call* call, Clock::time_point now) {
+  void StartLocked(Call* call, Clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     due_.push({now + ServiceTimeLocked(now), call});
   }
 
   void TimerLoop();
 
   const std::string name_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  int64_t latency_ns_;
-  int64_t cold_latency_ns_;
-  int64_t warmup_ns_;
-  int workers_;
-  int busy_ = 0;
-  Clock::time_point first_call_;
-  std::deque<Call*> waiting_;
-  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_;
-  bool stopping_ = false;
+  Mutex mu_;
+  int64_t latency_ns_ ABSL_GUARDED_BY(mu_);
+  int64_t cold_latency_ns_ ABSL_GUARDED_BY(mu_);
+  int64_t warmup_ns_ ABSL_GUARDED_BY(mu_);
+  int workers_ ABSL_GUARDED_BY(mu_);
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;
+  Clock::time_point first_call_ ABSL_GUARDED_BY(mu_);
+  std::deque<Call*> waiting_ ABSL_GUARDED_BY(mu_);
+  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_
+      ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread timer_;
 };
 
@@ -224,32 +225,39 @@ class Call final : public grpc::ServerGenericBidiReactor {
 };
 
 void Backend::Submit(Call* call) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (workers_ > 0 && busy_ >= workers_) {
-      waiting_.push_back(call);
-      return;
-    }
-    ++busy_;
-    StartLocked(call, Clock::now());
+  MutexLock lock(&mu_);
+  if (workers_ > 0 && busy_ >= workers_) {
+    waiting_.push_back(call);
+    return;
   }
-  wake_.notify_one();
+  ++busy_;
+  StartLocked(call, Clock::now());  // the unlock wakes the timer thread
 }
 
 void Backend::TimerLoop() {
   // Wake-ups within a few microseconds of the due time, not the default
   // 50 us timer slack.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (!stopping_) {
     if (due_.empty()) {
-      wake_.wait(lock);
+      mu_.Await([this] {
+        mu_.AssertHeld();
+        return stopping_ || !due_.empty();
+      });
       continue;
     }
     const Clock::time_point at = due_.top().at;
     const Clock::time_point now = Clock::now();
     if (at > now) {
-      wake_.wait_until(lock, at);
+      // Until `at`, or until a call due earlier is started. A deadline
+      // rather than a timeout: the wait starts a little after `now`.
+      mu_.AwaitUntil(
+          [this, at] {
+            mu_.AssertHeld();
+            return stopping_ || due_.top().at < at;
+          },
+          at);
       continue;
     }
     Call* call = due_.top().call;
@@ -262,10 +270,11 @@ void Backend::TimerLoop() {
     } else {
       --busy_;
     }
-    lock.unlock();
+    mu_.Unlock();
     call->Reply(name_);
-    lock.lock();
+    mu_.Lock();
   }
+  mu_.Unlock();
 }
 
 class Service final : public grpc::CallbackGenericService {

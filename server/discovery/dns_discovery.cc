@@ -143,7 +143,7 @@ DnsDiscovery::DnsDiscovery(DnsDiscoveryOptions options,
 
 DnsDiscovery::~DnsDiscovery() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   Wake();
@@ -153,7 +153,7 @@ DnsDiscovery::~DnsDiscovery() {
   if (wake_fd_ >= 0) {
     close(wake_fd_);
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [group, metrics] : group_metrics_) {
     for (auto& [outcome, counter] : metrics->resolutions) {
       resolutions_family_.Remove(counter);
@@ -175,7 +175,7 @@ absl::StatusOr<DnsWatchId> DnsDiscovery::Watch(std::string group, DnsSpec spec,
   }
   DnsWatchId id = 0;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) {
       return absl::FailedPreconditionError("dns discovery: shutting down");
     }
@@ -194,7 +194,7 @@ absl::StatusOr<DnsWatchId> DnsDiscovery::Watch(std::string group, DnsSpec spec,
 }
 
 void DnsDiscovery::Unwatch(DnsWatchId id) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = watches_.find(id);
   if (it == watches_.end()) {
     return;
@@ -204,13 +204,16 @@ void DnsDiscovery::Unwatch(DnsWatchId id) {
   // A query in flight completes later and finds no watch. A callback
   // running on the loop thread is waited for, unless this is that callback.
   if (std::this_thread::get_id() != thread_id_) {
-    delivered_.wait(lock, [&] { return delivering_ != id; });
+    mu_.Await([this, id] {
+      mu_.AssertHeld();
+      return delivering_ != id;
+    });
   }
 }
 
 void DnsDiscovery::ResolveNow(DnsWatchId id) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = watches_.find(id);
     if (it == watches_.end()) {
       return;
@@ -227,7 +230,7 @@ void DnsDiscovery::ResolveNow(DnsWatchId id) {
 }
 
 std::optional<DnsWatchStatus> DnsDiscovery::Status(DnsWatchId id) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = watches_.find(id);
   if (it == watches_.end()) {
     return std::nullopt;
@@ -238,7 +241,7 @@ std::optional<DnsWatchStatus> DnsDiscovery::Status(DnsWatchId id) const {
 }
 
 std::vector<DnsWatchStatus> DnsDiscovery::List() const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<DnsWatchStatus> out;
   out.reserve(watches_.size());
   for (const auto& [id, watch] : watches_) {
@@ -314,7 +317,7 @@ void DnsDiscovery::Run() {
     starts.clear();
     absl::Duration sleep = kMaxSleep;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) {
         break;
       }
@@ -386,7 +389,7 @@ void DnsDiscovery::Run() {
 }
 
 void DnsDiscovery::OnResolved(DnsWatchId id, uint64_t seq, DnsResult result) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stopping_) {
     return;
   }
@@ -474,16 +477,15 @@ void DnsDiscovery::DeliverPending() {
 
 void DnsDiscovery::Deliver(Delivery delivery) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ || watches_.find(delivery.id) == watches_.end()) {
       return;
     }
     delivering_ = delivery.id;
   }
   (*delivery.callback)(delivery.members);
-  std::unique_lock<std::mutex> lock(mu_);
-  delivering_ = 0;
-  delivered_.notify_all();
+  MutexLock lock(&mu_);
+  delivering_ = 0;  // the unlock wakes an Unwatch waiting for this callback
 }
 
 }  // namespace aside::server

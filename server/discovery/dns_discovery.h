@@ -28,12 +28,10 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -46,6 +44,7 @@
 #include "lib/backend.h"
 #include "lib/clock.h"
 #include "lib/random.h"
+#include "lib/sync.h"
 #include "server/discovery/dns_resolver.h"
 #include "server/schema/group_spec.h"
 
@@ -99,26 +98,29 @@ struct DnsWatchStatus {
 
 // Called with the new member set, or with the error of a failed resolution
 // (keep the previous members). Runs on the discovery thread, never
-// concurrently with itself, and must be quick: hand the set to the group's
-// strand and return. It must not block on anything a caller of Unwatch may
+// concurrently with itself, and must be quick: every other watch's
+// resolutions and callbacks wait for it. Store the set and return; the
+// server's groups (server/group_registry.cc) keep it under a lock of their
+// own and ask the RebuildScheduler for a table rebuild, which runs on
+// another thread. It must not block on anything a caller of Unwatch may
 // hold (Unwatch waits for a running callback). It may call Watch, Unwatch,
 // ResolveNow and Status, but must not destroy the DnsDiscovery.
 using DnsMembersCallback =
     std::function<void(const absl::StatusOr<std::vector<Backend>>&)>;
 
-// Owns one thread that resolves every watched name through one c-ares
-// channel.
+// Owns one thread that resolves every watched name through one DnsResolver
+// (one c-ares channel per DNS server, shared by all watches).
 //
 // Threading: Watch, Unwatch, ResolveNow, Status and List may be called from
 // any thread. Callbacks run on the discovery thread. After Unwatch returns,
 // that watch's callback is not running and never runs again (Unwatch from
 // inside the callback is allowed and returns at once).
 //
-// Cost: one thread and one c-ares channel for all watches; a watch costs a
-// timer entry and, while resolving, one or two queries (SRV: 1 + 2 x
-// targets). Queries to a slow server only wait on their own timeouts: other
-// watches keep resolving. Resolutions of one watch never overlap: the next
-// is scheduled an interval after the previous one ends.
+// Cost: one thread and one c-ares channel per server for all watches; a
+// watch costs a map entry and, while resolving, one or two queries (SRV:
+// 1 + 2 x targets). Queries to a slow server only wait on their own timeouts:
+// other watches keep resolving. Resolutions of one watch never overlap: the
+// next is scheduled an interval after the previous one ends.
 class DnsDiscovery {
  public:
   // Registers aside_dns_resolutions_total{group,result},
@@ -192,11 +194,9 @@ class DnsDiscovery {
   std::thread thread_;
   std::thread::id thread_id_;
 
-  // std::mutex rather than absl::Mutex: Debian's abseil is not built with
-  // ThreadSanitizer, which then cannot see absl::Mutex's ordering; the
-  // annotations below are documentation for GCC.
-  mutable std::mutex mu_;
-  std::condition_variable delivered_;
+  // Guards the watches and their metrics. Never held while c-ares runs a
+  // query or while a callback runs.
+  mutable Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   DnsWatchId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<DnsWatchId, std::unique_ptr<WatchState>> watches_

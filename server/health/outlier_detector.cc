@@ -10,7 +10,7 @@ OutlierDetector::OutlierDetector(const OutlierSpec& spec, const Clock* clock)
     : clock_(clock), spec_(spec) {}
 
 bool OutlierDetector::SetSpec(const OutlierSpec& spec) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   spec_ = spec;
   if (spec_.enabled) {
     return false;
@@ -25,12 +25,12 @@ bool OutlierDetector::SetSpec(const OutlierSpec& spec) {
 }
 
 bool OutlierDetector::enabled() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return spec_.enabled;
 }
 
 void OutlierDetector::SetMembers(absl::Span<const std::string> addresses) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   absl::flat_hash_map<std::string, Entry> next;
   next.reserve(addresses.size());
   for (const std::string& address : addresses) {
@@ -44,7 +44,7 @@ bool OutlierDetector::Report(absl::string_view address, bool success) {
   if (!success) {
     return ReportConsecutiveFailures(address, 1);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!spec_.enabled) {
     return false;
   }
@@ -58,7 +58,7 @@ bool OutlierDetector::Report(absl::string_view address, bool success) {
 
 bool OutlierDetector::ReportConsecutiveFailures(absl::string_view address,
                                                 uint32_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!spec_.enabled || n == 0) {
     return false;
   }
@@ -127,7 +127,7 @@ bool OutlierDetector::IsEjected(absl::string_view address) const {
 
 bool OutlierDetector::IsEjected(absl::string_view address,
                                 int64_t now_nanos) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!spec_.enabled) {
     return false;
   }
@@ -136,7 +136,7 @@ bool OutlierDetector::IsEjected(absl::string_view address,
 }
 
 std::optional<int64_t> OutlierDetector::NextExpiry() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!spec_.enabled) {
     return std::nullopt;
   }
@@ -151,12 +151,12 @@ std::optional<int64_t> OutlierDetector::NextExpiry() const {
 }
 
 size_t OutlierDetector::EjectedCount() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return spec_.enabled ? EjectedCountLocked(clock_->NowNanos()) : 0;
 }
 
 size_t OutlierDetector::MaxEjected() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return MaxEjectedLocked();
 }
 
@@ -180,7 +180,7 @@ size_t OutlierDetector::MaxEjectedLocked() const {
 }
 
 std::vector<OutlierDetector::Ejection> OutlierDetector::Ejections() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<Ejection> out;
   if (!spec_.enabled) {
     return out;

@@ -32,16 +32,17 @@
 #define ASIDE_SERVER_HEALTH_OUTLIER_DETECTOR_H_
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "lib/clock.h"
+#include "lib/sync.h"
 #include "server/schema/group_spec.h"
 
 namespace aside::server {
@@ -112,17 +113,19 @@ class OutlierDetector {
     int64_t ejected_until = 0;       // end of the last ejection (0: never)
   };
 
-  bool FailLocked(Entry& entry, uint32_t n, int64_t now);
-  size_t EjectedCountLocked(int64_t now) const;
-  size_t MaxEjectedLocked() const;
+  bool FailLocked(Entry& entry, uint32_t n, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t EjectedCountLocked(int64_t now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t MaxEjectedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool EjectedAt(const Entry& entry, int64_t now) {
     return entry.ejected_until > now;
   }
 
   const Clock* const clock_;
-  mutable std::mutex mu_;
-  OutlierSpec spec_;                                  // guarded by mu_
-  absl::flat_hash_map<std::string, Entry> entries_;  // guarded by mu_
+  mutable Mutex mu_;
+  OutlierSpec spec_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace aside::server

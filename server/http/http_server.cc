@@ -25,9 +25,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -35,7 +33,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "lib/address.h"
+#include "lib/sync.h"
 
 namespace aside::server {
 namespace {
@@ -52,7 +52,7 @@ constexpr auto kWarnInterval = std::chrono::seconds(10);
 // How long Stop() lets the thread finish on its own before it stops the
 // io_context outright (only a bug would leave work behind once every
 // socket is closed).
-constexpr auto kStopGrace = std::chrono::seconds(2);
+constexpr absl::Duration kStopGrace = absl::Seconds(2);
 
 // Sent, best effort, to a connection beyond a cap before it is closed.
 constexpr absl::string_view kBusyResponse =
@@ -284,10 +284,11 @@ class HttpServer::Impl {
   tcp::acceptor acceptor_{io_};
   asio::steady_timer accept_backoff_{io_};
 
-  std::mutex mu_;  // Start/Stop
-  std::condition_variable done_cv_;
-  bool started_ = false;  // guarded by mu_
-  bool done_ = false;     // guarded by mu_: the thread left io_.run()
+  Mutex mu_;  // Start/Stop
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // The thread left io_.run().
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  // Started by Start and checked by Stop under mu_; Stop joins it unlocked.
   std::thread thread_;
 };
 
@@ -495,7 +496,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 }  // namespace http_internal
 
 absl::StatusOr<int> HttpServer::Impl::Start(absl::string_view address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_) {
     return absl::FailedPreconditionError("http: server already started");
   }
@@ -571,14 +572,14 @@ void HttpServer::Impl::Run() {
       handler_warnings_.Warn(options_, "http.handler_error", e.what());
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  done_ = true;
-  done_cv_.notify_all();
+  MutexLock lock(&mu_);
+  done_ = true;  // the unlock wakes Stop
 }
 
 void HttpServer::Impl::Stop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   if (!thread_.joinable()) {
+    mu_.Unlock();
     return;
   }
   asio::post(io_, [this] {
@@ -594,10 +595,10 @@ void HttpServer::Impl::Stop() {
       s->Shutdown();
     }
   });
-  if (!done_cv_.wait_for(lock, kStopGrace, [this] { return done_; })) {
+  if (!mu_.AwaitWithTimeout(Cond(&done_), kStopGrace)) {
     io_.stop();
   }
-  lock.unlock();
+  mu_.Unlock();
   thread_.join();
 }
 

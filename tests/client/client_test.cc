@@ -27,9 +27,10 @@ using ::aside::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-v1::GroupUpdate Full(const std::string& group, uint64_t generation,
-                     std::vector<std::pair<std::string, uint32_t>> backends,
-                     bool weighted = false) {
+v1::GroupUpdate Full(
+    const std::string& group, uint64_t generation,
+    const std::vector<std::pair<std::string, uint32_t>>& backends,
+    bool weighted = false) {
   v1::GroupUpdate u;
   u.set_group(group);
   u.set_generation(generation);

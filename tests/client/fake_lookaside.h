@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/sync.h"
@@ -57,7 +58,7 @@ class FakeLookaside final : public v1::LoadBalancer::Service {
   }
   void set_report_status(grpc::Status s) {
     aside::MutexLock lock(&mu_);
-    report_status_ = s;
+    report_status_ = std::move(s);
   }
   void Stop() {
     aside::MutexLock lock(&mu_);

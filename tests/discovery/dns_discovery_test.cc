@@ -13,15 +13,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <future>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/sync.h"
 #include "tests/discovery/dns_test_servers.h"
 #include "tests/testing/status_matchers.h"
 
@@ -59,9 +58,8 @@ class Recorder {
  public:
   DnsMembersCallback Callback() {
     return [this](const Update& update) {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       updates_.push_back(update);
-      changed_.notify_all();
     };
   }
 
@@ -70,7 +68,7 @@ class Recorder {
   absl::StatusOr<Update> WaitFor(
       const std::function<bool(const Update&)>& match,
       absl::Duration timeout = kWait) {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const auto deadline =
         std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
     while (true) {
@@ -79,8 +77,12 @@ class Recorder {
           return updates_[next_++];
         }
       }
-      if (changed_.wait_until(lock, deadline,
-                              [&] { return next_ < updates_.size(); })) {
+      if (mu_.AwaitUntil(
+              [&] {
+                mu_.AssertHeld();
+                return next_ < updates_.size();
+              },
+              deadline)) {
         continue;
       }
       std::vector<std::string> seen;
@@ -115,19 +117,16 @@ class Recorder {
   }
 
   std::vector<Update> updates() const {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return updates_;
   }
   size_t count() const {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return updates_.size();
   }
 
  private:
-  // std::mutex: visible to ThreadSanitizer (Debian's abseil is not built
-  // with it).
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
+  mutable Mutex mu_;
   std::vector<Update> updates_ ABSL_GUARDED_BY(mu_);
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -195,15 +195,18 @@ std::string FakeDnsServer::server() const {
 }
 
 int FakeDnsServer::queries() const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return queries_;
 }
 
 absl::Status FakeDnsServer::WaitForHeld(int count, absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!held_changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] {
-        return static_cast<int>(held_.size()) >= count;
-      })) {
+  MutexLock lock(&mu_);
+  if (!mu_.AwaitWithTimeout(
+          [&] {
+            mu_.AssertHeld();
+            return static_cast<int>(held_.size()) >= count;
+          },
+          timeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "fake dns: ", held_.size(), " of ", count, " queries held"));
   }
@@ -213,7 +216,7 @@ absl::Status FakeDnsServer::WaitForHeld(int count, absl::Duration timeout) {
 void FakeDnsServer::ReleaseHeld(const Answer& answer) {
   std::vector<Held> held;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     held.swap(held_);
   }
   for (const Held& h : held) {
@@ -254,11 +257,10 @@ void FakeDnsServer::Run() {
         reinterpret_cast<uint8_t*>(&peer) + peer_len);
     const Answer answer = handler_(name, qtype);
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++queries_;
       if (answer.kind == Answer::Kind::kHold) {
         held_.push_back({packet, peer_bytes, name, qtype});
-        held_changed_.notify_all();
         continue;
       }
     }

@@ -5,11 +5,9 @@
 #ifndef ASIDE_TESTS_DISCOVERY_DNS_TEST_SERVERS_H_
 #define ASIDE_TESTS_DISCOVERY_DNS_TEST_SERVERS_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/sync.h"
 #include "tests/testing/process.h"
 
 namespace aside::testing {
@@ -110,10 +109,7 @@ class FakeDnsServer {
   int stop_fd_ = -1;
   int port_ = 0;
   std::thread thread_;
-  // std::mutex: visible to ThreadSanitizer (Debian's abseil is not built
-  // with it).
-  mutable std::mutex mu_;
-  std::condition_variable held_changed_;
+  mutable Mutex mu_;
   int queries_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Held> held_ ABSL_GUARDED_BY(mu_);
 };

@@ -11,23 +11,20 @@ namespace aside::testing {
 
 void CallLog::Record(const std::string& caller, int backend,
                      std::string lb_token) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    calls_[caller].push_back(backend);
-    tokens_[backend].insert(std::move(lb_token));
-  }
-  changed_.notify_all();
+  MutexLock lock(&mu_);
+  calls_[caller].push_back(backend);
+  tokens_[backend].insert(std::move(lb_token));
 }
 
 size_t CallLog::Count(const std::string& caller) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = calls_.find(caller);
   return it == calls_.end() ? 0 : it->second.size();
 }
 
 std::vector<int> CallLog::CallsSince(const std::string& caller,
                                      size_t from) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = calls_.find(caller);
   if (it == calls_.end() || from >= it->second.size()) {
     return {};
@@ -37,16 +34,20 @@ std::vector<int> CallLog::CallsSince(const std::string& caller,
 }
 
 std::set<std::string> CallLog::Tokens(int backend) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = tokens_.find(backend);
   return it == tokens_.end() ? std::set<std::string>() : it->second;
 }
 
 bool CallLog::WaitUntil(const std::function<bool(const Calls&)>& done,
                         absl::Duration timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                           [&] { return done(calls_); });
+  MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(
+      [&] {
+        mu_.AssertHeld();
+        return done(calls_);
+      },
+      timeout);
 }
 
 bool CallLog::WaitForCount(const std::string& caller, size_t count,

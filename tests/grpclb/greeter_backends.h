@@ -7,11 +7,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/sync.h"
 
 namespace aside::testing {
 
@@ -27,8 +26,7 @@ namespace aside::testing {
 // entries are its calls in the order it made them.
 //
 // Thread-safe: the backends' server threads record, the test thread reads
-// and waits. std::mutex so ThreadSanitizer sees the ordering (Debian's
-// abseil is not built with it). Recording is a map lookup and a push.
+// and waits. Recording is a map lookup and a push.
 class CallLog {
  public:
   // Caller name -> backend index of each call, in order.
@@ -52,8 +50,7 @@ class CallLog {
                     absl::Duration timeout) const;
 
  private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable changed_;
+  mutable Mutex mu_;
   Calls calls_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::set<std::string>> tokens_ ABSL_GUARDED_BY(mu_);
 };

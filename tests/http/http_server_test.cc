@@ -11,17 +11,16 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/sync.h"
 #include "tests/http/metric_value.h"
 #include "tests/http/raw_client.h"
 
@@ -50,10 +49,9 @@ class Trickler {
         thread_([this, interval] { Run(interval); }) {}
   ~Trickler() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
     thread_.join();
   }
   int sent() const { return sent_.load(); }
@@ -62,7 +60,7 @@ class Trickler {
   void Run(absl::Duration interval) {
     const std::string request = "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: ";
     size_t i = 0;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     while (!stop_) {
       const char c = i < request.size() ? request[i] : 'a';
       ++i;
@@ -71,15 +69,13 @@ class Trickler {
         (void)conn->Send(absl::string_view(&c, 1));
       }
       sent_.fetch_add(1);
-      cv_.wait_for(lock, absl::ToChronoMilliseconds(interval),
-                   [this] { return stop_; });
+      mu_.AwaitWithTimeout(Cond(&stop_), interval);
     }
   }
 
   std::vector<RawConnection*> conns_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int> sent_{0};
   std::thread thread_;
 };
@@ -403,10 +399,10 @@ TEST_F(HttpServerTest, ConnectionBeyondTotalCapIsClosed) {
 // served.
 TEST_F(HttpServerTest, AcceptRecoversFromDescriptorExhaustion) {
   std::vector<std::string> warnings;
-  std::mutex warnings_mu;
+  Mutex warnings_mu;
   HttpServerOptions options;
   options.warn = [&](absl::string_view event, absl::string_view detail) {
-    std::lock_guard<std::mutex> lock(warnings_mu);
+    MutexLock lock(&warnings_mu);
     warnings.push_back(absl::StrCat(event, ": ", detail));
   };
   Start(options);
@@ -443,7 +439,7 @@ TEST_F(HttpServerTest, AcceptRecoversFromDescriptorExhaustion) {
   auto res = ReadResponse(client, absl::Seconds(5));
   ASSERT_TRUE(res.ok()) << res.status();
   EXPECT_EQ(res->status, 200);
-  std::lock_guard<std::mutex> lock(warnings_mu);
+  MutexLock lock(&warnings_mu);
   ASSERT_FALSE(warnings.empty());
   EXPECT_THAT(warnings.front(), HasSubstr("http.accept_error"));
 }

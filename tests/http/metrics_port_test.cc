@@ -8,19 +8,19 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/sync.h"
 #include "server/metrics.h"
 #include "tests/http/metric_value.h"
 #include "tests/http/raw_client.h"
@@ -53,10 +53,9 @@ class Trickler {
   ~Trickler() { Stop(); }
   void Stop() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
     if (thread_.joinable()) {
       thread_.join();
     }
@@ -67,7 +66,7 @@ class Trickler {
   void Run(absl::Duration interval) {
     const std::string request = "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: ";
     size_t i = 0;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     while (!stop_) {
       const char c = i < request.size() ? request[i] : 'a';
       ++i;
@@ -75,15 +74,13 @@ class Trickler {
         (void)conn->Send(absl::string_view(&c, 1));
       }
       sent_.fetch_add(1);
-      cv_.wait_for(lock, absl::ToChronoMilliseconds(interval),
-                   [this] { return stop_; });
+      mu_.AwaitWithTimeout(Cond(&stop_), interval);
     }
   }
 
   std::vector<RawConnection*> conns_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int> sent_{0};
   std::thread thread_;
 };

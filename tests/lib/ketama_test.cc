@@ -20,7 +20,6 @@ namespace aside {
 namespace {
 
 using ::aside::testing::StatusIs;
-using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 PolicyConfig Ketama(uint32_t points_per_weight = 160) {
@@ -111,7 +110,7 @@ class NaiveNginxRing {
             static_cast<unsigned char>(prev >> 16),
             static_cast<unsigned char>(prev >> 24)};
         const uint32_t h = static_cast<uint32_t>(crc32(base, bytes, 4));
-        points_.push_back({h, n.address});
+        points_.emplace_back(h, n.address);
         prev = h;
       }
     }

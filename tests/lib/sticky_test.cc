@@ -36,7 +36,8 @@ PolicyConfig Sticky(absl::Duration ttl = absl::Hours(1)) {
   return c;
 }
 
-TableConstPtr Make(TableOptions options, PolicyConfig policy = Sticky()) {
+TableConstPtr Make(TableOptions options,
+                   const PolicyConfig& policy = Sticky()) {
   if (!options.session_key) {
     options.session_key = Key();
   }

@@ -22,7 +22,7 @@ PolicyConfig Wrr() {
   return c;
 }
 
-TableConstPtr Make(TableOptions options) {
+TableConstPtr Make(const TableOptions& options) {
   auto t = Table::Create(MakeTableSpec(Wrr(), options), nullptr, nullptr);
   EXPECT_TRUE(t.ok()) << t.status();
   return *t;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/server.h"
@@ -34,9 +35,10 @@ TableConstPtr MakeTable(std::vector<uint32_t> weights,
   PolicyConfig policy;
   policy.kind = PolicyKind::kWeightedRoundRobin;
   auto t = Table::Create(
-      aside::testing::MakeTableSpec(
-          policy, {.weights = weights, .ready = ready,
-                   .panic_threshold = panic_threshold, .group = "web"}),
+      aside::testing::MakeTableSpec(policy, {.weights = std::move(weights),
+                                             .ready = std::move(ready),
+                                             .panic_threshold = panic_threshold,
+                                             .group = "web"}),
       nullptr, nullptr);
   EXPECT_TRUE(t.ok()) << t.status();
   return *t;
@@ -63,7 +65,9 @@ TEST(ServerListTest, LongListsAreCappedApproximatingTheRatio) {
   TableConstPtr t = MakeTable({997, 991, 2});
   lb::ServerList list = BuildServerList(*t, {}, 100, 0);
   std::map<std::string, int> counts;
-  for (const lb::Server& s : list.servers()) counts[Ip(s)]++;
+  for (const lb::Server& s : list.servers()) {
+    counts[Ip(s)]++;
+  }
   EXPECT_LE(list.servers_size(), 102);
   EXPECT_NEAR(counts[aside::testing::TestAddress(0)], 50, 1);
   EXPECT_NEAR(counts[aside::testing::TestAddress(1)], 50, 1);
