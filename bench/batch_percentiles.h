@@ -4,12 +4,12 @@
 #ifndef ASIDE_BENCH_BATCH_PERCENTILES_H_
 #define ASIDE_BENCH_BATCH_PERCENTILES_H_
 
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 namespace aside::bench {
 
@@ -22,9 +22,9 @@ inline void SetBatchPercentiles(benchmark::State& state,
     if (batches.empty()) {
       return 0.0;
     }
-    const size_t rank = std::min(
-        batches.size() - 1,
-        static_cast<size_t>(p * static_cast<double>(batches.size())));
+    const size_t rank =
+        std::min(batches.size() - 1,
+                 static_cast<size_t>(p * static_cast<double>(batches.size())));
     return static_cast<double>(batches[rank]) / batch;
   };
   state.counters["p50_ns"] = per_item(0.50);

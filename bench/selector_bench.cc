@@ -19,7 +19,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/batch_percentiles.h"
-#include "lib/sync.h"
 #include "lib/clock.h"
 #include "lib/load/backend_load.h"
 #include "lib/load/load_tracker.h"
@@ -28,6 +27,7 @@
 #include "lib/policies/maglev.h"
 #include "lib/random.h"
 #include "lib/snapshot_cell.h"
+#include "lib/sync.h"
 #include "lib/table.h"
 #include "tests/testing/tables.h"
 
@@ -101,7 +101,9 @@ void BM_FloorSortRingPoints(benchmark::State& state) {
     benchmark::DoNotOptimize(work.data());
   }
 }
-BENCHMARK(BM_FloorSortRingPoints)->Arg(1000 * 160)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FloorSortRingPoints)
+    ->Arg(1000 * 160)
+    ->Unit(benchmark::kMicrosecond);
 
 // ----------------------------------------------------------------- picks
 
@@ -162,7 +164,8 @@ struct BenchTable {
 const BenchTable& TableFor(const std::string& name, const PickCase& pick_case,
                            size_t n) {
   static aside::Mutex mu;
-  static auto* tables = new std::map<std::string, std::unique_ptr<BenchTable>>();
+  static auto* tables =
+      new std::map<std::string, std::unique_ptr<BenchTable>>();
   aside::MutexLock lock(&mu);
   std::unique_ptr<BenchTable>& entry = (*tables)[absl::StrCat(name, "/", n)];
   if (entry == nullptr) {
@@ -180,8 +183,8 @@ const BenchTable& TableFor(const std::string& name, const PickCase& pick_case,
 }
 
 void BM_Pick(benchmark::State& state, const PickCase& pick_case) {
-  const BenchTable& bench = TableFor(pick_case.name, pick_case,
-                                     static_cast<size_t>(state.range(0)));
+  const BenchTable& bench =
+      TableFor(pick_case.name, pick_case, static_cast<size_t>(state.range(0)));
   const Table& table = *bench.table;
   const std::vector<std::string>& keys = Keys();
   const Locality caller{"r", "a", ""};
@@ -206,11 +209,11 @@ void BM_Pick(benchmark::State& state, const PickCase& pick_case) {
       static_cast<double>(allocs), benchmark::Counter::kAvgIterations);
 }
 
-#define ASIDE_PICK_BENCH(name, ...)                                     \
-  BENCHMARK_CAPTURE(BM_Pick, name, PickCase{#name, __VA_ARGS__})        \
-      ->RangeMultiplier(10)                                             \
-      ->Range(10, 10000)                                                \
-      ->Threads(1)                                                      \
+#define ASIDE_PICK_BENCH(name, ...)                              \
+  BENCHMARK_CAPTURE(BM_Pick, name, PickCase{#name, __VA_ARGS__}) \
+      ->RangeMultiplier(10)                                      \
+      ->Range(10, 10000)                                         \
+      ->Threads(1)                                               \
       ->Threads(2)
 
 PolicyConfig P2cPeak() {
@@ -256,9 +259,9 @@ void BM_RecordCompletion(benchmark::State& state, LoadModel model) {
     c.now_nanos = (now += 1000);
     load.Finish(c, model);
   }
-  state.counters["allocs_per_op"] = benchmark::Counter(
-      static_cast<double>(t_allocations - allocs_before),
-      benchmark::Counter::kAvgIterations);
+  state.counters["allocs_per_op"] =
+      benchmark::Counter(static_cast<double>(t_allocations - allocs_before),
+                         benchmark::Counter::kAvgIterations);
 }
 // Finish alone (what the caller pays when a request completes; Start() is
 // paid when it begins). Without a matching Start() the in-flight count goes
@@ -274,9 +277,9 @@ void BM_FinishOnly(benchmark::State& state, LoadModel model) {
     c.now_nanos = (now += 1000);
     load.Finish(c, model);
   }
-  state.counters["allocs_per_op"] = benchmark::Counter(
-      static_cast<double>(t_allocations - allocs_before),
-      benchmark::Counter::kAvgIterations);
+  state.counters["allocs_per_op"] =
+      benchmark::Counter(static_cast<double>(t_allocations - allocs_before),
+                         benchmark::Counter::kAvgIterations);
 }
 
 LoadModel PeakEwmaModel() {
@@ -288,15 +291,20 @@ LoadModel LeastTimeModel() {
   return LoadModel::For(Policy(PolicyKind::kLeastTime));
 }
 BENCHMARK_CAPTURE(BM_RecordCompletion, peak_ewma, PeakEwmaModel())
-    ->Threads(1)->Threads(2);
+    ->Threads(1)
+    ->Threads(2);
 BENCHMARK_CAPTURE(BM_RecordCompletion, pending, PendingModel())
-    ->Threads(1)->Threads(2);
+    ->Threads(1)
+    ->Threads(2);
 BENCHMARK_CAPTURE(BM_RecordCompletion, least_time, LeastTimeModel())
-    ->Threads(1)->Threads(2);
+    ->Threads(1)
+    ->Threads(2);
 BENCHMARK_CAPTURE(BM_FinishOnly, peak_ewma, PeakEwmaModel())
-    ->Threads(1)->Threads(2);
+    ->Threads(1)
+    ->Threads(2);
 BENCHMARK_CAPTURE(BM_FinishOnly, pending, PendingModel())
-    ->Threads(1)->Threads(2);
+    ->Threads(1)
+    ->Threads(2);
 
 // -------------------------------------------------------------- snapshots
 
@@ -467,14 +475,14 @@ void BM_TableBuild(benchmark::State& state, PolicyConfig policy) {
     benchmark::DoNotOptimize(table->get());
   }
 }
-#define ASIDE_TABLE_BUILD_BENCH(name, ...)                                   \
-  BENCHMARK_CAPTURE(BM_TableBuild, name, __VA_ARGS__)                  \
-      ->Arg(1000)                                                      \
-      ->Arg(10000)                                                     \
+#define ASIDE_TABLE_BUILD_BENCH(name, ...)            \
+  BENCHMARK_CAPTURE(BM_TableBuild, name, __VA_ARGS__) \
+      ->Arg(1000)                                     \
+      ->Arg(10000)                                    \
       ->Unit(benchmark::kMicrosecond)
 ASIDE_TABLE_BUILD_BENCH(round_robin, Policy(PolicyKind::kRoundRobin));
 ASIDE_TABLE_BUILD_BENCH(weighted_round_robin,
-                  Policy(PolicyKind::kWeightedRoundRobin));
+                        Policy(PolicyKind::kWeightedRoundRobin));
 ASIDE_TABLE_BUILD_BENCH(random, Policy(PolicyKind::kRandom));
 ASIDE_TABLE_BUILD_BENCH(hash, Policy(PolicyKind::kHash));
 ASIDE_TABLE_BUILD_BENCH(ketama, Policy(PolicyKind::kKetama));
@@ -523,15 +531,23 @@ void BM_Disruption(benchmark::State& state, PolicyKind kind) {
     }
   }
   state.counters["moved_pct"] = 100.0 * moved / kKeys;
-  state.counters["ideal_pct"] =
-      100.0 / static_cast<double>(add ? n + 1 : n);
+  state.counters["ideal_pct"] = 100.0 / static_cast<double>(add ? n + 1 : n);
 }
 BENCHMARK_CAPTURE(BM_Disruption, hash, PolicyKind::kHash)
-    ->Args({100, 1})->Args({100, 0})->Iterations(1)->Unit(benchmark::kMillisecond);
+    ->Args({100, 1})
+    ->Args({100, 0})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Disruption, ketama, PolicyKind::kKetama)
-    ->Args({100, 1})->Args({100, 0})->Iterations(1)->Unit(benchmark::kMillisecond);
+    ->Args({100, 1})
+    ->Args({100, 0})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Disruption, maglev, PolicyKind::kMaglev)
-    ->Args({100, 1})->Args({100, 0})->Iterations(1)->Unit(benchmark::kMillisecond);
+    ->Args({100, 1})
+    ->Args({100, 0})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace aside

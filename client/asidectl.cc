@@ -3,8 +3,8 @@
 // Exit codes: 0 success, 1 the RPC failed (the gRPC status is printed),
 // 2 usage errors (unknown command or flag, missing argument, unreadable
 // file).
-#include <grpcpp/grpcpp.h>
 #include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -153,7 +153,8 @@ std::string LocalityText(const v1::Locality& l) {
   return FromProto(l).ToString();
 }
 
-std::string MetadataText(const google::protobuf::Map<std::string, std::string>& m) {
+std::string MetadataText(
+    const google::protobuf::Map<std::string, std::string>& m) {
   if (m.empty()) {
     return "-";
   }
@@ -224,7 +225,9 @@ class Ctl {
   }
 
   int Fail(const grpc::Status& s) {
-    std::cerr << "asidectl: " << command_ << ": " << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))
+    std::cerr << "asidectl: " << command_ << ": "
+              << absl::StatusCodeToString(
+                     static_cast<absl::StatusCode>(s.error_code()))
               << ": " << s.error_message() << "\n";
     // A method the server does not have (as opposed to a feature inside a
     // method, whose message says what is missing).
@@ -234,7 +237,8 @@ class Ctl {
                 << " yet\n";
     }
     if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED && token_.empty()) {
-      std::cerr << "asidectl: pass an Admin token with --token or ASIDE_TOKEN\n";
+      std::cerr
+          << "asidectl: pass an Admin token with --token or ASIDE_TOKEN\n";
     }
     return 1;
   }
@@ -245,7 +249,8 @@ class Ctl {
     usage_error_ = std::string(message);
     return kUsage;
   }
-  bool Missing(const std::vector<std::string>& a, size_t min, const char* what) {
+  bool Missing(const std::vector<std::string>& a, size_t min,
+               const char* what) {
     if (a.size() < min) {
       usage_error_ = absl::StrCat("missing ", what);
       return true;
@@ -258,24 +263,25 @@ class Ctl {
       std::cout << ToJson(g) << "\n";
       return 0;
     }
-    PrintTable({{"group:", g.name()},
-                {"source:", SourceText(g.source())},
-                {"policy:", PolicyText(g.policy())},
-                {"generation:", absl::StrCat(g.generation())},
-                {"ready:", absl::StrCat(g.ready_count(), " of ", g.state_size())},
-                {"panic:", g.panic() ? "yes" : "no"}});
+    PrintTable(
+        {{"group:", g.name()},
+         {"source:", SourceText(g.source())},
+         {"policy:", PolicyText(g.policy())},
+         {"generation:", absl::StrCat(g.generation())},
+         {"ready:", absl::StrCat(g.ready_count(), " of ", g.state_size())},
+         {"panic:", g.panic() ? "yes" : "no"}});
     std::vector<std::vector<std::string>> rows = {
         {"ADDRESS", "WEIGHT", "EFFECTIVE", "READY", "HEALTH", "DRAINED",
          "LOCALITY", "METADATA"}};
     for (const v1::TableBackend& b : g.state()) {
-      rows.push_back({b.backend().address(),
-                      absl::StrCat(b.backend().has_weight() ? b.backend().weight()
-                                                            : kDefaultWeight),
-                      absl::StrCat(b.effective_weight()),
-                      b.ready() ? "yes" : "no", HealthText(b.health()),
-                      b.backend().drained() ? "yes" : "no",
-                      LocalityText(b.backend().locality()),
-                      MetadataText(b.backend().metadata())});
+      rows.push_back(
+          {b.backend().address(),
+           absl::StrCat(b.backend().has_weight() ? b.backend().weight()
+                                                 : kDefaultWeight),
+           absl::StrCat(b.effective_weight()), b.ready() ? "yes" : "no",
+           HealthText(b.health()), b.backend().drained() ? "yes" : "no",
+           LocalityText(b.backend().locality()),
+           MetadataText(b.backend().metadata())});
     }
     std::cout << "\n";
     PrintTable(rows);
@@ -295,8 +301,8 @@ class Ctl {
         {"NAME", "SOURCE", "POLICY", "GENERATION", "READY", "PANIC"}};
     for (const v1::Group& g : out.groups()) {
       rows.push_back({g.name(), SourceText(g.source()), PolicyText(g.policy()),
-                      absl::StrCat(g.generation()), absl::StrCat(g.ready_count()),
-                      g.panic() ? "yes" : "no"});
+                      absl::StrCat(g.generation()),
+                      absl::StrCat(g.ready_count()), g.panic() ? "yes" : "no"});
     }
     PrintTable(rows);
     return 0;
@@ -334,8 +340,9 @@ class Ctl {
           absl::StrAppend(&last, " (", t.last_result().reason(), ")");
         }
       }
-      rows.push_back({t.address(), HealthText(t.state()), absl::StrCat(t.probes()),
-                      last, absl::StrJoin(t.groups(), ",")});
+      rows.push_back({t.address(), HealthText(t.state()),
+                      absl::StrCat(t.probes()), last,
+                      absl::StrJoin(t.groups(), ",")});
     }
     PrintTable(rows);
     return 0;
@@ -364,8 +371,8 @@ class Ctl {
                       LocalityText(b.locality()), MetadataText(b.metadata())});
     }
     PrintTable(rows);
-    std::cout << "generation " << out.generation() << (out.panic() ? " (panic)" : "")
-              << "\n";
+    std::cout << "generation " << out.generation()
+              << (out.panic() ? " (panic)" : "") << "\n";
     return 0;
   }
 
@@ -387,10 +394,12 @@ class Ctl {
         switch (u.update_case()) {
           case v1::GroupUpdate::kFull: {
             int ready = 0;
-            for (const auto& b : u.full().backends()) ready += b.ready() ? 1 : 0;
+            for (const auto& b : u.full().backends())
+              ready += b.ready() ? 1 : 0;
             what = absl::StrCat("full policy=", PolicyText(u.full().policy()),
                                 " backends=", u.full().backends_size(),
-                                " ready=", ready, u.full().panic() ? " panic" : "");
+                                " ready=", ready,
+                                u.full().panic() ? " panic" : "");
             break;
           }
           case v1::GroupUpdate::kDelta:
@@ -405,11 +414,13 @@ class Ctl {
           default:
             what = "empty";
         }
-        std::cout << absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::LocalTimeZone())
+        std::cout << absl::FormatTime("%H:%M:%E3S", absl::Now(),
+                                      absl::LocalTimeZone())
                   << " " << u.group() << " generation=" << u.generation() << " "
                   << what << std::endl;
         if (u.has_full() || u.has_delta()) {
-          const auto& list = u.has_full() ? u.full().backends() : u.delta().upserted();
+          const auto& list =
+              u.has_full() ? u.full().backends() : u.delta().upserted();
           for (const auto& b : list) {
             std::cout << "    " << b.backend().address()
                       << " weight=" << b.effective_weight()
@@ -436,12 +447,14 @@ class Ctl {
 
   static absl::StatusOr<v1::Backend> ParseBackend(const std::string& spec) {
     v1::Backend b;
-    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits('=', 1));
+    std::vector<std::string> parts =
+        absl::StrSplit(spec, absl::MaxSplits('=', 1));
     b.set_address(parts[0]);
     if (parts.size() == 2) {
       uint32_t w = 0;
       if (!absl::SimpleAtoi(parts[1], &w)) {
-        return Usage(absl::StrCat("backend '", spec, "': weight is not a number"));
+        return Usage(
+            absl::StrCat("backend '", spec, "': weight is not a number"));
       }
       b.set_weight(w);
     }
@@ -459,16 +472,17 @@ class Ctl {
       std::cout << ToJson(out) << "\n";
     } else {
       std::cout << "created group " << out.name() << " (generation "
-                << out.generation() << ", " << out.state_size() << " backends)\n";
+                << out.generation() << ", " << out.state_size()
+                << " backends)\n";
     }
     return 0;
   }
 
   int CreateGroup(const std::vector<std::string>& a) {
     if (Missing(a, 1, "group name or file")) return kUsage;
-    const bool from_file = absl::EndsWith(a[0], ".json") ||
-                           absl::EndsWith(a[0], ".yaml") ||
-                           absl::EndsWith(a[0], ".yml") || a[0].find('/') != std::string::npos;
+    const bool from_file =
+        absl::EndsWith(a[0], ".json") || absl::EndsWith(a[0], ".yaml") ||
+        absl::EndsWith(a[0], ".yml") || a[0].find('/') != std::string::npos;
     if (!from_file) {
       v1::Group g;
       g.set_name(a[0]);
@@ -477,7 +491,8 @@ class Ctl {
         if (!backend.ok()) return UsageFail(backend.status().message());
         *g.add_backends() = *std::move(backend);
       }
-      if (const std::string policy = absl::GetFlag(FLAGS_policy); !policy.empty()) {
+      if (const std::string policy = absl::GetFlag(FLAGS_policy);
+          !policy.empty()) {
         absl::StatusOr<PolicyKind> kind = ParsePolicyName(policy);
         if (!kind.ok()) {
           return UsageFail(absl::StrCat("--policy: ", kind.status().message()));
@@ -486,7 +501,8 @@ class Ctl {
         c.kind = *kind;
         ToProto(c, g.mutable_policy());
       }
-      if (const std::string check = absl::GetFlag(FLAGS_health_check); !check.empty()) {
+      if (const std::string check = absl::GetFlag(FLAGS_health_check);
+          !check.empty()) {
         v1::HealthCheck::Kind kind;
         if (!v1::HealthCheck::Kind_Parse(absl::AsciiStrToUpper(check), &kind)) {
           return UsageFail("--health-check: one of tcp, http, grpc, none");
@@ -505,12 +521,14 @@ class Ctl {
 
   // The group file in the config file's shorthand (YAML or JSON) or in
   // protobuf JSON, through the converter the server's config loader uses.
-  static absl::StatusOr<std::vector<v1::Group>> LoadGroups(const std::string& path) {
+  static absl::StatusOr<std::vector<v1::Group>> LoadGroups(
+      const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return Usage(absl::StrCat(path, ": cannot open file"));
     std::stringstream text;
     text << in.rdbuf();
-    absl::StatusOr<std::vector<v1::Group>> groups = yaml::GroupsFromText(text.str(), path);
+    absl::StatusOr<std::vector<v1::Group>> groups =
+        yaml::GroupsFromText(text.str(), path);
     if (!groups.ok()) return Usage(groups.status().message());
     return groups;
   }
@@ -526,13 +544,14 @@ class Ctl {
     if (json_) {
       std::cout << ToJson(out) << "\n";
     } else {
-      std::cout << "deleted group " << a[0] << " (generation " << out.generation()
-                << ")\n";
+      std::cout << "deleted group " << a[0] << " (generation "
+                << out.generation() << ")\n";
     }
     return 0;
   }
 
-  int Changed(const grpc::Status& s, const v1::Group& out, const std::string& what) {
+  int Changed(const grpc::Status& s, const v1::Group& out,
+              const std::string& what) {
     if (!s.ok()) return Fail(s);
     if (json_) {
       std::cout << ToJson(out) << "\n";
@@ -578,8 +597,8 @@ class Ctl {
     v1::Group out;
     auto ctx = Context();
     return Changed(admin_->DrainBackends(ctx.get(), req, &out), out,
-                   absl::StrCat(drained ? "drained " : "undrained ", a.size() - 1,
-                                " backend(s)"));
+                   absl::StrCat(drained ? "drained " : "undrained ",
+                                a.size() - 1, " backend(s)"));
   }
 
   const bool json_;
@@ -597,8 +616,8 @@ class Ctl {
 };
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<std::vector<std::string>> positional = ParseCommandLine(
-      argc, argv, {.usage = kUsage, .positional = true});
+  absl::StatusOr<std::vector<std::string>> positional =
+      ParseCommandLine(argc, argv, {.usage = kUsage, .positional = true});
   if (!positional.ok()) {
     std::cerr << "asidectl: " << positional.status().message() << "\n\n"
               << kUsage;
@@ -639,7 +658,8 @@ int Main(int argc, char** argv) {
     std::cerr << "asidectl: --timeout: must be positive\n";
     return 2;
   }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeCredentials(tls);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      MakeCredentials(tls);
   if (!creds.ok()) {
     std::cerr << "asidectl: " << creds.status().message() << "\n";
     return 2;

@@ -30,15 +30,16 @@ std::string Quote(const std::string& s) {
 
 }  // namespace
 
-absl::StatusOr<std::string> XdsBootstrapJson(const XdsBootstrapOptions& options) {
+absl::StatusOr<std::string> XdsBootstrapJson(
+    const XdsBootstrapOptions& options) {
   const size_t colon = options.server.rfind(':');
   uint32_t port = 0;
   if (colon == std::string::npos || colon == 0 ||
       !absl::SimpleAtoi(absl::string_view(options.server).substr(colon + 1),
                         &port) ||
       port == 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--server: '", options.server, "' is not HOST:PORT"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--server: '", options.server, "' is not HOST:PORT"));
   }
   if (options.node_id.empty()) {
     return absl::InvalidArgumentError("--node-id: must not be empty");
@@ -46,11 +47,14 @@ absl::StatusOr<std::string> XdsBootstrapJson(const XdsBootstrapOptions& options)
   return absl::StrCat(
       "{\n"
       "  \"xds_servers\": [{\n"
-      "    \"server_uri\": ", Quote(options.server), ",\n",
+      "    \"server_uri\": ",
+      Quote(options.server), ",\n",
       "    \"channel_creds\": [{\"type\": \"insecure\"}],\n"
       "    \"server_features\": [\"xds_v3\", \"ignore_resource_deletion\"]\n"
       "  }],\n"
-      "  \"node\": {\"id\": ", Quote(options.node_id), "}\n"
+      "  \"node\": {\"id\": ",
+      Quote(options.node_id),
+      "}\n"
       "}\n");
 }
 

@@ -21,7 +21,8 @@ struct XdsBootstrapOptions {
 
 // The bootstrap JSON (insecure channel credentials, xDS v3), ending in a
 // newline. INVALID_ARGUMENT when the server has no port.
-absl::StatusOr<std::string> XdsBootstrapJson(const XdsBootstrapOptions& options);
+absl::StatusOr<std::string> XdsBootstrapJson(
+    const XdsBootstrapOptions& options);
 
 }  // namespace aside
 

@@ -135,8 +135,8 @@ absl::StatusOr<Address> Parse(absl::string_view text, bool allow_port_zero) {
   const uint32_t low = allow_port_zero ? 0 : 1;
   if (port_num < low || port_num > 65535) {
     return absl::InvalidArgumentError(
-        absl::StrCat("address '", text, "': port ", port_num,
-                     " out of range ", low, "..65535"));
+        absl::StrCat("address '", text, "': port ", port_num, " out of range ",
+                     low, "..65535"));
   }
   out.port = static_cast<uint16_t>(port_num);
   return out;

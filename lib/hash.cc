@@ -2,7 +2,6 @@
 
 #include <zlib.h>
 
-
 namespace aside {
 namespace {
 
@@ -47,9 +46,7 @@ uint64_t Hash64(absl::string_view data, uint64_t seed) noexcept {
   return Mum64(h ^ kP2, static_cast<uint64_t>(data.size()) ^ kP3);
 }
 
-uint32_t Crc32(absl::string_view data) noexcept {
-  return Crc32Update(0, data);
-}
+uint32_t Crc32(absl::string_view data) noexcept { return Crc32Update(0, data); }
 
 uint32_t Crc32Update(uint32_t crc, absl::string_view data) noexcept {
   // zlib's crc32() takes a uInt length; feed it in chunks.

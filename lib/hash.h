@@ -144,8 +144,8 @@ class FastModulo {
     if (shift_ == 0) {
       return a;  // d == 1
     }
-    const uint64_t t = static_cast<uint64_t>(
-        (static_cast<__uint128_t>(magic_) * a) >> 64);
+    const uint64_t t =
+        static_cast<uint64_t>((static_cast<__uint128_t>(magic_) * a) >> 64);
     return (t + ((a - t) >> 1)) >> (shift_ - 1);
   }
   uint64_t Mod(uint64_t a) const noexcept { return a - Quotient(a) * d_; }

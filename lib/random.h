@@ -21,8 +21,8 @@ class FastRng {
   // Uniform in [0, bound), bound > 0 (Lemire's multiply-shift; the bias is
   // below 2^-32 for the bounds used here).
   uint64_t Below(uint64_t bound) noexcept {
-    return static_cast<uint64_t>(
-        (static_cast<__uint128_t>(Next()) * bound) >> 64);
+    return static_cast<uint64_t>((static_cast<__uint128_t>(Next()) * bound) >>
+                                 64);
   }
 
   // Uniform in [0, 1).

@@ -7,12 +7,11 @@
 #include "absl/status/statusor.h"
 
 // Returns from the enclosing function when `expr` (an absl::Status) is not OK.
-#define ASIDE_RETURN_IF_ERROR(expr)                     \
-  do {                                                  \
-    if (::absl::Status aside_status_ = (expr);          \
-        !aside_status_.ok()) {                          \
-      return aside_status_;                             \
-    }                                                   \
+#define ASIDE_RETURN_IF_ERROR(expr)                                   \
+  do {                                                                \
+    if (::absl::Status aside_status_ = (expr); !aside_status_.ok()) { \
+      return aside_status_;                                           \
+    }                                                                 \
   } while (false)
 
 #define ASIDE_STATUS_CONCAT_INNER_(a, b) a##b

@@ -51,7 +51,9 @@ class ABSL_LOCKABLE Mutex {
     }
     mu_.unlock();
   }
-  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
+  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
+    return mu_.try_lock();
+  }
 
   // Tells the analysis that the calling thread holds the lock (no check at
   // run time): for lambdas that run under it, such as Await conditions.
@@ -75,7 +77,8 @@ class ABSL_LOCKABLE Mutex {
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
     waiters_.fetch_add(1, std::memory_order_relaxed);
     const bool ok = changed_.wait_for(
-        lock, absl::ToChronoNanoseconds(std::max(timeout, absl::ZeroDuration())),
+        lock,
+        absl::ToChronoNanoseconds(std::max(timeout, absl::ZeroDuration())),
         condition);
     waiters_.fetch_sub(1, std::memory_order_relaxed);
     lock.release();

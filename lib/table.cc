@@ -105,9 +105,10 @@ absl::StatusOr<TableConstPtr> Table::Create(TableSpec spec,
 }
 
 int64_t Table::Find(absl::string_view address) const {
-  auto it = std::lower_bound(
-      members_.begin(), members_.end(), address,
-      [](const Member& m, absl::string_view a) { return m.backend.address < a; });
+  auto it = std::lower_bound(members_.begin(), members_.end(), address,
+                             [](const Member& m, absl::string_view a) {
+                               return m.backend.address < a;
+                             });
   if (it == members_.end() || it->backend.address != address) {
     return -1;
   }

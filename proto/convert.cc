@@ -45,8 +45,8 @@ void ToProto(const Backend& backend, v1::Backend* pb) {
   pb->set_drained(backend.drained);
 }
 
-absl::StatusOr<absl::Duration> FromProto(
-    absl::string_view field, const google::protobuf::Duration& pb) {
+absl::StatusOr<absl::Duration> FromProto(absl::string_view field,
+                                         const google::protobuf::Duration& pb) {
   if (pb.seconds() < 0 || pb.nanos() < 0 || pb.nanos() > 999999999 ||
       pb.seconds() > int64_t{315576000000}) {
     return InvalidField(field, "invalid or negative duration");
@@ -145,10 +145,9 @@ absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
       ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(field, ".p2c.decay"),
                                          p.has_decay(), p.decay(),
                                          &c.p2c.decay));
-      ASIDE_RETURN_IF_ERROR(
-          ReadDuration(absl::StrCat(field, ".p2c.default_rtt"),
-                       p.has_default_rtt(), p.default_rtt(),
-                       &c.p2c.default_rtt));
+      ASIDE_RETURN_IF_ERROR(ReadDuration(
+          absl::StrCat(field, ".p2c.default_rtt"), p.has_default_rtt(),
+          p.default_rtt(), &c.p2c.default_rtt));
       break;
     }
     case v1::Policy::kLeastTime: {
@@ -167,9 +166,9 @@ absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
               absl::StrCat(field, ".least_time.metric"),
               absl::StrCat("unknown value ", static_cast<int>(p.metric())));
       }
-      ASIDE_RETURN_IF_ERROR(ReadFraction(absl::StrCat(field, ".least_time.alpha"),
-                                         p.has_alpha(), p.alpha(),
-                                         &c.least_time.alpha));
+      ASIDE_RETURN_IF_ERROR(
+          ReadFraction(absl::StrCat(field, ".least_time.alpha"), p.has_alpha(),
+                       p.alpha(), &c.least_time.alpha));
       ASIDE_RETURN_IF_ERROR(
           ReadDuration(absl::StrCat(field, ".least_time.default_latency"),
                        p.has_default_latency(), p.default_latency(),
@@ -180,8 +179,7 @@ absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
       c.kind = PolicyKind::kSticky;
       const v1::Sticky& p = pb.sticky();
       ASIDE_RETURN_IF_ERROR(ReadDuration(absl::StrCat(field, ".sticky.ttl"),
-                                         p.has_ttl(), p.ttl(),
-                                         &c.sticky.ttl));
+                                         p.has_ttl(), p.ttl(), &c.sticky.ttl));
       ASIDE_RETURN_IF_ERROR(child("fallback", p.has_fallback(), p.fallback()));
       break;
     }
@@ -200,15 +198,15 @@ absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
           absl::StrCat(prefix, "smoothing_time_constant"),
           p.has_smoothing_time_constant(), p.smoothing_time_constant(),
           &c.locality.smoothing_time_constant));
-      ASIDE_RETURN_IF_ERROR(ReadFraction(
-          absl::StrCat(prefix, "utilization_variance_threshold"),
-          p.has_utilization_variance_threshold(),
-          p.utilization_variance_threshold(),
-          &c.locality.utilization_variance_threshold));
-      ASIDE_RETURN_IF_ERROR(ReadFraction(
-          absl::StrCat(prefix, "remote_probe_fraction"),
-          p.has_remote_probe_fraction(), p.remote_probe_fraction(),
-          &c.locality.remote_probe_fraction));
+      ASIDE_RETURN_IF_ERROR(
+          ReadFraction(absl::StrCat(prefix, "utilization_variance_threshold"),
+                       p.has_utilization_variance_threshold(),
+                       p.utilization_variance_threshold(),
+                       &c.locality.utilization_variance_threshold));
+      ASIDE_RETURN_IF_ERROR(
+          ReadFraction(absl::StrCat(prefix, "remote_probe_fraction"),
+                       p.has_remote_probe_fraction(), p.remote_probe_fraction(),
+                       &c.locality.remote_probe_fraction));
       ASIDE_RETURN_IF_ERROR(child("child", p.has_child(), p.child()));
       break;
     }
@@ -333,9 +331,8 @@ absl::StatusOr<Member> FromProto(absl::string_view field,
                      " out of range 0..", kMaxWeight));
   }
   if (!v1::HealthState_IsValid(pb.health())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".health: unknown value ",
-                     static_cast<int>(pb.health())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".health: unknown value ", static_cast<int>(pb.health())));
   }
   m.weight = pb.effective_weight();
   m.ready = pb.ready();
@@ -388,14 +385,13 @@ absl::StatusOr<TableSpec> FromProto(absl::string_view group,
   spec.members.reserve(static_cast<size_t>(pb.backends_size()));
   for (int i = 0; i < pb.backends_size(); ++i) {
     ASIDE_ASSIGN_OR_RETURN(
-        Member m, FromProto(absl::StrCat("full.backends[", i, "]"),
-                            pb.backends(i)));
+        Member m,
+        FromProto(absl::StrCat("full.backends[", i, "]"), pb.backends(i)));
     spec.members.push_back(std::move(m));
   }
   spec.panic_threshold = pb.panic() ? 100 : 0;
-  ASIDE_RETURN_IF_ERROR(ZoneWeightsFromProto("full.zone_weights",
-                                             pb.zone_weights(),
-                                             &spec.zone_weights));
+  ASIDE_RETURN_IF_ERROR(ZoneWeightsFromProto(
+      "full.zone_weights", pb.zone_weights(), &spec.zone_weights));
   return spec;
 }
 
@@ -407,10 +403,11 @@ absl::Status ApplyDelta(const v1::TableDelta& pb, uint64_t generation,
               return a.backend.address < b.backend.address;
             });
   auto find = [&](absl::string_view address) {
-    auto it = std::lower_bound(spec->members.begin(), spec->members.end(),
-                               address, [](const Member& m, absl::string_view a) {
-                                 return m.backend.address < a;
-                               });
+    auto it =
+        std::lower_bound(spec->members.begin(), spec->members.end(), address,
+                         [](const Member& m, absl::string_view a) {
+                           return m.backend.address < a;
+                         });
     return (it != spec->members.end() && it->backend.address == address)
                ? it
                : spec->members.end();
@@ -458,7 +455,8 @@ absl::Status ApplyDelta(const v1::TableDelta& pb, uint64_t generation,
   }
   spec->members = std::move(members);
   if (pb.has_policy()) {
-    ASIDE_ASSIGN_OR_RETURN(spec->policy, FromProto("delta.policy", pb.policy()));
+    ASIDE_ASSIGN_OR_RETURN(spec->policy,
+                           FromProto("delta.policy", pb.policy()));
   }
   spec->panic_threshold = pb.panic() ? 100 : 0;
   if (pb.zone_weights_changed()) {

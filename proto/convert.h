@@ -4,9 +4,8 @@
 #ifndef ASIDE_PROTO_CONVERT_H_
 #define ASIDE_PROTO_CONVERT_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "aside/v1/types.pb.h"
 #include "google/protobuf/duration.pb.h"

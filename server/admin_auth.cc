@@ -72,9 +72,9 @@ absl::StatusOr<std::unique_ptr<AdminAuth>> AdminAuth::Create(
             token_file, ":", line_number, ": expected 'TOKEN ROLE'"));
       }
       if (parts[0].size() < 16) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            token_file, ":", line_number,
-            ": token shorter than 16 characters"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(token_file, ":", line_number,
+                         ": token shorter than 16 characters"));
       }
       absl::StatusOr<AdminRole> role = ParseRole(parts[1]);
       if (!role.ok()) {

@@ -35,9 +35,8 @@ grpc::Status CanonicalAddresses(
     return Invalid("addresses: at least one address is required");
   }
   if (in.size() > kMaxBackendsPerRequest) {
-    return Invalid(absl::StrCat("addresses: ", in.size(),
-                                " entries (at most ", kMaxBackendsPerRequest,
-                                ")"));
+    return Invalid(absl::StrCat("addresses: ", in.size(), " entries (at most ",
+                                kMaxBackendsPerRequest, ")"));
   }
   std::set<std::string> seen;
   for (int i = 0; i < in.size(); ++i) {
@@ -136,8 +135,8 @@ grpc::ServerUnaryReactor* AdminService::AddBackends(
 grpc::ServerUnaryReactor* AdminService::RemoveBackends(
     grpc::CallbackServerContext* context,
     const v1::RemoveBackendsRequest* request, v1::Group* response) {
-  return Handle(context, "RemoveBackends", AdminRole::kAdmin, request,
-                response, &AdminService::DoRemoveBackends);
+  return Handle(context, "RemoveBackends", AdminRole::kAdmin, request, response,
+                &AdminService::DoRemoveBackends);
 }
 grpc::ServerUnaryReactor* AdminService::DrainBackends(
     grpc::CallbackServerContext* context,
@@ -162,7 +161,8 @@ void AdminService::Describe(const Group& group, bool with_backends,
     GroupStateToProto(*table, out);
     if (loads_ != nullptr) {
       for (v1::TableBackend& tb : *out->mutable_state()) {
-        const LoadSnapshot l = loads_->Snapshot(spec.name, tb.backend().address());
+        const LoadSnapshot l =
+            loads_->Snapshot(spec.name, tb.backend().address());
         if (l.reporters == 0 && l.window_requests == 0 &&
             !l.utilization.has_value()) {
           continue;
@@ -290,9 +290,10 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
   std::vector<std::string> paths(request.update_mask().paths().begin(),
                                  request.update_mask().paths().end());
   if (paths.empty()) {
-    paths = {"policy",          "backends",          "health_check",
-             "panic_threshold", "slow_start",        "outlier_detection",
-             "dns",             "aliases",           "grpclb"};
+    paths = {
+        "policy",     "backends",          "health_check", "panic_threshold",
+        "slow_start", "outlier_detection", "dns",          "aliases",
+        "grpclb"};
   }
   for (const std::string& path : paths) {
     if (path == "policy") {
@@ -302,10 +303,12 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
       *merged.mutable_backends() = in.backends();
     } else if (path == "health_check") {
       merged.clear_health_check();
-      if (in.has_health_check()) *merged.mutable_health_check() = in.health_check();
+      if (in.has_health_check())
+        *merged.mutable_health_check() = in.health_check();
     } else if (path == "panic_threshold") {
       merged.clear_panic_threshold();
-      if (in.has_panic_threshold()) merged.set_panic_threshold(in.panic_threshold());
+      if (in.has_panic_threshold())
+        merged.set_panic_threshold(in.panic_threshold());
     } else if (path == "slow_start") {
       merged.clear_slow_start();
       if (in.has_slow_start()) *merged.mutable_slow_start() = in.slow_start();
@@ -443,12 +446,13 @@ grpc::Status AdminService::EditBackends(
   }
   GroupSpec spec = group->spec();
   for (const std::string& address : canonical) {
-    auto it = std::find_if(spec.backends.begin(), spec.backends.end(),
-                           [&](const Backend& b) { return b.address == address; });
+    auto it =
+        std::find_if(spec.backends.begin(), spec.backends.end(),
+                     [&](const Backend& b) { return b.address == address; });
     if (it == spec.backends.end()) {
       return {grpc::StatusCode::NOT_FOUND,
-              absl::StrCat("backend ", address, " is not in group '",
-                           spec.name, "'")};
+              absl::StrCat("backend ", address, " is not in group '", spec.name,
+                           "'")};
     }
     edit(spec, it);
   }

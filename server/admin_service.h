@@ -101,8 +101,7 @@ class AdminService final : public v1::Admin::CallbackService {
   // Finds a group that Admin may change: NOT_FOUND or FAILED_PRECONDITION.
   grpc::Status FindMutable(const std::string& name, GroupPtr* group);
   // Applies a new spec to an existing store-owned group.
-  grpc::Status Apply(const GroupPtr& group, GroupSpec spec,
-                     v1::Group* response)
+  grpc::Status Apply(const GroupPtr& group, GroupSpec spec, v1::Group* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutation_mu_);
   // Finds each of `addresses` in a store-owned group and applies `edit` to
   // it (NOT_FOUND naming the first missing one), then applies the result.
@@ -117,8 +116,8 @@ class AdminService final : public v1::Admin::CallbackService {
 
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Handle(
-      grpc::CallbackServerContext* context, const char* method,
-      AdminRole role, const Request* request, Response* response,
+      grpc::CallbackServerContext* context, const char* method, AdminRole role,
+      const Request* request, Response* response,
       grpc::Status (AdminService::*op)(const Request&, Response*));
 
   GroupRegistry* const groups_;

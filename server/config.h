@@ -15,10 +15,10 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "lib/duration.h"
 #include "server/schema/group_spec.h"
@@ -61,7 +61,8 @@ struct ServerConfig {
   struct AdminIdentity {
     std::string identity;  // URI or DNS SAN, or the subject CN
     std::string role;      // "admin" or "read"
-    friend bool operator==(const AdminIdentity&, const AdminIdentity&) = default;
+    friend bool operator==(const AdminIdentity&,
+                           const AdminIdentity&) = default;
   };
   // File with one "TOKEN ROLE" per line (role admin or read, '#' comments).
   // Without it (and without identities) Admin mutations are refused.

@@ -27,10 +27,10 @@
 #include "lib/clock.h"
 #include "lib/policies/locality.h"
 #include "lib/table.h"
-#include "server/schema/group_spec.h"
 #include "server/group_table_builder.h"
 #include "server/health/health_registry.h"
 #include "server/health/outlier_detector.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server {
 

@@ -30,10 +30,10 @@
 #include "lib/sync.h"
 #include "lib/table.h"
 #include "server/group_member_state.h"
-#include "server/schema/group_spec.h"
 #include "server/health/health_registry.h"
 #include "server/health/outlier_detector.h"
 #include "server/metrics.h"
+#include "server/schema/group_spec.h"
 #include "server/table_encoding.h"
 
 namespace aside::server {

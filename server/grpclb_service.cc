@@ -69,10 +69,10 @@ void AddDrops(int drops, const std::string& token, lb::ServerList* list) {
   int next_server = 0;
   for (int i = 0; i < total; ++i) {
     // Drop slot i when the drops placed so far lag the even share.
-    const bool drop = placed < drops &&
-                      (static_cast<int64_t>(placed + 1) * total <=
-                           static_cast<int64_t>(i + 1) * drops ||
-                       next_server >= servers);
+    const bool drop =
+        placed < drops && (static_cast<int64_t>(placed + 1) * total <=
+                               static_cast<int64_t>(i + 1) * drops ||
+                           next_server >= servers);
     if (drop) {
       lb::Server* s = out.add_servers();
       s->set_drop(true);
@@ -114,7 +114,8 @@ lb::ServerList BuildServerList(const Table& table, const GrpclbSpec& options,
           static_cast<double>(max_servers) / static_cast<double>(total);
       for (uint32_t& w : weights) {
         w = std::max<uint32_t>(
-            1, static_cast<uint32_t>(std::lround(static_cast<double>(w) * scale)));
+            1,
+            static_cast<uint32_t>(std::lround(static_cast<double>(w) * scale)));
       }
     }
     for (uint32_t pos : SmoothWeightedCycle(weights)) {
@@ -198,9 +199,9 @@ class GrpclbService::Stream final
 
   void OnRemoved(Group& group, uint64_t /*generation*/) override {
     aside::MutexLock lock(&mu_);
-    ForceFinishLocked(grpc::Status(
-        grpc::StatusCode::NOT_FOUND,
-        absl::StrCat("group '", group.name(), "' was deleted")));
+    ForceFinishLocked(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     absl::StrCat("group '", group.name(), "' was deleted")));
   }
 
   void OnCancel() override {
@@ -231,7 +232,8 @@ class GrpclbService::Stream final
   // Re-checks load-based drops (ticker thread).
   void Recheck() {
     aside::MutexLock lock(&mu_);
-    if (group_ != nullptr && group_->spec_snapshot()->grpclb.max_requests_per_second > 0) {
+    if (group_ != nullptr &&
+        group_->spec_snapshot()->grpclb.max_requests_per_second > 0) {
       dirty_ = true;
       WriteNextLocked();
     }
@@ -239,8 +241,8 @@ class GrpclbService::Stream final
 
   void Shutdown() {
     aside::MutexLock lock(&mu_);
-    ForceFinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                   "server is shutting down"));
+    ForceFinishLocked(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
   }
 
  private:
@@ -284,7 +286,8 @@ class GrpclbService::Stream final
   void HandleStats(const lb::ClientStats& stats) {
     std::vector<std::pair<std::string, int64_t>> dropped;
     for (const lb::ClientStatsPerToken& t : stats.calls_finished_with_drop()) {
-      dropped.emplace_back(t.load_balance_token().substr(0, 256), t.num_calls());
+      dropped.emplace_back(t.load_balance_token().substr(0, 256),
+                           t.num_calls());
     }
     absl::Status s = service_->loads_->AddClientStats(
         group_->name(), stats.num_calls_started(), stats.num_calls_finished(),
@@ -292,7 +295,8 @@ class GrpclbService::Stream final
         stats.num_calls_finished_known_received(), dropped);
     if (service_->metrics_ != nullptr) {
       service_->metrics_->grpclb_client_stats
-          .Add({{"group", group_->name()}, {"result", s.ok() ? "ok" : "rejected"}})
+          .Add({{"group", group_->name()},
+                {"result", s.ok() ? "ok" : "rejected"}})
           .Increment();
     }
   }
@@ -319,7 +323,8 @@ class GrpclbService::Stream final
     const GrpclbSpec options = group_->spec_snapshot()->grpclb;
     double overload = 0;
     if (options.max_requests_per_second > 0) {
-      const double rate = service_->loads_->GroupRequestsPerSecond(group_->name());
+      const double rate =
+          service_->loads_->GroupRequestsPerSecond(group_->name());
       if (rate > options.max_requests_per_second) {
         overload = 1 - options.max_requests_per_second / rate;
       }
@@ -341,7 +346,8 @@ class GrpclbService::Stream final
     StartWrite(&response_);
   }
 
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void FinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!finished_) {
       finished_ = true;
       Finish(status);

@@ -68,8 +68,8 @@ class HealthService::Watcher final
 
  private:
   void WriteIfChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto status = service_->Status(name_).value_or(
-        HealthCheckResponse::SERVICE_UNKNOWN);
+    auto status =
+        service_->Status(name_).value_or(HealthCheckResponse::SERVICE_UNKNOWN);
     if (sent_any_ && status == last_) {
       if (service_->shutting_down_.load()) {
         FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -131,10 +131,10 @@ grpc::ServerUnaryReactor* HealthService::Check(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto status = Status(request->service());
   if (!status) {
-    reactor->Finish(grpc::Status(
-        grpc::StatusCode::NOT_FOUND,
-        "unknown service '" + request->service() +
-            "' (use \"\", a service name or a group name)"));
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     "unknown service '" + request->service() +
+                         "' (use \"\", a service name or a group name)"));
   } else {
     response->set_status(*status);
     reactor->Finish(grpc::Status::OK);

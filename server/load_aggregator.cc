@@ -17,12 +17,12 @@ std::string Key(const std::string& group, const std::string& address) {
   return absl::StrCat(group, "\n", address);
 }
 
-absl::Status CheckUtilization(const char* field, const std::optional<double>& v) {
-  if (v.has_value() &&
-      (!std::isfinite(*v) || *v < 0 || *v > kMaxUtilization)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "utilization.", field, ": ", *v, " is not within 0..",
-        kMaxUtilization));
+absl::Status CheckUtilization(const char* field,
+                              const std::optional<double>& v) {
+  if (v.has_value() && (!std::isfinite(*v) || *v < 0 || *v > kMaxUtilization)) {
+    return absl::InvalidArgumentError(absl::StrCat("utilization.", field, ": ",
+                                                   *v, " is not within 0..",
+                                                   kMaxUtilization));
   }
   return absl::OkStatus();
 }
@@ -60,9 +60,9 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
     return absl::InvalidArgumentError("first_byte_latency_sum: negative");
   }
   if (o.in_flight > kMaxInFlight) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "in_flight: ", o.in_flight, " is implausible (at most ", kMaxInFlight,
-        ")"));
+    return absl::InvalidArgumentError(absl::StrCat("in_flight: ", o.in_flight,
+                                                   " is implausible (at most ",
+                                                   kMaxInFlight, ")"));
   }
   if (absl::Status s = CheckUtilization("cpu", o.cpu); !s.ok()) {
     return s;
@@ -118,9 +118,9 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
       if (o.requests < r.requests || o.failures < r.failures ||
           o.latency_sum_nanos < r.latency_sum_nanos ||
           o.first_byte_latency_sum_nanos < r.first_byte_sum_nanos) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "requests: counters went backwards (", r.requests, " -> ",
-            o.requests, "); set reset after a restart"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("requests: counters went backwards (", r.requests,
+                         " -> ", o.requests, "); set reset after a restart"));
       }
       delta.requests = o.requests - r.requests;
       delta.failures = o.failures - r.failures;
@@ -159,9 +159,9 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
       accepted.mean_latency = absl::Nanoseconds(
           delta.latency_nanos / static_cast<int64_t>(delta.requests));
       if (delta.first_byte_requests > 0) {
-        accepted.mean_first_byte_latency = absl::Nanoseconds(
-            delta.first_byte_nanos /
-            static_cast<int64_t>(delta.first_byte_requests));
+        accepted.mean_first_byte_latency =
+            absl::Nanoseconds(delta.first_byte_nanos /
+                              static_cast<int64_t>(delta.first_byte_requests));
       }
     }
   }
@@ -220,8 +220,8 @@ LoadSnapshot LoadAggregator::Snapshot(const std::string& group,
   if (out.window_requests > 0) {
     out.failure_ratio = static_cast<double>(out.window_failures) /
                         static_cast<double>(out.window_requests);
-    out.mean_latency = absl::Nanoseconds(
-        latency / static_cast<int64_t>(out.window_requests));
+    out.mean_latency =
+        absl::Nanoseconds(latency / static_cast<int64_t>(out.window_requests));
   }
   if (first_byte_requests > 0) {
     out.mean_first_byte_latency = absl::Nanoseconds(

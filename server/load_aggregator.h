@@ -26,9 +26,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "lib/sync.h"
 #include "absl/time/time.h"
 #include "lib/clock.h"
+#include "lib/sync.h"
 
 namespace aside::server {
 
@@ -109,11 +109,10 @@ class LoadAggregator {
   // Adds one grpclb ClientStats report (deltas since the client's last one)
   // for `group`. Negative counts are rejected; drop tokens are kept as
   // given, at most 64 distinct ones per group.
-  absl::Status AddClientStats(const std::string& group, int64_t started,
-                              int64_t finished, int64_t failed_to_send,
-                              int64_t known_received,
-                              const std::vector<std::pair<std::string, int64_t>>&
-                                  dropped);
+  absl::Status AddClientStats(
+      const std::string& group, int64_t started, int64_t finished,
+      int64_t failed_to_send, int64_t known_received,
+      const std::vector<std::pair<std::string, int64_t>>& dropped);
   ClientStatsTotals ClientStats(const std::string& group) const;
 
   // Calls stock xDS clients dropped for `group` (the dropped requests of

@@ -49,8 +49,8 @@ void AppendTextValue(std::string& out, absl::string_view s) {
 }  // namespace
 
 absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view name) {
-  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn,
-                     LogLevel::kError}) {
+  for (LogLevel l :
+       {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
     if (LevelName(l) == name) {
       return l;
     }
@@ -74,8 +74,8 @@ void Log(LogLevel level, absl::string_view event,
   if (!LogEnabled(level)) {
     return;
   }
-  const std::string ts =
-      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
+  const std::string ts = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
+                                          absl::UTCTimeZone());
   std::string line;
   if (g_json.load(std::memory_order_relaxed)) {
     line = absl::StrCat("{\"ts\":\"", ts, "\",\"level\":\"", LevelName(level),

@@ -81,8 +81,7 @@ void LoadBalancerService::HandleReport(const v1::LoadReport& report,
   };
   if (report.reporter().empty() || report.reporter().size() > 128) {
     for (int i = 0; i < report.loads_size(); ++i) {
-      reject(static_cast<uint32_t>(i),
-             "reporter: required, at most 128 bytes");
+      reject(static_cast<uint32_t>(i), "reporter: required, at most 128 bytes");
     }
     return;
   }
@@ -115,9 +114,9 @@ void LoadBalancerService::HandleReport(const v1::LoadReport& report,
         Nanos("first_byte_latency_sum", in.first_byte_latency_sum());
     if (!latency.ok() || !first_byte.ok()) {
       reject(static_cast<uint32_t>(i),
-             absl::StrCat(field, (!latency.ok() ? latency.status()
-                                                : first_byte.status())
-                                     .message()));
+             absl::StrCat(
+                 field, (!latency.ok() ? latency.status() : first_byte.status())
+                            .message()));
       continue;
     }
     o.latency_sum_nanos = *latency;
@@ -178,16 +177,15 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
     if (gm != nullptr) {
       gm->picks_invalid->Increment();
     }
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        std::move(message));
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
   };
   if (request.key().size() > kMaxKeyBytes) {
     return invalid(absl::StrCat("key: ", request.key().size(),
                                 " bytes (at most ", kMaxKeyBytes, ")"));
   }
   if (request.count() > kMaxPickCount) {
-    return invalid(absl::StrCat("count: ", request.count(),
-                                " out of range 1..", kMaxPickCount));
+    return invalid(absl::StrCat("count: ", request.count(), " out of range 1..",
+                                kMaxPickCount));
   }
   if (static_cast<size_t>(request.exclude_size()) > kMaxExclude) {
     return invalid(absl::StrCat("exclude: ", request.exclude_size(),

@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "server/admin_convert.h"
 #include "lib/status_macros.h"
+#include "server/admin_convert.h"
 #include "server/log.h"
 
 namespace aside::server {
@@ -48,11 +48,10 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   const ServerConfig& cfg = server->config_;
   ASIDE_ASSIGN_OR_RETURN(server->store_,
                          StateStore::Open(cfg.state_dir, cfg.max_state_bytes));
-  ASIDE_ASSIGN_OR_RETURN(StateStore::Contents contents,
-                         server->store_->Load());
+  ASIDE_ASSIGN_OR_RETURN(StateStore::Contents contents, server->store_->Load());
   ASIDE_ASSIGN_OR_RETURN(
-      server->auth_, AdminAuth::Create(cfg.admin_token_file,
-                                       cfg.admin_identities));
+      server->auth_,
+      AdminAuth::Create(cfg.admin_token_file, cfg.admin_identities));
 
   // Generations start above both the persisted floor and the start time in
   // microseconds, so they keep increasing across restarts.
@@ -86,16 +85,15 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->scheduler_ = std::make_unique<RebuildScheduler>();
   ASIDE_ASSIGN_OR_RETURN(
       server->health_,
-      HealthRegistry::Create({.max_concurrent_probes = cfg.max_concurrent_probes,
-                              .clock = clock},
-                             *server->metrics_.registry()));
+      HealthRegistry::Create(
+          {.max_concurrent_probes = cfg.max_concurrent_probes, .clock = clock},
+          *server->metrics_.registry()));
   DnsDiscoveryOptions dns_options;
   dns_options.servers = cfg.dns_servers;
   dns_options.clock = clock;
-  ASIDE_ASSIGN_OR_RETURN(
-      server->dns_,
-      DnsDiscovery::Create(std::move(dns_options),
-                           *server->metrics_.registry()));
+  ASIDE_ASSIGN_OR_RETURN(server->dns_,
+                         DnsDiscovery::Create(std::move(dns_options),
+                                              *server->metrics_.registry()));
   GroupRegistry* groups = server->groups_.get();
   server->loads_ = std::make_unique<LoadAggregator>(
       clock, cfg.load_window,
@@ -116,7 +114,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
     const absl::Duration window = cfg.health_merge_window;
     server->health_observer_ = server->health_->AddObserver(
         [groups, scheduler, window](const HealthTransition& t) {
-          Log(t.to == HealthState::kUnhealthy ? LogLevel::kWarn : LogLevel::kInfo,
+          Log(t.to == HealthState::kUnhealthy ? LogLevel::kWarn
+                                              : LogLevel::kInfo,
               "health.transition",
               {{"address", t.address},
                {"check", std::string(HealthCheckKindName(t.spec.kind))},
@@ -134,8 +133,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   for (const GroupSpec& spec : cfg.groups) {
     absl::Status s = server->groups_->Add(spec);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("group '", spec.name,
-                                                 "': ", s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat("group '", spec.name, "': ", s.message()));
     }
   }
   for (const v1::Group& definition : contents.groups) {
@@ -145,13 +144,11 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
            {"reason", "the config file declares a group of the same name"}});
       continue;
     }
-    absl::StatusOr<GroupSpec> spec =
-        GroupSpecFromProto(absl::StrCat("stored group '", definition.name(), "'"),
-                           definition);
+    absl::StatusOr<GroupSpec> spec = GroupSpecFromProto(
+        absl::StrCat("stored group '", definition.name(), "'"), definition);
     if (!spec.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("state database ", store->path(), ": ",
-                       spec.status().message()));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "state database ", store->path(), ": ", spec.status().message()));
     }
     if (absl::Status s = server->groups_->Add(*std::move(spec)); !s.ok()) {
       return absl::FailedPreconditionError(
@@ -173,8 +170,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->watch_hub_ = std::make_unique<WatchHub>(
       server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout);
   server->lb_service_ = std::make_unique<LoadBalancerService>(
-      server->groups_.get(), &server->metrics_, clock,
-      server->watch_hub_.get(), server->loads_.get());
+      server->groups_.get(), &server->metrics_, clock, server->watch_hub_.get(),
+      server->loads_.get());
   server->admin_service_ = std::make_unique<AdminService>(
       server->groups_.get(), store, server->auth_.get(), &server->metrics_,
       server->loads_.get(), server->health_.get());
@@ -279,8 +276,7 @@ absl::Status AsideServer::Start() {
     }
     metrics_port_ = *port;
     Log(LogLevel::kInfo, "metrics.listening",
-        {{"address", config_.metrics},
-         {"port", absl::StrCat(metrics_port_)}});
+        {{"address", config_.metrics}, {"port", absl::StrCat(metrics_port_)}});
   }
   return absl::OkStatus();
 }

@@ -61,16 +61,16 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
                      ec ? absl::StrCat(" (", ec.message(), ")") : ""));
   }
   if (access(state_dir.c_str(), W_OK | X_OK) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "state directory ", state_dir, ": not writable (", strerror(errno),
-        ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("state directory ", state_dir, ": not writable (",
+                     strerror(errno), ")"));
   }
   const std::string path = state_dir + "/aside.db";
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                               SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+      nullptr);
   if (rc != SQLITE_OK) {
     std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
@@ -97,9 +97,9 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
     version = sqlite3_column_int(st.get(), 0);
   }
   if (version > kSchemaVersion) {
-    return fail(absl::FailedPreconditionError(absl::StrCat(
-        "schema version ", version, " is newer than this binary's (",
-        kSchemaVersion, ")")));
+    return fail(absl::FailedPreconditionError(
+        absl::StrCat("schema version ", version,
+                     " is newer than this binary's (", kSchemaVersion, ")")));
   }
   {
     Statement st(db, "PRAGMA quick_check");
@@ -135,14 +135,14 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
   if (version == 0) {
     absl::Status s = store->Transaction([&]() -> absl::Status {
       store->mu_.AssertHeld();  // Transaction runs the body under the lock
-      ASIDE_RETURN_IF_ERROR(store->Exec(
-          "CREATE TABLE IF NOT EXISTS meta ("
-          "  key TEXT PRIMARY KEY, value BLOB NOT NULL)"));
-      ASIDE_RETURN_IF_ERROR(store->Exec(
-          "CREATE TABLE IF NOT EXISTS groups ("
-          "  name TEXT PRIMARY KEY,"
-          "  definition BLOB NOT NULL,"
-          "  generation INTEGER NOT NULL)"));
+      ASIDE_RETURN_IF_ERROR(
+          store->Exec("CREATE TABLE IF NOT EXISTS meta ("
+                      "  key TEXT PRIMARY KEY, value BLOB NOT NULL)"));
+      ASIDE_RETURN_IF_ERROR(
+          store->Exec("CREATE TABLE IF NOT EXISTS groups ("
+                      "  name TEXT PRIMARY KEY,"
+                      "  definition BLOB NOT NULL,"
+                      "  generation INTEGER NOT NULL)"));
       return store->Exec("PRAGMA user_version=1");
     });
     if (!s.ok()) {
@@ -230,8 +230,8 @@ absl::StatusOr<StateStore::Contents> StateStore::Load() {
           static_cast<size_t>(sqlite3_column_bytes(st.get(), 1)));
       if (key == "generation_floor") {
         if (!absl::SimpleAtoi(value, &out.generation_floor)) {
-          return absl::DataLossError(absl::StrCat(
-              "state store ", path_, ": bad generation_floor"));
+          return absl::DataLossError(
+              absl::StrCat("state store ", path_, ": bad generation_floor"));
         }
       } else if (key == "session_key") {
         out.session_key = std::move(value);

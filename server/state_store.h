@@ -20,8 +20,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "lib/sync.h"
 #include "aside/v1/admin.pb.h"
+#include "lib/sync.h"
 
 namespace aside::server {
 
@@ -62,7 +62,8 @@ class StateStore {
   StateStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
 
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Error(const char* what, int rc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Error(const char* what, int rc)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT, rolling back on error.
   template <typename Body>
   absl::Status Transaction(Body body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

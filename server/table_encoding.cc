@@ -38,8 +38,7 @@ void MakeDelta(const Table& previous, const Table& current,
         (i < a.size() && a[i].backend.address < b[j].backend.address)) {
       delta->add_removed(a[i].backend.address);
       ++i;
-    } else if (i == a.size() ||
-               b[j].backend.address < a[i].backend.address) {
+    } else if (i == a.size() || b[j].backend.address < a[i].backend.address) {
       MemberToProto(b[j], delta->add_upserted());
       ++j;
     } else {

@@ -93,8 +93,8 @@ struct Fixture {
     for (int i = 0; i < 10; ++i) {
       v1::TableBackend* b = u.mutable_full()->add_backends();
       b->mutable_backend()->set_address(absl::StrCat("127.0.0.1:", 9100 + i));
-      b->set_effective_weight(
-          static_cast<uint32_t>(100 + (generation + static_cast<uint64_t>(i)) % 7));
+      b->set_effective_weight(static_cast<uint32_t>(
+          100 + (generation + static_cast<uint64_t>(i)) % 7));
       b->set_ready(true);
       b->set_health(v1::HEALTH_STATE_HEALTHY);
     }
@@ -139,7 +139,8 @@ void BM_TableSelectorPick(benchmark::State& state) {
   uint32_t index = 0;
   for (auto _ : state) {
     PickRequest request;
-    benchmark::DoNotOptimize(table->Pick(request, absl::Span<uint32_t>(&index, 1)));
+    benchmark::DoNotOptimize(
+        table->Pick(request, absl::Span<uint32_t>(&index, 1)));
   }
 }
 BENCHMARK(BM_TableSelectorPick)->Threads(1)->Threads(2);
@@ -169,9 +170,9 @@ void PickLoop(benchmark::State& state, const char* group_name, bool done) {
       pick->Done(true);
     }
   }
-  state.counters["allocs_per_op"] = benchmark::Counter(
-      static_cast<double>(g_allocations.load() - before),
-      benchmark::Counter::kAvgIterations);
+  state.counters["allocs_per_op"] =
+      benchmark::Counter(static_cast<double>(g_allocations.load() - before),
+                         benchmark::Counter::kAvgIterations);
   state.counters["failures"] = static_cast<double>(failures);
 }
 

@@ -148,13 +148,9 @@ const std::vector<PolicyDef>& AllPolicies() {
       {"weighted_round_robin",
        [](v1::Policy* p) { p->mutable_weighted_round_robin(); }},
       {"p2c_pending",
-       [](v1::Policy* p) {
-         p->mutable_p2c()->set_load(v1::P2c::PENDING);
-       }},
+       [](v1::Policy* p) { p->mutable_p2c()->set_load(v1::P2c::PENDING); }},
       {"p2c_peak_ewma",
-       [](v1::Policy* p) {
-         p->mutable_p2c()->set_load(v1::P2c::PEAK_EWMA);
-       }},
+       [](v1::Policy* p) { p->mutable_p2c()->set_load(v1::P2c::PEAK_EWMA); }},
       {"least_time_first_byte",
        [](v1::Policy* p) {
          p->mutable_least_time()->set_metric(v1::LeastTime::FIRST_BYTE);
@@ -256,7 +252,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
   for (const std::string& p : f->churn_policies) {
     if (std::find(f->policies.begin(), f->policies.end(), p) ==
         f->policies.end()) {
-      std::fprintf(stderr, "balance_lab: churn policy %s is not in --policies\n",
+      std::fprintf(stderr,
+                   "balance_lab: churn policy %s is not in --policies\n",
                    p.c_str());
       return false;
     }
@@ -347,8 +344,8 @@ struct LabBackend {
     MutexLock lock(&mu);
     mu.Await(Cond(&done));
     if (!status.ok()) {
-      return absl::InternalError(absl::StrCat("backend ", address, ": ",
-                                              status.error_message()));
+      return absl::InternalError(
+          absl::StrCat("backend ", address, ": ", status.error_message()));
     }
     return absl::OkStatus();
   }
@@ -360,23 +357,20 @@ absl::StatusOr<std::unique_ptr<LabBackend>> StartBackend(
     const Flags& flags, int index, const std::string& listen,
     int64_t latency_us, int64_t cold_latency_us, double cold_s) {
   std::vector<std::string> argv = {
-      flags.bin_dir + "/lab_backend",
-      absl::StrCat("--listen=", listen),
-      absl::StrCat("--name=", index),
-      absl::StrCat("--latency_us=", latency_us),
+      flags.bin_dir + "/lab_backend", absl::StrCat("--listen=", listen),
+      absl::StrCat("--name=", index), absl::StrCat("--latency_us=", latency_us),
       absl::StrCat("--workers=", flags.workers)};
   if (cold_latency_us > 0) {
     argv.push_back(absl::StrCat("--cold_latency_us=", cold_latency_us));
-    argv.push_back(absl::StrCat("--warmup_ms=",
-                                static_cast<int64_t>(cold_s * 1000)));
+    argv.push_back(
+        absl::StrCat("--warmup_ms=", static_cast<int64_t>(cold_s * 1000)));
   }
   auto backend = std::make_unique<LabBackend>();
   backend->index = index;
   ASIDE_ASSIGN_OR_RETURN(backend->process, Process::Start(argv));
-  ASIDE_ASSIGN_OR_RETURN(
-      std::string line,
-      backend->process->WaitForLine("event=lab_backend.listening",
-                                    absl::Seconds(20)));
+  ASIDE_ASSIGN_OR_RETURN(std::string line,
+                         backend->process->WaitForLine(
+                             "event=lab_backend.listening", absl::Seconds(20)));
   backend->address = absl::StrCat("127.0.0.1:", LogField(line, "port"));
   grpc::ChannelArguments args;
   args.SetInt("grpc.use_local_subchannel_pool", 1);
@@ -394,18 +388,16 @@ class LabServer {
     const std::string tokens =
         dir.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n"));
     const std::string config = dir.WriteFile(
-        "lab.yaml",
-        "listen: 127.0.0.1:0\nmetrics: 127.0.0.1:0\ngroups: []\n");
+        "lab.yaml", "listen: 127.0.0.1:0\nmetrics: 127.0.0.1:0\ngroups: []\n");
     auto server = std::unique_ptr<LabServer>(new LabServer());
     ASIDE_ASSIGN_OR_RETURN(
         server->process_,
         Process::Start({flags.bin_dir + "/aside-server", "--config", config,
                         "--state-dir", dir.path() + "/state",
                         "--admin-token-file", tokens}));
-    ASIDE_RETURN_IF_ERROR(server->process_
-                              ->WaitForLine("event=server.started",
-                                            absl::Seconds(30))
-                              .status());
+    ASIDE_RETURN_IF_ERROR(
+        server->process_->WaitForLine("event=server.started", absl::Seconds(30))
+            .status());
     for (const std::string& line : server->process_->stderr_lines()) {
       if (line.find("event=grpc.listening") != std::string::npos) {
         server->target_ = absl::StrCat("127.0.0.1:", LogField(line, "port"));
@@ -509,7 +501,10 @@ class StubSender final : public Sender {
   StubSender(Client* client, ClientGroup* group,
              const absl::flat_hash_map<std::string, int>* indexes,
              absl::Duration deadline)
-      : client_(client), group_(group), indexes_(indexes), deadline_(deadline) {}
+      : client_(client),
+        group_(group),
+        indexes_(indexes),
+        deadline_(deadline) {}
 
   void Send(Phase* phase, size_t i) override {
     absl::StatusOr<aside::PickHandle> pick = group_->Pick();
@@ -615,7 +610,8 @@ Phase* RunLoad(Sender* sender, double seconds, double rate,
   phase->start = MonoNanos() + 5'000'000;
   size_t next_event = 0;
   for (size_t i = 0; i < n; ++i) {
-    const int64_t intended = static_cast<int64_t>(static_cast<double>(i) * period);
+    const int64_t intended =
+        static_cast<int64_t>(static_cast<double>(i) * period);
     while (events != nullptr && next_event < events->size() &&
            (*events)[next_event].at_s * 1e9 <= static_cast<double>(intended)) {
       PhaseEvent& e = (*events)[next_event++];
@@ -645,7 +641,8 @@ double Percentile(std::vector<int64_t>& sorted, double p) {
   if (sorted.empty()) {
     return 0;
   }
-  size_t rank = static_cast<size_t>(p / 100.0 * static_cast<double>(sorted.size()));
+  size_t rank =
+      static_cast<size_t>(p / 100.0 * static_cast<double>(sorted.size()));
   rank = std::min(rank, sorted.size() - 1);
   return static_cast<double>(sorted[rank]) / 1000.0;
 }
@@ -687,8 +684,7 @@ struct PhaseResult {
   std::map<int, size_t> per_backend;
 };
 
-void Analyze(const Phase& phase, double from_s, int watched,
-             PhaseResult* out) {
+void Analyze(const Phase& phase, double from_s, int watched, PhaseResult* out) {
   std::vector<int64_t> latencies;
   std::vector<int64_t> lags;
   std::map<int, size_t> per_backend;
@@ -718,9 +714,8 @@ void Analyze(const Phase& phase, double from_s, int watched,
   out->p50_us = Percentile(latencies, 50);
   out->p99_us = Percentile(latencies, 99);
   out->p999_us = Percentile(latencies, 99.9);
-  out->max_us = latencies.empty()
-                    ? 0
-                    : static_cast<double>(latencies.back()) / 1000.0;
+  out->max_us =
+      latencies.empty() ? 0 : static_cast<double>(latencies.back()) / 1000.0;
   out->send_lag_p99_us = Percentile(lags, 99);
   out->per_backend = per_backend;
   size_t hottest = 0;
@@ -767,15 +762,15 @@ class Lab {
         }
       }
       if (slow) {
-        ASIDE_RETURN_IF_ERROR(backends_[0]->Control(absl::StrCat(
-            "latency_us=", SlowLatencyUs())));
+        ASIDE_RETURN_IF_ERROR(backends_[0]->Control(
+            absl::StrCat("latency_us=", SlowLatencyUs())));
         for (const std::string& policy : Rotated(round)) {
           ASIDE_RETURN_IF_ERROR(SteadyPhase("slow", policy, round, 0));
         }
       }
     }
-    ASIDE_RETURN_IF_ERROR(backends_[0]->Control(
-        absl::StrCat("latency_us=", flags_.latency_us)));
+    ASIDE_RETURN_IF_ERROR(
+        backends_[0]->Control(absl::StrCat("latency_us=", flags_.latency_us)));
     if (Wants("death")) {
       for (const std::string& policy : flags_.churn_policies) {
         ASIDE_RETURN_IF_ERROR(DeathPhase(policy));
@@ -909,10 +904,9 @@ absl::Status Lab::CreateGroup(const PolicyDef& policy) {
     g->add_backends()->set_address(a);
   }
   v1::Group created;
-  return GrpcError(
-      absl::StrCat("create group ", g->name()),
-      server_->admin()->CreateGroup(server_->Context().get(), request,
-                                    &created));
+  return GrpcError(absl::StrCat("create group ", g->name()),
+                   server_->admin()->CreateGroup(server_->Context().get(),
+                                                 request, &created));
 }
 
 Phase* Lab::Load(const std::string& policy, Sender* stock, double seconds,
@@ -920,8 +914,8 @@ Phase* Lab::Load(const std::string& policy, Sender* stock, double seconds,
   if (policy == "stock_round_robin") {
     return RunLoad(stock, seconds, flags_.rate, events, Deadline());
   }
-  StubSender sender(client_.get(), client_->Group(GroupName(policy)),
-                    &indexes_, Deadline());
+  StubSender sender(client_.get(), client_->Group(GroupName(policy)), &indexes_,
+                    Deadline());
   return RunLoad(&sender, seconds, flags_.rate, events, Deadline());
 }
 
@@ -972,8 +966,7 @@ absl::Status Lab::ChangeMember(const std::string& policy,
   return absl::OkStatus();
 }
 
-absl::Status Lab::WaitReadyEverywhere(const std::string& address,
-                                      bool ready) {
+absl::Status Lab::WaitReadyEverywhere(const std::string& address, bool ready) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   for (const std::string& policy : flags_.policies) {
     if (policy == "stock_round_robin") {
@@ -989,8 +982,8 @@ absl::Status Lab::WaitReadyEverywhere(const std::string& address,
       }
       if (absl::Now() > deadline) {
         return absl::DeadlineExceededError(
-            absl::StrCat(address, ready ? " not ready" : " still ready",
-                         " in ", GroupName(policy)));
+            absl::StrCat(address, ready ? " not ready" : " still ready", " in ",
+                         GroupName(policy)));
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
@@ -1024,8 +1017,7 @@ absl::Status Lab::DeathPhase(const std::string& policy) {
       r.errors_after_kill += rec.ok ? 0 : 1;
     }
   }
-  r.kill_to_last_ms =
-      last < 0 ? 0 : static_cast<double>(last - kill) / 1e6;
+  r.kill_to_last_ms = last < 0 ? 0 : static_cast<double>(last - kill) / 1e6;
   Log(r);
   results_.push_back(r);
   // Restart it where it was, once every group has seen it go (health is
@@ -1037,8 +1029,8 @@ absl::Status Lab::DeathPhase(const std::string& policy) {
       std::unique_ptr<LabBackend> again,
       StartBackend(flags_, victim, address, flags_.latency_us, 0, 0));
   if (again->address != address) {
-    return absl::InternalError(absl::StrCat(
-        "restarted backend listens on ", again->address, " not ", address));
+    return absl::InternalError(absl::StrCat("restarted backend listens on ",
+                                            again->address, " not ", address));
   }
   backends_[static_cast<size_t>(victim)] = std::move(again);
   return WaitReadyEverywhere(address);
@@ -1083,8 +1075,8 @@ void Lab::Log(const PhaseResult& r) const {
                r.errors, r.p50_us, r.p99_us, r.p999_us, 100 * r.watched_share,
                100 * r.hottest_share, r.send_lag_p99_us);
   if (r.kill_to_last_ms >= 0) {
-    std::fprintf(stderr, ", kill->last %.0f ms, %zu failed",
-                 r.kill_to_last_ms, r.errors_after_kill);
+    std::fprintf(stderr, ", kill->last %.0f ms, %zu failed", r.kill_to_last_ms,
+                 r.errors_after_kill);
   }
   if (r.cold_share >= 0) {
     std::fprintf(stderr, ", new backend %.1f%% cold / %.1f%% warm",
@@ -1164,15 +1156,15 @@ void Lab::Report() const {
       "},\n  \"phases\": [");
   for (size_t i = 0; i < results_.size(); ++i) {
     const PhaseResult& r = results_[i];
-    absl::StrAppend(
-        &json, i ? "," : "", "\n    {\"scenario\": \"", r.scenario,
-        "\", \"policy\": \"", r.policy, "\", \"round\": ", r.round + 1,
-        ", \"requests\": ", r.requests, ", \"errors\": ", r.errors,
-        ", \"p50_us\": ", r.p50_us, ", \"p99_us\": ", r.p99_us,
-        ", \"p999_us\": ", r.p999_us, ", \"max_us\": ", r.max_us,
-        ", \"watched_share\": ", r.watched_share,
-        ", \"hottest_share\": ", r.hottest_share,
-        ", \"send_lag_p99_us\": ", r.send_lag_p99_us);
+    absl::StrAppend(&json, i ? "," : "", "\n    {\"scenario\": \"", r.scenario,
+                    "\", \"policy\": \"", r.policy,
+                    "\", \"round\": ", r.round + 1,
+                    ", \"requests\": ", r.requests, ", \"errors\": ", r.errors,
+                    ", \"p50_us\": ", r.p50_us, ", \"p99_us\": ", r.p99_us,
+                    ", \"p999_us\": ", r.p999_us, ", \"max_us\": ", r.max_us,
+                    ", \"watched_share\": ", r.watched_share,
+                    ", \"hottest_share\": ", r.hottest_share,
+                    ", \"send_lag_p99_us\": ", r.send_lag_p99_us);
     if (r.kill_to_last_ms >= 0) {
       absl::StrAppend(&json, ", \"kill_to_last_ms\": ", r.kill_to_last_ms,
                       ", \"errors_after_kill\": ", r.errors_after_kill);
@@ -1207,15 +1199,14 @@ void Lab::Report() const {
       }
       absl::StrAppend(&json, ", \"errors\": ", Json(SpreadOf(errors)));
       if (scenario == "death") {
-        absl::StrAppend(
-            &json, ", \"kill_to_last_ms\": ",
-            Json(collect(rs, &PhaseResult::kill_to_last_ms)));
+        absl::StrAppend(&json, ", \"kill_to_last_ms\": ",
+                        Json(collect(rs, &PhaseResult::kill_to_last_ms)));
       }
       if (scenario == "warmup") {
-        absl::StrAppend(&json, ", \"cold_share\": ",
-                        Json(collect(rs, &PhaseResult::cold_share)),
-                        ", \"warm_share\": ",
-                        Json(collect(rs, &PhaseResult::warm_share)));
+        absl::StrAppend(
+            &json,
+            ", \"cold_share\": ", Json(collect(rs, &PhaseResult::cold_share)),
+            ", \"warm_share\": ", Json(collect(rs, &PhaseResult::warm_share)));
       }
       absl::StrAppend(&json, "}");
       first_policy = false;
@@ -1295,9 +1286,10 @@ void Lab::Report() const {
       flags_.backends, static_cast<long long>(flags_.latency_us),
       flags_.workers, flags_.slow_factor, flags_.rate, flags_.rounds);
   for (const auto& [scenario, policies] : by) {
-    std::printf("\n%s: p50 / p99 / p99.9 in us (median of rounds, p99 range), "
-                "errors, share to the watched backend, busiest backend\n",
-                scenario.c_str());
+    std::printf(
+        "\n%s: p50 / p99 / p99.9 in us (median of rounds, p99 range), "
+        "errors, share to the watched backend, busiest backend\n",
+        scenario.c_str());
     for (const std::string& policy : flags_.policies) {
       auto it = policies.find(policy);
       if (it == policies.end()) {
@@ -1305,20 +1297,20 @@ void Lab::Report() const {
       }
       const auto& rs = it->second;
       const Spread p99 = collect(rs, &PhaseResult::p99_us);
-      std::printf("  %-22s %7.0f / %7.0f (%6.0f..%6.0f) / %7.0f  err %4.0f  "
-                  "watched %5.1f%%  busiest %5.1f%%",
-                  policy.c_str(), collect(rs, &PhaseResult::p50_us).median,
-                  p99.median, p99.min, p99.max,
-                  collect(rs, &PhaseResult::p999_us).median,
-                  [&] {
-                    std::vector<double> e;
-                    for (const PhaseResult* r : rs) {
-                      e.push_back(static_cast<double>(r->errors));
-                    }
-                    return Median(e);
-                  }(),
-                  100 * collect(rs, &PhaseResult::watched_share).median,
-                  100 * collect(rs, &PhaseResult::hottest_share).median);
+      std::printf(
+          "  %-22s %7.0f / %7.0f (%6.0f..%6.0f) / %7.0f  err %4.0f  "
+          "watched %5.1f%%  busiest %5.1f%%",
+          policy.c_str(), collect(rs, &PhaseResult::p50_us).median, p99.median,
+          p99.min, p99.max, collect(rs, &PhaseResult::p999_us).median,
+          [&] {
+            std::vector<double> e;
+            for (const PhaseResult* r : rs) {
+              e.push_back(static_cast<double>(r->errors));
+            }
+            return Median(e);
+          }(),
+          100 * collect(rs, &PhaseResult::watched_share).median,
+          100 * collect(rs, &PhaseResult::hottest_share).median);
       if (scenario == "death") {
         std::printf("  kill->last %.0f ms",
                     collect(rs, &PhaseResult::kill_to_last_ms).median);

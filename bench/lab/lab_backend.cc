@@ -136,10 +136,9 @@ class Backend {
       }
       const double into =
           static_cast<double>((now - first_call_).count()) /
-          static_cast<double>(
-              std::chrono::duration_cast<Clock::duration>(
-                  std::chrono::nanoseconds(warmup_ns_))
-                  .count());
+          static_cast<double>(std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::nanoseconds(warmup_ns_))
+                                  .count());
       if (into < 1.0) {
         ns = static_cast<int64_t>(static_cast<double>(cold_latency_ns_) +
                                   (static_cast<double>(latency_ns_) -
@@ -197,9 +196,9 @@ class Call final : public grpc::ServerGenericBidiReactor {
         }
       }
       if (!backend_->Control(payload)) {
-        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            absl::StrCat("control: cannot apply '", payload,
-                                         "'")));
+        Finish(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("control: cannot apply '", payload, "'")));
         return;
       }
       Reply("ok");

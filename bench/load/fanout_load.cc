@@ -50,7 +50,8 @@ struct Options {
 };
 
 // One Watch stream; remembers when each generation arrived.
-class Subscriber final : public grpc::ClientReadReactor<aside::v1::GroupUpdate> {
+class Subscriber final
+    : public grpc::ClientReadReactor<aside::v1::GroupUpdate> {
  public:
   Subscriber(aside::v1::LoadBalancer::Stub* stub, const std::string& group) {
     request_.add_groups(group);
@@ -221,9 +222,10 @@ int main(int argc, char** argv) {
     aside::bench::Samples arrivals;
     int64_t worst = 0;
     for (auto& sub : subs) {
-      const int64_t nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                sub->ArrivalOf(g.generation()) - t0)
-                                .count();
+      const int64_t nanos =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(
+              sub->ArrivalOf(g.generation()) - t0)
+              .count();
       arrivals.Add(nanos);
       worst = std::max(worst, nanos);
     }
@@ -244,8 +246,8 @@ int main(int argc, char** argv) {
       o.subscribers, o.changes, last_subscriber.PercentileMicros(50) / 1000,
       last_subscriber.PercentileMicros(99) / 1000,
       last_subscriber.MaxMicros() / 1000,
-      median_subscriber.PercentileMicros(50) / 1000, cpu,
-      cpu * 1e6 / o.changes, cpu_per_stream_update_us);
+      median_subscriber.PercentileMicros(50) / 1000, cpu, cpu * 1e6 / o.changes,
+      cpu_per_stream_update_us);
   // Let the cancellations finish before the stubs go away.
   for (auto& sub : subs) {
     for (int i = 0; i < 1000 && !sub->done(); ++i) {

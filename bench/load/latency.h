@@ -24,16 +24,16 @@ class Samples {
       return 0;
     }
     std::sort(values_.begin(), values_.end());
-    size_t rank = static_cast<size_t>(p / 100.0 * static_cast<double>(values_.size()));
+    size_t rank =
+        static_cast<size_t>(p / 100.0 * static_cast<double>(values_.size()));
     rank = std::min(rank, values_.size() - 1);
     return static_cast<double>(values_[rank]) / 1000.0;
   }
   double MaxMicros() {
-    return values_.empty()
-               ? 0
-               : static_cast<double>(*std::max_element(values_.begin(),
-                                                       values_.end())) /
-                     1000.0;
+    return values_.empty() ? 0
+                           : static_cast<double>(*std::max_element(
+                                 values_.begin(), values_.end())) /
+                                 1000.0;
   }
 
  private:

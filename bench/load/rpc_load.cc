@@ -20,9 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "bench/load/latency.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "lib/command_line.h"
 #include "lib/json.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address");
 ABSL_FLAG(std::string, method, "pick", "pick or empty (grpc.health.v1 Check)");
@@ -138,8 +138,9 @@ int main(int argc, char** argv) {
   const auto measure_from =
       start + std::chrono::duration_cast<Clock::duration>(
                   std::chrono::duration<double>(options.warmup));
-  const auto end = measure_from + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(options.seconds));
+  const auto end =
+      measure_from + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(options.seconds));
   for (auto& c : callers) {
     c->Start();
   }

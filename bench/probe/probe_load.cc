@@ -29,8 +29,10 @@
 //
 // CPU is the thread's CPU clock (user + system, which for loopback also
 // carries the kernel's work on the accepting side of the handshake).
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <prometheus/registry.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -38,9 +40,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-
-#include <prometheus/registry.h>
 
 #include <algorithm>
 #include <atomic>
@@ -145,9 +144,8 @@ class Listeners {
     ev.data.fd = stop_;
     epoll_ctl(epoll_, EPOLL_CTL_ADD, stop_, &ev);
     for (int i = 0; i < count; ++i) {
-      const std::string ip = absl::StrCat("127.", 1 + i / 62500, ".",
-                                          1 + (i / 250) % 250, ".",
-                                          1 + i % 250);
+      const std::string ip = absl::StrCat(
+          "127.", 1 + i / 62500, ".", 1 + (i / 250) % 250, ".", 1 + i % 250);
       const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
       sockaddr_in addr{};
       addr.sin_family = AF_INET;
@@ -255,8 +253,8 @@ Rate BareConnectLoop(const std::vector<tcp::endpoint>& endpoints,
     clockid_t cpu;
     pthread_getcpuclockid(pthread_self(), &cpu);
     for (int i = 0; i < concurrency; ++i) start_one();
-    asio::steady_timer timer(io, std::chrono::microseconds(
-                                     static_cast<int64_t>(seconds * 1e6)));
+    asio::steady_timer timer(
+        io, std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)));
     timer.async_wait([&](boost::system::error_code) { stop = true; });
     const double cpu0 = ThreadCpuSeconds(cpu);
     const double wall0 = WallSeconds();
@@ -275,8 +273,8 @@ Rate BareConnectLoop(const std::vector<tcp::endpoint>& endpoints,
 // The same connects paced like the prober paces them at a 1 s interval:
 // every 10 ms tick, `per_second / 100` connects start (round robin over the
 // first `targets` endpoints). The CPU floor for the steady phase.
-Rate PacedConnectLoop(const std::vector<tcp::endpoint>& endpoints,
-                      int targets, double per_second, double seconds) {
+Rate PacedConnectLoop(const std::vector<tcp::endpoint>& endpoints, int targets,
+                      double per_second, double seconds) {
   asio::io_context io;
   uint64_t done = 0;
   uint64_t errors = 0;
@@ -457,19 +455,18 @@ int Main(int argc, char** argv) {
   // Saturated: bare and prober alternate so that both see the same machine.
   std::vector<double> bare_rate, bare_us, prober_rate, prober_us;
   for (int round = 0; round < flags.rounds; ++round) {
-    const Rate bare = BareConnectLoop(listeners.endpoints(),
-                                      flags.concurrency,
+    const Rate bare = BareConnectLoop(listeners.endpoints(), flags.concurrency,
                                       flags.saturate_seconds);
     const ProberRun saturated =
-        RunProber(listeners, most, absl::Milliseconds(1), 0,
-                  flags.concurrency, 1.0, 1, flags.saturate_seconds);
+        RunProber(listeners, most, absl::Milliseconds(1), 0, flags.concurrency,
+                  1.0, 1, flags.saturate_seconds);
     const Rate& prober = saturated.windows[0];
-    std::printf("round %d: bare %7.0f/s %6.2f us/op (cpu %4.1f%%)   "
-                "prober %7.0f/s %6.2f us/op (cpu %4.1f%%)  failures %.0f\n",
-                round + 1, bare.per_second, bare.cpu_us_per_op,
-                100 * bare.cpu_fraction, prober.per_second,
-                prober.cpu_us_per_op, 100 * prober.cpu_fraction,
-                saturated.failures);
+    std::printf(
+        "round %d: bare %7.0f/s %6.2f us/op (cpu %4.1f%%)   "
+        "prober %7.0f/s %6.2f us/op (cpu %4.1f%%)  failures %.0f\n",
+        round + 1, bare.per_second, bare.cpu_us_per_op, 100 * bare.cpu_fraction,
+        prober.per_second, prober.cpu_us_per_op, 100 * prober.cpu_fraction,
+        saturated.failures);
     bare_rate.push_back(bare.per_second);
     bare_us.push_back(bare.cpu_us_per_op);
     prober_rate.push_back(prober.per_second);
@@ -483,8 +480,8 @@ int Main(int argc, char** argv) {
       "saturated, medians: bare %.0f connects/s at %.2f us CPU each; prober "
       "%.0f probes/s at %.2f us CPU each\n"
       "  rate ratio %.3f, per-CPU rate ratio %.3f (target >= 0.9)\n",
-      floor_rate, floor_us, Median(prober_rate), Median(prober_us),
-      rate_ratio, cpu_rate_ratio);
+      floor_rate, floor_us, Median(prober_rate), Median(prober_us), rate_ratio,
+      cpu_rate_ratio);
 
   std::string json = absl::StrCat(
       "{\n  \"concurrency\": ", flags.concurrency,
@@ -507,9 +504,9 @@ int Main(int argc, char** argv) {
     // Floors: the saturated bare loop's CPU for the same number of
     // connects, and the same connects paced in 10 ms batches.
     const double floor_fraction = floor_us * 1e-6 * rate;
-    const Rate paced = PacedConnectLoop(listeners.endpoints(), targets,
-                                        run.expected_per_second,
-                                        std::min(flags.seconds, 5.0));
+    const Rate paced =
+        PacedConnectLoop(listeners.endpoints(), targets,
+                         run.expected_per_second, std::min(flags.seconds, 5.0));
     std::vector<double> fractions = run.Collect(&Rate::cpu_fraction);
     std::sort(fractions.begin(), fractions.end());
     std::printf(
@@ -519,11 +516,11 @@ int Main(int argc, char** argv) {
         "    %.2fx the saturated bare-connect floor (%.1f%%), %.2fx the same "
         "connects paced in 10 ms batches (%.1f%%, %.2f us each); failures "
         "%.0f\n",
-        targets, rate, rate / run.expected_per_second,
-        run.expected_per_second, 100 * cpu, windows, 100 * fractions.front(),
-        100 * fractions.back(), run.MedianCpuPerOp(), cpu / floor_fraction,
-        100 * floor_fraction, cpu / paced.cpu_fraction,
-        100 * paced.cpu_fraction, paced.cpu_us_per_op, run.failures);
+        targets, rate, rate / run.expected_per_second, run.expected_per_second,
+        100 * cpu, windows, 100 * fractions.front(), 100 * fractions.back(),
+        run.MedianCpuPerOp(), cpu / floor_fraction, 100 * floor_fraction,
+        cpu / paced.cpu_fraction, 100 * paced.cpu_fraction, paced.cpu_us_per_op,
+        run.failures);
     absl::StrAppend(
         &json, i ? "," : "", "\n    {\"targets\": ", targets,
         ", \"probes_per_second\": ", rate,

@@ -37,8 +37,7 @@ LoadModel LoadModel::For(const PolicyConfig& policy) {
     p = &p->child_or_default();
   }
   LoadModel m;
-  m.inverse_decay_nanos =
-      1.0 / absl::ToDoubleNanoseconds(p->p2c.decay);
+  m.inverse_decay_nanos = 1.0 / absl::ToDoubleNanoseconds(p->p2c.decay);
   m.default_rtt_nanos = absl::ToDoubleNanoseconds(p->p2c.default_rtt);
   m.alpha = p->least_time.alpha;
   m.default_latency_nanos =
@@ -54,9 +53,8 @@ LoadModel LoadModel::For(const PolicyConfig& policy) {
 }
 
 uint64_t BackendLoad::PackPeak(double rtt_nanos, int64_t now_nanos) noexcept {
-  float f = rtt_nanos > 0 ? static_cast<float>(
-                                std::min(rtt_nanos, 3.0e38))
-                          : 0.0f;
+  float f =
+      rtt_nanos > 0 ? static_cast<float>(std::min(rtt_nanos, 3.0e38)) : 0.0f;
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));
   uint64_t code = (static_cast<uint64_t>(bits) + 0x40) >> 7;
@@ -125,8 +123,7 @@ void BackendLoad::UpdateEwma(std::atomic<uint64_t>& cell, double sample,
       }
       next = model.alpha * sample + (1.0 - model.alpha) * current;
     }
-    if (cell.compare_exchange_weak(old, ToBits(next),
-                                   std::memory_order_relaxed,
+    if (cell.compare_exchange_weak(old, ToBits(next), std::memory_order_relaxed,
                                    std::memory_order_relaxed)) {
       return;
     }
@@ -158,8 +155,7 @@ void BackendLoad::Estimate(const Completion& c,
   }
 }
 
-void BackendLoad::Finish(const Completion& c,
-                         const LoadModel& model) noexcept {
+void BackendLoad::Finish(const Completion& c, const LoadModel& model) noexcept {
   counts_.fetch_add(kFinishDelta, std::memory_order_relaxed);
   Estimate(c, model);
 }

@@ -151,7 +151,8 @@ class BackendLoad {
   // Requests in flight (Start() minus Finish(); Finish must follow Start).
   int64_t in_flight() const noexcept {
     // The low 24 bits, sign-extended.
-    const uint64_t low = counts_.load(std::memory_order_relaxed) & kInFlightMask;
+    const uint64_t low =
+        counts_.load(std::memory_order_relaxed) & kInFlightMask;
     return static_cast<int64_t>(low ^ kInFlightSign) -
            static_cast<int64_t>(kInFlightSign);
   }
@@ -188,7 +189,8 @@ class BackendLoad {
   }
   // PeakEwmaRtt() * (in-flight + 1): what p2c `peak_ewma` compares (before
   // dividing by the weight).
-  double PeakEwmaCost(int64_t now_nanos, const LoadModel& model) const noexcept {
+  double PeakEwmaCost(int64_t now_nanos,
+                      const LoadModel& model) const noexcept {
     const int64_t pending = in_flight();
     return PeakEwmaRtt(now_nanos, model) *
            static_cast<double>((pending > 0 ? pending : 0) + 1);

@@ -15,9 +15,8 @@ std::shared_ptr<BackendLoad> LoadTracker::GetOrCreate(
 
 void LoadTracker::Prune() {
   aside::MutexLock lock(&mu_);
-  absl::erase_if(loads_, [](const auto& entry) {
-    return entry.second.use_count() == 1;
-  });
+  absl::erase_if(
+      loads_, [](const auto& entry) { return entry.second.use_count() == 1; });
 }
 
 size_t LoadTracker::size() const {

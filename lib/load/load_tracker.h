@@ -6,13 +6,13 @@
 
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "lib/clock.h"
-#include "lib/sync.h"
 #include "lib/load/backend_load.h"
+#include "lib/sync.h"
 
 namespace aside {
 

@@ -34,8 +34,8 @@ struct HashSlots {
   }
 };
 
-std::shared_ptr<const HashSlots> BuildSlots(const Table& table,
-                                            absl::Span<const uint32_t> members) {
+std::shared_ptr<const HashSlots> BuildSlots(
+    const Table& table, absl::Span<const uint32_t> members) {
   auto s = std::make_shared<HashSlots>();
   uint64_t g = 0;
   for (uint32_t index : members) {
@@ -84,8 +84,8 @@ class HashSelector final : public Selector {
     }
     // Deterministic weighted probes, then a walk.
     for (int k = 1; k <= kWeightedProbes && count < out.size(); ++k) {
-      const uint64_t hk = Mix64(h + static_cast<uint64_t>(k) *
-                                        0x9e3779b97f4a7c15ULL);
+      const uint64_t hk =
+          Mix64(h + static_cast<uint64_t>(k) * 0x9e3779b97f4a7c15ULL);
       const uint32_t index = members_[slots_->PositionOf(hk)];
       if (pick_internal::Acceptable(table_, request, out, count, index)) {
         out[count++] = index;
@@ -118,9 +118,8 @@ std::unique_ptr<const Selector> MakeHashSelector(const SelectorInput& input) {
       pick_internal::WeightedMembers(table, input.members);
   std::shared_ptr<const HashSlots> slots;
   if (const auto* prev = dynamic_cast<const HashSelector*>(input.previous);
-      prev != nullptr &&
-      pick_internal::SameMembersAndWeights(prev->table(), prev->members(),
-                                           table, members)) {
+      prev != nullptr && pick_internal::SameMembersAndWeights(
+                             prev->table(), prev->members(), table, members)) {
     slots = prev->slots();
   } else {
     slots = BuildSlots(table, members);

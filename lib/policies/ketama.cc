@@ -86,9 +86,8 @@ class KetamaSelector final : public Selector {
       }
     }
     if (count < out.size()) {
-      count = pick_internal::FillByWalk(table_, request, members_,
-                                        ring.position_at(start) + 1, out,
-                                        count);
+      count = pick_internal::FillByWalk(
+          table_, request, members_, ring.position_at(start) + 1, out, count);
     }
     return count;
   }
@@ -219,10 +218,10 @@ absl::StatusOr<std::shared_ptr<const KetamaRing>> KetamaRing::Update(
   size_t j = 0;
   while (i < old_nodes.size() || j < new_nodes.size()) {
     // <0: old_nodes[i] comes first (removed); >0: new_nodes[j] (added).
-    const int order = i == old_nodes.size()   ? 1
-                      : j == new_nodes.size() ? -1
-                                              : old_nodes[i].address.compare(
-                                                    new_nodes[j].address);
+    const int order = i == old_nodes.size() ? 1
+                      : j == new_nodes.size()
+                          ? -1
+                          : old_nodes[i].address.compare(new_nodes[j].address);
     if (order == 0) {
       if (old_nodes[i].weight == new_nodes[j].weight) {
         old_to_new[i] = static_cast<uint32_t>(j);
@@ -300,8 +299,8 @@ void KetamaRing::BuildIndex() {
   }
 }
 
-void KetamaRing::SortAndIndex(std::unique_ptr<uint64_t[]> generated,
-                              size_t n, std::array<uint32_t, 257>& top) {
+void KetamaRing::SortAndIndex(std::unique_ptr<uint64_t[]> generated, size_t n,
+                              std::array<uint32_t, 257>& top) {
   // A two-level counting sort on the hash, most significant bits first: 8
   // bits (256 write streams), then 9 bits inside each of those ranges (which
   // stay in cache). The hashes are uniform, so what is left unsorted is
@@ -380,9 +379,8 @@ absl::StatusOr<std::unique_ptr<const Selector>> BuildKetamaSelector(
     }
     ring = *std::move(built);
   }
-  return std::unique_ptr<const Selector>(
-      std::make_unique<KetamaSelector>(table, std::move(members),
-                                       std::move(ring)));
+  return std::unique_ptr<const Selector>(std::make_unique<KetamaSelector>(
+      table, std::move(members), std::move(ring)));
 }
 
 const KetamaRing* KetamaRingForTest(const Selector& selector) {

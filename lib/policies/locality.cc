@@ -33,8 +33,7 @@ void AssignZoneWeights(absl::Span<ZoneWeight> zones) {
 }
 
 void CallerZoneShares(absl::Span<const ZoneWeight> zones, int local,
-                      const LocalityParams& params,
-                      absl::Span<double> shares) {
+                      const LocalityParams& params, absl::Span<double> shares) {
   const size_t n = zones.size();
   double total_weight = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -72,8 +71,8 @@ void CallerZoneShares(absl::Span<const ZoneWeight> zones, int local,
   }
   // Remote probing: the remote zones get at least remote_probe_fraction.
   if (params.remote_probe_fraction > 0 && n > 1 && remote_hosts > 0) {
-    const double total = std::accumulate(shares.begin(), shares.begin() + n,
-                                         0.0);
+    const double total =
+        std::accumulate(shares.begin(), shares.begin() + n, 0.0);
     const double remote = total - shares[l];
     const double target = total * params.remote_probe_fraction;
     if (total > 0 && remote < target) {
@@ -244,8 +243,8 @@ absl::StatusOr<std::unique_ptr<const Selector>> BuildLocalitySelector(
     SelectorInput child;
     child.table = &table;
     child.members = z.members;
-    child.previous = prev != nullptr ? prev->ChildOf(z.region, z.zone)
-                                     : nullptr;
+    child.previous =
+        prev != nullptr ? prev->ChildOf(z.region, z.zone) : nullptr;
     auto built = BuildSelector(config.child_or_default(), child);
     if (!built.ok()) {
       return built.status();

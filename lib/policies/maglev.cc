@@ -50,8 +50,8 @@ class MaglevSelector final : public Selector {
         return count;
       }
     }
-    const size_t limit = std::min<size_t>(
-        t.size, kSlotScanBase + kSlotScanPerPick * out.size());
+    const size_t limit =
+        std::min<size_t>(t.size, kSlotScanBase + kSlotScanPerPick * out.size());
     for (size_t step = 1; step < limit && count < out.size(); ++step) {
       uint64_t s = slot + step;
       if (s >= t.size) {
@@ -89,7 +89,7 @@ std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
     return {};
   }
   struct Entry {
-    uint64_t next;    // the permutation's current slot
+    uint64_t next;  // the permutation's current slot
     uint64_t skip;
     uint64_t target;  // the round at which this entry takes its next turn,
                       // scaled by its weight
@@ -117,9 +117,7 @@ std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
   // Occupancy as a bitmap: the probes (~M ln M of them) test bits in a few
   // KiB that stay in L1 instead of the table itself.
   std::vector<uint64_t> taken((table_size + 63) / 64, 0);
-  auto is_taken = [&](uint64_t c) {
-    return (taken[c >> 6] >> (c & 63)) & 1;
-  };
+  auto is_taken = [&](uint64_t c) { return (taken[c >> 6] >> (c & 63)) & 1; };
   uint64_t filled = 0;
   for (uint64_t round = 0; filled < table_size; ++round) {
     for (Entry& e : entries) {

@@ -9,8 +9,9 @@
 //   backend costs default_rtt until its first sample).
 // Two backends without an RTT sample compare by requests in flight alone
 // (their defaults differ only by when each was first seen). Equal costs go to
-// the first draw, itself uniform, so ties never favour an address. Time for the decay comes
-// from PickRequest::now_nanos (0 reads the monotonic clock), so tests drive it.
+// the first draw, itself uniform, so ties never favour an address. Time for the
+// decay comes from PickRequest::now_nanos (0 reads the monotonic clock), so
+// tests drive it.
 //
 // Built per table on the control path (O(n)); Pick from any thread, O(1)
 // plus the fallbacks asked for: two loads read, lock-free, no allocation.

@@ -60,8 +60,8 @@ size_t Encode(const unsigned char* in, size_t n, char* out) {
   size_t o = 0;
   size_t i = 0;
   for (; i + 3 <= n; i += 3) {
-    const uint32_t v = (uint32_t{in[i]} << 16) | (uint32_t{in[i + 1]} << 8) |
-                       in[i + 2];
+    const uint32_t v =
+        (uint32_t{in[i]} << 16) | (uint32_t{in[i + 1]} << 8) | in[i + 2];
     out[o++] = kBase64Url[(v >> 18) & 63];
     out[o++] = kBase64Url[(v >> 12) & 63];
     out[o++] = kBase64Url[(v >> 6) & 63];
@@ -241,8 +241,8 @@ class StickySelector final : public Selector {
         }
       }
       if (count < out.size()) {
-        count = pick_internal::FillByWalk(table_, request, members_, 0, out,
-                                          count);
+        count =
+            pick_internal::FillByWalk(table_, request, members_, 0, out, count);
       }
     }
     if (request.issued_token != nullptr) {
@@ -258,19 +258,17 @@ class StickySelector final : public Selector {
 
  private:
   int64_t Lookup(uint64_t id) const noexcept {
-    auto it = std::lower_bound(
-        ids_.begin(), ids_.end(), id,
-        [](const std::pair<uint64_t, uint32_t>& e, uint64_t v) {
-          return e.first < v;
-        });
+    auto it = std::lower_bound(ids_.begin(), ids_.end(), id,
+                               [](const std::pair<uint64_t, uint32_t>& e,
+                                  uint64_t v) { return e.first < v; });
     if (it == ids_.end() || it->first != id) {
       return -1;
     }
     return it->second;
   }
 
-  void Issue(uint32_t index, absl::Time now, SessionToken& token) const
-      noexcept {
+  void Issue(uint32_t index, absl::Time now,
+             SessionToken& token) const noexcept {
     codec_.Issue(StickyBackendId(table_.member(index).backend.address),
                  absl::ToUnixSeconds(now + ttl_), token);
   }

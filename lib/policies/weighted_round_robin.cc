@@ -2,8 +2,8 @@
 
 #include <atomic>
 #include <cmath>
-#include <numeric>
 #include <memory>
+#include <numeric>
 #include <queue>
 
 #include "lib/hash.h"
@@ -97,8 +97,8 @@ class WeightedRoundRobinSelector final : public Selector {
       out[count++] = first;
     }
     // Fallbacks: walk on through the cycle, each distinct member once.
-    for (size_t step = 1;
-         step < n && count < out.size() && count < distinct_; ++step) {
+    for (size_t step = 1; step < n && count < out.size() && count < distinct_;
+         ++step) {
       size_t pos = start + step;
       if (pos >= n) {
         pos -= n;
@@ -143,7 +143,8 @@ std::vector<uint32_t> SmoothWeightedCycle(absl::Span<const uint32_t> weights) {
     for (uint64_t& x : w) {
       if (x > 0) {
         x = std::max<uint64_t>(
-            1, static_cast<uint64_t>(std::floor(static_cast<double>(x) * scale)));
+            1,
+            static_cast<uint64_t>(std::floor(static_cast<double>(x) * scale)));
         total += x;
       }
     }

@@ -27,13 +27,13 @@
 // go to the endpoint that last answered. A call first waits up to
 // dial_timeout for that endpoint's connection (one immediate reconnection
 // attempt, past gRPC's backoff, when the last one failed); a member it
-// cannot reach is skipped (nothing was sent). Reads that then fail with UNAVAILABLE or
-// DEADLINE_EXCEEDED are retried on the next endpoint, each attempt getting a
-// share of what is left of request_timeout. Writes are retried elsewhere
-// only when the member refused them unapplied (no leader); after any other
-// failure the write may or may not have been applied, and the error says so
-// rather than apply it twice. A conditional Txn is safe for the caller to
-// retry: it fails its comparison if the first attempt was applied.
+// cannot reach is skipped (nothing was sent). Reads that then fail with
+// UNAVAILABLE or DEADLINE_EXCEEDED are retried on the next endpoint, each
+// attempt getting a share of what is left of request_timeout. Writes are
+// retried elsewhere only when the member refused them unapplied (no leader);
+// after any other failure the write may or may not have been applied, and the
+// error says so rather than apply it twice. A conditional Txn is safe for the
+// caller to retry: it fails its comparison if the first attempt was applied.
 //
 // Errors are absl::Status with etcd's gRPC code kept; the message names the
 // endpoint and the call ("etcd 127.0.0.1:2379: Txn: ..."), or every endpoint

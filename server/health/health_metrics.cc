@@ -7,11 +7,10 @@
 namespace aside::server {
 namespace {
 
-constexpr HealthCheckSpec::Kind kProbedKinds[] = {
-    HealthCheckSpec::Kind::kTcp, HealthCheckSpec::Kind::kHttp,
-    HealthCheckSpec::Kind::kGrpc};
-constexpr HealthState kStates[] = {HealthState::kUnknown,
-                                   HealthState::kHealthy,
+constexpr HealthCheckSpec::Kind kProbedKinds[] = {HealthCheckSpec::Kind::kTcp,
+                                                  HealthCheckSpec::Kind::kHttp,
+                                                  HealthCheckSpec::Kind::kGrpc};
+constexpr HealthState kStates[] = {HealthState::kUnknown, HealthState::kHealthy,
                                    HealthState::kUnhealthy};
 
 }  // namespace

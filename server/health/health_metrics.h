@@ -39,20 +39,15 @@ class HealthMetrics {
   HealthMetrics& operator=(const HealthMetrics&) = delete;
 
   // A finished probe of `kind` (not kNone).
-  void RecordProbe(HealthCheckSpec::Kind kind, bool success,
-                   double seconds);
+  void RecordProbe(HealthCheckSpec::Kind kind, bool success, double seconds);
   // A target appeared in / left `state` (aside_health_targets).
   void AddTarget(HealthState state) { targets_[Index(state)]->Increment(); }
-  void RemoveTarget(HealthState state) {
-    targets_[Index(state)]->Decrement();
-  }
+  void RemoveTarget(HealthState state) { targets_[Index(state)]->Decrement(); }
   // A target went from `from` to `to`.
   void RecordTransition(HealthState from, HealthState to);
 
  private:
-  static size_t Index(HealthState state) {
-    return static_cast<size_t>(state);
-  }
+  static size_t Index(HealthState state) { return static_cast<size_t>(state); }
   static size_t Index(HealthCheckSpec::Kind kind) {
     return static_cast<size_t>(kind);
   }

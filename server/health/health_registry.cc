@@ -39,18 +39,16 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
  public:
   RegistryCore(const HealthRegistry::Options& options,
                prometheus::Registry& metrics)
-      : clock_(options.clock != nullptr ? options.clock
-                                        : &SystemClock::Get()),
+      : clock_(options.clock != nullptr ? options.clock : &SystemClock::Get()),
         metrics_(metrics),
         max_concurrent_probes_(options.max_concurrent_probes),
         seed_(options.seed != 0 ? options.seed : std::random_device{}()) {}
 
   absl::Status Start() {
-    auto prober = Prober::Create(
-        max_concurrent_probes_, seed_,
-        [this](Target& target, ProbeResult result) {
-          OnProbeResult(target, std::move(result));
-        });
+    auto prober = Prober::Create(max_concurrent_probes_, seed_,
+                                 [this](Target& target, ProbeResult result) {
+                                   OnProbeResult(target, std::move(result));
+                                 });
     if (!prober.ok()) {
       return prober.status();
     }
@@ -72,8 +70,8 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
                                        const HealthCheckSpec& spec,
                                        absl::string_view group) {
     if (group.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "health target ", address, ": the group name is empty"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("health target ", address, ": the group name is empty"));
     }
     absl::StatusOr<Address> parsed = ParseAddress(address);
     if (!parsed.ok()) {
@@ -101,12 +99,11 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
     if (it != targets_.end()) {
       target = it->second;
     } else {
-      const uint16_t port = spec.port != 0
-                                ? static_cast<uint16_t>(spec.port)
-                                : parsed->port;
-      target = std::make_shared<Target>(
-          next_id_++, canonical, spec, parsed->host, port,
-          parsed->kind == Address::Kind::kIpv6);
+      const uint16_t port =
+          spec.port != 0 ? static_cast<uint16_t>(spec.port) : parsed->port;
+      target =
+          std::make_shared<Target>(next_id_++, canonical, spec, parsed->host,
+                                   port, parsed->kind == Address::Kind::kIpv6);
       const HealthState initial = spec.kind == HealthCheckSpec::Kind::kNone
                                       ? HealthState::kHealthy
                                       : HealthState::kUnknown;
@@ -286,9 +283,9 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       const HealthCheckSpec& s = key.spec;
       size_t h = absl::HashOf(
           key.address, static_cast<int>(s.kind), s.interval, s.timeout,
-          s.jitter, s.rise, s.fall, s.require_first_probe, s.port,
-          s.http_path, s.http_host, s.http_body_limit, s.grpc_service,
-          s.grpc_authority, s.http_expected_statuses.size());
+          s.jitter, s.rise, s.fall, s.require_first_probe, s.port, s.http_path,
+          s.http_host, s.http_body_limit, s.grpc_service, s.grpc_authority,
+          s.http_expected_statuses.size());
       for (const StatusRange& r : s.http_expected_statuses) {
         h = absl::HashOf(h, r.from, r.to);
       }
@@ -321,8 +318,8 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   // ThreadSanitizer, which would not see absl::Mutex synchronisation.
   mutable std::mutex mu_;
   absl::flat_hash_map<Key, std::shared_ptr<Target>, KeyHash, KeyEq>
-      targets_;  // guarded by mu_
-  uint64_t next_id_ = 1;  // guarded by mu_
+      targets_;             // guarded by mu_
+  uint64_t next_id_ = 1;    // guarded by mu_
   bool shut_down_ = false;  // guarded by mu_
 
   // Held while observers run (prober thread) so that RemoveObserver can
@@ -413,9 +410,7 @@ uint64_t HealthRegistry::AddObserver(Observer observer) {
   return core_->AddObserver(std::move(observer));
 }
 
-void HealthRegistry::RemoveObserver(uint64_t id) {
-  core_->RemoveObserver(id);
-}
+void HealthRegistry::RemoveObserver(uint64_t id) { core_->RemoveObserver(id); }
 
 std::vector<TargetInfo> HealthRegistry::List(absl::string_view group) const {
   return core_->List(group);
@@ -433,7 +428,8 @@ void HealthRegistry::SetProbeObserverForTest(
 }
 
 bool HealthRegistry::FlushForTest(absl::Duration timeout) {
-  auto done = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+  auto done =
+      std::make_shared<std::pair<std::mutex, std::condition_variable>>();
   auto flag = std::make_shared<bool>(false);
   core_->prober()->Post([done, flag] {
     std::lock_guard<std::mutex> lock(done->first);

@@ -44,9 +44,9 @@
 #include "absl/time/time.h"
 #include "lib/backend.h"
 #include "lib/clock.h"
-#include "server/schema/group_spec.h"
 #include "server/health/health_metrics.h"
 #include "server/health/health_state.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server {
 

@@ -69,8 +69,8 @@ bool OutlierDetector::ReportConsecutiveFailures(absl::string_view address,
   return FailLocked(it->second, n, clock_->NowNanos());
 }
 
-bool OutlierDetector::ReportBatch(absl::string_view address,
-                                  uint64_t requests, uint64_t failures,
+bool OutlierDetector::ReportBatch(absl::string_view address, uint64_t requests,
+                                  uint64_t failures,
                                   uint64_t trailing_failures) {
   failures = std::min(failures, requests);
   trailing_failures = std::min(trailing_failures, failures);
@@ -93,8 +93,8 @@ bool OutlierDetector::FailLocked(Entry& entry, uint32_t n, int64_t now) {
   }
   const uint64_t failures =
       static_cast<uint64_t>(entry.consecutive_failures) + n;
-  entry.consecutive_failures = static_cast<uint32_t>(std::min<uint64_t>(
-      failures, std::numeric_limits<uint32_t>::max()));
+  entry.consecutive_failures = static_cast<uint32_t>(
+      std::min<uint64_t>(failures, std::numeric_limits<uint32_t>::max()));
   if (entry.consecutive_failures < spec_.consecutive_failures) {
     return false;
   }
@@ -110,9 +110,9 @@ bool OutlierDetector::FailLocked(Entry& entry, uint32_t n, int64_t now) {
     const uint64_t decay = static_cast<uint64_t>(idle / base);
     previous = decay >= previous ? 0 : previous - static_cast<uint32_t>(decay);
   }
-  entry.ejections =
-      previous == std::numeric_limits<uint32_t>::max() ? previous
-                                                       : previous + 1;
+  entry.ejections = previous == std::numeric_limits<uint32_t>::max()
+                        ? previous
+                        : previous + 1;
   const absl::Duration duration =
       std::min(spec_.base_ejection_time * static_cast<int64_t>(entry.ejections),
                spec_.max_ejection_time);
@@ -173,8 +173,8 @@ size_t OutlierDetector::MaxEjectedLocked() const {
     return 0;
   }
   // The epsilon keeps 10 % of 30 at 3 despite binary rounding.
-  const double share = static_cast<double>(entries_.size()) *
-                       spec_.max_ejection_percent / 100.0;
+  const double share =
+      static_cast<double>(entries_.size()) * spec_.max_ejection_percent / 100.0;
   const size_t floor = static_cast<size_t>(std::floor(share + 1e-9));
   return std::min(entries_.size(), std::max<size_t>(1, floor));
 }
@@ -194,10 +194,9 @@ std::vector<OutlierDetector::Ejection> OutlierDetector::Ejections() const {
                      entry.ejections});
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const Ejection& a, const Ejection& b) {
-              return a.address < b.address;
-            });
+  std::sort(out.begin(), out.end(), [](const Ejection& a, const Ejection& b) {
+    return a.address < b.address;
+  });
   return out;
 }
 

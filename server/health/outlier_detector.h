@@ -101,7 +101,7 @@ class OutlierDetector {
   struct Ejection {
     std::string address;
     int64_t until_nanos = 0;
-    absl::Time until;  // wall clock, for people
+    absl::Time until;    // wall clock, for people
     uint32_t count = 0;  // ejection count n
   };
   std::vector<Ejection> Ejections() const;
@@ -109,8 +109,8 @@ class OutlierDetector {
  private:
   struct Entry {
     uint32_t consecutive_failures = 0;
-    uint32_t ejections = 0;          // n, before decay
-    int64_t ejected_until = 0;       // end of the last ejection (0: never)
+    uint32_t ejections = 0;     // n, before decay
+    int64_t ejected_until = 0;  // end of the last ejection (0: never)
   };
 
   bool FailLocked(Entry& entry, uint32_t n, int64_t now)

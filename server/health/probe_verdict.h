@@ -18,8 +18,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.pb.h"
-#include "server/schema/group_spec.h"
 #include "server/health/health_registry.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server::health_internal {
 

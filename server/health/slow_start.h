@@ -39,8 +39,8 @@ uint32_t SlowStartWeight(uint32_t weight, int64_t ready_since_nanos,
 // When a group holding this member must rebuild its table next so that the
 // member's effective weight follows the ramp: the next multiple of
 // window / 10 after t0 that is later than `now`, or nullopt when the ramp is
-// over (now >= t0 + window), the window is zero or t0 lies in the future. A group schedules one
-// rebuild at the earliest of its members' ticks.
+// over (now >= t0 + window), the window is zero or t0 lies in the future. A
+// group schedules one rebuild at the earliest of its members' ticks.
 std::optional<int64_t> NextSlowStartRebuild(int64_t ready_since_nanos,
                                             int64_t now_nanos,
                                             absl::Duration window);

@@ -11,9 +11,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "lib/backend.h"
-#include "server/schema/group_spec.h"
 #include "server/health/health_registry.h"
 #include "server/health/health_state.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server::health_internal {
 

@@ -144,8 +144,8 @@ class AdsService::Stream final
   void Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     const bool stuck = writing_;
-    FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              "server is shutting down"));
+    FinishLocked(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
     if (stuck) {
       context_->TryCancel();
     }
@@ -263,8 +263,9 @@ class AdsService::Stream final
     Log(LogLevel::kWarn, "xds.ring_hash_fallback",
         {{"group", group},
          {"node", node_id_},
-         {"reason", "the client's gRPC version crashes on RING_HASH; serving "
-                    "weighted round robin through localities"}});
+         {"reason",
+          "the client's gRPC version crashes on RING_HASH; serving "
+          "weighted round robin through localities"}});
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_ring_hash_fallbacks.Add({{"group", group}})
           .Increment();

@@ -44,9 +44,8 @@
 
 namespace aside::server::xds {
 
-class AdsService final
-    : public envoy::service::discovery::v3::AggregatedDiscoveryService::
-          CallbackService {
+class AdsService final : public envoy::service::discovery::v3::
+                             AggregatedDiscoveryService::CallbackService {
  public:
   // `loads` (may be null) drives overload drops.
   AdsService(GroupRegistry* groups, Metrics* metrics,

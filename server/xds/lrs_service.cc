@@ -45,8 +45,7 @@ class LrsService::Stream final
       reporter_ = absl::StrCat("xds:", request_.node().id().substr(0, 64), "@",
                                context_->peer().substr(0, 60));
       response_.set_send_all_clusters(true);
-      ToProto(service_->interval_,
-              response_.mutable_load_reporting_interval());
+      ToProto(service_->interval_, response_.mutable_load_reporting_interval());
       StartWrite(&response_);
     }
     service_->Apply(reporter_, request_);
@@ -79,8 +78,8 @@ class LrsService::Stream final
 
   void Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              "server is shutting down"));
+    FinishLocked(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
     context_->TryCancel();
   }
 

@@ -23,9 +23,8 @@
 
 namespace aside::server::xds {
 
-class LrsService final
-    : public envoy::service::load_stats::v3::LoadReportingService::
-          CallbackService {
+class LrsService final : public envoy::service::load_stats::v3::
+                             LoadReportingService::CallbackService {
  public:
   LrsService(GroupRegistry* groups, LoadAggregator* loads, Metrics* metrics,
              absl::Duration interval);

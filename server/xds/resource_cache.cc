@@ -97,10 +97,9 @@ ResourceCache::Found ResourceCache::Endpoints(const std::string& name) {
     if (e.resource == nullptr ||
         now - e.rate_read_at >= std::chrono::seconds(1)) {
       const double rate = loads_->GroupRequestsPerSecond(name);
-      const double excess =
-          rate > drops.max_requests_per_second
-              ? 1 - drops.max_requests_per_second / rate
-              : 0;
+      const double excess = rate > drops.max_requests_per_second
+                                ? 1 - drops.max_requests_per_second / rate
+                                : 0;
       e.rate_read_at = now;
       overload = static_cast<int>(std::lround(std::min(0.9, excess) * 100));
     } else {

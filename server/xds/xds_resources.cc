@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "envoy/config/route/v3/route.pb.h"
 #include "envoy/extensions/filters/http/router/v3/router.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
-#include "envoy/config/route/v3/route.pb.h"
 #include "lib/address.h"
 #include "lib/hash.h"
 
@@ -19,7 +19,8 @@ namespace aside::server::xds {
 namespace core = envoy::config::core::v3;
 namespace cluster = envoy::config::cluster::v3;
 namespace endpoint = envoy::config::endpoint::v3;
-namespace hcm = envoy::extensions::filters::network::http_connection_manager::v3;
+namespace hcm =
+    envoy::extensions::filters::network::http_connection_manager::v3;
 namespace route = envoy::config::route::v3;
 
 ResourcePtr MakeResource(std::string name,
@@ -62,7 +63,8 @@ bool RingHashSafe(const core::Node& node) {
     int major = LeadingNumber(version);
     if (const size_t at = absl::string_view(version).find(kCore);
         at != absl::string_view::npos) {
-      major = LeadingNumber(absl::string_view(version).substr(at + kCore.size()));
+      major =
+          LeadingNumber(absl::string_view(version).substr(at + kCore.size()));
     }
     return major >= kFirstCoreWithWorkingRingHash;
   }
@@ -156,9 +158,8 @@ endpoint::ClusterLoadAssignment BuildLoadAssignment(
     const uint32_t weight = weighted ? m.weight : 1;
     locality->mutable_load_balancing_weight()->set_value(weight);
     endpoint::LbEndpoint* lb = locality->add_lb_endpoints();
-    core::SocketAddress* socket = lb->mutable_endpoint()
-                                      ->mutable_address()
-                                      ->mutable_socket_address();
+    core::SocketAddress* socket =
+        lb->mutable_endpoint()->mutable_address()->mutable_socket_address();
     socket->set_address(a->host);
     socket->set_port_value(a->port);
     lb->set_health_status(core::HEALTHY);

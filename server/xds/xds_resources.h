@@ -14,8 +14,8 @@
 // split holds over many requests rather than exactly per cycle. Backends
 // that are not eligible (drained, weight 0, not ready outside panic) are
 // left out; in panic every non-drained backend is listed. A round_robin
-// group ignores weights in Aside, so all its localities weigh 1. Load reports name
-// the locality, which names the backend (BackendFromLocality).
+// group ignores weights in Aside, so all its localities weigh 1. Load reports
+// name the locality, which names the backend (BackendFromLocality).
 //
 // Hash policies (hash, ketama, maglev) become RING_HASH with a header hash
 // policy only for clients known to survive it (RingHashSafe); every other

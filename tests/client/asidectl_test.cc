@@ -56,42 +56,49 @@ class AsidectlTest : public ::testing::Test {
 TEST_F(AsidectlTest, ReadCommandsPrintTablesOrJson) {
   CommandResult r = Ctl({"groups"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("NAME"), HasSubstr("GENERATION"),
-                              HasSubstr("rr"), HasSubstr("wrr"),
-                              HasSubstr("weighted_round_robin"), HasSubstr("file")));
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("NAME"), HasSubstr("GENERATION"), HasSubstr("rr"),
+                    HasSubstr("wrr"), HasSubstr("weighted_round_robin"),
+                    HasSubstr("file")));
   r = Ctl({"groups", "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("\"groups\""), HasSubstr("\"name\": \"rr\""),
-                              HasSubstr("GROUP_SOURCE_FILE")));
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("\"groups\""), HasSubstr("\"name\": \"rr\""),
+                    HasSubstr("GROUP_SOURCE_FILE")));
 
   r = Ctl({"group", "wrr"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output,
-              AllOf(HasSubstr("group:"), HasSubstr("wrr"), HasSubstr("ADDRESS"),
-                    HasSubstr("127.0.0.1:9101"), HasSubstr("500"),
-                    HasSubstr("local/a"), HasSubstr("version=v2"),
-                    HasSubstr("ready:       3 of 3")));
+  EXPECT_THAT(
+      r.output,
+      AllOf(HasSubstr("group:"), HasSubstr("wrr"), HasSubstr("ADDRESS"),
+            HasSubstr("127.0.0.1:9101"), HasSubstr("500"), HasSubstr("local/a"),
+            HasSubstr("version=v2"), HasSubstr("ready:       3 of 3")));
   r = Ctl({"--json", "group", "wrr"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("\"state\""), HasSubstr("\"effectiveWeight\": 500")));
+  EXPECT_THAT(r.output, AllOf(HasSubstr("\"state\""),
+                              HasSubstr("\"effectiveWeight\": 500")));
 
   r = Ctl({"pick", "rr"}, /*token=*/false);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, AllOf(HasSubstr("ADDRESS"), HasSubstr("127.0.0.1:900"),
                               HasSubstr("generation ")));
-  r = Ctl({"pick", "rr", "some-key", "--count", "3", "--json"}, /*token=*/false);
+  r = Ctl({"pick", "rr", "some-key", "--count", "3", "--json"},
+          /*token=*/false);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("\"backends\""), HasSubstr("127.0.0.1:9001"),
-                              HasSubstr("127.0.0.1:9002"), HasSubstr("127.0.0.1:9003")));
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("\"backends\""), HasSubstr("127.0.0.1:9001"),
+                    HasSubstr("127.0.0.1:9002"), HasSubstr("127.0.0.1:9003")));
 
   r = Ctl({"watch", "rr", "--updates", "1"}, /*token=*/false);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("rr generation="), HasSubstr("full policy=round_robin"),
+  EXPECT_THAT(r.output, AllOf(HasSubstr("rr generation="),
+                              HasSubstr("full policy=round_robin"),
                               HasSubstr("127.0.0.1:9002 weight=100 ready")));
   r = Ctl({"watch", "rr", "wrr", "--updates", "2", "--json"}, /*token=*/false);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("\"group\":\"rr\""), HasSubstr("\"group\":\"wrr\""),
-                              HasSubstr("\"full\"")));
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("\"group\":\"rr\""),
+                    HasSubstr("\"group\":\"wrr\""), HasSubstr("\"full\"")));
 
   // ListTargets: either a table, or a clear word that the server does not
   // implement it yet.
@@ -107,14 +114,15 @@ TEST_F(AsidectlTest, ReadCommandsPrintTablesOrJson) {
 
 TEST_F(AsidectlTest, MutationsFromFlagsAndFiles) {
   CommandResult r =
-      Ctl({"create-group", "web", "--backend", "127.0.0.1:9401=200", "--backend",
-           "127.0.0.1:9402", "--policy", "weighted_round_robin", "--health-check",
-           "none"});
+      Ctl({"create-group", "web", "--backend", "127.0.0.1:9401=200",
+           "--backend", "127.0.0.1:9402", "--policy", "weighted_round_robin",
+           "--health-check", "none"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("created group web"));
   r = Ctl({"group", "web"});
-  EXPECT_THAT(r.output, AllOf(HasSubstr("weighted_round_robin"), HasSubstr("127.0.0.1:9401"),
-                              HasSubstr("200"), HasSubstr("admin")));
+  EXPECT_THAT(r.output, AllOf(HasSubstr("weighted_round_robin"),
+                              HasSubstr("127.0.0.1:9401"), HasSubstr("200"),
+                              HasSubstr("admin")));
 
   r = Ctl({"add-backend", "web", "127.0.0.1:9403=50"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -163,8 +171,8 @@ TEST_F(AsidectlTest, MutationsFromFlagsAndFiles) {
   r = Ctl({"create-group", json});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   r = Ctl({"group", "from-json", "--json"});
-  EXPECT_THAT(r.output,
-              AllOf(HasSubstr("weightedRoundRobin"), HasSubstr("127.0.0.1:9601")));
+  EXPECT_THAT(r.output, AllOf(HasSubstr("weightedRoundRobin"),
+                              HasSubstr("127.0.0.1:9601")));
   // A policy this server build lacks is the server's answer, not a usage
   // error.
   r = Ctl({"create-group", "hashed", "--backend", "127.0.0.1:9801", "--policy",
@@ -174,7 +182,8 @@ TEST_F(AsidectlTest, MutationsFromFlagsAndFiles) {
   // Server-side validation errors come back as RPC errors.
   r = Ctl({"create-group", "bad", "--backend", "127.0.0.1:9701=20000"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("weight")));
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("weight")));
 }
 
 TEST_F(AsidectlTest, TokensFromTheEnvironmentAndBadTokens) {
@@ -197,7 +206,8 @@ TEST_F(AsidectlTest, UsageErrorsExitWithTwo) {
   EXPECT_EQ(RunCommand({bin}).exit_code, 2);
   CommandResult r = RunCommand({bin, "frobnicate"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, AllOf(HasSubstr("unknown command 'frobnicate'"), HasSubstr("usage:")));
+  EXPECT_THAT(r.output, AllOf(HasSubstr("unknown command 'frobnicate'"),
+                              HasSubstr("usage:")));
   r = RunCommand({bin, "--bogus", "groups"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("unknown flag '--bogus'"));
@@ -216,7 +226,8 @@ TEST_F(AsidectlTest, UsageErrorsExitWithTwo) {
                   absl::StrCat("127.0.0.1:", aside::testing::PickUnusedPort()),
                   "--timeout", "2s", "pick", "rr"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("UNAVAILABLE"), Not(HasSubstr("usage:"))));
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("UNAVAILABLE"), Not(HasSubstr("usage:"))));
 }
 
 }  // namespace

@@ -12,10 +12,11 @@ double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 TEST(BackoffTest, WithoutJitterDelaysGrowBy1Point6UpTo120Seconds) {
   // uniform01 = 0.5 is the middle of the jitter range: no spread.
   Backoff backoff(BackoffOptions{}, [] { return 0.5; });
-  const std::vector<double> expected = {1.0,     1.6,     2.56,   4.096,
-                                        6.5536,  10.48576, 16.777216,
-                                        26.8435456, 42.94967296, 68.719476736,
-                                        109.9511627776, 120.0, 120.0};
+  const std::vector<double> expected = {
+      1.0,         1.6,          2.56,           4.096,
+      6.5536,      10.48576,     16.777216,      26.8435456,
+      42.94967296, 68.719476736, 109.9511627776, 120.0,
+      120.0};
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_NEAR(Seconds(backoff.Next()), expected[i], 1e-6) << "attempt " << i;
   }
@@ -26,7 +27,8 @@ TEST(BackoffTest, JitterSpreadsEachDelayByAtMostTwentyPercent) {
   // is exclusive, so approach it).
   std::vector<double> draws = {0.0, 0.999999999, 0.0, 0.999999999};
   size_t next = 0;
-  Backoff backoff(BackoffOptions{}, [&] { return draws[next++ % draws.size()]; });
+  Backoff backoff(BackoffOptions{},
+                  [&] { return draws[next++ % draws.size()]; });
   EXPECT_NEAR(Seconds(backoff.Next()), 0.8, 1e-6);
   EXPECT_NEAR(Seconds(backoff.Next()), 1.6 * 1.2, 1e-6);
   EXPECT_NEAR(Seconds(backoff.Next()), 2.56 * 0.8, 1e-6);

@@ -43,7 +43,8 @@ inline constexpr char kClientTestConfig[] = R"(groups:
 
 class Admin {
  public:
-  explicit Admin(const std::string& target, std::string token = kClientTestToken)
+  explicit Admin(const std::string& target,
+                 std::string token = kClientTestToken)
       : stub_(v1::Admin::NewStub(
             grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))),
         token_(std::move(token)) {}
@@ -60,7 +61,8 @@ class Admin {
                                    const std::vector<std::string>& addresses) {
     v1::CreateGroupRequest req;
     req.mutable_group()->set_name(name);
-    req.mutable_group()->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+    req.mutable_group()->mutable_health_check()->set_kind(
+        v1::HealthCheck::NONE);
     for (const std::string& a : addresses) {
       req.mutable_group()->add_backends()->set_address(a);
     }
@@ -91,7 +93,8 @@ class Admin {
  private:
   std::unique_ptr<grpc::ClientContext> Context() {
     auto c = std::make_unique<grpc::ClientContext>();
-    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    c->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(10));
     c->AddMetadata("authorization", absl::StrCat("Bearer ", token_));
     return c;
   }

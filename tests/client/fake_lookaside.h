@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "lib/sync.h"
 #include "aside/v1/lookaside.grpc.pb.h"
+#include "lib/sync.h"
 
 namespace aside::testing {
 

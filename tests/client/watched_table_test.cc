@@ -14,9 +14,9 @@ namespace {
 using ::testing::HasSubstr;
 using Outcome = WatchedTable::Outcome;
 
-v1::TableBackend* AddBackend(google::protobuf::RepeatedPtrField<v1::TableBackend>* list,
-                             const std::string& address, uint32_t weight,
-                             bool ready = true) {
+v1::TableBackend* AddBackend(
+    google::protobuf::RepeatedPtrField<v1::TableBackend>* list,
+    const std::string& address, uint32_t weight, bool ready = true) {
   v1::TableBackend* b = list->Add();
   b->mutable_backend()->set_address(address);
   b->mutable_backend()->set_weight(weight);
@@ -178,30 +178,38 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadTable{"BadAddress",
                  [](v1::GroupUpdate* u) {
-                   u->mutable_full()->mutable_backends(1)->mutable_backend()->set_address(
-                       "10.0.0.2");
+                   u->mutable_full()
+                       ->mutable_backends(1)
+                       ->mutable_backend()
+                       ->set_address("10.0.0.2");
                  },
                  "backends[1].backend"},
         BadTable{"PortOutOfRange",
                  [](v1::GroupUpdate* u) {
-                   u->mutable_full()->mutable_backends(0)->mutable_backend()->set_address(
-                       "10.0.0.9:70000");
+                   u->mutable_full()
+                       ->mutable_backends(0)
+                       ->mutable_backend()
+                       ->set_address("10.0.0.9:70000");
                  },
                  "backends[0].backend"},
         BadTable{"BackendWeightTooHigh",
                  [](v1::GroupUpdate* u) {
-                   u->mutable_full()->mutable_backends(0)->mutable_backend()->set_weight(
-                       20000);
+                   u->mutable_full()
+                       ->mutable_backends(0)
+                       ->mutable_backend()
+                       ->set_weight(20000);
                  },
                  "weight"},
         BadTable{"EffectiveWeightTooHigh",
                  [](v1::GroupUpdate* u) {
-                   u->mutable_full()->mutable_backends(0)->set_effective_weight(10001);
+                   u->mutable_full()->mutable_backends(0)->set_effective_weight(
+                       10001);
                  },
                  "effective_weight"},
         BadTable{"DuplicateAddress",
                  [](v1::GroupUpdate* u) {
-                   AddBackend(u->mutable_full()->mutable_backends(), "10.0.0.1:80", 1);
+                   AddBackend(u->mutable_full()->mutable_backends(),
+                              "10.0.0.1:80", 1);
                  },
                  "listed twice"},
         BadTable{"UnknownHealth",
@@ -212,7 +220,10 @@ INSTANTIATE_TEST_SUITE_P(
                  "health"},
         BadTable{"BadPolicyParameter",
                  [](v1::GroupUpdate* u) {
-                   u->mutable_full()->mutable_policy()->mutable_ketama()->set_points_per_weight(0);
+                   u->mutable_full()
+                       ->mutable_policy()
+                       ->mutable_ketama()
+                       ->set_points_per_weight(0);
                  },
                  "points_per_weight"},
         BadTable{"PolicyTheStubCannotPickWith",

@@ -79,9 +79,9 @@ groups:
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_NE(web->dns_error(), "");
-  EXPECT_EQ(Members(*web), (std::set<std::string>{
-                               "127.0.0.1:7000", "127.0.0.12:8080",
-                               "127.0.0.13:8080"}));
+  EXPECT_EQ(Members(*web),
+            (std::set<std::string>{"127.0.0.1:7000", "127.0.0.12:8080",
+                                   "127.0.0.13:8080"}));
   EXPECT_EQ(web->table()->generation(), before);  // nothing republished
 
   // It comes back with other records: followed again, error cleared.

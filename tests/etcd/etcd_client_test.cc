@@ -58,7 +58,8 @@ class WatchLog {
   bool WaitForEvents(size_t count, absl::Duration timeout) {
     MutexLock lock(&mu_);
     return mu_.AwaitWithTimeout(
-        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return events_.size() >= count; },
+        [&]()
+            ABSL_NO_THREAD_SAFETY_ANALYSIS { return events_.size() >= count; },
         timeout);
   }
   bool WaitForCompaction(absl::Duration timeout) {
@@ -137,8 +138,8 @@ class EtcdClientTest : public ::testing::Test {
       ASSERT_OK(cluster_->WaitServing(absl::Seconds(20)));
     }
     prefix_ = absl::StrCat(
-        "/test/", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-        "/");
+        "/test/",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name(), "/");
   }
 
   std::unique_ptr<EtcdClient> NewClient(EtcdClientOptions options = {}) {
@@ -217,7 +218,8 @@ TEST_F(EtcdClientTest, RangeReadsEveryPageAtOneRevision) {
     ASSERT_OK(client->Put(absl::StrCat(prefix_, "k", i), "new"));
   }
   ASSERT_OK(client->Put(prefix_ + "k9", "new"));
-  ASSERT_OK_AND_ASSIGN(RangeResult again, client->Range(prefix_, before.revision));
+  ASSERT_OK_AND_ASSIGN(RangeResult again,
+                       client->Range(prefix_, before.revision));
   EXPECT_EQ(again.revision, before.revision);
   EXPECT_EQ(again.kvs, before.kvs);
   ASSERT_OK_AND_ASSIGN(RangeResult after, client->Range(prefix_));
@@ -244,7 +246,8 @@ TEST_F(EtcdClientTest, InteroperatesWithEtcdctl) {
   EXPECT_EQ(out, "world\n");
 
   ASSERT_OK_AND_ASSIGN(Lease lease, client->LeaseGrant(absl::Seconds(30)));
-  ASSERT_OK_AND_ASSIGN(std::string leases, cluster_->Etcdctl({"lease", "list"}));
+  ASSERT_OK_AND_ASSIGN(std::string leases,
+                       cluster_->Etcdctl({"lease", "list"}));
   EXPECT_THAT(leases, HasSubstr(absl::StrFormat("%x", lease.id)));
 }
 
@@ -274,7 +277,8 @@ TEST_F(EtcdClientTest, TxnOnModRevisionLetsExactlyOneOfTwoWritersWin) {
     }
     ASSERT_OK(results[0]);
     ASSERT_OK(results[1]);
-    ASSERT_NE(results[0]->succeeded, results[1]->succeeded) << "round " << round;
+    ASSERT_NE(results[0]->succeeded, results[1]->succeeded)
+        << "round " << round;
     const int winner = results[0]->succeeded ? 0 : 1;
     const TxnResult& won = *results[winner];
     const TxnResult& lost = *results[1 - winner];
@@ -305,14 +309,16 @@ TEST_F(EtcdClientTest, CreateIfAbsentCreatesOnceAndNamesTheHolder) {
   EXPECT_TRUE(after.created);
 }
 
-TEST_F(EtcdClientTest, WatchDeliversEveryLaterEventInOrderAcrossKillOfItsMember) {
+TEST_F(EtcdClientTest,
+       WatchDeliversEveryLaterEventInOrderAcrossKillOfItsMember) {
   auto client = NewClient();
   ASSERT_NE(client, nullptr);
   ASSERT_OK_AND_ASSIGN(const int64_t start, client->Put(prefix_ + "seed", "0"));
   WatchLog log;
-  auto watch = client->WatchPrefix({.prefix = prefix_, .start_revision = start + 1},
-                                   log.Handlers());
-  ASSERT_TRUE(Eventually([&] { return watch->connected(); }, absl::Seconds(10)));
+  auto watch = client->WatchPrefix(
+      {.prefix = prefix_, .start_revision = start + 1}, log.Handlers());
+  ASSERT_TRUE(
+      Eventually([&] { return watch->connected(); }, absl::Seconds(10)));
 
   constexpr int kKeys = 30;
   constexpr int kKillAfter = 10;
@@ -439,7 +445,8 @@ TEST_F(EtcdClientTest, AWatchFromNowMissesNothingWhileAway) {
   ASSERT_NE(pinned, nullptr);
   WatchLog log;
   auto watch = pinned->WatchPrefix({.prefix = prefix_}, log.Handlers());
-  ASSERT_TRUE(Eventually([&] { return watch->connected(); }, absl::Seconds(10)));
+  ASSERT_TRUE(
+      Eventually([&] { return watch->connected(); }, absl::Seconds(10)));
   EXPECT_GT(watch->next_revision(), 0);
 
   cluster_->Kill(member);
@@ -458,7 +465,8 @@ TEST_F(EtcdClientTest, KeepAliveHoldsAKeyBeyondItsTtlAndStoppingLetsItExpire) {
   const std::string key = prefix_ + "member";
   ASSERT_OK(client->Put(key, "replica-1", lease.id));
   std::atomic<bool> lost{false};
-  auto keep_alive = client->KeepAlive(lease, [&](absl::Status) { lost = true; });
+  auto keep_alive =
+      client->KeepAlive(lease, [&](absl::Status) { lost = true; });
 
   // Past the TTL: without renewals the key would be gone.
   absl::SleepFor(lease.ttl + absl::Seconds(1));
@@ -522,8 +530,9 @@ TEST_F(EtcdClientTest, WritesResumeAfterTheLeaderIsKilled) {
   ASSERT_OK(client->Put(prefix_ + "before", "x"));
   cluster_->Kill(leader);
   const absl::Time killed = absl::Now();
-  ASSERT_TRUE(Eventually([&] { return client->Put(prefix_ + "after", "y").ok(); },
-                         absl::Seconds(15)));
+  ASSERT_TRUE(
+      Eventually([&] { return client->Put(prefix_ + "after", "y").ok(); },
+                 absl::Seconds(15)));
   // An election takes a few election timeouts (1 s each).
   EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
   ASSERT_OK_AND_ASSIGN(const int successor, cluster_->Leader());
@@ -564,10 +573,11 @@ TEST_F(EtcdClientTest, CallsFailWithinTheirDeadlineWhileEveryMemberIsDown) {
   t = absl::Now();
   expect_down(client->Put(prefix_ + "k", "during").status(), t);
   t = absl::Now();
-  expect_down(client->Txn({Compare::Absent(prefix_ + "x")},
-                          {Op::Put(prefix_ + "x", "1")})
-                  .status(),
-              t);
+  expect_down(
+      client
+          ->Txn({Compare::Absent(prefix_ + "x")}, {Op::Put(prefix_ + "x", "1")})
+          .status(),
+      t);
   t = absl::Now();
   expect_down(client->LeaseGrant(absl::Seconds(5)).status(), t);
   // No renewal can succeed: the keep-alive reports the loss once the TTL
@@ -644,9 +654,9 @@ TEST_F(EtcdClientTest, AHungMemberIsLeftForAnother) {
           if (!r.ok()) {
             return false;
           }
-          return r->succeeded || (r->reads.size() == 1 &&
-                                  r->reads[0].size() == 1 &&
-                                  r->reads[0][0].value == absl::StrCat(i));
+          return r->succeeded ||
+                 (r->reads.size() == 1 && r->reads[0].size() == 1 &&
+                  r->reads[0][0].value == absl::StrCat(i));
         },
         absl::Seconds(15)))
         << i;
@@ -707,10 +717,11 @@ TEST_F(EtcdClientTest, UnreachableEndpointsFirstInTheListAreSkipped) {
 
   // A watch also finds its way past them.
   WatchLog log;
-  auto watch = client->WatchPrefix({.prefix = prefix_, .start_revision = revision},
-                                   log.Handlers());
+  auto watch = client->WatchPrefix(
+      {.prefix = prefix_, .start_revision = revision}, log.Handlers());
   ASSERT_TRUE(log.WaitForEvents(1, absl::Seconds(10)));
-  EXPECT_EQ(cluster_->IndexOf(watch->endpoint()) >= 0, true) << watch->endpoint();
+  EXPECT_EQ(cluster_->IndexOf(watch->endpoint()) >= 0, true)
+      << watch->endpoint();
 }
 
 // With authentication on: the client logs in, sends its token on calls and
@@ -730,8 +741,8 @@ TEST(EtcdClientAuthTest, LogsInAndLogsInAgainWhenTheTokenExpires) {
                                            .password = "secret"}));
   ASSERT_OK_AND_ASSIGN(const int64_t first, client->Put("/auth/k", "1"));
   WatchLog log;
-  auto watch = client->WatchPrefix({.prefix = "/auth/", .start_revision = first},
-                                   log.Handlers());
+  auto watch = client->WatchPrefix(
+      {.prefix = "/auth/", .start_revision = first}, log.Handlers());
   ASSERT_TRUE(log.WaitForEvents(1, absl::Seconds(10)));
 
   absl::SleepFor(absl::Seconds(3));  // the token expires
@@ -766,10 +777,12 @@ TEST(EtcdClientTlsTest, TalksToMembersThatRequireClientCertificates) {
       EtcdClient::Create({.endpoints = cluster->endpoints(), .tls = tls}));
   ASSERT_OK_AND_ASSIGN(const int64_t revision, client->Put("/tls/k", "v"));
   WatchLog log;
-  auto watch = client->WatchPrefix({.prefix = "/tls/", .start_revision = revision},
-                                   log.Handlers());
+  auto watch = client->WatchPrefix(
+      {.prefix = "/tls/", .start_revision = revision}, log.Handlers());
   ASSERT_TRUE(log.WaitForEvents(1, absl::Seconds(10)));
-  ASSERT_OK_AND_ASSIGN(std::string out, cluster->Etcdctl({"get", "--print-value-only", "/tls/k"}));
+  ASSERT_OK_AND_ASSIGN(
+      std::string out,
+      cluster->Etcdctl({"get", "--print-value-only", "/tls/k"}));
   EXPECT_EQ(out, "v\n");
 
   const EtcdClientOptions quick = {.endpoints = cluster->endpoints(),

@@ -96,10 +96,10 @@ TEST(HealthRegistryTest, TargetsAreReferenceCountedByGroups) {
 
 TEST(HealthRegistryTest, RejectsWhatCannotBeProbed) {
   RegistryUnderTest r;
-  EXPECT_THAT(r.registry->Acquire("payments.svc:80", ProbeSpec(Kind::kTcp),
-                                  "web"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("host name must be resolved")));
+  EXPECT_THAT(
+      r.registry->Acquire("payments.svc:80", ProbeSpec(Kind::kTcp), "web"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("host name must be resolved")));
   EXPECT_THAT(r.registry->Acquire("10.0.0.1", ProbeSpec(Kind::kTcp), "web"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("health target 10.0.0.1")));
@@ -108,9 +108,9 @@ TEST(HealthRegistryTest, RejectsWhatCannotBeProbed) {
                        HasSubstr("group name is empty")));
   HealthCheckSpec zero = ProbeSpec(Kind::kTcp);
   zero.interval = absl::ZeroDuration();
-  EXPECT_THAT(r.registry->Acquire("10.0.0.1:80", zero, "web"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("interval")));
+  EXPECT_THAT(
+      r.registry->Acquire("10.0.0.1:80", zero, "web"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("interval")));
   HealthCheckSpec crlf = ProbeSpec(Kind::kHttp);
   crlf.http_path = "/x\r\nInjected: 1";
   EXPECT_THAT(r.registry->Acquire("10.0.0.1:80", crlf, "web"),
@@ -138,8 +138,8 @@ TEST(HealthRegistryTest, NewTargetIsProbedImmediately) {
   const int64_t start = MonotonicNanos();
   ASSERT_OK_AND_ASSIGN(
       HealthHandle h,
-      r.registry->Acquire(Loopback(port),
-                          ProbeSpec(Kind::kTcp, absl::Hours(1)), "web"));
+      r.registry->Acquire(Loopback(port), ProbeSpec(Kind::kTcp, absl::Hours(1)),
+                          "web"));
   ASSERT_OK_AND_ASSIGN(ProbeEvent first,
                        recorder.WaitForResult(h.target_id(), 1, kWait));
   EXPECT_TRUE(first.result.success) << first.result.reason;
@@ -192,8 +192,7 @@ TEST(HealthRegistryTest, ReadySinceFollowsReadiness) {
   const int64_t when = clock.NowNanos();
   backend.SetStatus(200);
   ASSERT_TRUE(recorder.WaitUntil(
-      [&](const auto&) { return h.state() == HealthState::kHealthy; },
-      kWait));
+      [&](const auto&) { return h.state() == HealthState::kHealthy; }, kWait));
   EXPECT_EQ(h.ready_since_nanos(), when);
   // The injected clock also stamps the results.
   auto targets = r.registry->List();
@@ -224,14 +223,14 @@ TEST(HealthRegistryTest, ObserversSeeEveryFlipInOrder) {
     std::lock_guard<std::mutex> lock(mu);
     return seen.size();
   };
-  ASSERT_TRUE(recorder.WaitUntil([&](const auto&) { return flips() >= 1; },
-                                 kWait));
+  ASSERT_TRUE(
+      recorder.WaitUntil([&](const auto&) { return flips() >= 1; }, kWait));
   backend.SetStatus(500);
-  ASSERT_TRUE(recorder.WaitUntil([&](const auto&) { return flips() >= 2; },
-                                 kWait));
+  ASSERT_TRUE(
+      recorder.WaitUntil([&](const auto&) { return flips() >= 2; }, kWait));
   backend.SetStatus(204);
-  ASSERT_TRUE(recorder.WaitUntil([&](const auto&) { return flips() >= 3; },
-                                 kWait));
+  ASSERT_TRUE(
+      recorder.WaitUntil([&](const auto&) { return flips() >= 3; }, kWait));
   r.registry->RemoveObserver(observer);
   const size_t after_removal = flips();
   backend.SetStatus(500);
@@ -271,9 +270,9 @@ TEST(HealthRegistryTest, ListShowsTheLastResultAndCounts) {
   ASSERT_OK_AND_ASSIGN(HealthHandle h,
                        r.registry->Acquire(Loopback(port), spec, "web"));
   ASSERT_OK(recorder.WaitForResult(h.target_id(), 4, kWait).status());
-  ASSERT_OK_AND_ASSIGN(HealthHandle other,
-                       r.registry->Acquire("10.0.0.9:1", ProbeSpec(Kind::kNone),
-                                           "other"));
+  ASSERT_OK_AND_ASSIGN(
+      HealthHandle other,
+      r.registry->Acquire("10.0.0.9:1", ProbeSpec(Kind::kNone), "other"));
   const absl::Time now = absl::Now();
   auto targets = r.registry->List("web");
   ASSERT_EQ(targets.size(), 1u);
@@ -313,12 +312,17 @@ TEST(HealthRegistryTest, MetricsCountProbesStatesAndTransitions) {
       r.registry->Acquire("10.0.0.1:80", ProbeSpec(Kind::kNone), "web"));
   ASSERT_OK(recorder.WaitForResult(up.target_id(), 3, kWait).status());
   const std::string text = RenderMetrics(*r.metrics);
-  EXPECT_THAT(text, HasSubstr("aside_probes_total{kind=\"tcp\",result=\"success\"}"));
-  EXPECT_THAT(text, HasSubstr("aside_probes_total{kind=\"http\",result=\"failure\"} 0"));
-  EXPECT_THAT(text, HasSubstr("aside_probe_duration_seconds_count{kind=\"tcp\"}"));
+  EXPECT_THAT(text,
+              HasSubstr("aside_probes_total{kind=\"tcp\",result=\"success\"}"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("aside_probes_total{kind=\"http\",result=\"failure\"} 0"));
+  EXPECT_THAT(text,
+              HasSubstr("aside_probe_duration_seconds_count{kind=\"tcp\"}"));
   EXPECT_THAT(text, HasSubstr("aside_health_targets{state=\"healthy\"} 2"));
   EXPECT_THAT(text, HasSubstr("aside_health_targets{state=\"unknown\"} 0"));
-  EXPECT_THAT(text, HasSubstr("aside_health_transitions_total{to=\"healthy\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("aside_health_transitions_total{to=\"healthy\"} 1"));
   up.Reset();
   none.Reset();
   EXPECT_THAT(RenderMetrics(*r.metrics),
@@ -331,11 +335,10 @@ TEST(HealthRegistryTest, HandlesOutliveTheRegistry) {
   auto metrics = std::make_shared<prometheus::Registry>();
   HealthHandle handle;
   {
-    ASSERT_OK_AND_ASSIGN(auto registry,
-                         HealthRegistry::Create({}, *metrics));
+    ASSERT_OK_AND_ASSIGN(auto registry, HealthRegistry::Create({}, *metrics));
     ASSERT_OK_AND_ASSIGN(
-        handle, registry->Acquire(Loopback(port), ProbeSpec(Kind::kHttp),
-                                  "web"));
+        handle,
+        registry->Acquire(Loopback(port), ProbeSpec(Kind::kHttp), "web"));
     ASSERT_TRUE(backend.WaitForAccepted(1, kWait));  // a probe in flight
   }
   EXPECT_EQ(handle.state(), HealthState::kUnknown);
@@ -351,8 +354,8 @@ TEST(HealthRegistryTest, ConcurrencyCapQueuesProbesFairly) {
   ProbeRecorder recorder(*r.registry);
   std::vector<HealthHandle> handles;
   for (int i = 0; i < 6; ++i) {
-    HealthCheckSpec spec = ProbeSpec(Kind::kHttp, absl::Seconds(60),
-                                     absl::Milliseconds(100));
+    HealthCheckSpec spec =
+        ProbeSpec(Kind::kHttp, absl::Seconds(60), absl::Milliseconds(100));
     spec.http_path = absl::StrCat("/", i);  // six distinct targets
     ASSERT_OK_AND_ASSIGN(HealthHandle h,
                          r.registry->Acquire(Loopback(port), spec, "web"));

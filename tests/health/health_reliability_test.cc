@@ -97,15 +97,16 @@ TEST_P(SharedTargetTest, ExactlyOneProbePerInterval) {
   EXPECT_LE(total, (kProbes - 1) * interval * 1.5 + absl::Milliseconds(200));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    GroupsAndKinds, SharedTargetTest,
-    ::testing::Combine(::testing::Values(1, 5, 50),
-                       ::testing::Values(Kind::kTcp, Kind::kHttp)),
-    [](const auto& info) {
-      return absl::StrCat(std::get<0>(info.param), "Groups",
-                          std::get<1>(info.param) == Kind::kTcp ? "Tcp"
-                                                                : "Http");
-    });
+INSTANTIATE_TEST_SUITE_P(GroupsAndKinds, SharedTargetTest,
+                         ::testing::Combine(::testing::Values(1, 5, 50),
+                                            ::testing::Values(Kind::kTcp,
+                                                              Kind::kHttp)),
+                         [](const auto& info) {
+                           return absl::StrCat(
+                               std::get<0>(info.param), "Groups",
+                               std::get<1>(info.param) == Kind::kTcp ? "Tcp"
+                                                                     : "Http");
+                         });
 
 // ---- Flapping against a reference model ----
 
@@ -151,10 +152,11 @@ TEST(FlappingTest, ThousandFlipsMatchTheReferenceModel) {
   RegistryUnderTest r;
   std::mutex mu;
   std::vector<std::pair<HealthState, HealthState>> transitions;
-  const uint64_t observer = r.registry->AddObserver([&](const HealthTransition& t) {
-    std::lock_guard<std::mutex> lock(mu);
-    transitions.emplace_back(t.from, t.to);
-  });
+  const uint64_t observer =
+      r.registry->AddObserver([&](const HealthTransition& t) {
+        std::lock_guard<std::mutex> lock(mu);
+        transitions.emplace_back(t.from, t.to);
+      });
   ProbeRecorder recorder(*r.registry);
   const absl::Duration interval = absl::Milliseconds(5);
   HealthCheckSpec spec = ProbeSpec(Kind::kHttp, interval, absl::Seconds(2));
@@ -186,8 +188,7 @@ TEST(FlappingTest, ThousandFlipsMatchTheReferenceModel) {
   // stays down.
   backend.SetStatus(200);
   ASSERT_TRUE(recorder.WaitUntil(
-      [&](const auto&) { return h.state() == HealthState::kHealthy; },
-      kWait));
+      [&](const auto&) { return h.state() == HealthState::kHealthy; }, kWait));
   backend.SetStatus(503);
   ASSERT_TRUE(recorder.WaitUntil(
       [&](const auto&) { return h.state() == HealthState::kUnhealthy; },
@@ -342,8 +343,7 @@ TEST(RemovalTest, RemovingTargetsMidProbeIsHarmless) {
   spec.http_body_limit = 1 << 20;
   for (int i = 0; i < 60; ++i) {
     ASSERT_OK_AND_ASSIGN(
-        HealthHandle h,
-        r.registry->Acquire(Loopback(endless_port), spec, "a"));
+        HealthHandle h, r.registry->Acquire(Loopback(endless_port), spec, "a"));
     if (i % 3 == 1) {
       ASSERT_TRUE(r.registry->FlushForTest(kWait));
     } else if (i % 3 == 2) {
@@ -364,8 +364,8 @@ TEST(RemovalTest, RemovingAGrpcTargetMidCallCancelsIt) {
   HealthCheckSpec spec =
       ProbeSpec(Kind::kGrpc, absl::Seconds(30), absl::Seconds(20));
   for (int i = 0; i < 10; ++i) {
-    ASSERT_OK_AND_ASSIGN(
-        HealthHandle h, r.registry->Acquire(backend->address(), spec, "a"));
+    ASSERT_OK_AND_ASSIGN(HealthHandle h,
+                         r.registry->Acquire(backend->address(), spec, "a"));
     ASSERT_TRUE(backend->health().WaitForChecks(i + 1, kWait));
     const int64_t start = MonotonicNanos();
     h.Reset();
@@ -394,10 +394,9 @@ TEST(RemovalTest, DestroyingTheRegistryMidProbeIsHarmless) {
     }
     ASSERT_OK_AND_ASSIGN(
         HealthHandle g,
-        r.registry->Acquire(grpc_backend->address(),
-                            ProbeSpec(Kind::kGrpc, absl::Seconds(30),
-                                      absl::Seconds(20)),
-                            "a"));
+        r.registry->Acquire(
+            grpc_backend->address(),
+            ProbeSpec(Kind::kGrpc, absl::Seconds(30), absl::Seconds(20)), "a"));
     survivors.push_back(std::move(g));
     ASSERT_TRUE(hole.WaitForAccepted(50, kWait));
     ASSERT_TRUE(grpc_backend->health().WaitForChecks(1, kWait));

@@ -49,8 +49,8 @@ TEST(HealthStateTest, ThresholdsOfOneFlipOnEveryChange) {
 }
 
 TEST(HealthStateTest, CountsSaturate) {
-  HealthCounters c{HealthState::kHealthy,
-                   std::numeric_limits<uint32_t>::max(), 0};
+  HealthCounters c{HealthState::kHealthy, std::numeric_limits<uint32_t>::max(),
+                   0};
   EXPECT_FALSE(ApplyProbeResult(2, 3, true, c));
   EXPECT_EQ(c.consecutive_successes, std::numeric_limits<uint32_t>::max());
 }

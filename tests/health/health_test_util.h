@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "server/schema/group_spec.h"
 #include "server/health/health_registry.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::testing {
 

@@ -221,8 +221,7 @@ TEST(OutlierDetectorTest, NextExpiryIsTheEarliestAndEjectionsAreSorted) {
   EXPECT_EQ(ejections[1].address, "10.0.0.3:80");
   EXPECT_EQ(ejections[1].until, clock.WallNow() + absl::Seconds(20));
   EXPECT_TRUE(d.IsEjected("10.0.0.3:80", clock.NowNanos()));
-  EXPECT_FALSE(
-      d.IsEjected("10.0.0.3:80", clock.NowNanos() + 20'000'000'000LL));
+  EXPECT_FALSE(d.IsEjected("10.0.0.3:80", clock.NowNanos() + 20'000'000'000LL));
 }
 
 TEST(OutlierDetectorTest, DisablingClearsEjections) {

@@ -92,8 +92,8 @@ TEST_F(ProbeKindsTest, TcpListenerThatNeverAcceptsTimesOut) {
     fillers.push_back(c);
   }
   ProbeResult result =
-      Probe(Loopback(port), ProbeSpec(Kind::kTcp, absl::Seconds(10),
-                                      absl::Milliseconds(200)));
+      Probe(Loopback(port),
+            ProbeSpec(Kind::kTcp, absl::Seconds(10), absl::Milliseconds(200)));
   EXPECT_FALSE(result.success);
   EXPECT_EQ(result.reason, "timeout after 200ms (connecting)");
   EXPECT_GE(result.latency, absl::Milliseconds(200));
@@ -246,8 +246,8 @@ TEST_F(ProbeKindsTest, HttpBlackHoleTimesOut) {
   FakeBackend backend(FakeBackend::Mode::kBlackHole);
   ASSERT_OK_AND_ASSIGN(uint16_t port, backend.Listen());
   ProbeResult result =
-      Probe(Loopback(port), ProbeSpec(Kind::kHttp, absl::Seconds(10),
-                                      absl::Milliseconds(150)));
+      Probe(Loopback(port),
+            ProbeSpec(Kind::kHttp, absl::Seconds(10), absl::Milliseconds(150)));
   EXPECT_FALSE(result.success);
   EXPECT_EQ(result.reason, "timeout after 150ms (waiting for the response)");
   EXPECT_GE(result.latency, absl::Milliseconds(150));
@@ -264,8 +264,8 @@ TEST_F(ProbeKindsTest, HttpClosedPortIsRefused) {
 // ---- grpc ----
 
 HealthCheckSpec GrpcSpec(const std::string& service = "") {
-  HealthCheckSpec spec = ProbeSpec(Kind::kGrpc, absl::Milliseconds(50),
-                                   absl::Milliseconds(1000));
+  HealthCheckSpec spec =
+      ProbeSpec(Kind::kGrpc, absl::Milliseconds(50), absl::Milliseconds(1000));
   spec.grpc_service = service;
   spec.rise = 1;
   spec.fall = 1;
@@ -293,8 +293,7 @@ TEST_F(ProbeKindsTest, GrpcServingIsHealthyAndNotServingIsNot) {
 
   backend->health().Set("payments", Response::SERVING);
   ASSERT_TRUE(recorder_.WaitUntil(
-      [&](const auto&) { return h.state() == HealthState::kHealthy; },
-      kWait));
+      [&](const auto&) { return h.state() == HealthState::kHealthy; }, kWait));
 }
 
 TEST_F(ProbeKindsTest, GrpcUnknownServiceIsUnhealthy) {
@@ -355,12 +354,10 @@ TEST_F(ProbeKindsTest, GrpcBackendThatComesBackIsSeenWithinIntervals) {
   ASSERT_OK_AND_ASSIGN(auto first, GrpcBackend::Start(true));
   const int port = first->port();
   first->health().Set("", Response::SERVING);
-  ASSERT_OK_AND_ASSIGN(
-      HealthHandle h,
-      r_.registry->Acquire(Loopback(port), GrpcSpec(), "t"));
+  ASSERT_OK_AND_ASSIGN(HealthHandle h,
+                       r_.registry->Acquire(Loopback(port), GrpcSpec(), "t"));
   ASSERT_TRUE(recorder_.WaitUntil(
-      [&](const auto&) { return h.state() == HealthState::kHealthy; },
-      kWait));
+      [&](const auto&) { return h.state() == HealthState::kHealthy; }, kWait));
   first.reset();
   ASSERT_TRUE(recorder_.WaitUntil(
       [&](const auto&) { return h.state() == HealthState::kUnhealthy; },

@@ -136,30 +136,29 @@ class FakeBackend::Impl {
   }
 
   void Discard(const ConnPtr& conn) {
-    conn->socket.async_read_some(
-        asio::buffer(conn->scratch),
-        [this, conn](error_code ec, std::size_t) {
-          if (ec) {
-            Close(conn);
-          } else {
-            Discard(conn);
-          }
-        });
+    conn->socket.async_read_some(asio::buffer(conn->scratch),
+                                 [this, conn](error_code ec, std::size_t) {
+                                   if (ec) {
+                                     Close(conn);
+                                   } else {
+                                     Discard(conn);
+                                   }
+                                 });
   }
 
   void ReadRequest(const ConnPtr& conn) {
-    asio::async_read_until(
-        conn->socket, conn->in, "\r\n\r\n",
-        [this, conn](error_code ec, std::size_t n) {
-          if (ec) {
-            Close(conn);
-            return;
-          }
-          std::string head(asio::buffers_begin(conn->in.data()),
-                           asio::buffers_begin(conn->in.data()) + n);
-          conn->in.consume(n);
-          Answer(conn, head);
-        });
+    asio::async_read_until(conn->socket, conn->in, "\r\n\r\n",
+                           [this, conn](error_code ec, std::size_t n) {
+                             if (ec) {
+                               Close(conn);
+                               return;
+                             }
+                             std::string head(
+                                 asio::buffers_begin(conn->in.data()),
+                                 asio::buffers_begin(conn->in.data()) + n);
+                             conn->in.consume(n);
+                             Answer(conn, head);
+                           });
   }
 
   void Answer(const ConnPtr& conn, const std::string& head) {
@@ -170,8 +169,8 @@ class FakeBackend::Impl {
     }
     for (size_t i = 1; i < lines.size(); ++i) {
       if (absl::StartsWithIgnoreCase(lines[i], "host:")) {
-        request.host = std::string(
-            absl::StripAsciiWhitespace(lines[i].substr(5)));
+        request.host =
+            std::string(absl::StripAsciiWhitespace(lines[i].substr(5)));
       }
     }
     HttpReply reply;
@@ -204,8 +203,7 @@ class FakeBackend::Impl {
                                  std::string(1 << 20, 'a'), "\r\n\r\n");
         break;
       case HttpKind::kEndlessBody:
-        conn->out =
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        conn->out = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
         endless = true;
         break;
       case HttpKind::kStalledBody: {
@@ -320,8 +318,8 @@ grpc::ServerUnaryReactor* ScriptedHealthService::Check(
   }
   auto it = statuses_.find(request->service());
   if (it == statuses_.end()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                 "unknown service"));
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service"));
     return reactor;
   }
   response->set_status(
@@ -352,8 +350,7 @@ void ScriptedHealthService::ReleaseHeld() {
   }
 }
 
-bool ScriptedHealthService::WaitForChecks(uint64_t n,
-                                          absl::Duration timeout) {
+bool ScriptedHealthService::WaitForChecks(uint64_t n, absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                       [&] { return checks_.load() >= n; });
@@ -403,9 +400,7 @@ ProbeRecorder::ProbeRecorder(server::HealthRegistry& registry)
   });
 }
 
-ProbeRecorder::~ProbeRecorder() {
-  registry_.SetProbeObserverForTest(nullptr);
-}
+ProbeRecorder::~ProbeRecorder() { registry_.SetProbeObserverForTest(nullptr); }
 
 bool ProbeRecorder::WaitUntil(
     const std::function<bool(const std::vector<Event>&)>& done,

@@ -166,8 +166,7 @@ class ProbeRecorder {
   bool WaitUntil(const std::function<bool(const std::vector<Event>&)>& done,
                  absl::Duration timeout);
   // Waits for the `n`-th result of `target_id` (1-based) and returns it.
-  absl::StatusOr<server::ProbeEvent> WaitForResult(uint64_t target_id,
-                                                   size_t n,
+  absl::StatusOr<server::ProbeEvent> WaitForResult(uint64_t target_id, size_t n,
                                                    absl::Duration timeout);
   std::vector<Event> EventsFor(uint64_t target_id) const;
   std::vector<Event> events() const;

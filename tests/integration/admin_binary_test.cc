@@ -1,16 +1,16 @@
 // Admin against the real server binary: grpcurl-style JSON with a token,
 // durability under repeated SIGKILL, and TLS / mTLS with real certificates.
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
 
 #include <atomic>
 #include <fstream>
-#include <sstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -48,25 +48,26 @@ TEST(AdminBinaryTest, GrpcurlStyleJsonWithATokenHeader) {
 
   ASSERT_OK_AND_ASSIGN(
       std::string created,
-      grpcurl.CallJson("aside.v1.Admin", "CreateGroup",
-                       R"({"group":{"name":"payments","healthCheck":{"kind":"NONE"},
+      grpcurl.CallJson(
+          "aside.v1.Admin", "CreateGroup",
+          R"({"group":{"name":"payments","healthCheck":{"kind":"NONE"},
                            "backends":[{"address":"127.0.0.1:8080","weight":2}]}})",
-                       auth));
+          auth));
   EXPECT_THAT(created, HasSubstr("\"name\":\"payments\""));
   EXPECT_THAT(created, HasSubstr("GROUP_SOURCE_STORE"));
 
-  ASSERT_OK_AND_ASSIGN(std::string listed,
-                       grpcurl.CallJson("aside.v1.Admin", "ListGroups", "{}",
-                                        auth));
+  ASSERT_OK_AND_ASSIGN(
+      std::string listed,
+      grpcurl.CallJson("aside.v1.Admin", "ListGroups", "{}", auth));
   EXPECT_THAT(listed, HasSubstr("payments"));
 
   EXPECT_THAT(grpcurl.CallJson("aside.v1.Admin", "ListGroups", "{}"),
               aside::testing::StatusIs(absl::StatusCode::kUnauthenticated,
                                        HasSubstr("Bearer")));
   EXPECT_THAT(
-      grpcurl.CallJson("aside.v1.Admin", "AddBackends",
-                       R"({"group":"payments","backends":[{"address":"1.2.3.4"}]})",
-                       auth),
+      grpcurl.CallJson(
+          "aside.v1.Admin", "AddBackends",
+          R"({"group":"payments","backends":[{"address":"1.2.3.4"}]})", auth),
       aside::testing::StatusIs(absl::StatusCode::kInvalidArgument,
                                HasSubstr("backends[0].address")));
 
@@ -229,10 +230,10 @@ TEST(AdminBinaryTest, AcknowledgedMutationsSurviveRepeatedSigkill) {
   int in_doubt = 0;
 
   for (int round = 0; round < 24; ++round) {
-    ASSERT_OK_AND_ASSIGN(RunningServer server,
-                         aside::testing::StartServer(
-                             state, {"--admin-token-file", tokens,
-                                     "--metrics", ""}));
+    ASSERT_OK_AND_ASSIGN(
+        RunningServer server,
+        aside::testing::StartServer(
+            state, {"--admin-token-file", tokens, "--metrics", ""}));
     auto admin = v1::Admin::NewStub(grpc::CreateChannel(
         server.target(), grpc::InsecureChannelCredentials()));
 
@@ -248,13 +249,14 @@ TEST(AdminBinaryTest, AcknowledgedMutationsSurviveRepeatedSigkill) {
 
     // Mutate until the server is killed under us, at a random moment.
     std::atomic<bool> killed{false};
-    std::thread killer([&, delay = std::uniform_int_distribution<int>(
-                                     5, 120)(rng)] {
-      // The delay only picks a random point to crash at; nothing waits on it.
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-      server.process->Signal(SIGKILL);
-      killed = true;
-    });
+    std::thread killer(
+        [&, delay = std::uniform_int_distribution<int>(5, 120)(rng)] {
+          // The delay only picks a random point to crash at; nothing waits on
+          // it.
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+          server.process->Signal(SIGKILL);
+          killed = true;
+        });
     for (int step = 0; step < 10000; ++step) {
       Mutation m = RandomMutation(model, rng);
       uint64_t generation = 0;
@@ -274,10 +276,10 @@ TEST(AdminBinaryTest, AcknowledgedMutationsSurviveRepeatedSigkill) {
         killer.join();
         server.process->Wait(absl::Seconds(30));
         ASSERT_EQ(IntegrityCheck(state + "/aside.db"), "ok");
-        ASSERT_OK_AND_ASSIGN(RunningServer probe,
-                             aside::testing::StartServer(
-                                 state, {"--admin-token-file", tokens,
-                                         "--metrics", ""}));
+        ASSERT_OK_AND_ASSIGN(
+            RunningServer probe,
+            aside::testing::StartServer(
+                state, {"--admin-token-file", tokens, "--metrics", ""}));
         auto probe_admin = v1::Admin::NewStub(grpc::CreateChannel(
             probe.target(), grpc::InsecureChannelCredentials()));
         uint64_t g = 0;
@@ -322,12 +324,11 @@ class Pki {
                 "subjectAltName=DNS:localhost,IP:127.0.0.1") &&
            Leaf("admin", "/CN=deployer",
                 "subjectAltName=URI:spiffe://test/ns/ops/sa/deployer") &&
-           Leaf("other", "/CN=someone", "subjectAltName=URI:spiffe://test/other");
+           Leaf("other", "/CN=someone",
+                "subjectAltName=URI:spiffe://test/other");
   }
 
-  std::string path(const std::string& name) const {
-    return dir_ + "/" + name;
-  }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
   std::string Read(const std::string& name) const {
     std::ifstream in(path(name));
     std::stringstream s;
@@ -401,7 +402,8 @@ class TlsTest : public ::testing::Test {
     v1::CreateGroupRequest r;
     r.mutable_group()->set_name(name);
     v1::Group g;
-    return v1::Admin::NewStub(channel)->CreateGroup(Context(token).get(), r, &g);
+    return v1::Admin::NewStub(channel)->CreateGroup(Context(token).get(), r,
+                                                    &g);
   }
 
   TempDir dir_;
@@ -411,11 +413,10 @@ class TlsTest : public ::testing::Test {
 };
 
 TEST_F(TlsTest, MutualTlsIdentitiesTokensAndPlaintextRefusal) {
-  ASSERT_OK_AND_ASSIGN(server_,
-                       aside::testing::StartServer(
-                           dir_.path() + "/state",
-                           {"--config", config_, "--health-listen",
-                            "127.0.0.1:0"}));
+  ASSERT_OK_AND_ASSIGN(
+      server_, aside::testing::StartServer(
+                   dir_.path() + "/state",
+                   {"--config", config_, "--health-listen", "127.0.0.1:0"}));
   // The allowed identity may administer without a token.
   grpc::Status s = CreateGroup(Channel(admin_cert_, admin_key_), "by-identity");
   EXPECT_TRUE(s.ok()) << s.error_message();
@@ -444,18 +445,19 @@ TEST_F(TlsTest, MutualTlsIdentitiesTokensAndPlaintextRefusal) {
 
   // The plaintext health port answers kubelet-style probes.
   ASSERT_GT(server_.health_port, 0);
-  auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server_.health_port),
-      grpc::InsecureChannelCredentials()));
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_.health_port),
+                          grpc::InsecureChannelCredentials()));
   grpc::health::v1::HealthCheckRequest hr;
   grpc::health::v1::HealthCheckResponse hresp;
   s = health->Check(Context().get(), hr, &hresp);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   // Only health is served there.
-  s = v1::LoadBalancer::NewStub(grpc::CreateChannel(
-          "127.0.0.1:" + std::to_string(server_.health_port),
-          grpc::InsecureChannelCredentials()))
+  s = v1::LoadBalancer::NewStub(
+          grpc::CreateChannel(
+              "127.0.0.1:" + std::to_string(server_.health_port),
+              grpc::InsecureChannelCredentials()))
           ->Pick(Context().get(), pick, &picked);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
 }

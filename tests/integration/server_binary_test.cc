@@ -2,8 +2,8 @@
 // reflection resolved the way grpcurl does, health, /metrics, signals and
 // the config checker.
 #include <arpa/inet.h>
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -156,9 +156,9 @@ TEST_F(ServerBinaryTest, PickAndHealthWithJsonThroughReflection) {
   EXPECT_THAT(pick, HasSubstr("127.0.0.1:900"));
   EXPECT_THAT(pick, HasSubstr("\"generation\""));
 
-  ASSERT_OK_AND_ASSIGN(std::string health,
-                       reflection.CallJson("grpc.health.v1.Health", "Check",
-                                           "{}"));
+  ASSERT_OK_AND_ASSIGN(
+      std::string health,
+      reflection.CallJson("grpc.health.v1.Health", "Check", "{}"));
   EXPECT_THAT(health, HasSubstr("SERVING"));
 
   EXPECT_THAT(reflection.CallJson("aside.v1.LoadBalancer", "Pick",
@@ -217,8 +217,9 @@ TEST_F(ServerBinaryTest, ServesPrometheusMetrics) {
   EXPECT_THAT(metrics.body,
               HasSubstr("aside_picks_total{group=\"demo\",result=\"ok\"} 1"));
   EXPECT_THAT(metrics.body, HasSubstr("aside_pick_duration_seconds_count 1"));
-  EXPECT_THAT(metrics.body,
-              HasSubstr("aside_group_backends{group=\"demo\",state=\"ready\"} 2"));
+  EXPECT_THAT(
+      metrics.body,
+      HasSubstr("aside_group_backends{group=\"demo\",state=\"ready\"} 2"));
 }
 
 TEST_F(ServerBinaryTest, SigtermShutsDownCleanly) {
@@ -242,8 +243,8 @@ TEST_F(ServerBinaryTest, SigintShutsDownCleanly) {
 TEST(ServerBinaryStartupTest, RunsTheEmbeddedDemoConfigWithoutFlags) {
   TempDir dir;
   ASSERT_OK_AND_ASSIGN(RunningServer server, StartServer(dir, {}));
-  auto stub = v1::LoadBalancer::NewStub(grpc::CreateChannel(
-      server.target(), grpc::InsecureChannelCredentials()));
+  auto stub = v1::LoadBalancer::NewStub(
+      grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
   v1::PickRequest request;
   request.set_group("demo");
   v1::PickResponse response;
@@ -278,8 +279,8 @@ TEST(ServerBinaryStartupTest, CheckConfigValidatesWithoutBinding) {
   TempDir dir;
   BusyPort busy;  // check-config must not try to bind the listen address
   const std::string good = dir.WriteFile(
-      "good.yaml", "listen: 127.0.0.1:" + std::to_string(busy.port()) +
-                       "\n" + kConfig);
+      "good.yaml",
+      "listen: 127.0.0.1:" + std::to_string(busy.port()) + "\n" + kConfig);
   auto r = aside::testing::RunCommand(
       {aside::testing::BinDir() + "/aside-server", "--check-config", good});
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -304,8 +305,8 @@ TEST(ServerBinaryStartupTest, ConfigErrorsExitBeforeBindingAnyPort) {
   const std::string bad =
       dir.WriteFile("bad.yaml", "groups:\n  - name: x\n    bogus: 1\n");
   auto process = Process::Start(
-      {aside::testing::BinDir() + "/aside-server", "--config", bad,
-       "--listen", "127.0.0.1:" + std::to_string(port), "--metrics", ""});
+      {aside::testing::BinDir() + "/aside-server", "--config", bad, "--listen",
+       "127.0.0.1:" + std::to_string(port), "--metrics", ""});
   ASSERT_OK(process);
   std::optional<int> status = (*process)->Wait(absl::Seconds(30));
   ASSERT_TRUE(status.has_value());

@@ -31,35 +31,35 @@ TEST(AddressTest, LowercasesHostnames) {
 }
 
 TEST(AddressTest, RejectsBadInput) {
-  EXPECT_THAT(ParseAddress(""), StatusIs(absl::StatusCode::kInvalidArgument,
-                                         HasSubstr("empty")));
+  EXPECT_THAT(ParseAddress(""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
   EXPECT_THAT(ParseAddress("10.0.0.1"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("missing ':port'")));
   EXPECT_THAT(ParseAddress("10.0.0.1:70000"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("out of range 1..65535")));
-  EXPECT_THAT(ParseAddress("10.0.0.1:0"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("out of range")));
-  EXPECT_THAT(ParseAddress("10.0.0.1:-5"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("invalid port")));
-  EXPECT_THAT(ParseAddress("300.1.1.1:80"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("invalid host")));
-  EXPECT_THAT(ParseAddress("::1:80"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("[addr]:port")));
-  EXPECT_THAT(ParseAddress("[::1:80"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("missing ']'")));
-  EXPECT_THAT(ParseAddress("bad host:80"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("invalid host")));
-  EXPECT_THAT(ParseAddress("-x.example:80"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("invalid host")));
+  EXPECT_THAT(
+      ParseAddress("10.0.0.1:0"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("out of range")));
+  EXPECT_THAT(
+      ParseAddress("10.0.0.1:-5"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("invalid port")));
+  EXPECT_THAT(
+      ParseAddress("300.1.1.1:80"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("invalid host")));
+  EXPECT_THAT(
+      ParseAddress("::1:80"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[addr]:port")));
+  EXPECT_THAT(
+      ParseAddress("[::1:80"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing ']'")));
+  EXPECT_THAT(
+      ParseAddress("bad host:80"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("invalid host")));
+  EXPECT_THAT(
+      ParseAddress("-x.example:80"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("invalid host")));
 }
 
 }  // namespace

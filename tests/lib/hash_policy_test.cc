@@ -1,5 +1,3 @@
-#include "lib/policies/hash.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/hash.h"
+#include "lib/policies/hash.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/tables.h"
 
@@ -29,8 +28,8 @@ PolicyConfig HashPolicy() {
 // index order for up to 9 of them).
 TableSpec SeedSpec(std::vector<uint32_t> weights,
                    std::vector<bool> ready = {}) {
-  TableSpec spec = MakeTableSpec(HashPolicy(), {.weights = weights,
-                                                .ready = std::move(ready)});
+  TableSpec spec = MakeTableSpec(
+      HashPolicy(), {.weights = weights, .ready = std::move(ready)});
   for (size_t i = 0; i < spec.members.size(); ++i) {
     spec.members[i].backend.address = absl::StrCat("10.0.0.", i + 1, ":80");
   }
@@ -84,8 +83,8 @@ TEST(HashPolicyTest, WeightsAreReducedByTheirCommonDivisor) {
 
 TEST(HashPolicyTest, SlotTableIsSharedWhenOnlyReadinessChanges) {
   TableConstPtr all = Make(SeedSpec({1, 2, 3, 4}));
-  TableConstPtr down = Make(SeedSpec({1, 2, 3, 4}, {true, false, true, true}),
-                            all.get());
+  TableConstPtr down =
+      Make(SeedSpec({1, 2, 3, 4}, {true, false, true, true}), all.get());
   EXPECT_NE(HashTableIdentityForTest(all->selector()), nullptr);
   EXPECT_EQ(HashTableIdentityForTest(all->selector()),
             HashTableIdentityForTest(down->selector()));

@@ -14,9 +14,20 @@ namespace {
 
 TEST(FastModuloTest, EqualsTheRemainderForEveryKindOfDivisor) {
   FastRng rng(17);
-  std::vector<uint64_t> divisors = {1, 2, 3, 4, 5, 7, 10, 400, 65537, 1000003,
-                                    (uint64_t{1} << 32) - 1, uint64_t{1} << 32,
-                                    (uint64_t{1} << 63) + 1, ~uint64_t{0}};
+  std::vector<uint64_t> divisors = {1,
+                                    2,
+                                    3,
+                                    4,
+                                    5,
+                                    7,
+                                    10,
+                                    400,
+                                    65537,
+                                    1000003,
+                                    (uint64_t{1} << 32) - 1,
+                                    uint64_t{1} << 32,
+                                    (uint64_t{1} << 63) + 1,
+                                    ~uint64_t{0}};
   for (int i = 0; i < 200; ++i) {
     divisors.push_back(1 + rng.Below(1u << (i % 32)));
     divisors.push_back(rng.Next() | 1);
@@ -40,9 +51,9 @@ TEST(Crc32ShortTest, EqualsZlibForEveryLength) {
   std::string data;
   for (int len = 0; len < 200; ++len) {
     ASSERT_EQ(Crc32Short(data),
-              static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(
-                                                 data.data()),
-                                          static_cast<uInt>(data.size()))))
+              static_cast<uint32_t>(
+                  crc32(0, reinterpret_cast<const Bytef*>(data.data()),
+                        static_cast<uInt>(data.size()))))
         << len;
     ASSERT_EQ(Crc32Short(data), Crc32(data));
     data.push_back(static_cast<char>(rng.Next()));

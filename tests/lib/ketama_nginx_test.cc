@@ -3,11 +3,10 @@
 // Aside picks for that key. nginx runs as this test's own process on
 // loopback; the upstream servers do not listen (each request fails with
 // 502 after nginx logs its first choice in $upstream_addr).
-#include <signal.h>
-#include <unistd.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <array>
 #include <fstream>
@@ -29,8 +28,8 @@ namespace aside {
 namespace {
 
 std::string FindNginx() {
-  for (const char* path : {"/usr/sbin/nginx", "/usr/bin/nginx",
-                           "/usr/local/sbin/nginx"}) {
+  for (const char* path :
+       {"/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"}) {
     if (access(path, X_OK) == 0) {
       return path;
     }
@@ -52,9 +51,8 @@ TEST(KetamaNginxTest, PicksWhatNginxHashConsistentPicks) {
     uint32_t weight;
   };
   const std::vector<Server> servers = {
-      {"127.0.0.2", 1}, {"127.0.0.3", 3}, {"127.0.0.4", 2},
-      {"127.0.0.10", 5}, {"127.0.0.11", 1}, {"[::1]", 2},
-      {"127.0.0.5", 4}, {"127.0.0.6", 1}};
+      {"127.0.0.2", 1},  {"127.0.0.3", 3}, {"127.0.0.4", 2}, {"127.0.0.10", 5},
+      {"127.0.0.11", 1}, {"[::1]", 2},     {"127.0.0.5", 4}, {"127.0.0.6", 1}};
   TableSpec spec;
   spec.group = "nginx";
   spec.policy.kind = PolicyKind::kKetama;
@@ -78,26 +76,37 @@ TEST(KetamaNginxTest, PicksWhatNginxHashConsistentPicks) {
   }
   const int port = testing::PickUnusedPort();
   const std::string& d = dir.path();
-  const std::string conf = dir.WriteFile("nginx.conf", absl::StrCat(R"(
+  const std::string conf =
+      dir.WriteFile("nginx.conf", absl::StrCat(R"(
 daemon off;
 master_process off;
 worker_processes 1;
-pid )", d, R"(/nginx.pid;
-error_log )", d, R"(/error.log info;
+pid )",
+                                               d, R"(/nginx.pid;
+error_log )",
+                                               d, R"(/error.log info;
 events { worker_connections 256; }
 http {
-  client_body_temp_path )", d, R"(/body;
-  proxy_temp_path )", d, R"(/proxy;
-  fastcgi_temp_path )", d, R"(/fastcgi;
-  uwsgi_temp_path )", d, R"(/uwsgi;
-  scgi_temp_path )", d, R"(/scgi;
+  client_body_temp_path )",
+                                               d, R"(/body;
+  proxy_temp_path )",
+                                               d, R"(/proxy;
+  fastcgi_temp_path )",
+                                               d, R"(/fastcgi;
+  uwsgi_temp_path )",
+                                               d, R"(/uwsgi;
+  scgi_temp_path )",
+                                               d, R"(/scgi;
   log_format picks '$request_uri $upstream_addr';
   upstream pool {
     hash $request_uri consistent;
-)", upstream, R"(  }
+)",
+                                               upstream, R"(  }
   server {
-    listen 127.0.0.1:)", port, R"(;
-    access_log )", d, R"(/picks.log picks;
+    listen 127.0.0.1:)",
+                                               port, R"(;
+    access_log )",
+                                               d, R"(/picks.log picks;
     location / {
       proxy_pass http://pool;
       proxy_connect_timeout 1s;
@@ -107,9 +116,8 @@ http {
 }
 )"));
   ASSERT_OK_AND_ASSIGN(
-      auto process,
-      testing::Process::Start({nginx, "-p", d + "/", "-c", conf, "-e",
-                               d + "/error.log"}));
+      auto process, testing::Process::Start({nginx, "-p", d + "/", "-c", conf,
+                                             "-e", d + "/error.log"}));
 
   // Wait (bounded) until nginx answers.
   bool up = false;
@@ -125,8 +133,8 @@ http {
   FastRng rng(20260608);
   std::vector<std::string> uris = {"/", "/index.html", "/a/b/c?x=1&y=2"};
   for (int i = 0; i < 400; ++i) {
-    uris.push_back(absl::StrCat("/item/", rng.Below(1000000), "?user=",
-                                rng.Below(5000), "&v=", i));
+    uris.push_back(absl::StrCat("/item/", rng.Below(1000000),
+                                "?user=", rng.Below(5000), "&v=", i));
   }
   for (const std::string& uri : uris) {
     auto response = testing::HttpGet("127.0.0.1", port, uri, absl::Seconds(5));

@@ -91,8 +91,9 @@ class NaiveNginxRing {
  public:
   explicit NaiveNginxRing(const std::vector<Node>& nodes, uint32_t ppw = 160) {
     std::vector<Node> sorted = nodes;
-    std::sort(sorted.begin(), sorted.end(),
-              [](const Node& a, const Node& b) { return a.address < b.address; });
+    std::sort(sorted.begin(), sorted.end(), [](const Node& a, const Node& b) {
+      return a.address < b.address;
+    });
     for (const Node& n : sorted) {
       const size_t colon = n.address.rfind(':');
       const std::string host = n.address.substr(0, colon);
@@ -105,18 +106,19 @@ class NaiveNginxRing {
                    static_cast<uInt>(port.size()));
       uint32_t prev = 0;
       for (uint64_t j = 0; j < uint64_t{n.weight} * ppw; ++j) {
-        unsigned char bytes[4] = {
-            static_cast<unsigned char>(prev), static_cast<unsigned char>(prev >> 8),
-            static_cast<unsigned char>(prev >> 16),
-            static_cast<unsigned char>(prev >> 24)};
+        unsigned char bytes[4] = {static_cast<unsigned char>(prev),
+                                  static_cast<unsigned char>(prev >> 8),
+                                  static_cast<unsigned char>(prev >> 16),
+                                  static_cast<unsigned char>(prev >> 24)};
         const uint32_t h = static_cast<uint32_t>(crc32(base, bytes, 4));
         points_.emplace_back(h, n.address);
         prev = h;
       }
     }
     // glibc's qsort is a merge sort: stable, as this is.
-    std::stable_sort(points_.begin(), points_.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::stable_sort(
+        points_.begin(), points_.end(),
+        [](const auto& a, const auto& b) { return a.first < b.first; });
     points_.erase(std::unique(points_.begin(), points_.end(),
                               [](const auto& a, const auto& b) {
                                 return a.first == b.first;
@@ -190,8 +192,8 @@ TEST(KetamaTest, SplitsServerNamesAsNginxDoes) {
     KetamaHostPort hp = SplitKetamaServer(s);
     return std::pair<std::string, std::string>(hp.host, hp.port);
   };
-  EXPECT_EQ(split("127.0.0.1:80"), std::make_pair(std::string("127.0.0.1"),
-                                                  std::string("80")));
+  EXPECT_EQ(split("127.0.0.1:80"),
+            std::make_pair(std::string("127.0.0.1"), std::string("80")));
   EXPECT_EQ(split("[::1]:8080"),
             std::make_pair(std::string("[::1]"), std::string("8080")));
   EXPECT_EQ(split("unix:/tmp/s.sock"),
@@ -206,10 +208,10 @@ TEST(KetamaTest, CrcWordStepEqualsZlib) {
   for (int i = 0; i < 10000; ++i) {
     const uint32_t base = static_cast<uint32_t>(rng.Next());
     const uint32_t word = static_cast<uint32_t>(rng.Next());
-    unsigned char bytes[4] = {
-        static_cast<unsigned char>(word), static_cast<unsigned char>(word >> 8),
-        static_cast<unsigned char>(word >> 16),
-        static_cast<unsigned char>(word >> 24)};
+    unsigned char bytes[4] = {static_cast<unsigned char>(word),
+                              static_cast<unsigned char>(word >> 8),
+                              static_cast<unsigned char>(word >> 16),
+                              static_cast<unsigned char>(word >> 24)};
     ASSERT_EQ(Crc32UpdateWord(base, word),
               static_cast<uint32_t>(crc32(base, bytes, 4)));
   }
@@ -221,7 +223,10 @@ TEST(KetamaTest, FirstPointOfABackendIsCrcOfHostNulPortAndZero) {
   const KetamaRing* ring = KetamaRingForTest(t->selector());
   ASSERT_NE(ring, nullptr);
   ASSERT_EQ(ring->size(), 160u);
-  const std::string first("127.0.0.1\0" "80\0\0\0\0", 16);
+  const std::string first(
+      "127.0.0.1\0"
+      "80\0\0\0\0",
+      16);
   const uint32_t h = Crc32(first);
   bool found = false;
   for (size_t i = 0; i < ring->size(); ++i) {
@@ -234,16 +239,18 @@ TEST(KetamaTest, FirstPointOfABackendIsCrcOfHostNulPortAndZero) {
 }
 
 TEST(KetamaTest, PicksWhatTheNaiveNginxTranscriptionPicks) {
-  std::vector<Node> nodes = {{"10.1.0.1:80", 3},  {"10.1.0.2:8080", 1},
-                             {"[2001:db8::5]:443", 2}, {"10.1.0.10:80", 5},
+  std::vector<Node> nodes = {{"10.1.0.1:80", 3},
+                             {"10.1.0.2:8080", 1},
+                             {"[2001:db8::5]:443", 2},
+                             {"10.1.0.10:80", 5},
                              {"cache.example:11211", 1}};
   TableConstPtr t = Make(nodes);
   NaiveNginxRing naive(nodes);
   EXPECT_EQ(KetamaRingForTest(t->selector())->size(), naive.size());
   FastRng rng(42);
   for (int i = 0; i < 20000; ++i) {
-    const std::string key = absl::StrCat("/path/", rng.Next() % 100000, "?q=",
-                                         i);
+    const std::string key =
+        absl::StrCat("/path/", rng.Next() % 100000, "?q=", i);
     ASSERT_EQ(PickAddress(*t, key), naive.Pick(key)) << key;
   }
   // Keys whose hash lands exactly on, just before and just past a point.
@@ -320,8 +327,8 @@ TEST(KetamaTest, AnUnreadyBackendsKeysWalkOnAndComeBack) {
 }
 
 TEST(KetamaTest, WeightZeroHasNoPointsAndIsNeverPicked) {
-  TableConstPtr t = Make({{"10.0.0.1:80", 1}, {"10.0.0.2:80", 0},
-                          {"10.0.0.3:80", 2}});
+  TableConstPtr t =
+      Make({{"10.0.0.1:80", 1}, {"10.0.0.2:80", 0}, {"10.0.0.3:80", 2}});
   EXPECT_EQ(KetamaRingForTest(t->selector())->size(), 3u * 160);
   std::array<uint32_t, 3> out;
   for (int i = 0; i < 2000; ++i) {
@@ -341,7 +348,8 @@ TEST(KetamaTest, WeightZeroHasNoPointsAndIsNeverPicked) {
 TEST(KetamaTest, FallbacksAreDeterministicDistinctAndWalkTheRing) {
   std::vector<Node> nodes;
   for (int i = 1; i <= 12; ++i) {
-    nodes.push_back({absl::StrCat("10.0.1.", i, ":80"), static_cast<uint32_t>(1 + i % 3)});
+    nodes.push_back(
+        {absl::StrCat("10.0.1.", i, ":80"), static_cast<uint32_t>(1 + i % 3)});
   }
   TableConstPtr t = Make(nodes);
   const KetamaRing* ring = KetamaRingForTest(t->selector());
@@ -368,13 +376,14 @@ TEST(KetamaTest, FallbacksAreDeterministicDistinctAndWalkTheRing) {
 TEST(KetamaTest, ChangedMembersUpdateTheRingToWhatAFullBuildGives) {
   std::vector<Node> nodes;
   for (int i = 1; i <= 40; ++i) {
-    nodes.push_back({absl::StrCat("10.0.2.", i, ":80"), static_cast<uint32_t>(1 + i % 4)});
+    nodes.push_back(
+        {absl::StrCat("10.0.2.", i, ":80"), static_cast<uint32_t>(1 + i % 4)});
   }
   TableConstPtr before = Make(nodes);
   std::vector<Node> changed = nodes;
-  changed.erase(changed.begin() + 7);                // removed
-  changed.push_back({"10.0.2.99:80", 2});            // added
-  changed[3].weight = 7;                             // re-weighted
+  changed.erase(changed.begin() + 7);      // removed
+  changed.push_back({"10.0.2.99:80", 2});  // added
+  changed[3].weight = 7;                   // re-weighted
   TableConstPtr incremental = Make(changed, 160, before.get());
   TableConstPtr full = Make(changed);
   const KetamaRing* a = KetamaRingForTest(incremental->selector());
@@ -406,9 +415,9 @@ TEST(KetamaTest, RejectsRingsPastTheLimitNamingTheSizes) {
   for (int i = 0; i < 20; ++i) {
     nodes.push_back({absl::StrCat("10.0.3.", i + 1, ":80"), 10000});
   }
-  EXPECT_THAT(Table::Create(Spec(nodes, 1000), nullptr, nullptr),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("ring points")));
+  EXPECT_THAT(
+      Table::Create(Spec(nodes, 1000), nullptr, nullptr),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ring points")));
 }
 
 }  // namespace

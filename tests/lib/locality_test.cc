@@ -49,9 +49,9 @@ std::vector<double> Shares(std::vector<ZoneWeight> zones, int local,
 
 TEST(ZoneWeightsTest, WeightIsHostCountTimesHeadroom) {
   // 4 × (1 - 0.5) = 2; 3 × max(0, 1 - 1.2) = 0; 5 × (1 - 0.1) = 4.5.
-  EXPECT_THAT(WeightsOf({Zone("a", 4, 0.5), Zone("b", 3, 1.2),
-                         Zone("c", 5, 0.1)}),
-              Pointwise(DoubleNear(kEps), {2.0, 0.0, 4.5}));
+  EXPECT_THAT(
+      WeightsOf({Zone("a", 4, 0.5), Zone("b", 3, 1.2), Zone("c", 5, 0.1)}),
+      Pointwise(DoubleNear(kEps), {2.0, 0.0, 4.5}));
 }
 
 TEST(ZoneWeightsTest, ZonesWithoutFreshDataGetTheirHostCount) {
@@ -60,9 +60,9 @@ TEST(ZoneWeightsTest, ZonesWithoutFreshDataGetTheirHostCount) {
 }
 
 TEST(ZoneWeightsTest, AllOverloadedFallsBackToHostCounts) {
-  EXPECT_THAT(WeightsOf({Zone("a", 4, 1.0), Zone("b", 2, 1.5),
-                         Zone("c", 0, 2.0)}),
-              Pointwise(DoubleNear(kEps), {4.0, 2.0, 0.0}));
+  EXPECT_THAT(
+      WeightsOf({Zone("a", 4, 1.0), Zone("b", 2, 1.5), Zone("c", 0, 2.0)}),
+      Pointwise(DoubleNear(kEps), {4.0, 2.0, 0.0}));
   EXPECT_THAT(WeightsOf({Zone("a", 0, -1)}),
               Pointwise(DoubleNear(kEps), {0.0}));
   // Published weights that are all zero share by host count too.
@@ -88,18 +88,17 @@ TEST(ZoneSharesTest, LocalZoneGetsEverythingWithinTheVarianceThreshold) {
 TEST(ZoneSharesTest, BusierLocalZoneSharesByHeadroom) {
   // Local 0.6 > 0.4375 + 0.1: weights as computed, 2 × 0.4 = 0.8,
   // 3 × 0.55 = 1.65, 1 × 0.6 = 0.6; the remotes already exceed 3%.
-  EXPECT_THAT(Shares({Zone("a", 2, 0.6), Zone("b", 3, 0.45),
-                      Zone("c", 1, 0.40)},
-                     0),
-              Pointwise(DoubleNear(kEps), {0.8, 1.65, 0.6}));
+  EXPECT_THAT(
+      Shares({Zone("a", 2, 0.6), Zone("b", 3, 0.45), Zone("c", 1, 0.40)}, 0),
+      Pointwise(DoubleNear(kEps), {0.8, 1.65, 0.6}));
   // A wider threshold keeps it local.
   LocalityParams wide;
   wide.utilization_variance_threshold = 0.2;
   wide.remote_probe_fraction = 0;
-  EXPECT_THAT(Shares({Zone("a", 2, 0.6), Zone("b", 3, 0.45),
-                      Zone("c", 1, 0.40)},
-                     0, wide),
-              Pointwise(DoubleNear(kEps), {1.0, 0.0, 0.0}));
+  EXPECT_THAT(
+      Shares({Zone("a", 2, 0.6), Zone("b", 3, 0.45), Zone("c", 1, 0.40)}, 0,
+             wide),
+      Pointwise(DoubleNear(kEps), {1.0, 0.0, 0.0}));
 }
 
 TEST(ZoneSharesTest, RemoteProbeTopsUpASmallRemoteShare) {
@@ -122,7 +121,8 @@ TEST(ZoneSharesTest, UnknownCallerAndOverloadedLocalUseTheWeights) {
               Pointwise(DoubleNear(kEps), {0.03, 0.97}));
 }
 
-HostLoadReport Host(const char* zone, double util, int64_t at, bool ready = true) {
+HostLoadReport Host(const char* zone, double util, int64_t at,
+                    bool ready = true) {
   HostLoadReport h;
   h.locality = {"r", zone, ""};
   h.utilization = util;
@@ -139,11 +139,13 @@ TEST(ZoneWeightCalculatorTest, AveragesFreshReportsAndSmooths) {
   const int64_t s = 1'000'000'000;
   int64_t now = 1000 * s;
   std::vector<HostLoadReport> hosts = {
-      Host("a", 0.2, now), Host("a", 0.6, now - 10 * s),
-      Host("a", 0.9, now - 181 * s),            // stale: ignored
-      Host("a", 0.0, now),                      // no signal: ignored
-      Host("a", 0.99, now, /*ready=*/false),    // not ready: not a host
-      Host("b", 0.5, now - 200 * s), Host("b", 0.1, now - 300 * s)};
+      Host("a", 0.2, now),
+      Host("a", 0.6, now - 10 * s),
+      Host("a", 0.9, now - 181 * s),          // stale: ignored
+      Host("a", 0.0, now),                    // no signal: ignored
+      Host("a", 0.99, now, /*ready=*/false),  // not ready: not a host
+      Host("b", 0.5, now - 200 * s),
+      Host("b", 0.1, now - 300 * s)};
   std::vector<ZoneWeight> w = calc.Update(hosts, now);
   ASSERT_EQ(w.size(), 2u);
   EXPECT_EQ(w[0].locality.zone, "a");
@@ -173,8 +175,7 @@ TEST(ZoneWeightCalculatorTest, AveragesFreshReportsAndSmooths) {
 // A table over zones a, b and c of region r: members 0-3 in a, 4-5 in b,
 // 6 in c.
 TableConstPtr ZoneTable(std::vector<ZoneWeight> weights,
-                        PolicyConfig policy = {},
-                        std::vector<bool> ready = {},
+                        PolicyConfig policy = {}, std::vector<bool> ready = {},
                         const Table* previous = nullptr) {
   AssignZoneWeights(absl::MakeSpan(weights));
   if (policy.kind != PolicyKind::kLocality) {
@@ -198,10 +199,9 @@ TableConstPtr ZoneTable(std::vector<ZoneWeight> weights,
   return *t;
 }
 
-std::map<std::string, double> ZoneFractions(const Table& t,
-                                            const Locality* caller, int picks,
-                                            std::map<uint32_t, int>* members =
-                                                nullptr) {
+std::map<std::string, double> ZoneFractions(
+    const Table& t, const Locality* caller, int picks,
+    std::map<uint32_t, int>* members = nullptr) {
   FastRng rng(99);
   std::map<std::string, double> zones;
   std::array<uint32_t, 1> out;
@@ -220,8 +220,8 @@ std::map<std::string, double> ZoneFractions(const Table& t,
 
 TEST(LocalitySelectorTest, CallerZoneKeepsTrafficAndProbesRemotes) {
   // All zones at 0.5: local preferred; the 3% probe splits 2:1 over b, c.
-  TableConstPtr t = ZoneTable({Zone("a", 4, 0.5), Zone("b", 2, 0.5),
-                               Zone("c", 1, 0.5)});
+  TableConstPtr t =
+      ZoneTable({Zone("a", 4, 0.5), Zone("b", 2, 0.5), Zone("c", 1, 0.5)});
   const Locality caller{"r", "a", "x"};
   std::map<uint32_t, int> members;
   auto f = ZoneFractions(*t, &caller, 200000, &members);
@@ -240,8 +240,8 @@ TEST(LocalitySelectorTest, CallerZoneKeepsTrafficAndProbesRemotes) {
 }
 
 TEST(LocalitySelectorTest, WithoutPublishedWeightsZonesCountReadyHosts) {
-  TableConstPtr t = ZoneTable({}, {}, {true, true, false, false, true, true,
-                                       true});
+  TableConstPtr t =
+      ZoneTable({}, {}, {true, true, false, false, true, true, true});
   const Locality caller{"r", "b", ""};
   auto f = ZoneFractions(*t, &caller, 100000);
   // Local preferred (no data counts as idle), probe 3% split a:c = 2:1.
@@ -251,8 +251,8 @@ TEST(LocalitySelectorTest, WithoutPublishedWeightsZonesCountReadyHosts) {
 }
 
 TEST(LocalitySelectorTest, FallbacksCoverTheZoneThenTheOthers) {
-  TableConstPtr t = ZoneTable({Zone("a", 4, 0.5), Zone("b", 2, 0.5),
-                               Zone("c", 1, 0.5)});
+  TableConstPtr t =
+      ZoneTable({Zone("a", 4, 0.5), Zone("b", 2, 0.5), Zone("c", 1, 0.5)});
   const Locality caller{"r", "b", ""};
   FastRng rng(1);
   std::array<uint32_t, 7> out;
@@ -276,9 +276,8 @@ TEST(LocalitySelectorTest, KetamaChildKeepsItsRingAcrossReadinessChanges) {
   child->kind = PolicyKind::kKetama;
   policy.child = child;
   TableConstPtr t1 = ZoneTable({}, policy);
-  TableConstPtr t2 = ZoneTable({}, policy, {true, false, true, true, true, true,
-                                            true},
-                               t1.get());
+  TableConstPtr t2 = ZoneTable(
+      {}, policy, {true, false, true, true, true, true, true}, t1.get());
   const Locality caller{"r", "a", ""};
   std::array<uint32_t, 1> out;
   PickRequest r;

@@ -30,8 +30,8 @@ PolicyConfig Maglev(uint64_t size = 65537) {
 
 TableConstPtr Make(TableOptions options, uint64_t size = 65537,
                    const Table* previous = nullptr) {
-  auto t = Table::Create(MakeTableSpec(Maglev(size), options), previous,
-                         nullptr);
+  auto t =
+      Table::Create(MakeTableSpec(Maglev(size), options), previous, nullptr);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *t : nullptr;
 }
@@ -49,8 +49,7 @@ std::vector<MaglevNode> Nodes(size_t n, uint32_t weight = 1) {
   return nodes;
 }
 
-std::vector<uint64_t> SlotCounts(const std::vector<uint32_t>& table,
-                                 size_t n) {
+std::vector<uint64_t> SlotCounts(const std::vector<uint32_t>& table, size_t n) {
   std::vector<uint64_t> counts(n, 0);
   for (uint32_t pos : table) {
     counts[pos]++;
@@ -81,8 +80,7 @@ TEST(MaglevTest, WeightsSetTheShareOfSlots) {
       SlotCounts(MaglevPopulate(nodes, 65537), 4);
   for (size_t i = 0; i < 4; ++i) {
     const double expected = 65537.0 * static_cast<double>(i + 1) / 10.0;
-    EXPECT_NEAR(static_cast<double>(counts[i]), expected, expected * 0.01)
-        << i;
+    EXPECT_NEAR(static_cast<double>(counts[i]), expected, expected * 0.01) << i;
   }
 }
 

@@ -43,9 +43,9 @@ TEST(PolicyConfigTest, RejectsOutOfRangeParametersNamingTheField) {
   c = {};
   c.kind = PolicyKind::kMaglev;
   c.maglev.table_size = 65536;
-  EXPECT_THAT(ValidatePolicy("policy", c),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("not a prime")));
+  EXPECT_THAT(
+      ValidatePolicy("policy", c),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a prime")));
   c.maglev.table_size = 5000012;
   EXPECT_THAT(ValidatePolicy("policy", c),
               StatusIs(absl::StatusCode::kInvalidArgument,

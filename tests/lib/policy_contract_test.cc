@@ -63,9 +63,8 @@ std::vector<PolicyCase> AllPolicies() {
   add("maglev", PolicyKind::kMaglev, false, true,
       [](PolicyConfig& c) { c.maglev.table_size = 1009; });
   add("p2c_pending", PolicyKind::kP2c, false, false, none);
-  add("p2c_peak_ewma", PolicyKind::kP2c, false, false, [](PolicyConfig& c) {
-    c.p2c.load = P2cParams::Load::kPeakEwma;
-  });
+  add("p2c_peak_ewma", PolicyKind::kP2c, false, false,
+      [](PolicyConfig& c) { c.p2c.load = P2cParams::Load::kPeakEwma; });
   add("least_time", PolicyKind::kLeastTime, false, false, none);
   add("sticky", PolicyKind::kSticky, true, false, none);
   add("locality", PolicyKind::kLocality, true, false, none);
@@ -123,7 +122,8 @@ TEST_P(PolicyContractTest, OneBackendIsAlwaysPicked) {
 }
 
 TEST_P(PolicyContractTest, AllUnreadyPicksNothingUnlessInPanic) {
-  TableConstPtr t = Make({.weights = {1, 1, 1}, .ready = {false, false, false}});
+  TableConstPtr t =
+      Make({.weights = {1, 1, 1}, .ready = {false, false, false}});
   EXPECT_TRUE(Pick(*t, 2, "k").empty());
   EXPECT_THAT(t->NoBackendMessage(0), HasSubstr("0 of 3 backends ready"));
   TableConstPtr panic = Make({.weights = {1, 1, 1},
@@ -151,9 +151,9 @@ TEST_P(PolicyContractTest, ExcludingEverythingPicksNothing) {
 }
 
 TEST_P(PolicyContractTest, FallbacksAreDistinctEligibleAndComplete) {
-  TableConstPtr t = Make({.weights = {3, 0, 1, 2, 1, 0, 5, 1},
-                          .ready = {true, true, false, true, true, true, true,
-                                    true}});
+  TableConstPtr t =
+      Make({.weights = {3, 0, 1, 2, 1, 0, 5, 1},
+            .ready = {true, true, false, true, true, true, true, true}});
   const std::set<uint32_t> eligible = {0, 3, 4, 6, 7};
   const std::array<uint32_t, 2> exclude = {4, 1};
   for (int i = 0; i < 300; ++i) {
@@ -232,9 +232,9 @@ TEST_P(PolicyContractTest, OnePickAdvancesTheRoundRobinPositionOnce) {
 }
 
 TEST_P(PolicyContractTest, ConcurrentPicksStayValid) {
-  TableConstPtr t = Make({.weights = {1, 2, 0, 3, 1, 1, 2, 1},
-                          .ready = {true, true, true, true, false, true, true,
-                                    true}});
+  TableConstPtr t =
+      Make({.weights = {1, 2, 0, 3, 1, 1, 2, 1},
+            .ready = {true, true, true, true, false, true, true, true}});
   std::atomic<int> bad{0};
   std::vector<std::thread> threads;
   for (int th = 0; th < 4; ++th) {
@@ -290,10 +290,9 @@ TEST_P(PolicyContractTest, EqualBackendsWithNothingKnownShareFirstPicks) {
   TableOptions options{.weights = std::vector<uint32_t>(10, 100)};
   options.session_key =
       std::make_shared<const std::string>("0123456789abcdef0123456789abcdef");
-  ASSERT_OK_AND_ASSIGN(
-      TableConstPtr t,
-      Table::Create(MakeTableSpec(GetParam().config, options), nullptr,
-                    &loads));
+  ASSERT_OK_AND_ASSIGN(TableConstPtr t,
+                       Table::Create(MakeTableSpec(GetParam().config, options),
+                                     nullptr, &loads));
   constexpr int kPicks = 20000;
   std::vector<int> counts(10, 0);
   std::array<uint32_t, 1> out;
@@ -360,10 +359,9 @@ TEST_P(PolicyContractTest, PicksDuringTableSwapsSeeOneGeneration) {
         for (size_t j = 0; j < n; ++j) {
           const std::string& a = t->member(out[j]).backend.address;
           const size_t index = static_cast<size_t>(
-              std::find_if(t->members().begin(), t->members().end(),
-                           [&](const Member& m) {
-                             return m.backend.address == a;
-                           }) -
+              std::find_if(
+                  t->members().begin(), t->members().end(),
+                  [&](const Member& m) { return m.backend.address == a; }) -
               t->members().begin());
           const bool extra = index >= 6;
           if ((extra && g % 2 == 0) || (!extra && index % 2 != g % 2)) {

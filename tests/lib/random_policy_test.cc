@@ -1,5 +1,3 @@
-#include "lib/policies/weighted_random.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "lib/policies/weighted_random.h"
 #include "lib/random.h"
 #include "tests/testing/tables.h"
 
@@ -65,8 +64,8 @@ TEST(RandomPolicyTest, SkewedWeightsStayExact) {
 }
 
 TEST(RandomPolicyTest, FallbacksAreDistinctAndComplete) {
-  TableConstPtr t = Make({.weights = {5, 1, 0, 1, 1},
-                          .ready = {true, true, true, false, true}});
+  TableConstPtr t = Make(
+      {.weights = {5, 1, 0, 1, 1}, .ready = {true, true, true, false, true}});
   FastRng rng(1);
   for (int i = 0; i < 500; ++i) {
     std::array<uint32_t, 5> out;

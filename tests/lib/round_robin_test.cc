@@ -18,7 +18,8 @@ using ::aside::testing::TableOptions;
 PolicyConfig RoundRobin() { return PolicyConfig{}; }
 
 TableConstPtr Make(TableOptions options) {
-  auto t = Table::Create(MakeTableSpec(RoundRobin(), options), nullptr, nullptr);
+  auto t =
+      Table::Create(MakeTableSpec(RoundRobin(), options), nullptr, nullptr);
   EXPECT_TRUE(t.ok()) << t.status();
   return *t;
 }
@@ -38,8 +39,8 @@ TEST(RoundRobinTest, CyclesThroughMembersInOrder) {
 }
 
 TEST(RoundRobinTest, SkipsIneligibleMembersAndNeverPicksWeightZero) {
-  TableConstPtr t = Make({.weights = {100, 0, 100, 100},
-                          .ready = {true, true, false, true}});
+  TableConstPtr t =
+      Make({.weights = {100, 0, 100, 100}, .ready = {true, true, false, true}});
   std::map<uint32_t, int> counts;
   for (int i = 0; i < 1000; ++i) {
     counts[PickOne(*t)]++;
@@ -61,8 +62,8 @@ TEST(RoundRobinTest, OnePickAdvancesThePositionOnceEvenWithFallbacks) {
 }
 
 TEST(RoundRobinTest, FallbacksVisitEachEligibleMemberOnce) {
-  TableConstPtr t = Make({.weights = {1, 1, 0, 1},
-                          .ready = {true, false, true, true}});
+  TableConstPtr t =
+      Make({.weights = {1, 1, 0, 1}, .ready = {true, false, true, true}});
   std::array<uint32_t, 8> out;
   const size_t n = t->Pick({}, absl::MakeSpan(out));
   ASSERT_EQ(n, 2u);

@@ -1,10 +1,9 @@
 #include "lib/policies/sticky.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <array>
 #include <set>
@@ -67,9 +66,9 @@ Result Pick(const Table& t, absl::string_view token, absl::Time now = kNow,
 TEST(StickyTest, RequiresASessionKey) {
   TableOptions options{.weights = {1}};
   options.session_key = std::make_shared<const std::string>("short");
-  EXPECT_THAT(Table::Create(MakeTableSpec(Sticky(), options), nullptr, nullptr),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("session key")));
+  EXPECT_THAT(
+      Table::Create(MakeTableSpec(Sticky(), options), nullptr, nullptr),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("session key")));
 }
 
 TEST(StickyTest, TokenRoundTripHonoursTheBackend) {
@@ -143,8 +142,8 @@ TEST(StickyTest, ForgedTokensAreIgnoredAndReplaced) {
     ASSERT_NE(r.issued, forged);
   }
   // Signed with another key, or for another group with the same key.
-  TableConstPtr other_key = Make({.weights = {1, 1, 1, 1},
-                                  .session_key = Key('z')});
+  TableConstPtr other_key =
+      Make({.weights = {1, 1, 1, 1}, .session_key = Key('z')});
   TableConstPtr other_group = Make({.weights = {1, 1, 1, 1}, .group = "g2"});
   for (const TableConstPtr& issuer : {other_key, other_group}) {
     Result foreign = Pick(*issuer, "");
@@ -157,8 +156,8 @@ TEST(StickyTest, MalformedTokensAreIgnoredAndReplaced) {
   TableConstPtr t = Make({.weights = {1, 1}});
   const std::string valid = Pick(*t, "").issued;
   for (const std::string& bad :
-       {std::string("x"), std::string(66, '='), valid.substr(1),
-        valid + "A", std::string(66, '\0'), std::string(1024, 'A'),
+       {std::string("x"), std::string(66, '='), valid.substr(1), valid + "A",
+        std::string(66, '\0'), std::string(1024, 'A'),
         valid.substr(0, 65) + "B"}) {  // non-zero padding bits
     Result r = Pick(*t, bad);
     ASSERT_EQ(r.picks.size(), 1u);

@@ -36,9 +36,9 @@ TEST(TableTest, SortsMembersAndFindsThem) {
 TEST(TableTest, RejectsDuplicatesAndBadWeights) {
   TableSpec spec;
   spec.members = {MakeMember("10.0.0.1:80"), MakeMember("10.0.0.1:80")};
-  EXPECT_THAT(Table::Create(spec, nullptr, nullptr),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("listed twice")));
+  EXPECT_THAT(
+      Table::Create(spec, nullptr, nullptr),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("listed twice")));
   spec.members = {MakeMember("10.0.0.1:80", 10001)};
   EXPECT_THAT(Table::Create(spec, nullptr, nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -65,7 +65,8 @@ TEST(TableTest, EligibilityFollowsReadinessDrainAndWeight) {
 TEST(TableTest, PanicMakesEveryActiveMemberEligible) {
   TableSpec spec;
   spec.panic_threshold = 50;
-  spec.members = {MakeMember("10.0.0.1:80"), MakeMember("10.0.0.2:80", 100, false),
+  spec.members = {MakeMember("10.0.0.1:80"),
+                  MakeMember("10.0.0.2:80", 100, false),
                   MakeMember("10.0.0.3:80", 100, false),
                   MakeMember("10.0.0.4:80", 0, false)};
   ASSERT_OK_AND_ASSIGN(TableConstPtr t, Table::Create(spec, nullptr, nullptr));
@@ -108,7 +109,8 @@ TEST(TableTest, LoadSurvivesRebuildsThroughTheTracker) {
   LoadTracker tracker;
   TableSpec spec;
   spec.members = {MakeMember("10.0.0.1:80")};
-  ASSERT_OK_AND_ASSIGN(TableConstPtr t1, Table::Create(spec, nullptr, &tracker));
+  ASSERT_OK_AND_ASSIGN(TableConstPtr t1,
+                       Table::Create(spec, nullptr, &tracker));
   t1->member(0).load->Start();
   ASSERT_OK_AND_ASSIGN(TableConstPtr t2,
                        Table::Create(spec, t1.get(), &tracker));

@@ -36,8 +36,7 @@ uint32_t PickOne(const Table& t) {
 
 TEST(SmoothWeightedCycleTest, MatchesNginxForFiveOneOne) {
   // nginx's smooth weighted round robin: a a b a c a a.
-  EXPECT_THAT(SmoothWeightedCycle({5, 1, 1}),
-              ElementsAre(0, 0, 1, 0, 2, 0, 0));
+  EXPECT_THAT(SmoothWeightedCycle({5, 1, 1}), ElementsAre(0, 0, 1, 0, 2, 0, 0));
 }
 
 TEST(SmoothWeightedCycleTest, ReducesByTheGreatestCommonDivisor) {
@@ -84,8 +83,8 @@ TEST(WeightedRoundRobinTest, ExactCountsOverOneCycleAndInterleaved) {
 }
 
 TEST(WeightedRoundRobinTest, WeightZeroAndUnreadyAreNeverPicked) {
-  TableConstPtr t = Make({.weights = {3, 0, 2, 4},
-                          .ready = {true, true, true, false}});
+  TableConstPtr t =
+      Make({.weights = {3, 0, 2, 4}, .ready = {true, true, true, false}});
   std::map<uint32_t, int> counts;
   for (int i = 0; i < 500; ++i) {
     counts[PickOne(*t)]++;

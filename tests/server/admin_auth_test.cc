@@ -48,9 +48,10 @@ TEST_F(AdminAuthFileTest, AFileOfCommentsIsRefused) {
 }
 
 TEST_F(AdminAuthFileTest, OneTokenWithTwoRolesIsRefused) {
-  auto auth = Load("same-token-0123456789 read\n"
-                   "# later\n"
-                   "same-token-0123456789 admin\n");
+  auto auth = Load(
+      "same-token-0123456789 read\n"
+      "# later\n"
+      "same-token-0123456789 admin\n");
   EXPECT_EQ(auth.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(auth.status().message(),
               HasSubstr(path_ + ":3: token already listed on line 1"));

@@ -3,8 +3,8 @@
 // durability across a restart.
 #include "server/admin_service.h"
 
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include "absl/time/clock.h"
@@ -50,9 +50,9 @@ groups:
     ASSERT_OK(server);
     server_ = *std::move(server);
     ASSERT_OK(server_->Start());
-    channel_ = grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->grpc_port()),
-        grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
+                            grpc::InsecureChannelCredentials());
     admin_ = v1::Admin::NewStub(channel_);
     lb_ = v1::LoadBalancer::NewStub(channel_);
   }
@@ -260,7 +260,8 @@ TEST_F(AdminTest, UpdateGroupWithAMask) {
   update.mutable_update_mask()->add_paths("bogus");
   s = admin_->UpdateGroup(Context().get(), update, &g);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("update_mask: unknown path 'bogus'"));
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("update_mask: unknown path 'bogus'"));
 }
 
 TEST_F(AdminTest, ValidationNamesTheFieldAndChangesNothing) {
@@ -481,14 +482,14 @@ TEST_F(AdminTest, AFullStoreFailsTheMutationAndLeavesMemoryUnchanged) {
   Start("limits: {max_state_bytes: 65536}\n");
   std::string backends;
   for (int i = 0; i < 2000; ++i) {
-    absl::StrAppend(&backends, i == 0 ? "" : ",",
-                    "{\"address\":\"10.1.", i / 200, ".", i % 200 + 1,
+    absl::StrAppend(&backends, i == 0 ? "" : ",", "{\"address\":\"10.1.",
+                    i / 200, ".", i % 200 + 1,
                     ":8080\",\"metadata\":{\"padding\":\"",
                     std::string(40, 'x'), "\"}}");
   }
-  grpc::Status s =
-      Create(absl::StrCat(R"({"name":"big","healthCheck":{"kind":"NONE"},"backends":[)",
-                          backends, "]}"));
+  grpc::Status s = Create(absl::StrCat(
+      R"({"name":"big","healthCheck":{"kind":"NONE"},"backends":[)", backends,
+      "]}"));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("aside.db"));

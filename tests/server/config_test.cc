@@ -126,27 +126,32 @@ TEST(ConfigTest, UnknownKeysAreErrors) {
 TEST(ConfigTest, WrongTypes) {
   EXPECT_THAT(ErrorOf("groups: {name: web}\n"),
               HasSubstr("groups: expected a list of groups"));
-  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends:\n      - address: "
-                      "10.0.0.1:80\n        weight: heavy\n"),
-              HasSubstr("weight: expected a non-negative integer, got 'heavy'"));
+  EXPECT_THAT(
+      ErrorOf("groups:\n  - name: web\n    backends:\n      - address: "
+              "10.0.0.1:80\n        weight: heavy\n"),
+      HasSubstr("weight: expected a non-negative integer, got 'heavy'"));
   EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends:\n      - address: "
                       "10.0.0.1:80\n        weight: -1\n"),
               HasSubstr("weight: expected a non-negative integer, got '-1'"));
-  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    health_check: {interval: 5}\n"),
-              HasSubstr("needs a unit"));
-  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    health_check: {rise: [1]}\n"),
-              HasSubstr("health_check.rise: expected an integer"));
+  EXPECT_THAT(
+      ErrorOf("groups:\n  - name: web\n    health_check: {interval: 5}\n"),
+      HasSubstr("needs a unit"));
+  EXPECT_THAT(
+      ErrorOf("groups:\n  - name: web\n    health_check: {rise: [1]}\n"),
+      HasSubstr("health_check.rise: expected an integer"));
 }
 
 TEST(ConfigTest, BadAddressesAndPorts) {
   EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends: [10.0.0.1]\n"),
               HasSubstr("aside.yaml:3:16: groups[0].backends[0].address: "
                         "address '10.0.0.1': missing ':port'"));
-  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends: [10.0.0.1:99999]\n"),
-              HasSubstr("out of range 1..65535"));
+  EXPECT_THAT(
+      ErrorOf("groups:\n  - name: web\n    backends: [10.0.0.1:99999]\n"),
+      HasSubstr("out of range 1..65535"));
   EXPECT_THAT(ErrorOf("listen: nowhere\n"), HasSubstr("listen: address"));
-  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    backends: [db.internal:80]\n"),
-              HasSubstr("is a host name"));
+  EXPECT_THAT(
+      ErrorOf("groups:\n  - name: web\n    backends: [db.internal:80]\n"),
+      HasSubstr("is a host name"));
 }
 
 TEST(ConfigTest, DuplicateBackendsAndGroups) {
@@ -327,8 +332,9 @@ TEST(ConfigTest, RejectsInconsistentTlsAndBadRoles) {
   };
   EXPECT_THAT(err("tls: {cert_file: /a}\n"),
               ::testing::HasSubstr("cert_file and key_file go together"));
-  EXPECT_THAT(err("tls: {cert_file: /a, key_file: /b, require_client_cert: true}\n"),
-              ::testing::HasSubstr("needs client_ca_file"));
+  EXPECT_THAT(
+      err("tls: {cert_file: /a, key_file: /b, require_client_cert: true}\n"),
+      ::testing::HasSubstr("needs client_ca_file"));
   EXPECT_THAT(err("admin: {allowed_identities: [{identity: x, role: root}]}\n"),
               ::testing::HasSubstr("unknown role 'root'"));
   EXPECT_THAT(err("discovery: {dns_servers: [ns.example:53]}\n"),

@@ -194,8 +194,8 @@ TEST_F(GroupHealthTest, SharedTargetsAreProbedOnceAndListed) {
   ASSERT_TRUE(Eventually("a", [&] {
     TableConstPtr t = server_->groups().Find("a")->table();
     const int64_t i = t->Find(up.address());
-    return i >= 0 && t->member(static_cast<uint32_t>(i)).health ==
-                         HealthState::kHealthy;
+    return i >= 0 &&
+           t->member(static_cast<uint32_t>(i)).health == HealthState::kHealthy;
   }));
   auto admin = v1::Admin::NewStub(channel_);
   grpc::ClientContext c;

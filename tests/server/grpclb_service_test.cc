@@ -3,8 +3,8 @@
 #include "server/grpclb_service.h"
 
 #include <arpa/inet.h>
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -79,7 +79,8 @@ TEST(ServerListTest, UnreadyBackendsAreLeftOutAndPanicDrops) {
   lb::ServerList list = BuildServerList(*t, {}, 1000, 0);
   EXPECT_EQ(list.servers_size(), 3);
   // In panic every backend is listed and, if configured, calls dropped.
-  TableConstPtr panic = MakeTable({1, 1, 1, 1}, {true, false, false, false}, 50);
+  TableConstPtr panic =
+      MakeTable({1, 1, 1, 1}, {true, false, false, false}, 50);
   ASSERT_TRUE(panic->panic());
   GrpclbSpec options;
   options.drop_in_panic_percent = 20;
@@ -109,8 +110,8 @@ TEST(ServerListTest, OverloadDrops) {
 class GrpclbTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<ServerConfig> config = ParseConfig(
-        absl::StrCat("state_dir: ", dir_.path(), "\n", R"(
+    absl::StatusOr<ServerConfig> config =
+        ParseConfig(absl::StrCat("state_dir: ", dir_.path(), "\n", R"(
 listen: 127.0.0.1:0
 metrics: ""
 grpclb: {client_stats_report_interval: 2s}
@@ -123,13 +124,13 @@ groups:
       - {address: 127.0.0.1:9001, weight: 3}
       - {address: 127.0.0.1:9002, weight: 1}
 )"),
-        "t.yaml");
+                    "t.yaml");
     ASSERT_OK(config);
     ASSERT_OK_AND_ASSIGN(server_, AsideServer::Create(*config));
     ASSERT_OK(server_->Start());
-    stub_ = lb::LoadBalancer::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->grpc_port()),
-        grpc::InsecureChannelCredentials()));
+    stub_ = lb::LoadBalancer::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
+                            grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     if (server_ != nullptr) {
@@ -144,16 +145,19 @@ groups:
 };
 
 TEST_F(GrpclbTest, NamesMapByFirstLabelOrAlias) {
-  EXPECT_NE(ResolveGrpclbName(server_->groups(), "web.default.svc:443"), nullptr);
+  EXPECT_NE(ResolveGrpclbName(server_->groups(), "web.default.svc:443"),
+            nullptr);
   EXPECT_NE(ResolveGrpclbName(server_->groups(), "web"), nullptr);
-  EXPECT_NE(ResolveGrpclbName(server_->groups(), "frontend.example:80"), nullptr);
+  EXPECT_NE(ResolveGrpclbName(server_->groups(), "frontend.example:80"),
+            nullptr);
   EXPECT_EQ(ResolveGrpclbName(server_->groups(), "api.default.svc"), nullptr);
   EXPECT_EQ(ResolveGrpclbName(server_->groups(), ""), nullptr);
 }
 
 TEST_F(GrpclbTest, InitialResponseServerListsAndClientStats) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
   auto stream = stub_->BalanceLoad(&context);
   lb::LoadBalanceRequest request;
   request.mutable_initial_request()->set_name("web.lb.test:1234");
@@ -161,7 +165,8 @@ TEST_F(GrpclbTest, InitialResponseServerListsAndClientStats) {
   lb::LoadBalanceResponse response;
   ASSERT_TRUE(stream->Read(&response));
   ASSERT_TRUE(response.has_initial_response());
-  EXPECT_EQ(response.initial_response().client_stats_report_interval().seconds(), 2);
+  EXPECT_EQ(
+      response.initial_response().client_stats_report_interval().seconds(), 2);
   ASSERT_TRUE(stream->Read(&response));
   ASSERT_TRUE(response.has_server_list());
   EXPECT_EQ(response.server_list().servers_size(), 4);
@@ -195,7 +200,8 @@ TEST_F(GrpclbTest, InitialResponseServerListsAndClientStats) {
 
 TEST_F(GrpclbTest, UnknownNameIsNotFound) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
   auto stream = stub_->BalanceLoad(&context);
   lb::LoadBalanceRequest request;
   request.mutable_initial_request()->set_name("nothing.lb.test");
@@ -209,7 +215,8 @@ TEST_F(GrpclbTest, UnknownNameIsNotFound) {
 
 TEST_F(GrpclbTest, FirstMessageMustBeTheInitialRequest) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
   auto stream = stub_->BalanceLoad(&context);
   lb::LoadBalanceRequest request;
   request.mutable_client_stats();

@@ -21,9 +21,8 @@ class LoadAggregatorTest : public ::testing::Test {
                  return g == "web" && (a == "10.0.0.1:80" ||
                                        (a == "10.0.0.2:80" && second_member_));
                }) {
-    loads_.set_listener([this](const LoadAggregator::Accepted& a) {
-      accepted_.push_back(a);
-    });
+    loads_.set_listener(
+        [this](const LoadAggregator::Accepted& a) { accepted_.push_back(a); });
   }
 
   static LoadObservation Obs(uint64_t requests, uint64_t failures,
@@ -49,8 +48,8 @@ TEST_F(LoadAggregatorTest, FirstReportIsABaselineThenDeltasCount) {
   ASSERT_OK(loads_.Add("a", Obs(1000, 10, absl::Seconds(10))));
   EXPECT_EQ(loads_.Snapshot("web", "10.0.0.1:80").window_requests, 0u);
   clock_.Advance(absl::Seconds(1));
-  ASSERT_OK(loads_.Add("a", Obs(1100, 15, absl::Seconds(10) +
-                                              absl::Milliseconds(500))));
+  ASSERT_OK(loads_.Add(
+      "a", Obs(1100, 15, absl::Seconds(10) + absl::Milliseconds(500))));
   const LoadSnapshot s = loads_.Snapshot("web", "10.0.0.1:80");
   EXPECT_EQ(s.window_requests, 100u);
   EXPECT_EQ(s.window_failures, 5u);
@@ -98,7 +97,7 @@ TEST_F(LoadAggregatorTest, BadObservationsAreRejectedAndChangeNothing) {
   LoadObservation nan = Obs(300, 0, absl::Seconds(3));
   nan.cpu = std::nan("");
   EXPECT_THAT(loads_.Add("a", nan), StatusIs(absl::StatusCode::kInvalidArgument,
-                                            HasSubstr("utilization.cpu")));
+                                             HasSubstr("utilization.cpu")));
   LoadObservation inf = Obs(300, 0, absl::Seconds(3));
   inf.application = INFINITY;
   EXPECT_FALSE(loads_.Add("a", inf).ok());
@@ -121,8 +120,8 @@ TEST_F(LoadAggregatorTest, BadObservationsAreRejectedAndChangeNothing) {
   EXPECT_FALSE(after.utilization.has_value());
   // The reporter's baseline is unchanged too: the next good report counts
   // from 200.
-  ASSERT_OK(loads_.Add("a", Obs(250, 0, absl::Seconds(2) +
-                                            absl::Milliseconds(50))));
+  ASSERT_OK(
+      loads_.Add("a", Obs(250, 0, absl::Seconds(2) + absl::Milliseconds(50))));
   EXPECT_EQ(loads_.Snapshot("web", "10.0.0.1:80").window_requests, 150u);
 }
 

@@ -1,8 +1,8 @@
 // Load reports change what the server picks: least_time follows reported
 // latency, locality's zone weights follow reported utilisation, and bad
 // reports change nothing.
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,8 +20,8 @@ namespace {
 class LoadEffectsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<ServerConfig> config = ParseConfig(
-        absl::StrCat("state_dir: ", dir_.path(), "\n", R"(
+    absl::StatusOr<ServerConfig> config =
+        ParseConfig(absl::StrCat("state_dir: ", dir_.path(), "\n", R"(
 listen: 127.0.0.1:0
 metrics: ""
 groups:
@@ -38,13 +38,13 @@ groups:
       - {address: 127.0.0.1:9201, locality: {region: r, zone: b}}
       - {address: 127.0.0.1:9202, locality: {region: r, zone: b}}
 )"),
-        "t.yaml");
+                    "t.yaml");
     ASSERT_OK(config);
     ASSERT_OK_AND_ASSIGN(server_, AsideServer::Create(*config));
     ASSERT_OK(server_->Start());
-    stub_ = v1::LoadBalancer::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->grpc_port()),
-        grpc::InsecureChannelCredentials()));
+    stub_ = v1::LoadBalancer::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
+                            grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     server_->Shutdown(absl::Seconds(1));
@@ -73,8 +73,8 @@ groups:
     l.set_address(address);
     l.set_requests(requests);
     l.mutable_latency_sum()->set_seconds(absl::ToInt64Seconds(sum));
-    l.mutable_latency_sum()->set_nanos(static_cast<int32_t>(
-        absl::ToInt64Nanoseconds(sum) % 1000000000));
+    l.mutable_latency_sum()->set_nanos(
+        static_cast<int32_t>(absl::ToInt64Nanoseconds(sum) % 1000000000));
     return l;
   }
 
@@ -124,8 +124,9 @@ TEST_F(LoadEffectsTest, LeastTimeFollowsReportedLatency) {
 
 TEST_F(LoadEffectsTest, LocalityZoneWeightsFollowUtilisation) {
   GroupPtr loc = server_->groups().Find("loc");
-  Report({Utilization("127.0.0.1:9101", 0.9), Utilization("127.0.0.1:9102", 0.9),
-          Utilization("127.0.0.1:9201", 0.1), Utilization("127.0.0.1:9202", 0.1)});
+  Report(
+      {Utilization("127.0.0.1:9101", 0.9), Utilization("127.0.0.1:9102", 0.9),
+       Utilization("127.0.0.1:9201", 0.1), Utilization("127.0.0.1:9202", 0.1)});
   // The zone weights follow on the update_period ticks: wait rebuild by
   // rebuild (each wait bounded) until the smoothing has converged.
   auto weights = [&] {
@@ -148,8 +149,10 @@ TEST_F(LoadEffectsTest, LocalityZoneWeightsFollowUtilisation) {
 
   // A caller in the busy zone is sent mostly to the other one.
   const auto counts = Picks("loc", 200, "a");
-  const int in_b = counts.count("127.0.0.1:9201") ? counts.at("127.0.0.1:9201") : 0;
-  const int in_b2 = counts.count("127.0.0.1:9202") ? counts.at("127.0.0.1:9202") : 0;
+  const int in_b =
+      counts.count("127.0.0.1:9201") ? counts.at("127.0.0.1:9201") : 0;
+  const int in_b2 =
+      counts.count("127.0.0.1:9202") ? counts.at("127.0.0.1:9202") : 0;
   EXPECT_GT(in_b + in_b2, 150);
 
   // A bad report is rejected and changes nothing.

@@ -1,8 +1,8 @@
 // Pick over real gRPC on loopback against an in-process server.
 #include "server/lookaside_service.h"
 
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include "server/server.h"
@@ -43,9 +43,9 @@ groups:
     ASSERT_OK(server);
     server_ = *std::move(server);
     ASSERT_OK(server_->Start());
-    channel_ = grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->grpc_port()),
-        grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
+                            grpc::InsecureChannelCredentials());
     stub_ = v1::LoadBalancer::NewStub(channel_);
   }
 
@@ -55,7 +55,8 @@ groups:
     }
   }
 
-  grpc::Status Pick(const v1::PickRequest& request, v1::PickResponse* response) {
+  grpc::Status Pick(const v1::PickRequest& request,
+                    v1::PickResponse* response) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(10));

@@ -1,8 +1,8 @@
 // Server-side picks over equal backends that nobody has reported on spread
 // evenly for every load-aware policy: neither the address order nor the
 // order the backends were created in may become a preference.
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -41,16 +41,15 @@ class PickBiasTest : public ::testing::Test {
       absl::StrAppend(&yaml, "  - name: ", group, "\n    policy: ", policy,
                       "\n    health_check: {kind: none}\n    backends:\n");
       for (int i = 0; i < kBackends; ++i) {
-        absl::StrAppend(&yaml, "      - 127.0.0.", 1 + i, ":", 9000 + i,
-                        "\n");
+        absl::StrAppend(&yaml, "      - 127.0.0.", 1 + i, ":", 9000 + i, "\n");
       }
     }
     ASSERT_OK_AND_ASSIGN(ServerConfig config, ParseConfig(yaml, "test.yaml"));
     ASSERT_OK_AND_ASSIGN(server_, AsideServer::Create(config));
     ASSERT_OK(server_->Start());
-    stub_ = v1::LoadBalancer::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_->grpc_port()),
-        grpc::InsecureChannelCredentials()));
+    stub_ = v1::LoadBalancer::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
+                            grpc::InsecureChannelCredentials()));
   }
 
   void TearDown() override {

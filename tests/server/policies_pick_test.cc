@@ -1,7 +1,7 @@
 // Every policy served over real gRPC by the in-process server: one group per
 // policy, picked through aside.v1.LoadBalancer/Pick on loopback.
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -16,14 +16,16 @@
 namespace aside::server {
 namespace {
 
-const std::set<std::string> kBackends = {
-    "127.0.0.1:9201", "127.0.0.1:9202", "127.0.0.1:9203", "127.0.0.1:9204",
-    "127.0.0.1:9205"};
+const std::set<std::string> kBackends = {"127.0.0.1:9201", "127.0.0.1:9202",
+                                         "127.0.0.1:9203", "127.0.0.1:9204",
+                                         "127.0.0.1:9205"};
 
 std::string Group(const std::string& name, const std::string& policy) {
   return absl::StrCat(R"(
-  - name: )", name, R"(
-    policy: )", policy, R"(
+  - name: )",
+                      name, R"(
+    policy: )",
+                      policy, R"(
     health_check: {kind: none}
     backends:
       - {address: 127.0.0.1:9201, weight: 1, locality: {region: r, zone: a}}
@@ -64,9 +66,9 @@ class PoliciesPickTest : public ::testing::Test {
     ASSERT_OK(server);
     server_ = *std::move(server);
     ASSERT_OK(server_->Start());
-    stub_ = v1::LoadBalancer::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_->grpc_port()),
-        grpc::InsecureChannelCredentials()));
+    stub_ = v1::LoadBalancer::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
+                            grpc::InsecureChannelCredentials()));
   }
 
   void TearDown() override {
@@ -105,7 +107,8 @@ TEST_F(PoliciesPickTest, EveryPolicyAnswersWithDistinctGroupBackends) {
       ASSERT_EQ(r.backends_size(), 3) << group;
       std::set<std::string> seen;
       for (const auto& b : r.backends()) {
-        EXPECT_TRUE(kBackends.count(b.address())) << group << " " << b.address();
+        EXPECT_TRUE(kBackends.count(b.address()))
+            << group << " " << b.address();
         seen.insert(b.address());
       }
       EXPECT_EQ(seen.size(), 3u) << group;

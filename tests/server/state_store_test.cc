@@ -1,8 +1,8 @@
 #include "server/state_store.h"
 
-#include <sqlite3.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <filesystem>
 
@@ -54,7 +54,8 @@ TEST(StateStoreTest, UsesWalAndFullSync) {
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)),
+               "wal");
   sqlite3_finalize(st);
   sqlite3_close(db);
 }
@@ -81,7 +82,8 @@ TEST(StateStoreTest, TruncatedDatabaseRefusesToOpen) {
   // Fold the WAL into the main file, then damage a page in the middle.
   sqlite3* db = nullptr;
   sqlite3_open((dir.path() + "/aside.db").c_str(), &db);
-  sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
+  sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr,
+               nullptr);
   sqlite3_close(db);
   const std::string path = dir.path() + "/aside.db";
   const auto size = std::filesystem::file_size(path);
@@ -92,8 +94,7 @@ TEST(StateStoreTest, TruncatedDatabaseRefusesToOpen) {
   fwrite(junk.data(), 1, junk.size(), f);
   fclose(f);
   EXPECT_THAT(StateStore::Open(dir.path(), kCap),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr(path)));
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(path)));
 }
 
 TEST(StateStoreTest, NewerSchemaRefusesToOpen) {

@@ -1,5 +1,6 @@
 #include "tests/testing/etcd_cluster.h"
 
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <fstream>
 #include <set>
 #include <sstream>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -27,7 +26,8 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 std::string MakeRoot() {
   std::error_code ec;
   std::string base = "/dev/shm";
-  if (!std::filesystem::is_directory(base, ec) || access(base.c_str(), W_OK) != 0) {
+  if (!std::filesystem::is_directory(base, ec) ||
+      access(base.c_str(), W_OK) != 0) {
     base = std::filesystem::temp_directory_path().string();
   }
   std::string tmpl = base + "/aside-etcd-XXXXXX";
@@ -67,26 +67,41 @@ absl::Status EtcdCluster::MakeCertificates() {
   const std::string ext = root_ + "/server.ext";
   std::ofstream(ext) << "subjectAltName=IP:127.0.0.1\n";
   auto key = [&](const std::string& name) {
-    return std::vector<std::string>{"-newkey", "ec", "-pkeyopt",
-                                    "ec_paramgen_curve:prime256v1", "-nodes",
-                                    "-keyout", root_ + "/" + name + ".key"};
+    return std::vector<std::string>{"-newkey",
+                                    "ec",
+                                    "-pkeyopt",
+                                    "ec_paramgen_curve:prime256v1",
+                                    "-nodes",
+                                    "-keyout",
+                                    root_ + "/" + name + ".key"};
   };
   std::vector<std::vector<std::string>> commands;
-  std::vector<std::string> ca = {"openssl", "req", "-x509", "-days", "1",
-                                 "-subj", "/CN=aside-test-ca", "-out",
-                                 root_ + "/ca.crt"};
+  std::vector<std::string> ca = {
+      "openssl",           "req",  "-x509",          "-days", "1", "-subj",
+      "/CN=aside-test-ca", "-out", root_ + "/ca.crt"};
   for (const std::string& a : key("ca")) ca.push_back(a);
   commands.push_back(ca);
   for (const std::string name : {"server", "client"}) {
-    std::vector<std::string> req = {"openssl", "req", "-subj",
-                                    name == "server" ? "/CN=127.0.0.1" : "/CN=root",
-                                    "-out", root_ + "/" + name + ".csr"};
+    std::vector<std::string> req = {
+        "openssl", "req",
+        "-subj",   name == "server" ? "/CN=127.0.0.1" : "/CN=root",
+        "-out",    root_ + "/" + name + ".csr"};
     for (const std::string& a : key(name)) req.push_back(a);
     commands.push_back(req);
-    std::vector<std::string> sign = {
-        "openssl", "x509", "-req", "-days", "1", "-in", root_ + "/" + name + ".csr",
-        "-CA", root_ + "/ca.crt", "-CAkey", root_ + "/ca.key", "-CAcreateserial",
-        "-out", root_ + "/" + name + ".crt"};
+    std::vector<std::string> sign = {"openssl",
+                                     "x509",
+                                     "-req",
+                                     "-days",
+                                     "1",
+                                     "-in",
+                                     root_ + "/" + name + ".csr",
+                                     "-CA",
+                                     root_ + "/ca.crt",
+                                     "-CAkey",
+                                     root_ + "/ca.key",
+                                     "-CAcreateserial",
+                                     "-out",
+                                     root_ + "/" + name + ".crt"};
     if (name == "server") {
       sign.push_back("-extfile");
       sign.push_back(ext);
@@ -96,8 +111,9 @@ absl::Status EtcdCluster::MakeCertificates() {
   for (std::vector<std::string>& command : commands) {
     CommandResult r = RunCommand(command, absl::Seconds(20));
     if (r.exit_code != 0) {
-      return absl::InternalError(absl::StrCat(
-          absl::StrJoin(command, " "), " exited ", r.exit_code, ": ", r.output));
+      return absl::InternalError(absl::StrCat(absl::StrJoin(command, " "),
+                                              " exited ", r.exit_code, ": ",
+                                              r.output));
     }
   }
   return absl::OkStatus();
@@ -199,24 +215,36 @@ std::vector<std::string> EtcdCluster::Argv(int i) const {
   }
   const std::string scheme = options_.tls ? "https://" : "http://";
   std::vector<std::string> argv = {binary_,
-          "--name", m.name,
-          "--data-dir", m.data_dir,
-          "--listen-client-urls", absl::StrCat(scheme, m.client),
-          "--advertise-client-urls", absl::StrCat(scheme, m.client),
-          "--listen-peer-urls", absl::StrCat("http://", m.peer),
-          "--initial-advertise-peer-urls", absl::StrCat("http://", m.peer),
-          "--initial-cluster", absl::StrJoin(initial, ","),
-          "--initial-cluster-state", "new",
-          "--initial-cluster-token", token_,
-          "--heartbeat-interval", absl::StrCat(options_.heartbeat_ms),
-          "--election-timeout", absl::StrCat(options_.election_ms),
-          "--logger", "zap",
-          "--log-outputs", m.log_file};
+                                   "--name",
+                                   m.name,
+                                   "--data-dir",
+                                   m.data_dir,
+                                   "--listen-client-urls",
+                                   absl::StrCat(scheme, m.client),
+                                   "--advertise-client-urls",
+                                   absl::StrCat(scheme, m.client),
+                                   "--listen-peer-urls",
+                                   absl::StrCat("http://", m.peer),
+                                   "--initial-advertise-peer-urls",
+                                   absl::StrCat("http://", m.peer),
+                                   "--initial-cluster",
+                                   absl::StrJoin(initial, ","),
+                                   "--initial-cluster-state",
+                                   "new",
+                                   "--initial-cluster-token",
+                                   token_,
+                                   "--heartbeat-interval",
+                                   absl::StrCat(options_.heartbeat_ms),
+                                   "--election-timeout",
+                                   absl::StrCat(options_.election_ms),
+                                   "--logger",
+                                   "zap",
+                                   "--log-outputs",
+                                   m.log_file};
   if (options_.tls) {
-    argv.insert(argv.end(), {"--cert-file", root_ + "/server.crt",
-                             "--key-file", root_ + "/server.key",
-                             "--trusted-ca-file", ca_file(),
-                             "--client-cert-auth"});
+    argv.insert(argv.end(), {"--cert-file", root_ + "/server.crt", "--key-file",
+                             root_ + "/server.key", "--trusted-ca-file",
+                             ca_file(), "--client-cert-auth"});
   }
   argv.insert(argv.end(), options_.extra_args.begin(),
               options_.extra_args.end());
@@ -295,9 +323,9 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> EtcdCluster::Status(
   const grpc::Status status =
       stub->Status(&context, etcdserverpb::StatusRequest(), &response);
   if (!status.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        members_[i].name, " (", members_[i].client,
-        "): Status: ", status.error_message()));
+    return absl::UnavailableError(
+        absl::StrCat(members_[i].name, " (", members_[i].client,
+                     "): Status: ", status.error_message()));
   }
   members_[i].id = response.header().member_id();
   return std::make_pair(response.header().member_id(), response.leader());
@@ -312,9 +340,9 @@ absl::Status EtcdCluster::LinearizableRead(int i, absl::Duration timeout) {
   etcdserverpb::RangeResponse response;
   const grpc::Status status = stub->Range(&context, request, &response);
   if (!status.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        members_[i].name, " (", members_[i].client,
-        "): Range: ", status.error_message()));
+    return absl::UnavailableError(
+        absl::StrCat(members_[i].name, " (", members_[i].client,
+                     "): Range: ", status.error_message()));
   }
   return absl::OkStatus();
 }
@@ -350,10 +378,9 @@ absl::Status EtcdCluster::WaitServing(absl::Duration timeout) {
                         running(i) ? "" : " (not running)", " log:\n",
                         LogTail(i, 10));
       }
-      return absl::DeadlineExceededError(
-          absl::StrCat("etcd cluster not serving within ",
-                       absl::FormatDuration(timeout), ": ", last.message(),
-                       logs));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "etcd cluster not serving within ", absl::FormatDuration(timeout),
+          ": ", last.message(), logs));
     }
     absl::SleepFor(kPollInterval);
   }
@@ -387,9 +414,8 @@ absl::StatusOr<int> EtcdCluster::Leader(absl::Duration timeout) {
       last = absl::StrCat("leader ", leader, " is not a running member");
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no etcd leader within ", absl::FormatDuration(timeout),
-                       ": ", last));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no etcd leader within ", absl::FormatDuration(timeout), ": ", last));
     }
     absl::SleepFor(kPollInterval);
   }
@@ -418,19 +444,20 @@ absl::StatusOr<std::string> EtcdCluster::Etcdctl(
     }
   }
   std::vector<std::string> argv = {
-      "etcdctl", absl::StrCat("--endpoints=", absl::StrJoin(running_endpoints, ",")),
+      "etcdctl",
+      absl::StrCat("--endpoints=", absl::StrJoin(running_endpoints, ",")),
       "--command-timeout=5s"};
   if (options_.tls) {
-    argv.insert(argv.end(), {"--cacert=" + ca_file(),
-                             "--cert=" + client_cert_file(),
-                             "--key=" + client_key_file()});
+    argv.insert(argv.end(),
+                {"--cacert=" + ca_file(), "--cert=" + client_cert_file(),
+                 "--key=" + client_key_file()});
   }
   argv.insert(argv.end(), args.begin(), args.end());
   CommandResult result = RunCommand(argv, absl::Seconds(10));
   if (result.exit_code != 0) {
-    return absl::InternalError(absl::StrCat("etcdctl ", absl::StrJoin(args, " "),
-                                            " exited ", result.exit_code, ": ",
-                                            result.output));
+    return absl::InternalError(
+        absl::StrCat("etcdctl ", absl::StrJoin(args, " "), " exited ",
+                     result.exit_code, ": ", result.output));
   }
   return result.output;
 }

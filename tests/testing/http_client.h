@@ -16,9 +16,9 @@ struct HttpResponse {
   std::string body;
 };
 
-absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port,
-                                     const std::string& target,
-                                     absl::Duration timeout = absl::Seconds(10));
+absl::StatusOr<HttpResponse> HttpGet(
+    const std::string& host, int port, const std::string& target,
+    absl::Duration timeout = absl::Seconds(10));
 
 }  // namespace aside::testing
 

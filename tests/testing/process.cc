@@ -116,8 +116,8 @@ bool Process::ReadSome(absl::Time deadline) {
   if (stderr_fd_ < 0) {
     return false;
   }
-  const int64_t ms = std::max<int64_t>(
-      0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+  const int64_t ms =
+      std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
   pollfd pfd{stderr_fd_, POLLIN, 0};
   const int r = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(ms, 1000)));
   if (r <= 0) {
@@ -163,9 +163,9 @@ absl::StatusOr<std::string> Process::WaitForLine(const std::string& needle,
           return lines_[scanned_++];
         }
       }
-      return absl::UnavailableError(absl::StrCat(
-          "stderr closed before a line with '", needle, "'; stderr:\n",
-          StderrText()));
+      return absl::UnavailableError(
+          absl::StrCat("stderr closed before a line with '", needle,
+                       "'; stderr:\n", StderrText()));
     }
   }
 }
@@ -231,8 +231,8 @@ std::string LogField(const std::string& line, const std::string& key) {
   }
   const size_t start = pos + needle.size();
   const size_t end = line.find(' ', start);
-  return line.substr(start, end == std::string::npos ? std::string::npos
-                                                      : end - start);
+  return line.substr(
+      start, end == std::string::npos ? std::string::npos : end - start);
 }
 
 CommandResult RunCommand(std::vector<std::string> argv,
@@ -279,7 +279,8 @@ CommandResult RunCommand(std::vector<std::string> argv,
   close(out_pipe[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }
 

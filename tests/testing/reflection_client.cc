@@ -36,8 +36,8 @@ class CollectErrors : public pb::compiler::MultiFileErrorCollector {
  public:
   void AddError(const std::string& filename, int line, int column,
                 const std::string& message) override {
-    errors += absl::StrCat(filename, ":", line, ":", column, ": ", message,
-                           "\n");
+    errors +=
+        absl::StrCat(filename, ":", line, ":", column, ": ", message, "\n");
   }
   std::string errors;
 };
@@ -75,12 +75,12 @@ absl::StatusOr<std::unique_ptr<pb::Message>> ReflectionClient::Roundtrip(
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(10));
-  grpc::internal::RpcMethod method(
-      kReflectionMethod, grpc::internal::RpcMethod::BIDI_STREAMING);
+  grpc::internal::RpcMethod method(kReflectionMethod,
+                                   grpc::internal::RpcMethod::BIDI_STREAMING);
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
       stream(grpc::internal::ClientReaderWriterFactory<
-             grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel_.get(),
-                                                         method, &context));
+             grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel_.get(), method,
+                                                         &context));
   if (!stream->Write(ToBuffer(request->SerializeAsString()))) {
     return absl::UnavailableError("reflection: write failed");
   }
@@ -111,9 +111,9 @@ absl::StatusOr<std::unique_ptr<pb::Message>> ReflectionClient::Roundtrip(
         response->GetReflection()->GetMessage(*response, error_field);
     const pb::FieldDescriptor* msg =
         err.GetDescriptor()->FindFieldByName("error_message");
-    return absl::NotFoundError(absl::StrCat(
-        "reflection error for ", field, " '", value,
-        "': ", err.GetReflection()->GetString(err, msg)));
+    return absl::NotFoundError(
+        absl::StrCat("reflection error for ", field, " '", value,
+                     "': ", err.GetReflection()->GetString(err, msg)));
   }
   return response;
 }
@@ -147,7 +147,8 @@ absl::Status ReflectionClient::AddFiles(const pb::Message& response) {
   if (!response.GetReflection()->HasField(response, fdr)) {
     return absl::NotFoundError("reflection: no file_descriptor_response");
   }
-  const pb::Message& files = response.GetReflection()->GetMessage(response, fdr);
+  const pb::Message& files =
+      response.GetReflection()->GetMessage(response, fdr);
   const pb::FieldDescriptor* protos =
       files.GetDescriptor()->FindFieldByName("file_descriptor_proto");
   const int n = files.GetReflection()->FieldSize(files, protos);
@@ -259,10 +260,10 @@ absl::StatusOr<std::string> ReflectionClient::CallJson(
   grpc::internal::RpcMethod rpc(path.c_str(),
                                 grpc::internal::RpcMethod::NORMAL_RPC);
   grpc::ByteBuffer response_buffer;
-  grpc::Status status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer,
-                                                          grpc::ByteBuffer>(
-      channel_.get(), rpc, &context, ToBuffer(request->SerializeAsString()),
-      &response_buffer);
+  grpc::Status status =
+      grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+          channel_.get(), rpc, &context, ToBuffer(request->SerializeAsString()),
+          &response_buffer);
   if (!status.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                         status.error_message());

@@ -40,11 +40,10 @@ class ReflectionClient {
 
   // grpcurl -d JSON SERVICE/METHOD for a unary method; returns the response
   // as JSON, or the RPC's status as an error.
-  absl::StatusOr<std::string> CallJson(const std::string& service,
-                                       const std::string& method,
-                                       const std::string& request_json,
-                                       const std::multimap<std::string, std::string>&
-                                           metadata = {});
+  absl::StatusOr<std::string> CallJson(
+      const std::string& service, const std::string& method,
+      const std::string& request_json,
+      const std::multimap<std::string, std::string>& metadata = {});
 
   // Every file fetched so far.
   std::set<std::string> files() const;

@@ -21,12 +21,12 @@ const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
 MATCHER_P2(StatusIs, code, message_matcher, "") {
   const absl::Status& s = GetStatus(arg);
   if (s.code() != code) {
-    *result_listener << "code is " << absl::StatusCodeToString(s.code())
-                     << " (" << s.message() << ")";
+    *result_listener << "code is " << absl::StatusCodeToString(s.code()) << " ("
+                     << s.message() << ")";
     return false;
   }
-  return ::testing::ExplainMatchResult(message_matcher, std::string(s.message()),
-                                       result_listener);
+  return ::testing::ExplainMatchResult(
+      message_matcher, std::string(s.message()), result_listener);
 }
 
 }  // namespace aside::testing
@@ -34,14 +34,16 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
 #define ASIDE_STATUS_MATCHERS_CONCAT_(a, b) a##b
 #define ASIDE_STATUS_MATCHERS_CONCAT(a, b) ASIDE_STATUS_MATCHERS_CONCAT_(a, b)
 
-#define EXPECT_OK(expr) EXPECT_TRUE((expr).ok()) << ::aside::testing::GetStatus(expr)
-#define ASSERT_OK(expr) ASSERT_TRUE((expr).ok()) << ::aside::testing::GetStatus(expr)
+#define EXPECT_OK(expr) \
+  EXPECT_TRUE((expr).ok()) << ::aside::testing::GetStatus(expr)
+#define ASSERT_OK(expr) \
+  ASSERT_TRUE((expr).ok()) << ::aside::testing::GetStatus(expr)
 
 // ASSERT_OK_AND_ASSIGN(auto x, MakeX());
-#define ASSERT_OK_AND_ASSIGN(lhs, rexpr)                                   \
-  auto ASIDE_STATUS_MATCHERS_CONCAT(statusor_, __LINE__) = (rexpr);        \
-  ASSERT_TRUE(ASIDE_STATUS_MATCHERS_CONCAT(statusor_, __LINE__).ok())      \
-      << ASIDE_STATUS_MATCHERS_CONCAT(statusor_, __LINE__).status();       \
+#define ASSERT_OK_AND_ASSIGN(lhs, rexpr)                              \
+  auto ASIDE_STATUS_MATCHERS_CONCAT(statusor_, __LINE__) = (rexpr);   \
+  ASSERT_TRUE(ASIDE_STATUS_MATCHERS_CONCAT(statusor_, __LINE__).ok()) \
+      << ASIDE_STATUS_MATCHERS_CONCAT(statusor_, __LINE__).status();  \
   lhs = *std::move(ASIDE_STATUS_MATCHERS_CONCAT(statusor_, __LINE__))
 
 #endif  // ASIDE_TESTS_TESTING_STATUS_MATCHERS_H_

@@ -63,7 +63,8 @@ TEST_F(ResourceCacheTest, AVisibleChangeIsANewVersionAnInvisibleOneIsNot) {
   ASSERT_OK(web->Update(same));
   EXPECT_EQ(cache.Endpoints("web").resource->version, before->version);
   // A weight change: a new version.
-  ASSERT_OK(web->Update(Spec({Member("10.0.0.1:80", 100), Member("10.0.0.2:80")})));
+  ASSERT_OK(
+      web->Update(Spec({Member("10.0.0.1:80", 100), Member("10.0.0.2:80")})));
   EXPECT_NE(cache.Endpoints("web").resource->version, before->version);
 }
 
@@ -82,8 +83,8 @@ TEST_F(ResourceCacheTest, NamesResolveLikeGrpclbNames) {
 }
 
 TEST_F(ResourceCacheTest, HashGroupsFallBackForUnsafeClientsOnly) {
-  ASSERT_OK(registry_->Find("web")->Update(
-      Spec({Member("10.0.0.1:80"), Member("10.0.0.2:80")}, PolicyKind::kKetama)));
+  ASSERT_OK(registry_->Find("web")->Update(Spec(
+      {Member("10.0.0.1:80"), Member("10.0.0.2:80")}, PolicyKind::kKetama)));
   ResourceCache cache(registry_.get());
   EXPECT_TRUE(cache.Cluster("web", false).ring_hash_fallback);
   EXPECT_FALSE(cache.Cluster("web", true).ring_hash_fallback);

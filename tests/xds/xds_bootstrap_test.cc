@@ -13,9 +13,9 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(XdsBootstrapTest, NamesTheServerAndKeepsConfigOnDeletion) {
-  ASSERT_OK_AND_ASSIGN(const std::string json,
-                       XdsBootstrapJson({.server = "[::1]:50051",
-                                         .node_id = "web-\"7\""}));
+  ASSERT_OK_AND_ASSIGN(
+      const std::string json,
+      XdsBootstrapJson({.server = "[::1]:50051", .node_id = "web-\"7\""}));
   EXPECT_THAT(json, HasSubstr(R"("server_uri": "[::1]:50051")"));
   EXPECT_THAT(json, HasSubstr(R"("ignore_resource_deletion")"));
   EXPECT_THAT(json, HasSubstr(R"("xds_v3")"));

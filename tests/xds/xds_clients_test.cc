@@ -81,8 +81,9 @@ class XdsClientsTest : public ::testing::Test {
     tokens_ = dir_.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n"));
     // LRS reports every second (the grpclb report interval).
     config_ = dir_.WriteFile(
-        "aside.yaml", absl::StrCat("admin: {token_file: ", tokens_, "}\n",
-                                   "grpclb: {client_stats_report_interval: 1s}\n"));
+        "aside.yaml",
+        absl::StrCat("admin: {token_file: ", tokens_, "}\n",
+                     "grpclb: {client_stats_report_interval: 1s}\n"));
     // The bootstrap names the port, so it is chosen up front and kept
     // across restarts (another one if it was taken meanwhile).
     absl::Status started;
@@ -103,11 +104,10 @@ class XdsClientsTest : public ::testing::Test {
 
   // Starts aside-server on port_ with the state in dir_/state.
   absl::Status StartAside() {
-    ASIDE_ASSIGN_OR_RETURN(
-        server_, aside::testing::StartServer(
-                     dir_.path() + "/state",
-                     {"--config", config_, "--listen",
-                      absl::StrCat("127.0.0.1:", port_)}));
+    ASIDE_ASSIGN_OR_RETURN(server_, aside::testing::StartServer(
+                                        dir_.path() + "/state",
+                                        {"--config", config_, "--listen",
+                                         absl::StrCat("127.0.0.1:", port_)}));
     if (server_.grpc_port != port_) {
       return absl::UnavailableError("aside-server did not take its port");
     }
@@ -237,10 +237,10 @@ class XdsClientsTest : public ::testing::Test {
             }
             const size_t from = since.contains(c.name) ? since.at(c.name) : 0;
             for (int b : backends) {
-              if (std::count(it->second.begin() +
-                                 static_cast<ptrdiff_t>(
-                                     std::min(from, it->second.size())),
-                             it->second.end(), b) < calls) {
+              if (std::count(
+                      it->second.begin() + static_cast<ptrdiff_t>(std::min(
+                                               from, it->second.size())),
+                      it->second.end(), b) < calls) {
                 return false;
               }
             }
@@ -293,14 +293,13 @@ class XdsClientsTest : public ::testing::Test {
   // Checks that `calls` calls from each client split as `shares` (fractions
   // summing to 1) within ±3 percentage points.
   void ExpectSplit(const std::vector<double>& shares, size_t calls) {
-    WaitUntilClientsCall(std::vector<int>(
-                             [&] {
-                               std::vector<int> all;
-                               for (size_t i = 0; i < shares.size(); ++i) {
-                                 all.push_back(static_cast<int>(i));
-                               }
-                               return all;
-                             }()),
+    WaitUntilClientsCall(std::vector<int>([&] {
+                           std::vector<int> all;
+                           for (size_t i = 0; i < shares.size(); ++i) {
+                             all.push_back(static_cast<int>(i));
+                           }
+                           return all;
+                         }()),
                          5);
     const auto since = Positions();
     WaitForMoreCalls(since, calls);
@@ -427,9 +426,9 @@ TEST_F(XdsClientsTest, DrainedAndRemovedBackendsGetNoCallsWithinOneSecond) {
       const std::vector<int> calls = log_.CallsSince(c.name, at_ack.at(c.name));
       const size_t window = after.at(c.name) - at_ack.at(c.name);
       const size_t end = EndOf(calls, backend);
-      RecordProperty(absl::StrCat(c.name, "_", action,
-                                  "_calls_to_backend_after_ack"),
-                     static_cast<int>(end));
+      RecordProperty(
+          absl::StrCat(c.name, "_", action, "_calls_to_backend_after_ack"),
+          static_cast<int>(end));
       EXPECT_LE(end, window) << c.name << " " << action << ": " << Describe();
     }
   }

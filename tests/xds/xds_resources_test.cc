@@ -15,7 +15,8 @@ namespace {
 
 namespace core = envoy::config::core::v3;
 namespace cluster = envoy::config::cluster::v3;
-namespace hcm = envoy::extensions::filters::network::http_connection_manager::v3;
+namespace hcm =
+    envoy::extensions::filters::network::http_connection_manager::v3;
 using ::aside::testing::MakeTableSpec;
 using ::aside::testing::TableOptions;
 using ::aside::testing::TestAddress;
@@ -46,7 +47,8 @@ TEST(XdsLoadAssignmentTest, EachBackendIsALocalityWeightedByItsWeight) {
     EXPECT_EQ(l.load_balancing_weight().value(), i == 0 ? 500u : 100u);
     ASSERT_EQ(l.lb_endpoints_size(), 1);
     EXPECT_EQ(l.lb_endpoints(0).health_status(), core::HEALTHY);
-    const auto& socket = l.lb_endpoints(0).endpoint().address().socket_address();
+    const auto& socket =
+        l.lb_endpoints(0).endpoint().address().socket_address();
     EXPECT_EQ(absl::StrCat(socket.address(), ":", socket.port_value()),
               TestAddress(static_cast<size_t>(i)));
     // A load report's locality names the backend.
@@ -70,8 +72,8 @@ TEST(XdsLoadAssignmentTest, RoundRobinIgnoresWeightsAsAsideDoes) {
 
 TEST(XdsLoadAssignmentTest, OnlyEligibleBackendsAreListed) {
   // Backend 1 is not ready, backend 2 drained (weight 0).
-  TableConstPtr table =
-      MakeTable({.weights = {100, 100, 0, 100}, .ready = {true, false, true, true}});
+  TableConstPtr table = MakeTable(
+      {.weights = {100, 100, 0, 100}, .ready = {true, false, true, true}});
   const auto cla = BuildLoadAssignment(*table);
   std::vector<std::string> listed;
   for (const auto& l : cla.endpoints()) {
@@ -96,9 +98,9 @@ TEST(XdsLoadAssignmentTest, PanicListsEveryNonDrainedBackend) {
   EXPECT_EQ(cla.policy().drop_overloads(0).drop_percentage().denominator(),
             envoy::type::v3::FractionalPercent::MILLION);
   // Overload drops are for groups out of panic.
-  EXPECT_EQ(BuildLoadAssignment(*table, 0, 0.5).policy().drop_overloads(0)
-                .category(),
-            "overload");
+  EXPECT_EQ(
+      BuildLoadAssignment(*table, 0, 0.5).policy().drop_overloads(0).category(),
+      "overload");
   TableConstPtr ok = MakeTable({.weights = {100}});
   const auto overloaded = BuildLoadAssignment(*ok, 25, 0.95);
   ASSERT_EQ(overloaded.policy().drop_overloads_size(), 1);
@@ -106,7 +108,8 @@ TEST(XdsLoadAssignmentTest, PanicListsEveryNonDrainedBackend) {
   EXPECT_EQ(overloaded.policy().drop_overloads(0).drop_percentage().numerator(),
             900'000u);
   // Out of panic, nothing is dropped.
-  TableConstPtr healthy = MakeTable({.weights = {100, 100}, .panic_threshold = 50});
+  TableConstPtr healthy =
+      MakeTable({.weights = {100, 100}, .panic_threshold = 50});
   EXPECT_FALSE(BuildLoadAssignment(*healthy, 25).has_policy());
 }
 
