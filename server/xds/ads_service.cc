@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/hash.h"
+#include "lib/sync.h"
 #include "server/log.h"
 
 namespace aside::server::xds {
@@ -60,14 +61,14 @@ class AdsService::Stream final
       : service_(service), context_(context) {
     bool shutting_down;
     {
-      std::lock_guard<std::mutex> lock(service_->mu_);
+      aside::MutexLock lock(&service_->mu_);
       shutting_down = service_->shutting_down_;
       service_->streams_.insert(this);
     }
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "ads"}}).Increment();
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     if (shutting_down) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 "server is shutting down"));
@@ -78,7 +79,7 @@ class AdsService::Stream final
 
   void OnReadDone(bool ok) override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       if (!ok) {
         FinishLocked(grpc::Status::OK);
         return;
@@ -95,7 +96,7 @@ class AdsService::Stream final
 
   void OnWriteDone(bool ok) override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       writing_ = false;
       if (!ok) {
         FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
@@ -107,7 +108,7 @@ class AdsService::Stream final
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     FinishLocked(grpc::Status::CANCELLED);
   }
 
@@ -116,7 +117,7 @@ class AdsService::Stream final
       service_->metrics_->xds_streams.Add({{"service", "ads"}}).Decrement();
     }
     {
-      std::lock_guard<std::mutex> lock(service_->mu_);
+      aside::MutexLock lock(&service_->mu_);
       service_->streams_.erase(this);
     }
     delete this;
@@ -126,7 +127,7 @@ class AdsService::Stream final
   // ticker, with the service's mu_ held). `forget` starts the set of groups
   // the stream uses afresh (the ticker's full pass).
   void Poke(bool forget = false) {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     if (forget) {
       uses_.clear();
     }
@@ -135,14 +136,14 @@ class AdsService::Stream final
 
   // Re-evaluates only when the stream's resources came from `group`.
   void PokeIfUses(const std::string& group) {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     if (uses_.contains(group)) {
       WriteNextLocked();
     }
   }
 
   void Shutdown() {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     const bool stuck = writing_;
     FinishLocked(
         grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
@@ -341,9 +342,7 @@ class AdsService::Stream final
   AdsService* const service_;
   grpc::CallbackServerContext* const context_;
 
-  // std::mutex rather than aside::Mutex so ThreadSanitizer sees the
-  // ordering (Debian's abseil is not instrumented).
-  std::mutex mu_;
+  aside::Mutex mu_;
   discovery::DiscoveryRequest request_ ABSL_GUARDED_BY(mu_);
   discovery::DiscoveryResponse response_ ABSL_GUARDED_BY(mu_);
   TypeState types_[kTypeCount] ABSL_GUARDED_BY(mu_);
@@ -373,12 +372,11 @@ AdsService::AdsService(GroupRegistry* groups, Metrics* metrics,
 AdsService::~AdsService() {
   Shutdown();
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    aside::MutexLock lock(&mu_);
+    stop_ = true;  // wakes the ticker as the lock is released
   }
-  stop_changed_.notify_all();
   ticker_.join();
-  std::lock_guard<std::mutex> lock(watched_mu_);
+  aside::MutexLock lock(&watched_mu_);
   for (auto& [name, group] : watched_) {
     group->RemoveListener(watcher_.get());
   }
@@ -392,7 +390,7 @@ AdsService::StreamAggregatedResources(grpc::CallbackServerContext* context) {
 }
 
 void AdsService::Shutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   shutting_down_ = true;
   for (Stream* s : streams_) {
     s->Shutdown();
@@ -400,45 +398,45 @@ void AdsService::Shutdown() {
 }
 
 size_t AdsService::streams() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   return streams_.size();
 }
 
 void AdsService::PokeAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   for (Stream* s : streams_) {
     s->Poke();
   }
 }
 
 void AdsService::PokeUsers(const std::string& group) {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   for (Stream* s : streams_) {
     s->PokeIfUses(group);
   }
 }
 
 void AdsService::WatchLater(const GroupPtr& group) {
-  std::lock_guard<std::mutex> lock(pending_mu_);
+  aside::MutexLock lock(&pending_mu_);
   if (!known_.contains(group.get())) {
     pending_.push_back(group);
   }
 }
 
 void AdsService::Forget(const Group* group) {
-  std::lock_guard<std::mutex> lock(pending_mu_);
+  aside::MutexLock lock(&pending_mu_);
   known_.erase(group);
 }
 
 void AdsService::RegisterPending() {
   std::vector<GroupPtr> pending;
   {
-    std::lock_guard<std::mutex> lock(pending_mu_);
+    aside::MutexLock lock(&pending_mu_);
     pending.swap(pending_);
   }
   bool added = false;
   {
-    std::lock_guard<std::mutex> lock(watched_mu_);
+    aside::MutexLock lock(&watched_mu_);
     for (GroupPtr& g : pending) {
       auto it = watched_.find(g->name());
       if (it != watched_.end() && it->second == g) {
@@ -451,7 +449,7 @@ void AdsService::RegisterPending() {
       g->AddListener(watcher_.get());
       watched_[g->name()] = g;
       {
-        std::lock_guard<std::mutex> known(pending_mu_);
+        aside::MutexLock known(&pending_mu_);
         known_.insert(g.get());
       }
       added = true;
@@ -466,10 +464,14 @@ void AdsService::RegisterPending() {
 }
 
 void AdsService::Ticker() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (!stop_) {
-    stop_changed_.wait_for(lock, std::chrono::seconds(1),
-                           [this] { return stop_; });
+    mu_.AwaitWithTimeout(
+        [this] {
+          mu_.AssertHeld();
+          return stop_;
+        },
+        absl::Seconds(1));
     if (stop_) {
       break;
     }
@@ -478,10 +480,10 @@ void AdsService::Ticker() {
     for (Stream* s : streams_) {
       s->Poke(/*forget=*/true);
     }
-    lock.unlock();
+    mu_.Unlock();
     RegisterPending();
     {
-      std::lock_guard<std::mutex> watched(watched_mu_);
+      aside::MutexLock watched(&watched_mu_);
       for (auto it = watched_.begin(); it != watched_.end();) {
         if (groups_->Find(it->first) != it->second) {
           it->second->RemoveListener(watcher_.get());
@@ -493,8 +495,9 @@ void AdsService::Ticker() {
       }
     }
     cache_.Prune();
-    lock.lock();
+    mu_.Lock();
   }
+  mu_.Unlock();
 }
 
 }  // namespace aside::server::xds

@@ -28,9 +28,7 @@
 #ifndef ASIDE_SERVER_XDS_ADS_SERVICE_H_
 #define ASIDE_SERVER_XDS_ADS_SERVICE_H_
 
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -38,6 +36,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "envoy/service/discovery/v3/discovery.grpc.pb.h"
+#include "lib/sync.h"
 #include "server/group_registry.h"
 #include "server/metrics.h"
 #include "server/xds/resource_cache.h"
@@ -85,20 +84,19 @@ class AdsService final : public envoy::service::discovery::v3::
   ResourceCache cache_;
   std::unique_ptr<GroupWatcher> watcher_;
 
-  mutable std::mutex mu_;
-  std::condition_variable stop_changed_;
+  mutable aside::Mutex mu_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   // Taken last (nothing else is locked while it is held). `known_` mirrors
   // watched_ so that re-evaluations queue only groups not yet watched.
-  std::mutex pending_mu_;
+  aside::Mutex pending_mu_;
   std::vector<GroupPtr> pending_ ABSL_GUARDED_BY(pending_mu_);
   std::set<const Group*> known_ ABSL_GUARDED_BY(pending_mu_);
   // Taken before a group's listener lock, never while holding mu_ or a
   // stream's lock.
-  std::mutex watched_mu_;
+  aside::Mutex watched_mu_;
   std::map<std::string, GroupPtr> watched_ ABSL_GUARDED_BY(watched_mu_);
 
   std::thread ticker_;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/address.h"
+#include "lib/sync.h"
 #include "proto/convert.h"
 #include "server/log.h"
 #include "server/xds/xds_resources.h"
@@ -18,14 +19,14 @@ class LrsService::Stream final
       : service_(service), context_(context) {
     bool shutting_down;
     {
-      std::lock_guard<std::mutex> lock(service_->mu_);
+      aside::MutexLock lock(&service_->mu_);
       shutting_down = service_->shutting_down_;
       service_->streams_.insert(this);
     }
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Increment();
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     if (shutting_down) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 "server is shutting down"));
@@ -35,7 +36,7 @@ class LrsService::Stream final
   }
 
   void OnReadDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     if (!ok) {
       FinishLocked(grpc::Status::OK);
       return;
@@ -55,13 +56,13 @@ class LrsService::Stream final
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
     }
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     FinishLocked(grpc::Status::CANCELLED);
   }
 
@@ -70,14 +71,14 @@ class LrsService::Stream final
       service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Decrement();
     }
     {
-      std::lock_guard<std::mutex> lock(service_->mu_);
+      aside::MutexLock lock(&service_->mu_);
       service_->streams_.erase(this);
     }
     delete this;
   }
 
   void Shutdown() {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     FinishLocked(
         grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
     context_->TryCancel();
@@ -94,7 +95,7 @@ class LrsService::Stream final
 
   LrsService* const service_;
   grpc::CallbackServerContext* const context_;
-  std::mutex mu_;
+  aside::Mutex mu_;
   lrs::LoadStatsRequest request_ ABSL_GUARDED_BY(mu_);
   lrs::LoadStatsResponse response_ ABSL_GUARDED_BY(mu_);
   std::string reporter_ ABSL_GUARDED_BY(mu_);
@@ -111,7 +112,7 @@ LrsService::StreamLoadStats(grpc::CallbackServerContext* context) {
 }
 
 void LrsService::Shutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   shutting_down_ = true;
   for (Stream* s : streams_) {
     s->Shutdown();

@@ -11,12 +11,12 @@
 #ifndef ASIDE_SERVER_XDS_LRS_SERVICE_H_
 #define ASIDE_SERVER_XDS_LRS_SERVICE_H_
 
-#include <mutex>
 #include <set>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "envoy/service/load_stats/v3/lrs.grpc.pb.h"
+#include "lib/sync.h"
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
 #include "server/metrics.h"
@@ -50,7 +50,7 @@ class LrsService final : public envoy::service::load_stats::v3::
   Metrics* const metrics_;
   const absl::Duration interval_;
 
-  std::mutex mu_;
+  aside::Mutex mu_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };

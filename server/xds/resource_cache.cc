@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lib/sync.h"
 #include "server/grpclb_service.h"
 
 namespace aside::server::xds {
@@ -30,7 +31,7 @@ ResourceCache::Found ResourceCache::Listener(const std::string& name,
   std::shared_ptr<const GroupSpec> spec = out.group->spec_snapshot();
   const bool hashing = RingHash(*spec, ring_hash_safe);
   out.ring_hash_fallback = !ring_hash_safe && IsHashPolicy(spec->policy.kind);
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   const std::pair<std::string, bool> key(name, hashing);
   if (listeners_.size() >= kMaxCachedListeners && !listeners_.contains(key)) {
     out.resource =
@@ -62,7 +63,7 @@ ResourceCache::Found ResourceCache::Cluster(const std::string& name,
   std::shared_ptr<const GroupSpec> spec = out.group->spec_snapshot();
   const bool hashing = RingHash(*spec, ring_hash_safe);
   out.ring_hash_fallback = !ring_hash_safe && IsHashPolicy(spec->policy.kind);
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   SpecEntry& e = clusters_[{name, hashing}];
   if (e.resource == nullptr || e.spec != spec) {
     ResourcePtr r =
@@ -86,7 +87,7 @@ ResourceCache::Found ResourceCache::Endpoints(const std::string& name) {
   // drop option too.
   TableConstPtr table = out.group->table();
   const GrpclbSpec drops = out.group->spec_snapshot()->grpclb;
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   TableEntry& e = endpoints_[name];
   // Overload drops follow the group's offered rate as grpclb's do: the
   // excess over max_requests_per_second, in whole percent, at most 90 %,
@@ -122,7 +123,7 @@ ResourceCache::Found ResourceCache::Endpoints(const std::string& name) {
 }
 
 void ResourceCache::Prune() {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   for (auto it = listeners_.begin(); it != listeners_.end();) {
     it = ResolveGrpclbName(*groups_, it->first.first) == nullptr
              ? listeners_.erase(it)

@@ -12,11 +12,11 @@
 
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "lib/sync.h"
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
 #include "server/xds/xds_resources.h"
@@ -66,7 +66,7 @@ class ResourceCache {
 
   GroupRegistry* const groups_;
   const LoadAggregator* const loads_;
-  std::mutex mu_;
+  aside::Mutex mu_;
   // (name, hashing) → listener; (group, ring hash) → cluster.
   std::map<std::pair<std::string, bool>, SpecEntry> listeners_
       ABSL_GUARDED_BY(mu_);
