@@ -32,12 +32,10 @@ RUN apt-get update -q \
       libabsl20220623 \
       libc-ares2 \
       libc6 \
-      libcivetweb1 \
       libgcc-s1 \
       libgrpc++1.51 \
       libgrpc29 \
       libprometheus-cpp-core1.0 \
-      libprometheus-cpp-pull1.0 \
       libprotobuf32 \
       libre2-9 \
       libsqlite3-0 \
