@@ -601,7 +601,14 @@ TEST(WatchSlowReaderTest, NeverReadingIsBoundedAndEndedAndHarmsNoOne) {
   // Bounded: the server held at most one pending table for the stalled
   // stream, not a backlog of every change.
   const long growth_mib = (RssKib() - rss_before) / 1024;
-  EXPECT_LT(growth_mib, 200) << "after " << changes << " changes";
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer holds freed memory in its quarantine (256 MiB by
+  // default) before reusing it, so every freed table shows in RSS.
+  constexpr long kMaxGrowthMib = 200 + 256;
+#else
+  constexpr long kMaxGrowthMib = 200;
+#endif
+  EXPECT_LT(growth_mib, kMaxGrowthMib) << "after " << changes << " changes";
   RecordProperty("changes_until_ended", changes);
   stalled_context.TryCancel();
   grpc::Status s = stalled->Finish();
