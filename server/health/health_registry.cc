@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -11,6 +9,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "lib/address.h"
+#include "lib/sync.h"
 #include "server/health/prober.h"
 #include "server/health/target.h"
 
@@ -58,7 +57,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
 
   void Shutdown() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       shut_down_ = true;
     }
     if (prober_ != nullptr) {
@@ -88,7 +87,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
           ": a host name must be resolved to addresses before it is probed"));
     }
 
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     if (shut_down_) {
       return absl::FailedPreconditionError(absl::StrCat(
           "health target ", canonical, ": the health registry is shut down"));
@@ -128,7 +127,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   }
 
   void Release(Target& target, const std::string& group) {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     auto g = target.groups.find(group);
     if (g != target.groups.end() && --g->second == 0) {
       target.groups.erase(g);
@@ -155,7 +154,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
     std::optional<HealthTransition> transition;
     ProbeEvent event;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       if (target.removed) {
         return;
       }
@@ -199,7 +198,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       return;  // the common case: nothing to tell anyone
     }
     event.result = std::move(result);
-    std::lock_guard<std::mutex> lock(observers_mu_);
+    aside::MutexLock lock(&observers_mu_);
     if (transition) {
       for (auto& [id, observer] : observers_) {
         observer(*transition);
@@ -211,7 +210,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   }
 
   uint64_t AddObserver(HealthRegistry::Observer observer) {
-    std::lock_guard<std::mutex> lock(observers_mu_);
+    aside::MutexLock lock(&observers_mu_);
     const uint64_t id = next_observer_id_++;
     observers_.emplace_back(id, std::move(observer));
     return id;
@@ -220,7 +219,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   void RemoveObserver(uint64_t id) {
     // Holding observers_mu_ waits for a dispatch in progress to end.
     HealthRegistry::Observer removed;
-    std::lock_guard<std::mutex> lock(observers_mu_);
+    aside::MutexLock lock(&observers_mu_);
     for (auto it = observers_.begin(); it != observers_.end(); ++it) {
       if (it->first == id) {
         removed = std::move(it->second);
@@ -231,7 +230,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   }
 
   void SetProbeObserver(std::function<void(const ProbeEvent&)> fn) {
-    std::lock_guard<std::mutex> lock(observers_mu_);
+    aside::MutexLock lock(&observers_mu_);
     has_probe_observer_.store(fn != nullptr, std::memory_order_relaxed);
     probe_observer_ = std::move(fn);
   }
@@ -239,7 +238,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   std::vector<TargetInfo> List(absl::string_view group) const {
     std::vector<TargetInfo> out;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      aside::MutexLock lock(&mu_);
       for (const auto& [key, target] : targets_) {
         if (!group.empty() && !target->groups.contains(group)) {
           continue;
@@ -267,7 +266,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   }
 
   size_t size() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     return targets_.size();
   }
 
@@ -314,9 +313,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   const uint64_t seed_;
   std::unique_ptr<Prober> prober_;  // set by Start, before any use
 
-  // std::mutex rather than absl::Mutex: Debian's abseil is not built with
-  // ThreadSanitizer, which would not see absl::Mutex synchronisation.
-  mutable std::mutex mu_;
+  mutable aside::Mutex mu_;
   absl::flat_hash_map<Key, std::shared_ptr<Target>, KeyHash, KeyEq>
       targets_;             // guarded by mu_
   uint64_t next_id_ = 1;    // guarded by mu_
@@ -324,7 +321,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
 
   // Held while observers run (prober thread) so that RemoveObserver can
   // wait for them.
-  std::mutex observers_mu_;
+  aside::Mutex observers_mu_;
   std::vector<std::pair<uint64_t, HealthRegistry::Observer>> observers_;
   uint64_t next_observer_id_ = 1;
   std::function<void(const ProbeEvent&)> probe_observer_;
@@ -428,17 +425,22 @@ void HealthRegistry::SetProbeObserverForTest(
 }
 
 bool HealthRegistry::FlushForTest(absl::Duration timeout) {
-  auto done =
-      std::make_shared<std::pair<std::mutex, std::condition_variable>>();
-  auto flag = std::make_shared<bool>(false);
-  core_->prober()->Post([done, flag] {
-    std::lock_guard<std::mutex> lock(done->first);
-    *flag = true;
-    done->second.notify_all();
+  struct Flush {
+    aside::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+  };
+  auto flush = std::make_shared<Flush>();
+  core_->prober()->Post([flush] {
+    aside::MutexLock lock(&flush->mu);
+    flush->done = true;  // the waiter wakes as the lock is released
   });
-  std::unique_lock<std::mutex> lock(done->first);
-  return done->second.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                               [&] { return *flag; });
+  aside::MutexLock lock(&flush->mu);
+  return flush->mu.AwaitWithTimeout(
+      [&] {
+        flush->mu.AssertHeld();
+        return flush->done;
+      },
+      timeout);
 }
 
 }  // namespace aside::server

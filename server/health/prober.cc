@@ -17,11 +17,9 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <exception>
 #include <limits>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -30,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "lib/clock.h"
+#include "lib/sync.h"
 #include "server/health/probe_scheduler.h"
 #include "server/health/probe_verdict.h"
 
@@ -126,7 +125,7 @@ class Prober::Impl {
       return absl::InternalError(
           absl::StrCat("health prober: cannot start its thread: ", e.what()));
     }
-    std::lock_guard<std::mutex> lock(thread_mu_);
+    aside::MutexLock lock(&thread_mu_);
     has_cpu_clock_ =
         pthread_getcpuclockid(thread_.native_handle(), &cpu_clock_) == 0;
     return absl::OkStatus();
@@ -145,7 +144,7 @@ class Prober::Impl {
   void Post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
 
   absl::Duration CpuTime() const {
-    std::lock_guard<std::mutex> lock(thread_mu_);
+    aside::MutexLock lock(&thread_mu_);
     if (!has_cpu_clock_) {
       return absl::ZeroDuration();
     }
@@ -158,7 +157,7 @@ class Prober::Impl {
 
   void Shutdown() {
     {
-      std::lock_guard<std::mutex> lock(thread_mu_);
+      aside::MutexLock lock(&thread_mu_);
       if (shut_down_) {
         return;
       }
@@ -169,9 +168,11 @@ class Prober::Impl {
       // Once StopNow has run no gRPC call can start; the ones in flight were
       // cancelled and complete promptly. Their callbacks post to io_ and
       // touch this object, so both must be over before run() may return.
-      std::unique_lock<std::mutex> lock(grpc_mu_);
-      grpc_idle_.wait(lock,
-                      [this] { return stopped_ && grpc_outstanding_ == 0; });
+      aside::MutexLock lock(&grpc_mu_);
+      grpc_mu_.Await([this] {
+        grpc_mu_.AssertHeld();
+        return stopped_ && grpc_outstanding_ == 0;
+      });
     }
     // With the work guard gone, run() returns once the aborted handlers
     // have run.
@@ -179,7 +180,7 @@ class Prober::Impl {
     if (thread_.joinable()) {
       thread_.join();
     }
-    std::lock_guard<std::mutex> lock(thread_mu_);
+    aside::MutexLock lock(&thread_mu_);
     has_cpu_clock_ = false;
   }
 
@@ -262,9 +263,8 @@ class Prober::Impl {
     probes_.clear();
     scheduler_.Clear();
     timer_.cancel();
-    std::lock_guard<std::mutex> lock(grpc_mu_);
-    stopped_ = true;
-    grpc_idle_.notify_all();
+    aside::MutexLock lock(&grpc_mu_);
+    stopped_ = true;  // the waiter in Shutdown wakes as the lock is released
   }
 
   // ---- Carrying out the scheduler's decisions (prober thread) ----
@@ -472,7 +472,7 @@ class Prober::Impl {
                                absl::ToChronoNanoseconds(spec.timeout));
     state->grpc_call = call;
     {
-      std::lock_guard<std::mutex> lock(grpc_mu_);
+      aside::MutexLock lock(&grpc_mu_);
       ++grpc_outstanding_;
     }
     const absl::Duration timeout = spec.timeout;
@@ -486,10 +486,8 @@ class Prober::Impl {
                            result = std::move(result)]() mutable {
             OnGrpcDone(std::move(owned), std::move(result));
           });
-          std::lock_guard<std::mutex> lock(grpc_mu_);
-          if (--grpc_outstanding_ == 0) {
-            grpc_idle_.notify_all();
-          }
+          aside::MutexLock lock(&grpc_mu_);
+          --grpc_outstanding_;  // Shutdown's waiter re-checks on release
         });
   }
 
@@ -549,12 +547,11 @@ class Prober::Impl {
 
   // gRPC calls whose completion callback has not finished yet, and whether
   // StopNow has run (after which none start).
-  std::mutex grpc_mu_;
-  std::condition_variable grpc_idle_;
-  uint64_t grpc_outstanding_ = 0;
-  bool stopped_ = false;
+  aside::Mutex grpc_mu_;
+  uint64_t grpc_outstanding_ ABSL_GUARDED_BY(grpc_mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(grpc_mu_) = false;
 
-  mutable std::mutex thread_mu_;
+  mutable aside::Mutex thread_mu_;
   bool shut_down_ = false;
   bool has_cpu_clock_ = false;
   clockid_t cpu_clock_{};
