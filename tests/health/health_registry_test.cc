@@ -6,11 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "lib/clock.h"
+#include "lib/sync.h"
 #include "tests/health/health_test_util.h"
 #include "tests/health/test_backends.h"
 #include "tests/testing/status_matchers.h"
@@ -204,11 +204,11 @@ TEST(HealthRegistryTest, ObserversSeeEveryFlipInOrder) {
   FakeBackend backend(FakeBackend::Mode::kHttp);
   ASSERT_OK_AND_ASSIGN(uint16_t port, backend.Listen());
   RegistryUnderTest r;
-  std::mutex mu;
+  aside::Mutex mu;
   std::vector<HealthTransition> seen;
   const uint64_t observer =
       r.registry->AddObserver([&](const HealthTransition& t) {
-        std::lock_guard<std::mutex> lock(mu);
+        aside::MutexLock lock(&mu);
         seen.push_back(t);
       });
   ProbeRecorder recorder(*r.registry);
@@ -220,7 +220,7 @@ TEST(HealthRegistryTest, ObserversSeeEveryFlipInOrder) {
   ASSERT_OK_AND_ASSIGN(HealthHandle h2,
                        r.registry->Acquire(Loopback(port), spec, "api"));
   auto flips = [&] {
-    std::lock_guard<std::mutex> lock(mu);
+    aside::MutexLock lock(&mu);
     return seen.size();
   };
   ASSERT_TRUE(
@@ -239,7 +239,7 @@ TEST(HealthRegistryTest, ObserversSeeEveryFlipInOrder) {
       kWait));
   EXPECT_EQ(flips(), after_removal);
 
-  std::lock_guard<std::mutex> lock(mu);
+  aside::MutexLock lock(&mu);
   ASSERT_GE(seen.size(), 3u);
   EXPECT_EQ(seen[0].from, HealthState::kUnknown);
   EXPECT_EQ(seen[0].to, HealthState::kHealthy);

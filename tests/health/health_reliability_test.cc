@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
 #include <random>
 #include <thread>
 #include <tuple>
@@ -20,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/clock.h"
+#include "lib/sync.h"
 #include "server/health/health_registry.h"
 #include "tests/health/health_test_util.h"
 #include "tests/health/test_backends.h"
@@ -150,11 +150,11 @@ TEST(FlappingTest, ThousandFlipsMatchTheReferenceModel) {
   FakeBackend backend(FakeBackend::Mode::kHttp);
   ASSERT_OK_AND_ASSIGN(uint16_t port, backend.Listen());
   RegistryUnderTest r;
-  std::mutex mu;
+  aside::Mutex mu;
   std::vector<std::pair<HealthState, HealthState>> transitions;
   const uint64_t observer =
       r.registry->AddObserver([&](const HealthTransition& t) {
-        std::lock_guard<std::mutex> lock(mu);
+        aside::MutexLock lock(&mu);
         transitions.emplace_back(t.from, t.to);
       });
   ProbeRecorder recorder(*r.registry);
@@ -212,7 +212,7 @@ TEST(FlappingTest, ThousandFlipsMatchTheReferenceModel) {
     ASSERT_EQ(e.after.consecutive_successes, model.successes) << i;
     ASSERT_EQ(e.after.consecutive_failures, model.failures) << i;
   }
-  std::lock_guard<std::mutex> lock(mu);
+  aside::MutexLock lock(&mu);
   EXPECT_EQ(transitions, expected);
   EXPECT_GT(transitions.size(), 20u) << "the flips should cause flapping";
   EXPECT_EQ(model.state, HealthState::kUnhealthy);

@@ -175,13 +175,13 @@ class FakeBackend::Impl {
     }
     HttpReply reply;
     {
-      std::lock_guard<std::mutex> lock(owner_->mu_);
+      aside::MutexLock lock(&owner_->mu_);
       reply = owner_->reply_;
     }
     reply.status = owner_->status_.load();
     request.status = reply.kind == HttpKind::kStatus ? reply.status : 0;
     {
-      std::lock_guard<std::mutex> lock(owner_->mu_);
+      aside::MutexLock lock(&owner_->mu_);
       owner_->seen_.push_back(request);
     }
     ++owner_->requests_;
@@ -273,31 +273,28 @@ absl::StatusOr<uint16_t> FakeBackend::Listen(const std::string& ip,
 void FakeBackend::Stop() { impl_->Stop(); }
 
 void FakeBackend::SetReply(const HttpReply& reply) {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   reply_ = reply;
   status_.store(reply.status);
 }
 
 std::vector<FakeBackend::Request> FakeBackend::requests_seen() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   return seen_;
 }
 
 void FakeBackend::Counted() {
-  std::lock_guard<std::mutex> lock(mu_);
-  cv_.notify_all();
+  aside::MutexLock lock(&mu_);  // waiters re-check as the lock is released
 }
 
 bool FakeBackend::WaitForAccepted(uint64_t n, absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                      [&] { return accepted_.load() >= n; });
+  aside::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout([&] { return accepted_.load() >= n; }, timeout);
 }
 
 bool FakeBackend::WaitForRequests(uint64_t n, absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                      [&] { return requests_.load() >= n; });
+  aside::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout([&] { return requests_.load() >= n; }, timeout);
 }
 
 // ---- ScriptedHealthService ----
@@ -309,9 +306,8 @@ grpc::ServerUnaryReactor* ScriptedHealthService::Check(
     const grpc::health::v1::HealthCheckRequest* request,
     grpc::health::v1::HealthCheckResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   ++checks_;
-  cv_.notify_all();
   if (hang_) {
     held_.push_back(reactor);
     return reactor;
@@ -330,19 +326,19 @@ grpc::ServerUnaryReactor* ScriptedHealthService::Check(
 }
 
 void ScriptedHealthService::Set(const std::string& service, int status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   statuses_[service] = status;
 }
 
 void ScriptedHealthService::SetHang(bool hang) {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   hang_ = hang;
 }
 
 void ScriptedHealthService::ReleaseHeld() {
   std::vector<grpc::ServerUnaryReactor*> held;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     held.swap(held_);
   }
   for (grpc::ServerUnaryReactor* reactor : held) {
@@ -351,9 +347,8 @@ void ScriptedHealthService::ReleaseHeld() {
 }
 
 bool ScriptedHealthService::WaitForChecks(uint64_t n, absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                      [&] { return checks_.load() >= n; });
+  aside::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout([&] { return checks_.load() >= n; }, timeout);
 }
 
 // ---- GrpcBackend ----
@@ -394,9 +389,8 @@ std::string GrpcBackend::address() const {
 ProbeRecorder::ProbeRecorder(server::HealthRegistry& registry)
     : registry_(registry) {
   registry_.SetProbeObserverForTest([this](const server::ProbeEvent& event) {
-    std::lock_guard<std::mutex> lock(mu_);
+    aside::MutexLock lock(&mu_);
     events_.push_back({event, MonotonicNanos()});
-    cv_.notify_all();
   });
 }
 
@@ -405,9 +399,8 @@ ProbeRecorder::~ProbeRecorder() { registry_.SetProbeObserverForTest(nullptr); }
 bool ProbeRecorder::WaitUntil(
     const std::function<bool(const std::vector<Event>&)>& done,
     absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                      [&] { return done(events_); });
+  aside::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout([&] { return done(events_); }, timeout);
 }
 
 absl::StatusOr<server::ProbeEvent> ProbeRecorder::WaitForResult(
@@ -435,7 +428,7 @@ absl::StatusOr<server::ProbeEvent> ProbeRecorder::WaitForResult(
 
 std::vector<ProbeRecorder::Event> ProbeRecorder::EventsFor(
     uint64_t target_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   std::vector<Event> out;
   for (const Event& e : events_) {
     if (e.event.target_id == target_id) {
@@ -446,12 +439,12 @@ std::vector<ProbeRecorder::Event> ProbeRecorder::EventsFor(
 }
 
 std::vector<ProbeRecorder::Event> ProbeRecorder::events() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   return events_;
 }
 
 size_t ProbeRecorder::CountFor(uint64_t target_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  aside::MutexLock lock(&mu_);
   return std::count_if(events_.begin(), events_.end(), [&](const Event& e) {
     return e.event.target_id == target_id;
   });

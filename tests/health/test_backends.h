@@ -9,12 +9,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -24,6 +22,7 @@
 #include "absl/time/time.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "lib/sync.h"
 #include "server/health/health_registry.h"
 
 namespace aside::testing {
@@ -96,8 +95,7 @@ class FakeBackend {
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> open_{0};
   std::atomic<uint64_t> max_open_{0};
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable aside::Mutex mu_;
   HttpReply reply_;  // guarded by mu_ (status_ overrides reply_.status)
   std::vector<Request> seen_;  // guarded by mu_
   std::unique_ptr<Impl> impl_;
@@ -125,8 +123,7 @@ class ScriptedHealthService final
 
  private:
   std::atomic<uint64_t> checks_{0};
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable aside::Mutex mu_;
   std::map<std::string, int> statuses_;
   bool hang_ = false;
   std::vector<grpc::ServerUnaryReactor*> held_;
@@ -174,8 +171,7 @@ class ProbeRecorder {
 
  private:
   server::HealthRegistry& registry_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable aside::Mutex mu_;
   std::vector<Event> events_;
 };
 
