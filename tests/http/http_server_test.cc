@@ -32,6 +32,7 @@ using ::aside::testing::MetricValue;
 using ::aside::testing::RawConnection;
 using ::aside::testing::RawGet;
 using ::aside::testing::ReadResponse;
+using ::aside::testing::Trickler;
 using ::aside::testing::WaitUntil;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -39,46 +40,6 @@ using ::testing::StartsWith;
 
 constexpr char kLocal[] = "127.0.0.1";
 constexpr absl::Duration kShort = absl::Milliseconds(300);
-
-// Sends one byte every `interval` on each of its connections (never a whole
-// request) until stopped.
-class Trickler {
- public:
-  Trickler(std::vector<RawConnection*> conns, absl::Duration interval)
-      : conns_(std::move(conns)),
-        thread_([this, interval] { Run(interval); }) {}
-  ~Trickler() {
-    {
-      MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    thread_.join();
-  }
-  int sent() const { return sent_.load(); }
-
- private:
-  void Run(absl::Duration interval) {
-    const std::string request = "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: ";
-    size_t i = 0;
-    MutexLock lock(&mu_);
-    while (!stop_) {
-      const char c = i < request.size() ? request[i] : 'a';
-      ++i;
-      for (RawConnection* conn : conns_) {
-        // Errors are expected once the server closed the connection.
-        (void)conn->Send(absl::string_view(&c, 1));
-      }
-      sent_.fetch_add(1);
-      mu_.AwaitWithTimeout(Cond(&stop_), interval);
-    }
-  }
-
-  std::vector<RawConnection*> conns_;
-  Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<int> sent_{0};
-  std::thread thread_;
-};
 
 class HttpServerTest : public ::testing::Test {
  protected:

@@ -32,6 +32,7 @@ namespace {
 using ::aside::testing::CountOpenFds;
 using ::aside::testing::MetricValue;
 using ::aside::testing::RawConnection;
+using ::aside::testing::Trickler;
 using ::aside::testing::WaitUntil;
 using ::testing::HasSubstr;
 
@@ -42,48 +43,6 @@ constexpr int kScrapes = 50;
 // Silent connections come from 20 loopback addresses, 25 each: under the
 // default per-peer cap (32), so only the total cap (512) bounds them.
 constexpr int kSilentPeers = 20;
-
-// Sends one byte every `interval` on each connection: a request line and
-// then an endless header, so no request ever completes.
-class Trickler {
- public:
-  Trickler(std::vector<RawConnection*> conns, absl::Duration interval)
-      : conns_(std::move(conns)),
-        thread_([this, interval] { Run(interval); }) {}
-  ~Trickler() { Stop(); }
-  void Stop() {
-    {
-      MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    if (thread_.joinable()) {
-      thread_.join();
-    }
-  }
-  int sent() const { return sent_.load(); }
-
- private:
-  void Run(absl::Duration interval) {
-    const std::string request = "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: ";
-    size_t i = 0;
-    MutexLock lock(&mu_);
-    while (!stop_) {
-      const char c = i < request.size() ? request[i] : 'a';
-      ++i;
-      for (RawConnection* conn : conns_) {
-        (void)conn->Send(absl::string_view(&c, 1));
-      }
-      sent_.fetch_add(1);
-      mu_.AwaitWithTimeout(Cond(&stop_), interval);
-    }
-  }
-
-  std::vector<RawConnection*> conns_;
-  Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<int> sent_{0};
-  std::thread thread_;
-};
 
 struct Latencies {
   std::vector<double> ms;

@@ -261,4 +261,29 @@ bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
   return true;
 }
 
+void Trickler::Stop() {
+  {
+    aside::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void Trickler::Run(absl::Duration interval) {
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: ";
+  size_t i = 0;
+  aside::MutexLock lock(&mu_);
+  while (!stop_) {
+    const char c = i < request.size() ? request[i] : 'a';
+    ++i;
+    for (RawConnection* conn : conns_) {
+      (void)conn->Send(absl::string_view(&c, 1));
+    }
+    sent_.fetch_add(1);
+    mu_.AwaitWithTimeout(aside::Cond(&stop_), interval);
+  }
+}
+
 }  // namespace aside::testing

@@ -5,13 +5,17 @@
 #ifndef ASIDE_TESTS_HTTP_RAW_CLIENT_H_
 #define ASIDE_TESTS_HTTP_RAW_CLIENT_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "lib/sync.h"
 
 namespace aside::testing {
 
@@ -74,6 +78,28 @@ absl::StatusOr<RawResponse> RawGet(const std::string& host, int port,
                                    const std::string& target,
                                    const std::string& source = "",
                                    absl::Duration timeout = absl::Seconds(10));
+
+// Sends one byte every `interval` on each of its connections: a request
+// line and then an endless header, so no request ever completes. Send
+// errors are expected once the server has closed a connection.
+class Trickler {
+ public:
+  Trickler(std::vector<RawConnection*> conns, absl::Duration interval)
+      : conns_(std::move(conns)),
+        thread_([this, interval] { Run(interval); }) {}
+  ~Trickler() { Stop(); }
+  void Stop();
+  int sent() const { return sent_.load(); }
+
+ private:
+  void Run(absl::Duration interval);
+
+  std::vector<RawConnection*> conns_;
+  aside::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<int> sent_{0};
+  std::thread thread_;
+};
 
 // Open file descriptors of this process (entries of /proc/self/fd).
 int CountOpenFds();
