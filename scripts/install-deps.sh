@@ -21,6 +21,9 @@ packages=(
   nginx-light dnsmasq-base python3-grpcio curl
   # the fleet store's etcd (server for the tests, etcdctl as their oracle)
   etcd-server etcd-client
+  # dashboard and alert tests (tests/prometheus): a real Prometheus server
+  # scraping aside-server, and promtool for the rule files
+  prometheus
   # chart tests (tests/helm): Helm's template engine built from Debian's Go
   # packages (sprig pulls in its own dependencies), YAML checks, test certs
   golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev

@@ -15,6 +15,7 @@ Run by ctest (tests/helm/CMakeLists.txt):
 
 import argparse
 import copy
+import json
 import os
 import re
 import shutil
@@ -79,6 +80,15 @@ VARIANTS = {
         },
         "autoscaling": {"enabled": True, "minReplicas": 2,
                         "maxReplicas": 5},
+    },
+    "monitoring": {
+        "serviceMonitor": {"enabled": True,
+                           "labels": {"release": "prometheus"}},
+        "dashboards": {"enabled": True,
+                       "annotations": {"grafana_folder": "Aside"}},
+        "alerts": {"enabled": True, "labels": {"release": "prometheus"},
+                   "ruleLabels": {"team": "payments",
+                                  "severity": "overridden"}},
     },
     "no-health-port": {
         "ports": {"health": 0, "metrics": 0},
@@ -163,7 +173,13 @@ def workload(objects):
 
 
 def server_config(objects):
-    cm = one(objects, "ConfigMap")
+    # The server's ConfigMap (the dashboards have their own).
+    found = [o for o in find(objects, "ConfigMap")
+             if "aside.yaml" in o.get("data", {})]
+    if len(found) != 1:
+        raise AssertionError("expected one aside.yaml ConfigMap, found %d"
+                             % len(found))
+    cm = found[0]
     return yaml.load(cm["data"]["aside.yaml"], Loader=UniqueKeyLoader), cm
 
 
@@ -474,6 +490,121 @@ class ChartStructureTest(unittest.TestCase):
         self.assertEqual(
             kinds, {"ConfigMap", "Deployment", "Service", "ServiceAccount",
                     "PodDisruptionBudget"})
+
+
+def rules_file():
+    with open(os.path.join(chart_dir(), "alerts", "aside-rules.yaml")) as f:
+        return yaml.load(f, Loader=UniqueKeyLoader)
+
+
+def dashboard_file():
+    with open(os.path.join(chart_dir(), "dashboards", "aside.json")) as f:
+        return json.load(f)
+
+
+def dashboard_panels(panels):
+    for p in panels:
+        yield p
+        yield from dashboard_panels(p.get("panels", []))
+
+
+class ChartMonitoringTest(unittest.TestCase):
+    """The Grafana dashboard ConfigMap and the PrometheusRule: off by
+    default, and when on, the repository's files unchanged inside them."""
+
+    def test_off_by_default(self):
+        objects, _ = render({})
+        self.assertFalse(find(objects, "PrometheusRule"))
+        self.assertEqual(len(find(objects, "ConfigMap")), 1)
+
+    def test_dashboard_configmap_for_the_sidecar(self):
+        objects, _ = render(VARIANTS["monitoring"])
+        cms = [o for o in find(objects, "ConfigMap")
+               if "aside.json" in o.get("data", {})]
+        self.assertEqual(len(cms), 1)
+        cm = cms[0]
+        self.assertEqual(cm["metadata"]["labels"]["grafana_dashboard"], "1")
+        self.assertEqual(cm["metadata"]["namespace"], "lb")
+        self.assertEqual(cm["metadata"]["annotations"],
+                         {"grafana_folder": "Aside"})
+        self.assertEqual(cm["metadata"]["labels"]["app.kubernetes.io/name"],
+                         "aside")
+        self.assertEqual(json.loads(cm["data"]["aside.json"]),
+                         dashboard_file())
+
+    def test_dashboard_label_and_namespace_are_configurable(self):
+        objects, _ = render({"dashboards": {
+            "enabled": True, "label": "dashboards.example.com/grafana",
+            "labelValue": 7, "namespace": "monitoring",
+            "labels": {"team": "platform"}}})
+        cm = [o for o in find(objects, "ConfigMap")
+              if "aside.json" in o.get("data", {})][0]
+        labels = cm["metadata"]["labels"]
+        self.assertEqual(labels["dashboards.example.com/grafana"], "7")
+        self.assertNotIn("grafana_dashboard", labels)
+        self.assertEqual(labels["team"], "platform")
+        self.assertEqual(cm["metadata"]["namespace"], "monitoring")
+        self.assertNotIn("annotations", cm["metadata"])
+
+    def test_prometheus_rule_is_the_rules_file(self):
+        objects, _ = render(VARIANTS["monitoring"])
+        rule = one(objects, "PrometheusRule")
+        self.assertEqual(rule["apiVersion"], "monitoring.coreos.com/v1")
+        self.assertEqual(rule["metadata"]["labels"]["release"], "prometheus")
+        expected = rules_file()
+        for group in expected["groups"]:
+            for r in group["rules"]:
+                # ruleLabels are added; a rule's own severity wins.
+                r["labels"] = dict({"team": "payments"}, **r["labels"])
+        self.assertEqual(rule["spec"], expected)
+        rendered = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+        self.assertEqual(len(rendered), 8)
+        for r in rendered:
+            self.assertIn(r["labels"]["severity"], ("warning", "critical"))
+            self.assertTrue(r["for"])
+            self.assertTrue(r["annotations"]["summary"])
+            self.assertTrue(r["annotations"]["description"])
+            # Prometheus's own templates reach the rule unrendered by Helm.
+            self.assertIn("{{ $labels.", r["annotations"]["summary"] +
+                          r["annotations"]["description"])
+
+    def test_rules_without_extra_labels(self):
+        objects, _ = render({"alerts": {"enabled": True}})
+        rule = one(objects, "PrometheusRule")
+        self.assertEqual(rule["spec"], rules_file())
+
+    def test_dashboard_shape(self):
+        d = dashboard_file()
+        self.assertEqual(d["uid"], "aside-overview")
+        variables = {v["name"]: v for v in d["templating"]["list"]}
+        self.assertEqual(variables["datasource"]["type"], "datasource")
+        self.assertEqual(variables["datasource"]["query"], "prometheus")
+        panels = list(dashboard_panels(d["panels"]))
+        ids = [p["id"] for p in panels]
+        self.assertEqual(len(ids), len(set(ids)))
+        cells = set()
+        for p in panels:
+            g = p["gridPos"]
+            self.assertLessEqual(g["x"] + g["w"], 24, p["title"])
+            for x in range(g["x"], g["x"] + g["w"]):
+                for y in range(g["y"], g["y"] + g["h"]):
+                    self.assertNotIn((x, y), cells, p["title"])
+                    cells.add((x, y))
+            if p["type"] == "row":
+                continue
+            self.assertTrue(p["description"], p["title"])
+            self.assertEqual(p["datasource"]["uid"], "${datasource}")
+            self.assertTrue(p["targets"], p["title"])
+            refs = [t["refId"] for t in p["targets"]]
+            self.assertEqual(len(refs), len(set(refs)), p["title"])
+            for t in p["targets"]:
+                self.assertRegex(t["expr"], r"aside_[a-z_]+")
+                self.assertEqual(t["datasource"]["uid"], "${datasource}")
+        titles = " ".join(p["title"] for p in panels).lower()
+        for topic in ("pick errors", "without a ready backend", "panic",
+                      "probe results", "probe latency", "watch subscribers",
+                      "fan-out", "load reports", "admin writes", "store"):
+            self.assertIn(topic, titles)
 
 
 class ChartValidationTest(unittest.TestCase):
