@@ -151,6 +151,14 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
           "state database ", store->path(), ": ", spec.status().message()));
     }
     if (absl::Status s = server->groups_->Add(*std::move(spec)); !s.ok()) {
+      if (absl::IsAlreadyExists(s)) {
+        // An alias the config file (or an earlier stored group) now owns:
+        // the file wins, as for names; the stored group stays stored.
+        Log(LogLevel::kWarn, "state.group_shadowed",
+            {{"group", definition.name()},
+             {"reason", std::string(s.message())}});
+        continue;
+      }
       return absl::FailedPreconditionError(
           absl::StrCat("state database ", store->path(), ": group '",
                        definition.name(), "': ", s.message()));
