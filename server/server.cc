@@ -9,6 +9,7 @@
 #include "lib/status_macros.h"
 #include "server/admin_convert.h"
 #include "server/log.h"
+#include "server/parse_error_interceptor.h"
 
 namespace aside::server {
 
@@ -245,6 +246,13 @@ absl::Status AsideServer::Start() {
   builder.RegisterService(ads_service_.get());
   builder.RegisterService(lrs_service_.get());
   builder.RegisterService(health_service_.get());
+  {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(std::make_unique<ParseErrorInterceptorFactory>());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || grpc_port_ == 0) {
     server_.reset();
