@@ -12,6 +12,10 @@
 #                                 in build/bench/ (BENCH_QUICK=1: ~2 minutes;
 #                                 BENCH_ARGS="--only lab" runs one part)
 #   make format                   clang-format the sources
+#   make fuzz                     clang + libFuzzer + ASan/UBSan build in
+#                                 build-fuzz, then every fuzz target for
+#                                 FUZZ_SECONDS (30) each (tests/fuzz;
+#                                 FUZZ_TARGETS="duration_fuzz" runs one)
 #
 # Checks (CI runs them all; see .ci/run):
 #   make thread-safety            clang's -Wthread-safety over every project
@@ -36,6 +40,10 @@ BUILD_TYPE ?= Debug
 endif
 comma := ,
 
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS ?=
+
 BENCH_DIR ?= build-release
 BENCH_ARGS ?=
 # The static checks read compile commands from a clang configuration of the
@@ -47,7 +55,7 @@ CHECK_DIR ?= build-clang
 # the build directory).
 SOURCES = $(shell git ls-files -- '*.h' '*.cc' | grep -E '^(lib|server|client|tests|bench|proto|examples|cmake)/')
 
-.PHONY: all deps configure build run test test-unit bench format \
+.PHONY: all deps configure build run test test-unit bench format fuzz \
         format-check check-generated thread-safety check-no-fetch tidy clean
 
 all: build
@@ -72,6 +80,16 @@ run: build
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE bench \
 	  --timeout 600 $(CTEST_ARGS)
+
+# The fuzz build instruments everything for coverage and sanitizers; only
+# the fuzz targets and what they link are built.
+fuzz: deps
+	$(CMAKE) -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DASIDE_SANITIZE=address,undefined -DASIDE_FUZZ=ON \
+	  -DASIDE_BUILD_TESTS=OFF -DASIDE_WERROR=OFF
+	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target aside_fuzzers
+	./scripts/run-fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 test-unit: configure
 	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target aside_unit_tests

@@ -10,6 +10,14 @@ target_compile_options(aside_warnings INTERFACE
 
 # Sanitizers apply to every target (third-party code is prebuilt and not
 # instrumented; TSan suppressions for it live in tests/tsan.supp).
+if(ASIDE_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "ASIDE_FUZZ needs clang (libFuzzer)")
+  endif()
+  # Coverage for libFuzzer in every project object; the fuzz targets link
+  # the fuzzer itself (tests/fuzz).
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
 if(ASIDE_SANITIZE)
   add_compile_options(-fsanitize=${ASIDE_SANITIZE} -fno-omit-frame-pointer -g)
   add_link_options(-fsanitize=${ASIDE_SANITIZE})
@@ -19,7 +27,9 @@ if(ASIDE_SANITIZE)
   # The instrumentation changes GCC's flow analysis: -Wmaybe-uninitialized
   # then fires inside Boost.Beast's parser headers, where the optimised
   # build proves the value is set. Still shown, no longer fatal.
-  add_compile_options(-Wno-error=maybe-uninitialized)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    add_compile_options(-Wno-error=maybe-uninitialized)
+  endif()
   if(ASIDE_SANITIZE MATCHES "thread")
     # GCC warns that TSan does not model atomic_thread_fence (used inside
     # Boost.Asio); the warning is about the tool, not the code.

@@ -248,7 +248,8 @@ grpc::Status AdminService::Apply(const GroupPtr& group, GroupSpec spec,
     return ToGrpcStatus(s);
   }
   const Persist persist = PersistGroup(spec);
-  if (absl::Status s = group->Update(std::move(spec), persist); !s.ok()) {
+  if (absl::Status s = groups_->Update(group, std::move(spec), persist);
+      !s.ok()) {
     return ToGrpcStatus(s);
   }
   Describe(*group, true, response);
@@ -268,7 +269,9 @@ grpc::Status AdminService::DoCreateGroup(const v1::CreateGroupRequest& request,
   const std::string name = spec->name;
   const Persist persist = PersistGroup(*spec);
   if (absl::Status s = groups_->Add(*std::move(spec), persist); !s.ok()) {
-    return ToGrpcStatus(s);
+    // A name or alias another group holds names its field, as validation
+    // errors do.
+    return ToGrpcStatus(ErrorFieldPath(s) ? PrefixFieldPath("group", s) : s);
   }
   Describe(*groups_->Find(name), true, response);
   return grpc::Status::OK;

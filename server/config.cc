@@ -4,7 +4,10 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "lib/field_error.h"
@@ -20,6 +23,47 @@ using yaml::IndexPath;
 using yaml::JoinPath;
 using yaml::YamlReader;
 
+// Names and aliases are one namespace (CheckGroupNamespace): each group is
+// checked against the earlier ones that could collide with it, and an error
+// points at the later group's field.
+void CheckNamespace(
+    YamlReader& reader,
+    const std::vector<std::pair<std::string, yaml::FieldMarks>>& where,
+    const std::vector<GroupSpec>& groups) {
+  std::map<std::string, size_t, std::less<>> by_name;
+  std::vector<size_t> with_aliases;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const GroupSpec& spec = groups[i];
+    std::set<size_t> candidates(with_aliases.begin(), with_aliases.end());
+    for (const std::string& alias : spec.aliases) {
+      for (absl::string_view name :
+           {absl::string_view(alias), GrpclbLabel(alias)}) {
+        if (auto it = by_name.find(name); it != by_name.end()) {
+          candidates.insert(it->second);
+        }
+      }
+    }
+    for (size_t j : candidates) {
+      if (absl::Status s = CheckGroupNamespace(spec, groups[j]); !s.ok()) {
+        const std::string field = ErrorFieldPath(s).value_or("");
+        std::string message(s.message());
+        if (!field.empty() && message.starts_with(field + ": ")) {
+          message.erase(0, field.size() + 2);
+        }
+        const std::string owner = where[j].first;
+        reader.ErrorAt(where[i].second.Find(field),
+                       JoinPath(where[i].first, field),
+                       absl::StrCat(message, " at ", owner));
+        break;
+      }
+    }
+    by_name.emplace(spec.name, i);
+    if (!spec.aliases.empty()) {
+      with_aliases.push_back(i);
+    }
+  }
+}
+
 // Reads, converts and validates groups[i]; errors go to `reader`.
 void ReadGroups(YamlReader& reader, const YAML::Node& list, ServerConfig* out) {
   if (list.IsNull()) {
@@ -30,6 +74,8 @@ void ReadGroups(YamlReader& reader, const YAML::Node& list, ServerConfig* out) {
     return;
   }
   std::map<std::string, size_t> names;
+  // Per accepted group: its YAML path and marks, for the namespace check.
+  std::vector<std::pair<std::string, yaml::FieldMarks>> where;
   for (size_t i = 0; i < list.size(); ++i) {
     const YAML::Node node = list[i];
     const std::string path = IndexPath("groups", i);
@@ -58,7 +104,9 @@ void ReadGroups(YamlReader& reader, const YAML::Node& list, ServerConfig* out) {
     spec->source = GroupSource::kFile;
     spec->file = reader.file();
     out->groups.push_back(*std::move(spec));
+    where.emplace_back(path, std::move(marks));
   }
+  CheckNamespace(reader, where, out->groups);
   if (list.size() > out->max_groups) {
     reader.Error(list, "groups",
                  absl::StrCat(list.size(), " groups (limits.max_groups is ",
@@ -106,6 +154,15 @@ absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path) {
   if (!in) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open config file"));
   }
+  // Refuse an oversized file before reading it (LoadYaml would, after).
+  in.seekg(0, std::ios::end);
+  if (const std::streamoff size = in.tellg();
+      size > static_cast<std::streamoff>(yaml::kMaxYamlBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", size, " bytes, more than the ",
+                     yaml::kMaxYamlBytes, " a config file may hold"));
+  }
+  in.seekg(0, std::ios::beg);
   std::stringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) {

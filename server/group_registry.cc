@@ -4,6 +4,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -480,6 +481,7 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
       return absl::AlreadyExistsError(
           absl::StrCat("group '", spec.name, "' already exists"));
     }
+    ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
     if (current->size() >= max_groups_) {
       return absl::ResourceExhaustedError(
           absl::StrCat("group limit reached (", max_groups_, " groups)"));
@@ -492,6 +494,7 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
     auto next = std::make_shared<GroupMap>(*current);
     next->emplace(group->name(), group);
     groups_.Publish(std::move(next));
+    SetAliasesLocked(group->name(), group->spec_snapshot()->aliases);
     // A probe result that arrived between the first build and now found no
     // group to rebuild (health observers look groups up by name): take it in
     // now. Usually nothing changed and this publishes nothing.
@@ -506,6 +509,56 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
     o->OnAdded(group);
   }
   return absl::OkStatus();
+}
+
+absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
+                                   const Persist& persist) {
+  aside::MutexLock lock(&write_mu_);
+  std::shared_ptr<const GroupMap> current = groups_.Acquire();
+  auto it = current->find(group->name());
+  if (it == current->end() || it->second != group ||
+      spec.name != group->name()) {
+    return absl::NotFoundError(
+        absl::StrCat("group '", group->name(), "' not found"));
+  }
+  ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
+  std::vector<std::string> aliases = spec.aliases;
+  ASIDE_RETURN_IF_ERROR(group->Update(std::move(spec), persist));
+  SetAliasesLocked(group->name(), aliases);
+  return absl::OkStatus();
+}
+
+absl::Status GroupRegistry::CheckNamespaceLocked(const GroupSpec& spec,
+                                                 const GroupMap& map) const {
+  // The groups that could collide: the owners of any alias (a name or an
+  // alias of `spec` may overlap theirs), and the groups an alias of `spec`
+  // names outright or by its first label. Sorted, for a stable answer.
+  std::set<std::string> candidates;
+  for (const auto& [alias, owner] : alias_owners_) {
+    candidates.insert(owner);
+  }
+  for (const std::string& alias : spec.aliases) {
+    candidates.insert(alias);
+    candidates.insert(std::string(GrpclbLabel(alias)));
+  }
+  candidates.erase(spec.name);
+  for (const std::string& name : candidates) {
+    auto it = map.find(name);
+    if (it != map.end()) {
+      ASIDE_RETURN_IF_ERROR(
+          CheckGroupNamespace(spec, *it->second->spec_snapshot()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void GroupRegistry::SetAliasesLocked(const std::string& group,
+                                     const std::vector<std::string>& aliases) {
+  absl::erase_if(alias_owners_,
+                 [&](const auto& entry) { return entry.second == group; });
+  for (const std::string& alias : aliases) {
+    alias_owners_.emplace(alias, group);
+  }
 }
 
 void GroupRegistry::AddObserver(Observer* observer) {
@@ -535,6 +588,7 @@ absl::Status GroupRegistry::Remove(absl::string_view name,
   auto next = std::make_shared<GroupMap>(*current);
   next->erase(name);
   groups_.Publish(std::move(next));
+  SetAliasesLocked(removed->name(), {});
   removed->NotifyRemoved(generation);
   return absl::OkStatus();
 }

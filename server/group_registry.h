@@ -309,7 +309,16 @@ class GroupRegistry {
   // publishes its first table. ALREADY_EXISTS, RESOURCE_EXHAUSTED (max
   // groups), the table build error or the persist error; on error nothing
   // changes.
+  // Names and aliases are one namespace (see CheckGroupNamespace): a name
+  // or alias that would take another group's grpclb clients is refused with
+  // ALREADY_EXISTS naming the owner, checked under the same lock as the
+  // change itself.
   absl::Status Add(GroupSpec spec, const Persist& persist = nullptr);
+  // Updates `group` (which must still be registered) to `spec` through
+  // Group::Update, after the same namespace check. Changes that may touch
+  // aliases go through here, never through Group::Update directly.
+  absl::Status Update(const GroupPtr& group, GroupSpec spec,
+                      const Persist& persist = nullptr);
   // Removes a group after persisting the removal (if given); its listeners
   // hear OnRemoved.
   absl::Status Remove(absl::string_view name, const Persist& persist = nullptr);
@@ -345,10 +354,20 @@ class GroupRegistry {
   GroupInputs inputs_;
   std::shared_ptr<GroupMetrics> MetricsFor(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // The namespace check of `spec` against every other group of `map`.
+  absl::Status CheckNamespaceLocked(const GroupSpec& spec,
+                                    const GroupMap& map) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  void SetAliasesLocked(const std::string& group,
+                        const std::vector<std::string>& aliases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 
   SnapshotCell<GroupMap> groups_;
   aside::Mutex write_mu_;  // serialises Add/Remove
   absl::flat_hash_map<std::string, std::weak_ptr<GroupMetrics>> metrics_by_name_
+      ABSL_GUARDED_BY(write_mu_);
+  // Every alias of every group, with its group's name.
+  absl::flat_hash_map<std::string, std::string> alias_owners_
       ABSL_GUARDED_BY(write_mu_);
 
   aside::Mutex observers_mu_;

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "lib/command_line.h"
 #include "server/config.h"
+#include "server/config_check.h"
 #include "server/embedded_config.h"
 #include "server/log.h"
 #include "server/server.h"
@@ -86,6 +87,10 @@ int main(int argc, char** argv) {
     absl::StatusOr<ServerConfig> config = LoadConfigFile(check_config);
     if (!config.ok()) {
       std::cerr << config.status().message() << "\n";
+      return 1;
+    }
+    if (absl::Status s = CheckReferencedFiles(*config); !s.ok()) {
+      std::cerr << s.message() << "\n";
       return 1;
     }
     std::cout << check_config << ": ok (" << config->groups.size()

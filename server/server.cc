@@ -9,6 +9,7 @@
 #include "lib/status_macros.h"
 #include "server/admin_convert.h"
 #include "server/log.h"
+#include "server/parse_error_interceptor.h"
 
 namespace aside::server {
 
@@ -151,6 +152,14 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
           "state database ", store->path(), ": ", spec.status().message()));
     }
     if (absl::Status s = server->groups_->Add(*std::move(spec)); !s.ok()) {
+      if (absl::IsAlreadyExists(s)) {
+        // An alias the config file (or an earlier stored group) now owns:
+        // the file wins, as for names; the stored group stays stored.
+        Log(LogLevel::kWarn, "state.group_shadowed",
+            {{"group", definition.name()},
+             {"reason", std::string(s.message())}});
+        continue;
+      }
       return absl::FailedPreconditionError(
           absl::StrCat("state database ", store->path(), ": group '",
                        definition.name(), "': ", s.message()));
@@ -237,6 +246,13 @@ absl::Status AsideServer::Start() {
   builder.RegisterService(ads_service_.get());
   builder.RegisterService(lrs_service_.get());
   builder.RegisterService(health_service_.get());
+  {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(std::make_unique<ParseErrorInterceptorFactory>());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || grpc_port_ == 0) {
     server_.reset();

@@ -1,8 +1,13 @@
 #include "proto/yaml/yaml_reader.h"
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
+
 #include <cmath>
 #include <limits>
 #include <set>
+#include <sstream>
+#include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -11,13 +16,81 @@
 
 namespace aside::yaml {
 
+namespace {
+
+// Notes where documents start and how deeply collections nest, without
+// building nodes; stops (by exception) at the first thing refused.
+class ShapeCheck : public YAML::EventHandler {
+ public:
+  struct Refused {
+    YAML::Mark mark;
+    std::string message;
+  };
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents_ > 1) {
+      throw Refused{mark,
+                    "a second YAML document; the file must hold exactly one"};
+    }
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&,
+                       YAML::anchor_t, YAML::EmitterStyle::value) override {
+    Enter(mark);
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Enter(mark);
+  }
+  void OnMapEnd() override { --depth_; }
+
+ private:
+  void Enter(const YAML::Mark& mark) {
+    if (++depth_ > kMaxYamlDepth) {
+      throw Refused{
+          mark, absl::StrCat("nested deeper than ", kMaxYamlDepth, " levels")};
+    }
+  }
+
+  int documents_ = 0;
+  int depth_ = 0;
+};
+
+absl::Status At(absl::string_view file, const YAML::Mark& mark,
+                absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      file, ":", mark.line + 1, ":", mark.column + 1, ": ", message));
+}
+
+}  // namespace
+
 absl::StatusOr<YAML::Node> LoadYaml(absl::string_view text,
                                     absl::string_view file) {
+  if (text.size() > kMaxYamlBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": ", text.size(), " bytes, more than the ",
+                     kMaxYamlBytes, " a YAML file may hold"));
+  }
   try {
+    // First the shape (one document, bounded nesting), event by event, so
+    // that nothing deep or ignored is ever built; then the document.
+    {
+      std::istringstream in{std::string(text)};
+      YAML::Parser parser(in);
+      ShapeCheck shape;
+      while (parser.HandleNextDocument(shape)) {
+      }
+    }
     return YAML::Load(std::string(text));
+  } catch (const ShapeCheck::Refused& r) {
+    return At(file, r.mark, r.message);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
+    return At(file, e.mark, e.msg);
   }
 }
 

@@ -23,9 +23,16 @@
 
 namespace aside::yaml {
 
+// Bounds on what LoadYaml takes: the text's size and how deeply mappings
+// and sequences nest (config files nest about six levels).
+inline constexpr size_t kMaxYamlBytes = size_t{16} << 20;
+inline constexpr int kMaxYamlDepth = 64;
+
 // Parses a YAML (or JSON) document. Syntax errors are InvalidArgument
 // "file:line:column: message". yaml-cpp reports by exception; this is the
-// boundary that catches it.
+// boundary that catches it. Also refused, with the position: a second
+// document (`---`), which would otherwise be ignored; nesting deeper than
+// kMaxYamlDepth; and text longer than kMaxYamlBytes.
 absl::StatusOr<YAML::Node> LoadYaml(absl::string_view text,
                                     absl::string_view file);
 

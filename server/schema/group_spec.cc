@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "lib/policies/ketama.h"
 #include "lib/status_macros.h"
 
 namespace aside::server {
@@ -15,6 +16,117 @@ bool HasControlOrSpace(absl::string_view s) {
     }
   }
   return false;
+}
+
+absl::string_view GrpclbHost(absl::string_view name) {
+  if (!name.empty() && name.front() == '[') {
+    const size_t close = name.find(']');
+    return close == absl::string_view::npos ? name : name.substr(0, close + 1);
+  }
+  const size_t colon = name.rfind(':');
+  return colon == absl::string_view::npos ? name : name.substr(0, colon);
+}
+
+absl::string_view GrpclbLabel(absl::string_view name) {
+  const absl::string_view host = GrpclbHost(name);
+  return host.substr(0, host.find('.'));
+}
+
+std::string DescribeGroupSource(const GroupSpec& spec) {
+  if (spec.source == GroupSource::kFile) {
+    return spec.file.empty() ? "config file"
+                             : absl::StrCat("config file ", spec.file);
+  }
+  return "created through Admin";
+}
+
+namespace {
+
+// Alias `a` takes the dialed names equal to it and those whose host part
+// equals it; two aliases overlap when some dialed name matches both.
+bool AliasesOverlap(absl::string_view a, absl::string_view b) {
+  return a == b || a == GrpclbHost(b) || b == GrpclbHost(a);
+}
+
+// Alias `alias` takes the clients of the group named `name`: equal, or the
+// alias's first label resolves to that group (a dialed name equal to the
+// alias would otherwise reach `name`).
+bool AliasShadowsName(absl::string_view alias, absl::string_view name) {
+  return alias == name || GrpclbLabel(alias) == name;
+}
+
+absl::Status Taken(absl::string_view field, absl::string_view message,
+                   const GroupSpec& owner) {
+  return FieldError(
+      absl::StatusCode::kAlreadyExists, field,
+      absl::StrCat(message, " (", DescribeGroupSource(owner), ")"));
+}
+
+}  // namespace
+
+absl::Status CheckAliasAgainst(absl::string_view alias, size_t index,
+                               const GroupSpec& other) {
+  const std::string field = absl::StrCat("aliases[", index, "]");
+  if (alias == other.name) {
+    return Taken(
+        field,
+        absl::StrCat("alias '", alias, "' is already the name of group '",
+                     other.name, "'"),
+        other);
+  }
+  if (AliasShadowsName(alias, other.name)) {
+    return Taken(
+        field,
+        absl::StrCat("alias '", alias,
+                     "' would take the clients of "
+                     "group '",
+                     other.name, "' (its first label names that group)"),
+        other);
+  }
+  for (const std::string& theirs : other.aliases) {
+    if (AliasesOverlap(alias, theirs)) {
+      return Taken(field,
+                   alias == theirs
+                       ? absl::StrCat("alias '", alias,
+                                      "' is already an alias of group '",
+                                      other.name, "'")
+                       : absl::StrCat("alias '", alias, "' overlaps alias '",
+                                      theirs, "' of group '", other.name, "'"),
+                   other);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNameAgainstAliases(absl::string_view name,
+                                     const GroupSpec& other) {
+  for (const std::string& theirs : other.aliases) {
+    if (theirs == name) {
+      return Taken(
+          "name",
+          absl::StrCat("name '", name, "' is already an alias of group '",
+                       other.name, "'"),
+          other);
+    }
+    if (AliasShadowsName(theirs, name)) {
+      return Taken(
+          "name",
+          absl::StrCat("name '", name, "' is the first label of alias '",
+                       theirs, "' of group '", other.name,
+                       "', which would take its clients"),
+          other);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGroupNamespace(const GroupSpec& spec,
+                                 const GroupSpec& other) {
+  ASIDE_RETURN_IF_ERROR(CheckNameAgainstAliases(spec.name, other));
+  for (size_t i = 0; i < spec.aliases.size(); ++i) {
+    ASIDE_RETURN_IF_ERROR(CheckAliasAgainst(spec.aliases[i], i, other));
+  }
+  return absl::OkStatus();
 }
 
 absl::string_view HealthCheckKindName(HealthCheckSpec::Kind kind) {
@@ -198,6 +310,19 @@ absl::Status ValidateGroupSpec(GroupSpec& spec) {
         "policy.maglev.table_size",
         absl::StrCat(spec.policy.maglev.table_size, " is smaller than the ",
                      spec.backends.size(), " backends"));
+  }
+  if (spec.policy.kind == PolicyKind::kKetama) {
+    // Every listed backend may be in the ring at once: the table build
+    // would refuse a ring past the cap, so refuse the group up front.
+    const uint64_t points = weight_sum * spec.policy.ketama.points_per_weight;
+    if (points > kMaxKetamaPoints) {
+      return InvalidField(
+          "policy.ketama.points_per_weight",
+          absl::StrCat("weights summing to ", weight_sum, " × ",
+                       spec.policy.ketama.points_per_weight, " make ", points,
+                       " ring points, more than ", kMaxKetamaPoints,
+                       "; lower the weights or points_per_weight"));
+    }
   }
   ASIDE_RETURN_IF_ERROR(ValidateHealthCheck("health_check", spec.health_check));
   ASIDE_RETURN_IF_ERROR(

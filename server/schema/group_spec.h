@@ -198,6 +198,40 @@ absl::Status ValidateGroupSpec(GroupSpec& spec);
 // True when `s` holds a space, a control character (CR, LF, ...) or DEL.
 bool HasControlOrSpace(absl::string_view s);
 
+// --- The grpclb namespace
+// ---------------------------------------------------------------------
+//
+// Names and aliases are one namespace. A dialed name ("web.example:443")
+// resolves to the group with an alias equal to it or to its host part,
+// else to the group named by the host's first label (grpclb, xDS). So an
+// alias may not equal another group's name or have it as its first label,
+// and no dialed name may match aliases of two groups: either would let one
+// group take another's clients.
+
+// The host part of a dialed name or alias: "web:443" -> "web",
+// "[::1]:80" -> "[::1]", "web" -> "web".
+absl::string_view GrpclbHost(absl::string_view name);
+// The host's first label: "web.example:443" -> "web".
+absl::string_view GrpclbLabel(absl::string_view name);
+
+// Where a group comes from, for messages: "config file aside.yaml" or
+// "created through Admin".
+std::string DescribeGroupSource(const GroupSpec& spec);
+
+// Whether `spec`'s name and aliases collide with those of `other` (a
+// different group; equal names are the caller's check). ALREADY_EXISTS
+// naming the field ("name", "aliases[2]") and the owner, e.g.
+//   aliases[0]: alias 'web' is already the name of group 'web' (config file
+//   aside.yaml)
+// or OK.
+absl::Status CheckGroupNamespace(const GroupSpec& spec, const GroupSpec& other);
+// The same for one alias of `spec` (its field "aliases[index]").
+absl::Status CheckAliasAgainst(absl::string_view alias, size_t index,
+                               const GroupSpec& other);
+// The same for `spec`'s name against `other`'s aliases.
+absl::Status CheckNameAgainstAliases(absl::string_view name,
+                                     const GroupSpec& other);
+
 }  // namespace aside::server
 
 #endif  // ASIDE_SERVER_SCHEMA_GROUP_SPEC_H_

@@ -14,6 +14,7 @@
 #include <functional>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/integration/server_helpers.h"
@@ -297,6 +298,30 @@ TEST(ServerBinaryStartupTest, CheckConfigValidatesWithoutBinding) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr(bad + ":3:16: groups[0].backends[0]"));
   EXPECT_THAT(r.output, HasSubstr(bad + ":5:13: groups[1].policy"));
+}
+
+TEST(ServerBinaryStartupTest, CheckConfigLoadsEveryFileTheServerWould) {
+  TempDir dir;
+  const std::string missing = dir.path() + "/missing";
+  const std::string config = dir.WriteFile(
+      "files.yaml", absl::StrCat("session_key_file: ", missing, "-key\n",
+                                 "admin: {token_file: ", missing, "-tokens}\n",
+                                 "tls: {cert_file: ", missing, ".crt, ",
+                                 "key_file: ", missing, ".key}\n"));
+  auto r = aside::testing::RunCommand(
+      {aside::testing::BinDir() + "/aside-server", "--check-config", config});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(missing + "-key: cannot open"));
+  EXPECT_THAT(r.output, HasSubstr(missing + "-tokens: cannot open"));
+  EXPECT_THAT(r.output, HasSubstr(missing + ".crt: cannot open"));
+  EXPECT_THAT(r.output, HasSubstr(missing + ".key: cannot open"));
+
+  const std::string two =
+      dir.WriteFile("two.yaml", "metrics: \"\"\n---\ngroups: [{name: x}]\n");
+  r = aside::testing::RunCommand(
+      {aside::testing::BinDir() + "/aside-server", "--check-config", two});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(two + ":2:1: a second YAML document"));
 }
 
 TEST(ServerBinaryStartupTest, ConfigErrorsExitBeforeBindingAnyPort) {

@@ -7,6 +7,10 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/lb/v1/load_balancer.grpc.pb.h"
@@ -399,6 +403,98 @@ TEST_F(AdminTest, FileGroupsAreReadOnly) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   v1::Group g;
   EXPECT_TRUE(Get("from-file", &g).ok());
+}
+
+TEST_F(AdminTest, AliasesCannotTakeAnotherGroupsClients) {
+  Stop();
+  Start(R"(
+  - name: file-web
+    health_check: {kind: none}
+    aliases: [web.example]
+    backends: [127.0.0.1:7002]
+)");
+  struct Case {
+    std::string json;
+    std::string message;
+  };
+  const Case cases[] = {
+      {R"({"name":"evil","aliases":["from-file"]})",
+       "group.aliases[0]: alias 'from-file' is already the name of group "
+       "'from-file' (config file test.yaml)"},
+      {R"({"name":"evil","aliases":["ok.example","web.example"]})",
+       "group.aliases[1]: alias 'web.example' is already an alias of group "
+       "'file-web' (config file test.yaml)"},
+      {R"({"name":"evil","aliases":["web.example:443"]})",
+       "alias 'web.example:443' overlaps alias 'web.example' of group "
+       "'file-web'"},
+      {R"({"name":"evil","aliases":["from-file.svc.cluster.local"]})",
+       "would take the clients of group 'from-file'"},
+      {R"({"name":"web.example"})",
+       "group.name: name 'web.example' is already an alias of group "
+       "'file-web' (config file test.yaml)"},
+  };
+  for (const Case& c : cases) {
+    grpc::Status s = Create(c.json);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << c.json;
+    EXPECT_THAT(s.error_message(), HasSubstr(c.message)) << c.json;
+  }
+  v1::Group g;
+  EXPECT_EQ(Get("evil", &g).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // Between Admin groups too, on create and on update.
+  ASSERT_TRUE(Create(R"({"name":"a","healthCheck":{"kind":"NONE"},
+                         "aliases":["shared.example"]})")
+                  .ok());
+  ASSERT_TRUE(Create(R"({"name":"b","healthCheck":{"kind":"NONE"}})").ok());
+  grpc::Status s = Create(R"({"name":"c","aliases":["shared.example"]})");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(
+      s.error_message(),
+      HasSubstr("alias 'shared.example' is already an alias of group 'a' "
+                "(created through Admin)"));
+  v1::UpdateGroupRequest update;
+  *update.mutable_group() =
+      FromJson(R"({"name":"b","aliases":["shared.example"]})");
+  update.mutable_update_mask()->add_paths("aliases");
+  v1::Group updated;
+  s = admin_->UpdateGroup(Context().get(), update, &updated);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(s.error_message(), HasSubstr("already an alias of group 'a'"));
+  ASSERT_TRUE(Get("b", &g).ok());
+  EXPECT_EQ(g.aliases_size(), 0);
+  // A group may keep (and re-send) its own aliases; a freed alias is free.
+  *update.mutable_group() =
+      FromJson(R"({"name":"a","aliases":["shared.example","a2.example"]})");
+  EXPECT_TRUE(admin_->UpdateGroup(Context().get(), update, &updated).ok());
+  v1::DeleteGroupRequest del;
+  del.set_name("a");
+  v1::DeleteGroupResponse deleted;
+  ASSERT_TRUE(admin_->DeleteGroup(Context().get(), del, &deleted).ok());
+  *update.mutable_group() =
+      FromJson(R"({"name":"b","aliases":["shared.example"]})");
+  EXPECT_TRUE(admin_->UpdateGroup(Context().get(), update, &updated).ok());
+}
+
+TEST_F(AdminTest, ConcurrentCreatesOfOneAliasLetExactlyOneWin) {
+  constexpr int kThreads = 8;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  std::atomic<int> taken{0};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      grpc::Status s = Create(absl::StrCat(
+          R"({"name":"g)", i, R"(","healthCheck":{"kind":"NONE"},)",
+          R"("aliases":["shared.example"]})"));
+      (s.ok() ? ok : taken)++;
+      EXPECT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::ALREADY_EXISTS)
+          << s.error_message();
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(taken.load(), kThreads - 1);
 }
 
 TEST_F(AdminTest, DeleteRemovesTheGroup) {

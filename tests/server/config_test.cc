@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+#include "proto/yaml/yaml_reader.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -286,6 +288,83 @@ TEST(ConfigTest, MissingFileIsNamed) {
   EXPECT_THAT(LoadConfigFile("/nonexistent/aside.yaml"),
               StatusIs(absl::StatusCode::kNotFound,
                        HasSubstr("/nonexistent/aside.yaml")));
+}
+
+TEST(ConfigTest, ASecondDocumentIsAnError) {
+  EXPECT_THAT(ErrorOf("listen: 127.0.0.1:0\n---\ngroups: []\n"),
+              HasSubstr("aside.yaml:2:1: a second YAML document"));
+  // Even an empty one: whatever follows `---` would be silently ignored.
+  EXPECT_THAT(ErrorOf("metrics: \"\"\n---\n"), HasSubstr("aside.yaml:2:"));
+  // A leading document marker is one document.
+  EXPECT_TRUE(Parse("---\nmetrics: \"\"\n").ok());
+}
+
+TEST(ConfigTest, DeepNestingIsRefusedWithoutRecursingIntoIt) {
+  // Far past any stack a recursive reader would survive.
+  const std::string flow = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_THAT(ErrorOf("groups: " + flow + "\n"),
+              HasSubstr("nested deeper than 64 levels"));
+  EXPECT_THAT(ErrorOf("x: {a: " + std::string(70, '{') + "}"),
+              HasSubstr("aside.yaml:1:"));
+}
+
+TEST(ConfigTest, OversizedTextAndFilesAreRefused) {
+  const std::string big(yaml::kMaxYamlBytes + 1, '#');
+  EXPECT_THAT(ErrorOf(big), HasSubstr("more than the 16777216"));
+  aside::testing::TempDir dir;
+  const std::string path = dir.WriteFile("big.yaml", big);
+  EXPECT_THAT(LoadConfigFile(path),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(path + ": 16777217 bytes, more than")));
+}
+
+TEST(ConfigTest, NamesAndAliasesAreOneNamespace) {
+  EXPECT_THAT(ErrorOf(R"(groups:
+  - name: web
+    backends: [10.0.0.1:80]
+  - name: api
+    aliases: [api.example, web]
+    backends: [10.0.0.2:80]
+)"),
+              HasSubstr("aside.yaml:5:28: groups[1].aliases[1]: alias 'web' is "
+                        "already the name of group 'web'"));
+  EXPECT_THAT(ErrorOf(R"(groups:
+  - name: a
+    aliases: [shop.example]
+  - name: b
+    aliases: [shop.example]
+)"),
+              HasSubstr("aside.yaml:5:15: groups[1].aliases[0]: alias "
+                        "'shop.example' is already an alias of group 'a'"));
+  // The alias first, the name it takes later: the later group is named.
+  EXPECT_THAT(ErrorOf(R"(groups:
+  - name: a
+    aliases: [pay.example]
+  - name: pay
+)"),
+              HasSubstr("aside.yaml:4:11: groups[1].name: name 'pay' is the "
+                        "first label of alias 'pay.example' of group 'a'"));
+  EXPECT_TRUE(Parse(R"(groups:
+  - name: a
+    aliases: [a.example, a]
+  - name: b
+    aliases: [b.example]
+)")
+                  .ok());
+}
+
+TEST(ConfigTest, AKetamaRingPastThePointCapIsAnError) {
+  std::string text =
+      "groups:\n  - name: k\n    policy: {name: ketama, points_per_weight: "
+      "1000}\n    backends:\n";
+  for (int i = 0; i < 20; ++i) {
+    text += absl::StrCat("      - {address: 10.0.0.", i + 1,
+                         ":80, weight: 10000}\n");
+  }
+  EXPECT_THAT(ErrorOf(text),
+              HasSubstr("aside.yaml:3:47: groups[0].policy.ketama."
+                        "points_per_weight: weights summing to 200000 × 1000 "
+                        "make 200000000 ring points, more than 16777216"));
 }
 
 }  // namespace

@@ -7,8 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,9 @@
 
 namespace aside::server {
 namespace {
+
+using ::aside::testing::StatusIs;
+using ::testing::HasSubstr;
 
 Backend Member(const std::string& address, uint32_t weight = 100) {
   Backend b;
@@ -242,6 +247,64 @@ TEST_F(GroupRegistryTest, AwaitRebuildsIsBounded) {
   EXPECT_FALSE(g->AwaitRebuilds(done + 1, absl::Milliseconds(1)));
   g->Rebuild();
   EXPECT_TRUE(g->AwaitRebuilds(done + 1, absl::Milliseconds(1)));
+}
+
+GroupSpec Named(const std::string& name, std::vector<std::string> aliases,
+                GroupSource source = GroupSource::kStore) {
+  GroupSpec spec = Spec({Member("10.0.0.1:80")});
+  spec.name = name;
+  spec.aliases = std::move(aliases);
+  spec.source = source;
+  spec.file = source == GroupSource::kFile ? "aside.yaml" : "";
+  return spec;
+}
+
+TEST_F(GroupRegistryTest, NamesAndAliasesAreOneNamespace) {
+  ASSERT_OK(registry_->Add(Named("web", {"www.example"}, GroupSource::kFile)));
+  EXPECT_THAT(registry_->Add(Named("evil", {"web"})),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("aliases[0]: alias 'web' is already the name "
+                                 "of group 'web' (config file aside.yaml)")));
+  EXPECT_THAT(registry_->Add(Named("evil", {"www.example"})),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("already an alias of group 'web'")));
+  EXPECT_THAT(registry_->Add(Named("evil", {"web.default.svc"})),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("would take the clients of group 'web'")));
+  EXPECT_THAT(registry_->Add(Named("www.example", {})),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("name 'www.example' is already an alias")));
+  EXPECT_EQ(registry_->Find("evil"), nullptr);
+  // What the refused groups tried to take still resolves as before.
+  EXPECT_EQ(registry_->size(), 1u);
+
+  ASSERT_OK(registry_->Add(Named("api", {"api.example"})));
+  GroupPtr api = registry_->Find("api");
+  EXPECT_THAT(registry_->Update(api, Named("api", {"www.example:443"})),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("overlaps alias 'www.example'")));
+  EXPECT_EQ(api->spec().aliases, std::vector<std::string>{"api.example"});
+  ASSERT_OK(registry_->Update(api, Named("api", {"api.example", "api2"})));
+  ASSERT_OK(registry_->Remove("api"));
+  // Removed: its aliases are free again.
+  ASSERT_OK(registry_->Add(Named("other", {"api2"})));
+}
+
+TEST_F(GroupRegistryTest, RacingAddsOfOneAliasLetExactlyOneWin) {
+  constexpr int kThreads = 8;
+  std::vector<std::thread> threads;
+  std::atomic<int> added{0};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      if (registry_->Add(Named(absl::StrCat("g", i), {"shared"})).ok()) {
+        ++added;
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(added.load(), 1);
 }
 
 TEST(GroupTableBuilderTest, DeclaredMembersWinOverDiscoveredOnes) {

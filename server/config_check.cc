@@ -1,0 +1,132 @@
+#include "server/config_check.h"
+
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/admin_auth.h"
+
+namespace aside::server {
+namespace {
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path,
+                                      absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": cannot open ", what));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": read error (", what, ")"));
+  }
+  return buffer.str();
+}
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+
+std::unique_ptr<BIO, BioFree> MemoryBio(const std::string& pem) {
+  return std::unique_ptr<BIO, BioFree>(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// The first certificate of a PEM bundle, or null.
+std::unique_ptr<X509, X509Free> FirstCertificate(const std::string& pem) {
+  auto bio = MemoryBio(pem);
+  return std::unique_ptr<X509, X509Free>(
+      bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+}
+
+}  // namespace
+
+absl::Status CheckReferencedFiles(const ServerConfig& config) {
+  std::vector<std::string> errors;
+  auto note = [&errors](const absl::Status& s) {
+    if (!s.ok()) {
+      errors.emplace_back(s.message());
+    }
+  };
+
+  if (!config.session_key_file.empty()) {
+    absl::StatusOr<std::string> key =
+        ReadWhole(config.session_key_file, "session key file");
+    if (!key.ok()) {
+      note(key.status());
+    } else if (key->size() < 16) {
+      errors.push_back(absl::StrCat(config.session_key_file,
+                                    ": session key shorter than 16 bytes"));
+    }
+  }
+
+  note(AdminAuth::Create(config.admin_token_file, config.admin_identities)
+           .status());
+
+  std::unique_ptr<X509, X509Free> cert;
+  if (!config.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> pem =
+        ReadWhole(config.tls_cert_file, "TLS certificate");
+    if (!pem.ok()) {
+      note(pem.status());
+    } else if (cert = FirstCertificate(*pem); cert == nullptr) {
+      errors.push_back(absl::StrCat(config.tls_cert_file,
+                                    ": no PEM certificate in the file"));
+    }
+  }
+  if (!config.tls_key_file.empty()) {
+    absl::StatusOr<std::string> pem =
+        ReadWhole(config.tls_key_file, "TLS private key");
+    if (!pem.ok()) {
+      note(pem.status());
+    } else {
+      auto bio = MemoryBio(*pem);
+      std::unique_ptr<EVP_PKEY, KeyFree> key(
+          bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
+              : nullptr);
+      if (key == nullptr) {
+        errors.push_back(absl::StrCat(config.tls_key_file,
+                                      ": no PEM private key in the file"));
+      } else if (cert != nullptr &&
+                 X509_check_private_key(cert.get(), key.get()) != 1) {
+        errors.push_back(
+            absl::StrCat(config.tls_key_file,
+                         ": the private key does not match the certificate ",
+                         config.tls_cert_file));
+      }
+    }
+  }
+  if (!config.tls_client_ca_file.empty()) {
+    absl::StatusOr<std::string> pem =
+        ReadWhole(config.tls_client_ca_file, "TLS client CA bundle");
+    if (!pem.ok()) {
+      note(pem.status());
+    } else if (FirstCertificate(*pem) == nullptr) {
+      errors.push_back(absl::StrCat(config.tls_client_ca_file,
+                                    ": no PEM certificate in the file"));
+    }
+  }
+  if (errors.empty()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrJoin(errors, "\n"));
+}
+
+}  // namespace aside::server

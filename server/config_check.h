@@ -1,0 +1,21 @@
+// What `aside-server --check-config` checks beyond parsing the file: every
+// file the config names is loaded as start-up would load it, so that "ok"
+// means the server starts (or fails only on what a check cannot see: ports
+// in use, the state database).
+#ifndef ASIDE_SERVER_CONFIG_CHECK_H_
+#define ASIDE_SERVER_CONFIG_CHECK_H_
+
+#include "absl/status/status.h"
+#include "server/config.h"
+
+namespace aside::server {
+
+// Loads the session key file (at least 16 bytes), the admin token file
+// (parsed as AdminAuth does), and the TLS certificate chain, private key
+// (which must match the certificate) and client CA bundle (PEM). Every
+// error names the file; all errors are reported, one per line.
+absl::Status CheckReferencedFiles(const ServerConfig& config);
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_CONFIG_CHECK_H_
