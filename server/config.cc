@@ -105,6 +105,7 @@ void ReadGroups(YamlReader& reader, const YAML::Node& list, ServerConfig* out) {
     spec->file = reader.file();
     out->groups.push_back(*std::move(spec));
     where.emplace_back(path, std::move(marks));
+    out->group_lines.push_back(node.Mark().line + 1);
   }
   CheckNamespace(reader, where, out->groups);
   if (list.size() > out->max_groups) {
@@ -129,11 +130,11 @@ absl::StatusOr<ServerConfig> ParseConfig(absl::string_view text,
   YamlReader reader(file);
   // yaml-cpp reports by exception: caught here, at the boundary.
   try {
-    if (reader.CheckMap(
-            *root, "",
-            {"listen", "metrics", "state_dir", "log_format", "log_level",
-             "shutdown_grace", "limits", "health", "health_listen", "admin",
-             "tls", "session_key_file", "discovery", "grpclb", "groups"})) {
+    if (reader.CheckMap(*root, "",
+                        {"listen", "metrics", "state_dir", "log_format",
+                         "log_level", "shutdown_grace", "limits", "health",
+                         "health_listen", "admin", "tls", "session_key_file",
+                         "discovery", "grpclb", "config_reload", "groups"})) {
       ReadServerSettings(reader, *root, &config);
       if (const YAML::Node groups = (*root)["groups"]; groups) {
         ReadGroups(reader, groups, &config);

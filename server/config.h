@@ -87,7 +87,17 @@ struct ServerConfig {
   absl::Duration grpclb_client_stats_report_interval = absl::Seconds(10);
   uint32_t grpclb_max_servers = 1000;
 
+  // Following the config file at run time (server/config_reloader.h):
+  // with `reload_watch` its content is checked every `reload_interval`
+  // (SIGHUP reloads it either way). The TLS files are checked as often,
+  // rounded up to whole seconds.
+  bool reload_watch = true;
+  absl::Duration reload_interval = absl::Seconds(1);
+
   std::vector<GroupSpec> groups;
+  // The line (1-based) of each groups[i] in the file, for errors found
+  // after loading (a config reload's name collisions).
+  std::vector<int> group_lines;
 };
 
 // Loads and validates a config file. On failure the status message lists

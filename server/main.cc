@@ -13,6 +13,7 @@
 #include "lib/command_line.h"
 #include "server/config.h"
 #include "server/config_check.h"
+#include "server/config_reloader.h"
 #include "server/embedded_config.h"
 #include "server/log.h"
 #include "server/server.h"
@@ -106,18 +107,22 @@ int main(int argc, char** argv) {
     std::cerr << config.status().message() << "\n";
     return 1;
   }
-  auto override = [](const absl::Flag<Override>& flag, std::string* field) {
-    if (std::optional<std::string> value = absl::GetFlag(flag).value) {
-      *field = *std::move(value);
-    }
+  // The flags win over the file, at start-up and on every reload.
+  const auto apply_flags = [](ServerConfig& c) {
+    auto override = [](const absl::Flag<Override>& flag, std::string* field) {
+      if (std::optional<std::string> value = absl::GetFlag(flag).value) {
+        *field = *std::move(value);
+      }
+    };
+    override(FLAGS_listen, &c.listen);
+    override(FLAGS_metrics, &c.metrics);
+    override(FLAGS_state_dir, &c.state_dir);
+    override(FLAGS_log_format, &c.log_format);
+    override(FLAGS_health_listen, &c.health_listen);
+    override(FLAGS_admin_token_file, &c.admin_token_file);
+    override(FLAGS_log_level, &c.log_level);
   };
-  override(FLAGS_listen, &config->listen);
-  override(FLAGS_metrics, &config->metrics);
-  override(FLAGS_state_dir, &config->state_dir);
-  override(FLAGS_log_format, &config->log_format);
-  override(FLAGS_health_listen, &config->health_listen);
-  override(FLAGS_admin_token_file, &config->admin_token_file);
-  override(FLAGS_log_level, &config->log_level);
+  apply_flags(*config);
   if (config->log_format != "text" && config->log_format != "json") {
     std::cerr << "aside-server: --log-format: expected text or json\n";
     return 2;
@@ -131,17 +136,18 @@ int main(int argc, char** argv) {
   SetLogLevel(*level);
   SetLogJson(config->log_format == "json");
 
-  // Block the shutdown signals in every thread; the main thread waits for
-  // them with sigwait.
+  // Block the shutdown and reload signals in every thread; the main thread
+  // waits for them with sigwait.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  const absl::Duration grace = config->shutdown_grace;
   const size_t group_count = config->groups.size();
+  const ServerConfig started_with = *config;
   absl::StatusOr<std::unique_ptr<AsideServer>> server =
       AsideServer::Create(*std::move(config));
   if (!server.ok()) {
@@ -159,8 +165,35 @@ int main(int argc, char** argv) {
        {"groups", absl::StrCat(group_count)},
        {"config", config_file.empty() ? "<embedded>" : config_file}});
 
+  // The config file is followed from here on (SIGHUP, and its content when
+  // config_reload.watch); the embedded config has nothing to follow.
+  std::unique_ptr<ConfigReloader> reloader;
+  if (!config_file.empty()) {
+    reloader = std::make_unique<ConfigReloader>(
+        ConfigReloader::Options{.path = config_file, .adjust = apply_flags},
+        started_with, &(*server)->groups(), &(*server)->metrics());
+    reloader->Start();
+  }
+
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  while (true) {
+    sigwait(&signals, &signal_number);
+    if (signal_number != SIGHUP) {
+      break;
+    }
+    if (reloader == nullptr) {
+      Log(LogLevel::kWarn, "config.reload_skipped",
+          {{"reason", "running the embedded config; no file to reload"}});
+      continue;
+    }
+    (void)reloader->Reload("sighup");  // logged and counted inside
+  }
+  const absl::Duration grace = reloader != nullptr
+                                   ? reloader->running().shutdown_grace
+                                   : started_with.shutdown_grace;
+  if (reloader != nullptr) {
+    reloader->Stop();
+  }
   Log(LogLevel::kInfo, "server.stopping",
       {{"signal", strsignal(signal_number)},
        {"grace", absl::FormatDuration(grace)}});

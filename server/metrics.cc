@@ -134,7 +134,36 @@ Metrics::Metrics()
                            .Name("aside_xds_load_reports_total")
                            .Help("LRS locality reports, by result (accepted, "
                                  "rejected).")
-                           .Register(*registry_)) {
+                           .Register(*registry_)),
+      config_reloads(prometheus::BuildCounter()
+                         .Name("aside_config_reloads_total")
+                         .Help("Config file reloads, by result (success, "
+                               "failure).")
+                         .Register(*registry_)),
+      config_reloads_success(config_reloads.Add({{"result", "success"}})),
+      config_reloads_failure(config_reloads.Add({{"result", "failure"}})),
+      config_last_reload_success_time(
+          prometheus::BuildGauge()
+              .Name("aside_config_last_reload_success_timestamp_seconds")
+              .Help("Time of the last successful config load (start-up or "
+                    "reload), seconds since the epoch.")
+              .Register(*registry_)
+              .Add({})),
+      config_last_reload_successful(
+          prometheus::BuildGauge()
+              .Name("aside_config_last_reload_successful")
+              .Help("1 when the last config reload succeeded (or none was "
+                    "tried), 0 when it failed and the previous config "
+                    "still serves.")
+              .Register(*registry_)
+              .Add({})),
+      config_restart_required(
+          prometheus::BuildGauge()
+              .Name("aside_config_restart_required")
+              .Help("1 when the config file changes settings that take "
+                    "effect only after a restart.")
+              .Register(*registry_)
+              .Add({})) {
   build_info.Add({{"version", ASIDE_VERSION}}).Set(1);
 }
 

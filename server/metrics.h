@@ -90,6 +90,15 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& xds_unknown_resources;
   prometheus::Family<prometheus::Counter>& xds_ring_hash_fallbacks;
   prometheus::Family<prometheus::Counter>& xds_load_reports;
+  // Config file reloads by result (success, failure); the time of the last
+  // successful one; 1 while the last one succeeded; 1 while the file
+  // changes settings that only a restart applies.
+  prometheus::Family<prometheus::Counter>& config_reloads;
+  prometheus::Counter& config_reloads_success;
+  prometheus::Counter& config_reloads_failure;
+  prometheus::Gauge& config_last_reload_success_time;
+  prometheus::Gauge& config_last_reload_successful;
+  prometheus::Gauge& config_restart_required;
 
  private:
   std::unique_ptr<HttpServer> http_;

@@ -1,6 +1,8 @@
 #include "server/server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 
 #include <fstream>
 #include <sstream>
@@ -211,23 +213,37 @@ AsideServer::Credentials() const {
   if (config_.tls_cert_file.empty()) {
     return grpc::InsecureServerCredentials();
   }
-  grpc::SslServerCredentialsOptions options;
-  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  ASIDE_ASSIGN_OR_RETURN(pair.cert_chain,
-                         ReadFile(config_.tls_cert_file, "TLS certificate"));
-  ASIDE_ASSIGN_OR_RETURN(pair.private_key,
-                         ReadFile(config_.tls_key_file, "TLS private key"));
-  options.pem_key_cert_pairs.push_back(std::move(pair));
+  // Read once here so that a missing file fails start-up with its name;
+  // from then on gRPC's file watcher re-reads the files (a renewed
+  // certificate, key or CA bundle is used for new handshakes; established
+  // connections keep theirs).
+  ASIDE_RETURN_IF_ERROR(
+      ReadFile(config_.tls_cert_file, "TLS certificate").status());
+  ASIDE_RETURN_IF_ERROR(
+      ReadFile(config_.tls_key_file, "TLS private key").status());
   if (!config_.tls_client_ca_file.empty()) {
-    ASIDE_ASSIGN_OR_RETURN(
-        options.pem_root_certs,
-        ReadFile(config_.tls_client_ca_file, "TLS client CA bundle"));
-    options.client_certificate_request =
+    ASIDE_RETURN_IF_ERROR(
+        ReadFile(config_.tls_client_ca_file, "TLS client CA bundle").status());
+  }
+  const auto refresh = static_cast<unsigned int>(
+      std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(
+                               config_.reload_interval, absl::Seconds(1)))));
+  auto provider =
+      std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+          config_.tls_key_file, config_.tls_cert_file,
+          config_.tls_client_ca_file, refresh);
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (config_.tls_client_ca_file.empty()) {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    options.watch_root_certs();
+    options.set_cert_request_type(
         config_.tls_require_client_cert
             ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
   }
-  return grpc::SslServerCredentials(options);
+  return grpc::experimental::TlsServerCredentials(options);
 }
 
 absl::Status AsideServer::Start() {

@@ -249,6 +249,24 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
       }
     }
   }
+  if (const YAML::Node c = root["config_reload"]; c) {
+    if (r.CheckMap(c, "config_reload", {"watch", "interval"})) {
+      if (c["watch"]) {
+        r.GetBool(c["watch"], "config_reload.watch", &out->reload_watch);
+      }
+      if (c["interval"]) {
+        absl::Duration d;
+        if (r.GetDuration(c["interval"], "config_reload.interval", &d)) {
+          if (d < absl::Milliseconds(100) || d > absl::Hours(1)) {
+            r.Error(c["interval"], "config_reload.interval",
+                    "out of range 100ms..1h");
+          } else {
+            out->reload_interval = d;
+          }
+        }
+      }
+    }
+  }
   if (const YAML::Node h = root["health"]; h) {
     if (r.CheckMap(h, "health", {"max_concurrent_probes", "merge_window"})) {
       if (h["merge_window"]) {

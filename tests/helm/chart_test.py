@@ -96,6 +96,9 @@ VARIANTS = {
                    "shutdown_grace": "1m30s"},
         "preStopDelaySeconds": 0,
     },
+    "no-reload": {
+        "configReload": {"enabled": False},
+    },
 }
 
 
@@ -198,9 +201,19 @@ def container(objects):
     return containers[0], pod
 
 
+def annotations(objects):
+    return workload(objects)["spec"]["template"]["metadata"]["annotations"]
+
+
 def checksum(objects):
-    meta = workload(objects)["spec"]["template"]["metadata"]
-    return meta["annotations"]["checksum/config"]
+    return annotations(objects)["checksum/config"]
+
+
+def restart_checksum(objects):
+    return annotations(objects)["checksum/config-restart"]
+
+
+NO_RELOAD = {"configReload": {"enabled": False}}
 
 
 def duration_seconds(text):
@@ -392,9 +405,18 @@ class ChartStructureTest(unittest.TestCase):
                                 m["name"])
             # The config file the server is told to read is the ConfigMap.
             config_path = c["args"][c["args"].index("--config") + 1]
-            self.assertEqual(mounts[config_path]["subPath"], "aside.yaml")
+            if config_path in mounts:
+                # Without reload: the file alone.
+                mount = mounts[config_path]
+                self.assertEqual(mount["subPath"], "aside.yaml")
+            else:
+                # With reload: the whole volume, which follows updates
+                # (a subPath mount never does).
+                self.assertEqual(os.path.basename(config_path), "aside.yaml")
+                mount = mounts[os.path.dirname(config_path)]
+                self.assertNotIn("subPath", mount)
             self.assertEqual(
-                volumes[mounts[config_path]["name"]]["configMap"]["name"],
+                volumes[mount["name"]]["configMap"]["name"],
                 cm["metadata"]["name"])
             # The state directory is a writable volume.
             state = mounts[config["state_dir"]]
@@ -687,28 +709,53 @@ class ChartValuesTest(unittest.TestCase):
 
 
 class ChartChecksumTest(unittest.TestCase):
-    """The checksum annotation rolls the pods exactly when aside.yaml
-    changes."""
+    """Without reload, the checksum annotation rolls the pods exactly when
+    aside.yaml changes; with reload (the default), only when a setting the
+    server cannot reload changes."""
 
     def test_checksum_follows_config(self):
-        base = checksum(render({})[0])
+        base = checksum(render(NO_RELOAD)[0])
         self.assertRegex(base, r"^[0-9a-f]{64}$")
-        self.assertEqual(base, checksum(render({})[0]))
+        self.assertEqual(base, checksum(render(NO_RELOAD)[0]))
         for change in ({"config": {"log_level": "debug"}},
                        {"config": {"limits": {"max_groups": 50}}},
                        {"groups": VARIANTS["groups"]["groups"]},
                        {"ports": {"metrics": 9465}}):
             with self.subTest(change=change):
-                self.assertNotEqual(base, checksum(render(change)[0]))
+                self.assertNotEqual(
+                    base, checksum(render(dict(change, **NO_RELOAD))[0]))
         # Changes outside aside.yaml do not roll the pods for nothing.
         for change in ({"podAnnotations": {"a": "b"}},
                        {"resources": {"requests": {"cpu": "1"}}}):
             with self.subTest(change=change):
-                self.assertEqual(base, checksum(render(change)[0]))
+                self.assertEqual(
+                    base, checksum(render(dict(change, **NO_RELOAD))[0]))
+
+    def test_reload_rolls_pods_only_for_restart_settings(self):
+        objects = render({})[0]
+        self.assertNotIn("checksum/config", annotations(objects))
+        base = restart_checksum(objects)
+        self.assertRegex(base, r"^[0-9a-f]{64}$")
+        # What the server reloads in place leaves the pods alone...
+        for change in ({"config": {"log_level": "debug"}},
+                       {"config": {"log_format": "text"}},
+                       {"config": {"config_reload": {"interval": "5s"}}},
+                       {"groups": VARIANTS["groups"]["groups"]},
+                       {"podAnnotations": {"a": "b"}}):
+            with self.subTest(change=change):
+                self.assertEqual(base, restart_checksum(render(change)[0]))
+        # ...what needs a restart rolls them.
+        for change in ({"config": {"limits": {"max_groups": 50}}},
+                       {"config": {"health": {"max_concurrent_probes": 5}}},
+                       {"ports": {"metrics": 9465}},
+                       VARIANTS["tls"]):
+            with self.subTest(change=change):
+                self.assertNotEqual(base, restart_checksum(render(change)[0]))
 
     def test_checksum_is_of_the_configmap(self):
         import hashlib
-        objects, text = render({"config": {"log_level": "warn"}})
+        objects, text = render({"config": {"log_level": "warn"},
+                                **NO_RELOAD})
         source = "# Source: aside/templates/configmap.yaml\n"
         start = text.index(source) + len(source)
         end = text.find("\n---", start)

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/yaml/yaml_reader.h"
+#include "server/config_reloader.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -265,6 +266,48 @@ TEST(ConfigTest, ListsEveryError) {
 TEST(ConfigTest, SyntaxErrorsHaveAPosition) {
   EXPECT_THAT(ErrorOf("groups:\n  - name: [unclosed\n"),
               HasSubstr("aside.yaml:"));
+}
+
+TEST(ConfigTest, ConfigReloadSettings) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig defaults, Parse(""));
+  EXPECT_TRUE(defaults.reload_watch);
+  EXPECT_EQ(defaults.reload_interval, absl::Seconds(1));
+  ASSERT_OK_AND_ASSIGN(ServerConfig c,
+                       Parse("config_reload: {watch: false, interval: 250ms}"));
+  EXPECT_FALSE(c.reload_watch);
+  EXPECT_EQ(c.reload_interval, absl::Milliseconds(250));
+  EXPECT_THAT(ErrorOf("config_reload:\n  interval: 10ms\n"),
+              HasSubstr("aside.yaml:2:13: config_reload.interval: out of "
+                        "range 100ms..1h"));
+  EXPECT_THAT(ErrorOf("config_reload: {poll: true}"),
+              HasSubstr("config_reload"));
+}
+
+TEST(ConfigTest, GroupLinesPointAtEachGroup) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig c, Parse(R"(log_level: info
+groups:
+  - name: a
+    backends: [127.0.0.1:1]
+  - name: b
+    backends: [127.0.0.1:2]
+)"));
+  EXPECT_THAT(c.group_lines, ::testing::ElementsAre(3, 5));
+}
+
+TEST(ConfigTest, RestartOnlyChangesNameTheKeysButNotLiveOnes) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig a, Parse(""));
+  ASSERT_OK_AND_ASSIGN(
+      ServerConfig b,
+      Parse("log_level: debug\nlog_format: json\nshutdown_grace: 3s\n"
+            "config_reload: {interval: 5s}\n"
+            "groups:\n  - name: g\n    backends: [127.0.0.1:1]\n"));
+  EXPECT_THAT(RestartOnlyChanges(a, b), ::testing::IsEmpty());
+  ASSERT_OK_AND_ASSIGN(ServerConfig c,
+                       Parse("listen: 127.0.0.1:1\nlimits: {max_groups: 5}\n"
+                             "health: {merge_window: 1s}\n"));
+  EXPECT_THAT(RestartOnlyChanges(a, c),
+              ::testing::ElementsAre("listen", "limits.max_groups",
+                                     "health.merge_window"));
 }
 
 TEST(ConfigTest, Durations) {

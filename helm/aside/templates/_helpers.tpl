@@ -56,6 +56,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Where the chart mounts what the server reads. */}}
 {{- define "aside.configDir" -}}/etc/aside{{- end }}
+{{- define "aside.configFile" -}}
+{{- if .Values.configReload.enabled -}}
+{{ include "aside.configDir" . }}/config/aside.yaml
+{{- else -}}
+{{ include "aside.configDir" . }}/aside.yaml
+{{- end -}}
+{{- end }}
 {{- define "aside.adminDir" -}}/etc/aside/admin{{- end }}
 {{- define "aside.tlsDir" -}}/etc/aside/tls{{- end }}
 {{- define "aside.clientCaDir" -}}/etc/aside/client-ca{{- end }}
@@ -170,5 +177,19 @@ ports, mounts and Secrets it sets up. */}}
 {{- $_ := set $config "session_key_file" (printf "%s/%s" (include "aside.sessionDir" .) .Values.sessionKey.secretKey) }}
 {{- end }}
 {{- $_ := set $config "groups" (.Values.groups | default list) }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/*
+The part of aside.yaml that only a restart applies: everything but the
+groups and the settings the server reloads in place (docs/operations.md,
+"Reloading without a restart"). With configReload.enabled the pods roll on
+a change of this part only.
+*/}}
+{{- define "aside.restartConfig" -}}
+{{- $config := include "aside.config" . | fromYaml }}
+{{- range $key := list "groups" "log_level" "log_format" "shutdown_grace" "config_reload" }}
+{{- $_ := unset $config $key }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
