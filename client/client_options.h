@@ -45,6 +45,11 @@ struct ClientOptions {
   std::string reporter;
   Locality locality;
   absl::Duration report_interval = absl::Seconds(1);
+  // Bearer token sent with load reports ("authorization: Bearer <token>"),
+  // for servers that take reports only from a credential with the `report`
+  // role (load_reports.auth: token); empty sends none. With mTLS
+  // (tls.cert_file) the certificate's identity may serve instead.
+  std::string report_token;
   // Local ejection: after `local_ejection_failures` consecutive failures
   // recorded through PickHandle::Done, this stub stops picking the backend for
   // `local_ejection_time`, without waiting for the server's health checks

@@ -114,6 +114,10 @@ void Client::ReportLoop(int64_t start_nanos) {
       }
       std::string target;
       context = std::make_unique<grpc::ClientContext>();
+      if (!options_.report_token.empty()) {
+        context->AddMetadata("authorization",
+                             absl::StrCat("Bearer ", options_.report_token));
+      }
       {
         aside::MutexLock lock(&mu_);
         if (stopping_) {

@@ -60,7 +60,7 @@ struct ServerConfig {
   // Who may call aside.v1.Admin.
   struct AdminIdentity {
     std::string identity;  // URI or DNS SAN, or the subject CN
-    std::string role;      // "admin" or "read"
+    std::string role;      // "admin", "read" or "report"
     friend bool operator==(const AdminIdentity&,
                            const AdminIdentity&) = default;
   };
@@ -82,6 +82,20 @@ struct ServerConfig {
 
   // DNS servers for DNS discovery ("ip:port"); empty: /etc/resolv.conf.
   std::vector<std::string> dns_servers;
+
+  // Load reports (ReportLoad, grpclb ClientStats, xDS LRS): `auth: token`
+  // (the default) takes them only from credentials with the `report` or
+  // `admin` role; `auth: open` from anyone who reaches the port (trusted
+  // networks only, chosen knowingly; docs/operations.md).
+  bool load_reports_open = false;
+  // Most weight one reporter (one credential; in open mode one peer host)
+  // carries in a backend's load estimate, as a share of all reporters'
+  // (server/load_aggregator.h).
+  double load_reports_max_reporter_share = 0.25;
+
+  // A connection that has not finished its handshake (TLS, and the HTTP/2
+  // preface and settings) within this time is closed.
+  absl::Duration handshake_timeout = absl::Seconds(10);
 
   // grpclb (grpc.lb.v1) settings.
   absl::Duration grpclb_client_stats_report_interval = absl::Seconds(10);

@@ -203,7 +203,8 @@ void Group::ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now) {
 void Group::OnLoadReport(const std::string& address, uint64_t requests,
                          uint64_t failures, uint32_t consecutive_failures,
                          absl::Duration mean_latency,
-                         absl::Duration mean_first_byte_latency) {
+                         absl::Duration mean_first_byte_latency,
+                         bool failures_corroborated) {
   if (requests > 0 && mean_latency > absl::ZeroDuration()) {
     TableConstPtr table = table_.Acquire();
     const int64_t i = table->Find(address);
@@ -221,7 +222,7 @@ void Group::OnLoadReport(const std::string& address, uint64_t requests,
     }
   }
   OutlierDetector& outliers = members_.outliers();
-  if (!outliers.enabled()) {
+  if (!outliers.enabled() || !failures_corroborated) {
     return;
   }
   if (outliers.ReportBatch(address, requests, failures, consecutive_failures) &&

@@ -196,10 +196,14 @@ class Group : public std::enable_shared_from_this<Group> {
   // failures in a row it sees now. Ejections take effect in a rebuild.
   // The mean latencies of those requests also feed the server's load models
   // (peak-EWMA, least-time), so server-side picks see the fleet's view.
+  // `failures_corroborated` false (reporters holding most of the weight see
+  // no failures in a row; LoadAggregator) keeps the batch away from outlier
+  // detection.
   void OnLoadReport(const std::string& address, uint64_t requests,
                     uint64_t failures, uint32_t consecutive_failures,
                     absl::Duration mean_latency,
-                    absl::Duration mean_first_byte_latency);
+                    absl::Duration mean_first_byte_latency,
+                    bool failures_corroborated = true);
   // Current outlier ejections of this group's backends.
   std::vector<OutlierDetector::Ejection> Ejections() const;
 

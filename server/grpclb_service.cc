@@ -144,6 +144,10 @@ class GrpclbService::Stream final
  public:
   Stream(GrpclbService* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
+    reporter_.name = "anonymous";
+    if (service_->report_auth_ != nullptr) {
+      report_refusal_ = service_->report_auth_->Authorize(*context, &reporter_);
+    }
     bool shutting_down;
     {
       aside::MutexLock lock(&service_->mu_);
@@ -284,6 +288,26 @@ class GrpclbService::Stream final
   }
 
   void HandleStats(const lb::ClientStats& stats) {
+    if (!report_refusal_.ok()) {
+      if (service_->metrics_ != nullptr) {
+        service_->metrics_->load_reports_refused
+            .Add({{"protocol", "grpclb"},
+                  {"reason",
+                   std::string(ReportAuth::RefusalReason(report_refusal_))}})
+            .Increment();
+        service_->metrics_->grpclb_client_stats
+            .Add({{"group", group_->name()}, {"result", "refused"}})
+            .Increment();
+      }
+      if (!said_refused_) {
+        said_refused_ = true;
+        Log(LogLevel::kDebug, "grpclb.client_stats_refused",
+            {{"group", group_->name()},
+             {"peer", context_->peer()},
+             {"reason", report_refusal_.error_message()}});
+      }
+      return;
+    }
     std::vector<std::pair<std::string, int64_t>> dropped;
     for (const lb::ClientStatsPerToken& t : stats.calls_finished_with_drop()) {
       dropped.emplace_back(t.load_balance_token().substr(0, 256),
@@ -298,6 +322,17 @@ class GrpclbService::Stream final
           .Add({{"group", group_->name()},
                 {"result", s.ok() ? "ok" : "rejected"}})
           .Increment();
+      if (s.ok()) {
+        service_->metrics_->load_reporter_observations
+            .Add({{"protocol", "grpclb"},
+                  {"group", group_->name()},
+                  {"reporter", reporter_.name}})
+            .Increment();
+      } else {
+        service_->metrics_->load_reports_refused
+            .Add({{"protocol", "grpclb"}, {"reason", "invalid"}})
+            .Increment();
+      }
     }
   }
 
@@ -369,6 +404,11 @@ class GrpclbService::Stream final
   // Set once by the reading side (under mu_) before any listener or writer
   // uses it; other threads read it under mu_.
   GroupPtr group_;
+  // Who the caller reports as, or why it may not (set in the constructor;
+  // read by the reading side only).
+  ReportAuth::Reporter reporter_;
+  grpc::Status report_refusal_;
+  bool said_refused_ = false;
 
   // Taken after the service's mu_, never before.
   aside::Mutex mu_;
@@ -382,12 +422,14 @@ class GrpclbService::Stream final
 
 GrpclbService::GrpclbService(GroupRegistry* groups, LoadAggregator* loads,
                              Metrics* metrics, absl::Duration stats_interval,
-                             uint32_t max_servers)
+                             uint32_t max_servers,
+                             const ReportAuth* report_auth)
     : groups_(groups),
       loads_(loads),
       metrics_(metrics),
       stats_interval_(stats_interval),
-      max_servers_(max_servers) {
+      max_servers_(max_servers),
+      report_auth_(report_auth) {
   ticker_ = std::thread([this] { Ticker(); });
 }
 

@@ -18,7 +18,9 @@
 //
 // A fresh list follows every change of the group (coalesced like Watch: at
 // most one write in flight, the newest list next). ClientStats feed the
-// group's client-stats totals (Admin GetGroup) and metrics.
+// group's client-stats totals (Admin GetGroup) and metrics, when the
+// caller may report load (server/report_auth.h); a caller that may not
+// still gets its server lists, and its stats are dropped and counted.
 //
 // Threads: gRPC's callback threads run each stream's reactor methods (one
 // read and one write in flight per stream); group publication calls a
@@ -39,6 +41,7 @@
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
 #include "server/metrics.h"
+#include "server/report_auth.h"
 
 namespace aside::server {
 
@@ -54,8 +57,11 @@ grpc::lb::v1::ServerList BuildServerList(const Table& table,
 
 class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
  public:
+  // ClientStats count only from callers `report_auth` admits (null:
+  // anyone); the server lists go to every caller.
   GrpclbService(GroupRegistry* groups, LoadAggregator* loads, Metrics* metrics,
-                absl::Duration stats_interval, uint32_t max_servers);
+                absl::Duration stats_interval, uint32_t max_servers,
+                const ReportAuth* report_auth = nullptr);
   ~GrpclbService() override;
 
   grpc::ServerBidiReactor<grpc::lb::v1::LoadBalanceRequest,
@@ -80,6 +86,7 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   Metrics* const metrics_;
   const absl::Duration stats_interval_;
   const uint32_t max_servers_;
+  const ReportAuth* const report_auth_;
 
   // Taken before a stream's own lock, never after.
   mutable aside::Mutex mu_;

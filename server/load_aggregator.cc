@@ -1,5 +1,6 @@
 #include "server/load_aggregator.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -30,8 +31,168 @@ absl::Status CheckUtilization(const char* field,
 }  // namespace
 
 LoadAggregator::LoadAggregator(const Clock* clock, absl::Duration window,
-                               Membership membership)
-    : clock_(clock), window_(window), membership_(std::move(membership)) {}
+                               Membership membership, double max_reporter_share)
+    : clock_(clock),
+      window_(window),
+      membership_(std::move(membership)),
+      max_reporter_share_(max_reporter_share) {}
+
+std::vector<double> LoadAggregator::CapWeights(std::vector<double> weights,
+                                               double share) {
+  const size_t n = weights.size();
+  if (n == 0 || share >= 1) {
+    return weights;
+  }
+  auto equal = [&] {
+    std::fill(weights.begin(), weights.end(), 1.0);
+    return weights;
+  };
+  if (static_cast<double>(n) * share <= 1 + 1e-12) {
+    return equal();
+  }
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) {
+    order[i] = i;
+  }
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return weights[a] > weights[b]; });
+  double rest = 0;
+  for (double w : weights) {
+    rest += w;
+  }
+  // Cap the k heaviest at c, where c is `share` of the capped total:
+  // c = share * (rest + k c), rest being the uncapped weights' sum.
+  for (size_t k = 0; k < n; ++k) {
+    const double room = 1 - static_cast<double>(k) * share;
+    if (room <= 0) {
+      break;
+    }
+    const double cap = share * rest / room;
+    if (weights[order[k]] <= cap) {
+      for (size_t j = 0; j < k; ++j) {
+        weights[order[j]] = cap;
+      }
+      return weights;
+    }
+    rest -= weights[order[k]];
+  }
+  return equal();
+}
+
+double LoadAggregator::WeightedMedian(
+    std::vector<std::pair<double, double>> values) {
+  std::erase_if(values, [](const auto& v) { return !(v.second > 0); });
+  if (values.empty()) {
+    return std::nan("");
+  }
+  std::sort(values.begin(), values.end());
+  double total = 0;
+  for (const auto& v : values) {
+    total += v.second;
+  }
+  const double half = total / 2;
+  double cumulative = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    cumulative += values[i].second;
+    if (cumulative >= half - 1e-9 * total) {
+      if (std::abs(cumulative - half) <= 1e-9 * total &&
+          i + 1 < values.size()) {
+        return (values[i].first + values[i + 1].first) / 2;
+      }
+      return values[i].first;
+    }
+  }
+  return values.back().first;
+}
+
+LoadAggregator::Bounded LoadAggregator::BoundedLocked(const BackendState& state,
+                                                      int64_t now_nanos) const {
+  struct Source {
+    double weight = 0;
+    double latency_sum = 0, latency_weight = 0;
+    double first_byte_sum = 0, first_byte_weight = 0;
+    double failed_sum = 0, failed_weight = 0;
+    double utilization_sum = 0;
+    int utilization_count = 0;
+    bool failing = false;
+  };
+  const int64_t window_nanos = absl::ToInt64Nanoseconds(window_);
+  const double inverse_window = 1.0 / static_cast<double>(window_nanos);
+  absl::flat_hash_map<absl::string_view, Source> sources;
+  for (const auto& [key, r] : state.reporters) {
+    if (now_nanos - r.last_seen_nanos > window_nanos) {
+      continue;
+    }
+    const double w =
+        r.window_requests *
+        std::exp(-static_cast<double>(now_nanos - r.decayed_at_nanos) *
+                 inverse_window);
+    Source& s = sources[r.source];
+    s.weight += w;
+    // Within a source, reporters weigh by their requests (a tiny floor so
+    // a source whose reporters all went idle still has a value).
+    const double inner = w + 1e-9;
+    if (r.last_latency_nanos >= 0) {
+      s.latency_sum += inner * r.last_latency_nanos;
+      s.latency_weight += inner;
+      s.failed_sum += inner * (r.last_failed ? 1 : 0);
+      s.failed_weight += inner;
+    }
+    if (r.last_first_byte_nanos >= 0) {
+      s.first_byte_sum += inner * r.last_first_byte_nanos;
+      s.first_byte_weight += inner;
+    }
+    if (r.utilization.has_value()) {
+      s.utilization_sum += *r.utilization;
+      ++s.utilization_count;
+    }
+    s.failing = s.failing || r.consecutive_failures > 0;
+  }
+  std::vector<const Source*> weighed;
+  std::vector<double> weights;
+  std::vector<std::pair<double, double>> utilization;
+  for (const auto& [name, s] : sources) {
+    if (s.utilization_count > 0) {
+      utilization.emplace_back(s.utilization_sum / s.utilization_count, 1.0);
+    }
+    if (s.weight > 0) {
+      weighed.push_back(&s);
+      weights.push_back(s.weight);
+    }
+  }
+  weights = CapWeights(std::move(weights), max_reporter_share_);
+  std::vector<std::pair<double, double>> latency, first_byte, failed;
+  double total = 0;
+  double failing = 0;
+  for (size_t i = 0; i < weighed.size(); ++i) {
+    const Source& s = *weighed[i];
+    total += weights[i];
+    failing += s.failing ? weights[i] : 0;
+    if (s.latency_weight > 0) {
+      latency.emplace_back(s.latency_sum / s.latency_weight, weights[i]);
+      failed.emplace_back(s.failed_sum / s.failed_weight, weights[i]);
+    }
+    if (s.first_byte_weight > 0) {
+      first_byte.emplace_back(s.first_byte_sum / s.first_byte_weight,
+                              weights[i]);
+    }
+  }
+  Bounded out;
+  if (const double v = WeightedMedian(std::move(latency)); !std::isnan(v)) {
+    out.latency_nanos = v;
+  }
+  if (const double v = WeightedMedian(std::move(first_byte)); !std::isnan(v)) {
+    out.first_byte_nanos = v;
+  }
+  if (const double v = WeightedMedian(std::move(failed)); !std::isnan(v)) {
+    out.failed = v >= 0.5;
+  }
+  if (const double v = WeightedMedian(std::move(utilization)); !std::isnan(v)) {
+    out.utilization = v;
+  }
+  out.failures_corroborated = total > 0 && failing >= total / 2;
+  return out;
+}
 
 void LoadAggregator::set_listener(Listener listener) {
   listener_ = std::move(listener);
@@ -73,17 +234,25 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
   }
 
   const int64_t now = clock_->NowNanos();
+  const std::string& source = o.source.empty() ? reporter : o.source;
+  // Keyed by source too, so that one credential cannot write into the
+  // counters another one's reporter id keeps.
+  const std::string reporter_key = absl::StrCat(source, "\x1f", reporter);
+  const bool has_utilization = o.application.has_value() || o.cpu.has_value();
   Accepted accepted;
   {
     aside::MutexLock lock(&mu_);
     BackendState& state = backends_[Key(o.group, o.address)];
-    auto it = state.reporters.find(reporter);
+    auto it = state.reporters.find(reporter_key);
     if (it == state.reporters.end()) {
       if (state.reporters.size() >= kMaxReportersPerBackend) {
         return absl::ResourceExhaustedError(
             "reporter: too many reporters for this backend");
       }
-      it = state.reporters.emplace(reporter, ReporterState{}).first;
+      it = state.reporters
+               .emplace(reporter_key, ReporterState{.source = source,
+                                                    .decayed_at_nanos = now})
+               .first;
       // A new reporter's first cumulative report is its baseline: what it
       // counted before is unknown history, not a burst in this window.
       if (!o.deltas) {
@@ -95,8 +264,9 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
         r.in_flight = o.in_flight;
         r.consecutive_failures = o.consecutive_failures;
         r.last_seen_nanos = now;
-        if (o.application.has_value() || o.cpu.has_value()) {
-          state.utilization = o.application.has_value() ? o.application : o.cpu;
+        if (has_utilization) {
+          r.utilization = o.application.has_value() ? o.application : o.cpu;
+          state.utilization = BoundedLocked(state, now).utilization;
           state.utilization_at = clock_->WallNow();
         }
         return absl::OkStatus();
@@ -144,24 +314,47 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
     r.in_flight = o.in_flight;
     r.consecutive_failures = o.consecutive_failures;
     r.last_seen_nanos = now;
-    if (o.application.has_value() || o.cpu.has_value()) {
-      state.utilization = o.application.has_value() ? o.application : o.cpu;
-      state.utilization_at = clock_->WallNow();
+    r.window_requests =
+        r.window_requests *
+            std::exp(-static_cast<double>(now - r.decayed_at_nanos) /
+                     static_cast<double>(absl::ToInt64Nanoseconds(window_))) +
+        static_cast<double>(delta.requests);
+    r.decayed_at_nanos = now;
+    if (delta.requests > 0) {
+      const double n = static_cast<double>(delta.requests);
+      r.last_latency_nanos = static_cast<double>(delta.latency_nanos) / n;
+      r.last_first_byte_nanos =
+          delta.first_byte_requests > 0
+              ? static_cast<double>(delta.first_byte_nanos) /
+                    static_cast<double>(delta.first_byte_requests)
+              : -1;
+      r.last_failed = delta.failures >= delta.requests;
+    }
+    if (has_utilization) {
+      r.utilization = o.application.has_value() ? o.application : o.cpu;
     }
     AddToBucketsLocked(state.buckets, now, delta);
+    const Bounded bounded = BoundedLocked(state, now);
+    if (has_utilization) {
+      state.utilization = bounded.utilization;
+      state.utilization_at = clock_->WallNow();
+    }
 
     accepted.group = o.group;
     accepted.address = o.address;
     accepted.new_requests = delta.requests;
     accepted.new_failures = delta.failures;
     accepted.consecutive_failures = o.consecutive_failures;
+    accepted.failures_corroborated = bounded.failures_corroborated;
     if (delta.requests > 0) {
-      accepted.mean_latency = absl::Nanoseconds(
-          delta.latency_nanos / static_cast<int64_t>(delta.requests));
-      if (delta.first_byte_requests > 0) {
+      accepted.failed = bounded.failed;
+      if (bounded.latency_nanos >= 0) {
+        accepted.mean_latency =
+            absl::Nanoseconds(static_cast<int64_t>(bounded.latency_nanos));
+      }
+      if (bounded.first_byte_nanos >= 0) {
         accepted.mean_first_byte_latency =
-            absl::Nanoseconds(delta.first_byte_nanos /
-                              static_cast<int64_t>(delta.first_byte_requests));
+            absl::Nanoseconds(static_cast<int64_t>(bounded.first_byte_nanos));
       }
     }
   }

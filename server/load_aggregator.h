@@ -10,8 +10,31 @@
 // (in-flight, consecutive failures) are kept per reporter and count only
 // while the reporter is fresh (reported within the window).
 //
+// Bounded influence. Anyone holding a report credential can lie, so no
+// single reporter decides what the server believes about a backend. Every
+// observation names a `source` (the credential it came in under, see
+// server/report_auth.h; a source may run many reporter ids). What an
+// accepted observation feeds the server's load models (least-time and
+// peak-EWMA samples, outlier detection) is the fleet's view, not the
+// report's own:
+// - each fresh source of the backend gets a weight: the requests it
+//   reported within the window (exponentially decayed, time constant
+//   `window`), capped by water-filling so that no source carries more than
+//   `max_reporter_share` of the total (when there are too few sources for
+//   the cap, all weigh the same);
+// - the latency sample is the weighted median of the sources' latest means
+//   (ties between two halves take the midpoint). A source holding less than
+//   half the weight cannot move it outside the range of the others' values,
+//   however many requests or reports it claims; a lone source is taken as
+//   it reports, as before;
+// - utilisation is the median of the fresh sources' latest values;
+// - failures count towards outlier ejection only when sources holding at
+//   least half the weight currently see failures in a row.
+// A backend that only one source reports on still takes that source's view
+// (there is nothing to weigh it against); see docs/operations.md.
+//
 // Thread-safe: one mutex; the report path is a few map lookups per
-// observation.
+// observation plus one pass over the backend's fresh reporters.
 #ifndef ASIDE_SERVER_LOAD_AGGREGATOR_H_
 #define ASIDE_SERVER_LOAD_AGGREGATOR_H_
 
@@ -34,6 +57,9 @@ namespace aside::server {
 
 // One observation of one backend by one reporter, counters cumulative.
 struct LoadObservation {
+  // The unit whose influence is bounded (the credential; empty: the
+  // reporter id itself).
+  std::string source;
   std::string group;
   std::string address;
   uint64_t requests = 0;
@@ -90,15 +116,24 @@ class LoadAggregator {
     std::string address;
     uint64_t new_requests = 0;
     uint64_t new_failures = 0;
-    // Mean latencies of the new requests; 0 when none completed.
+    // The fleet's latency view after this observation (the weighted
+    // median over sources, see the file comment); 0 when no new request
+    // completed.
     absl::Duration mean_latency;
     absl::Duration mean_first_byte_latency;
+    // Whether the fleet's view counts this batch as failed (more failures
+    // than successes by weighted median of the sources' latest batches).
+    bool failed = false;
     uint32_t consecutive_failures = 0;
+    // Whether sources holding at least half the weight see failures in a
+    // row now (outlier detection acts only then).
+    bool failures_corroborated = false;
   };
   using Listener = std::function<void(const Accepted&)>;
 
+  // `max_reporter_share` in (0, 1]: the most weight one source carries.
   LoadAggregator(const Clock* clock, absl::Duration window,
-                 Membership membership);
+                 Membership membership, double max_reporter_share = 1.0);
 
   void set_listener(Listener listener);
 
@@ -137,6 +172,16 @@ class LoadAggregator {
 
   absl::Duration window() const { return window_; }
 
+  // The weights `weights` carry after capping each at `share` of the total
+  // by water-filling (all equal when there are fewer than 1/share of
+  // them). Exposed for tests.
+  static std::vector<double> CapWeights(std::vector<double> weights,
+                                        double share);
+  // The weighted median of (value, weight) pairs; the midpoint when the
+  // weight splits exactly in half between two values. NaN when empty or
+  // weightless.
+  static double WeightedMedian(std::vector<std::pair<double, double>> values);
+
  private:
   struct Bucket {
     int64_t second = 0;
@@ -147,6 +192,7 @@ class LoadAggregator {
     uint64_t first_byte_requests = 0;
   };
   struct ReporterState {
+    std::string source;
     uint64_t requests = 0;
     uint64_t failures = 0;
     int64_t latency_sum_nanos = 0;
@@ -154,6 +200,25 @@ class LoadAggregator {
     uint64_t in_flight = 0;
     uint32_t consecutive_failures = 0;
     int64_t last_seen_nanos = 0;
+    // Requests within the window, decayed by exp(-dt/window) from
+    // `decayed_at_nanos`.
+    double window_requests = 0;
+    int64_t decayed_at_nanos = 0;
+    // Means of the latest batch with completed requests (first byte < 0:
+    // unknown), whether it failed more than it succeeded, and the latest
+    // utilisation.
+    double last_latency_nanos = -1;
+    double last_first_byte_nanos = -1;
+    bool last_failed = false;
+    std::optional<double> utilization;
+  };
+  // The fleet's view of one backend (see the file comment).
+  struct Bounded {
+    double latency_nanos = -1;
+    double first_byte_nanos = -1;
+    bool failed = false;
+    bool failures_corroborated = false;
+    std::optional<double> utilization;
   };
   struct BackendState {
     absl::flat_hash_map<std::string, ReporterState> reporters;
@@ -165,10 +230,13 @@ class LoadAggregator {
   void AddToBucketsLocked(std::deque<Bucket>& buckets, int64_t now_nanos,
                           const Bucket& delta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Bounded BoundedLocked(const BackendState& state, int64_t now_nanos) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* const clock_;
   const absl::Duration window_;
   const Membership membership_;
+  const double max_reporter_share_;
   Listener listener_;
 
   mutable aside::Mutex mu_;

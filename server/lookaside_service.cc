@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "lib/address.h"
 #include "proto/convert.h"
@@ -10,12 +11,14 @@ namespace aside::server {
 
 LoadBalancerService::LoadBalancerService(GroupRegistry* groups,
                                          Metrics* metrics, const Clock* clock,
-                                         WatchHub* watch, LoadAggregator* loads)
+                                         WatchHub* watch, LoadAggregator* loads,
+                                         const ReportAuth* report_auth)
     : groups_(groups),
       metrics_(metrics),
       clock_(clock),
       watch_(watch),
-      loads_(loads) {}
+      loads_(loads),
+      report_auth_(report_auth) {}
 
 namespace {
 
@@ -23,8 +26,9 @@ namespace {
 // each into the aggregator, then answers with the tally.
 class ReportReader final : public grpc::ServerReadReactor<v1::LoadReport> {
  public:
-  ReportReader(LoadBalancerService* service, v1::ReportLoadResponse* response)
-      : service_(service), response_(response) {
+  ReportReader(LoadBalancerService* service, v1::ReportLoadResponse* response,
+               ReportAuth::Reporter reporter)
+      : service_(service), response_(response), reporter_(std::move(reporter)) {
     StartRead(&report_);
   }
 
@@ -34,7 +38,7 @@ class ReportReader final : public grpc::ServerReadReactor<v1::LoadReport> {
       Finish(grpc::Status::OK);
       return;
     }
-    service_->HandleReport(report_, index_++, response_);
+    service_->HandleReport(reporter_, report_, index_++, response_);
     report_.Clear();
     StartRead(&report_);
   }
@@ -44,9 +48,29 @@ class ReportReader final : public grpc::ServerReadReactor<v1::LoadReport> {
  private:
   LoadBalancerService* const service_;
   v1::ReportLoadResponse* const response_;
+  const ReportAuth::Reporter reporter_;
   v1::LoadReport report_;
   uint64_t index_ = 0;
 };
+
+// A refused ReportLoad call: ends at once with the refusal.
+class RefusedReport final : public grpc::ServerReadReactor<v1::LoadReport> {
+ public:
+  explicit RefusedReport(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+// The metric reason of an observation the aggregator rejected.
+const char* RejectReason(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kNotFound:
+      return "unknown_backend";
+    case absl::StatusCode::kResourceExhausted:
+      return "limit";
+    default:
+      return "invalid";
+  }
+}
 
 absl::StatusOr<int64_t> Nanos(const char* field,
                               const google::protobuf::Duration& d) {
@@ -60,15 +84,29 @@ absl::StatusOr<int64_t> Nanos(const char* field,
 }  // namespace
 
 grpc::ServerReadReactor<v1::LoadReport>* LoadBalancerService::ReportLoad(
-    grpc::CallbackServerContext* /*context*/,
-    v1::ReportLoadResponse* response) {
-  return new ReportReader(this, response);
+    grpc::CallbackServerContext* context, v1::ReportLoadResponse* response) {
+  ReportAuth::Reporter reporter{.name = "anonymous", .source = "anonymous"};
+  if (report_auth_ != nullptr) {
+    if (grpc::Status s = report_auth_->Authorize(*context, &reporter);
+        !s.ok()) {
+      if (metrics_ != nullptr) {
+        metrics_->load_reports_refused
+            .Add({{"protocol", "aside"},
+                  {"reason", std::string(ReportAuth::RefusalReason(s))}})
+            .Increment();
+      }
+      return new RefusedReport(s);
+    }
+  }
+  return new ReportReader(this, response, std::move(reporter));
 }
 
-void LoadBalancerService::HandleReport(const v1::LoadReport& report,
+void LoadBalancerService::HandleReport(const ReportAuth::Reporter& reporter,
+                                       const v1::LoadReport& report,
                                        uint64_t report_index,
                                        v1::ReportLoadResponse* response) {
-  auto reject = [&](uint32_t load_index, std::string reason) {
+  auto reject = [&](uint32_t load_index, std::string reason,
+                    const char* metric_reason = "invalid") {
     if (response->rejected_size() < kMaxRejectedListed) {
       v1::RejectedLoad* r = response->add_rejected();
       r->set_report_index(report_index);
@@ -77,6 +115,9 @@ void LoadBalancerService::HandleReport(const v1::LoadReport& report,
     }
     if (metrics_ != nullptr) {
       metrics_->load_reports_rejected.Increment();
+      metrics_->load_reports_refused
+          .Add({{"protocol", "aside"}, {"reason", metric_reason}})
+          .Increment();
     }
   };
   if (report.reporter().empty() || report.reporter().size() > 128) {
@@ -94,10 +135,14 @@ void LoadBalancerService::HandleReport(const v1::LoadReport& report,
     }
     return;
   }
+  // Counted per group once per report (a metric lookup per entry would
+  // cost more than the entry).
+  absl::flat_hash_map<std::string, uint64_t> accepted_by_group;
   for (int i = 0; i < report.loads_size(); ++i) {
     const v1::BackendLoad& in = report.loads(i);
     const std::string field = absl::StrCat("loads[", i, "].");
     LoadObservation o;
+    o.source = reporter.source;
     o.group = in.group();
     o.address = in.address();
     if (!o.address.empty() && groups_->Find(o.group) != nullptr &&
@@ -132,12 +177,23 @@ void LoadBalancerService::HandleReport(const v1::LoadReport& report,
     }
     absl::Status s = loads_->Add(report.reporter(), o);
     if (!s.ok()) {
-      reject(static_cast<uint32_t>(i), absl::StrCat(field, s.message()));
+      reject(static_cast<uint32_t>(i), absl::StrCat(field, s.message()),
+             RejectReason(s.code()));
       continue;
     }
     response->set_accepted(response->accepted() + 1);
     if (metrics_ != nullptr) {
       metrics_->load_reports_accepted.Increment();
+    }
+    ++accepted_by_group[o.group];
+  }
+  if (metrics_ != nullptr) {
+    for (const auto& [group, n] : accepted_by_group) {
+      metrics_->load_reporter_observations
+          .Add({{"protocol", "aside"},
+                {"group", group},
+                {"reporter", reporter.name}})
+          .Increment(static_cast<double>(n));
     }
   }
 }

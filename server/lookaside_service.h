@@ -16,6 +16,7 @@
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
 #include "server/metrics.h"
+#include "server/report_auth.h"
 #include "server/watch.h"
 
 namespace aside::server {
@@ -36,9 +37,12 @@ using LoadBalancerServiceBase = v1::LoadBalancer::WithCallbackMethod_Pick<
 
 class LoadBalancerService final : public LoadBalancerServiceBase {
  public:
+  // `report_auth` decides who may call ReportLoad (null: anyone, as
+  // "anonymous").
   LoadBalancerService(GroupRegistry* groups, Metrics* metrics,
                       const Clock* clock, WatchHub* watch,
-                      LoadAggregator* loads);
+                      LoadAggregator* loads,
+                      const ReportAuth* report_auth = nullptr);
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(
       grpc::CallbackServerContext* context,
@@ -52,10 +56,11 @@ class LoadBalancerService final : public LoadBalancerServiceBase {
       grpc::CallbackServerContext* context,
       v1::ReportLoadResponse* response) override;
 
-  // Folds one report into the aggregator, recording accepted and rejected
-  // observations in `response` (report_index is the report's position in
-  // its stream).
-  void HandleReport(const v1::LoadReport& report, uint64_t report_index,
+  // Folds one report from `reporter` into the aggregator, recording
+  // accepted and rejected observations in `response` (report_index is the
+  // report's position in its stream).
+  void HandleReport(const ReportAuth::Reporter& reporter,
+                    const v1::LoadReport& report, uint64_t report_index,
                     v1::ReportLoadResponse* response);
 
   // The pick itself, without the RPC plumbing (also used by tests).
@@ -68,6 +73,7 @@ class LoadBalancerService final : public LoadBalancerServiceBase {
   const Clock* const clock_;
   WatchHub* const watch_;
   LoadAggregator* const loads_;
+  const ReportAuth* const report_auth_;
 };
 
 }  // namespace aside::server

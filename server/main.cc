@@ -16,6 +16,7 @@
 #include "server/config_reloader.h"
 #include "server/embedded_config.h"
 #include "server/log.h"
+#include "server/resource_limits.h"
 #include "server/server.h"
 
 namespace {
@@ -135,6 +136,16 @@ int main(int argc, char** argv) {
   }
   SetLogLevel(*level);
   SetLogJson(config->log_format == "json");
+
+  if (absl::StatusOr<FileLimit> files = RaiseFileLimit(); files.ok()) {
+    Log(LogLevel::kInfo, "limits.open_files",
+        {{"soft", absl::StrCat(files->after)},
+         {"was", absl::StrCat(files->before)},
+         {"hard", absl::StrCat(files->hard)}});
+  } else {
+    Log(LogLevel::kWarn, "limits.open_files",
+        {{"error", std::string(files.status().message())}});
+  }
 
   // Block the shutdown and reload signals in every thread; the main thread
   // waits for them with sigwait.

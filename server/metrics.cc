@@ -82,6 +82,19 @@ Metrics::Metrics()
                        .Register(*registry_)),
       load_reports_accepted(load_reports.Add({{"result", "accepted"}})),
       load_reports_rejected(load_reports.Add({{"result", "rejected"}})),
+      load_reporter_observations(
+          prometheus::BuildCounter()
+              .Name("aside_load_reporter_observations_total")
+              .Help("Load observations accepted, by protocol (aside, grpclb, "
+                    "lrs), group and reporter (credential name or "
+                    "anonymous).")
+              .Register(*registry_)),
+      load_reports_refused(
+          prometheus::BuildCounter()
+              .Name("aside_load_reports_refused_total")
+              .Help("Load reports refused (whole calls, by credentials) and "
+                    "observations rejected, by protocol and reason.")
+              .Register(*registry_)),
       grpclb_streams(prometheus::BuildGauge()
                          .Name("aside_grpclb_streams")
                          .Help("grpclb BalanceLoad streams open.")

@@ -70,6 +70,11 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& load_reports;
   prometheus::Counter& load_reports_accepted;
   prometheus::Counter& load_reports_rejected;
+  // Accepted load observations by protocol (aside, grpclb, lrs), group and
+  // reporter (the credential's name, or "anonymous" in open mode); refused
+  // reports and rejected observations by protocol and reason.
+  prometheus::Family<prometheus::Counter>& load_reporter_observations;
+  prometheus::Family<prometheus::Counter>& load_reports_refused;
   // grpclb streams open, server lists sent by group, client stats received
   // by group and result.
   prometheus::Gauge& grpclb_streams;

@@ -103,7 +103,17 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       [groups](const std::string& group, const std::string& address) {
         GroupPtr g = groups->Find(group);
         return g != nullptr && g->table()->Find(address) >= 0;
-      });
+      },
+      cfg.load_reports_max_reporter_share);
+  server->report_auth_ =
+      std::make_unique<ReportAuth>(cfg.load_reports_open, server->auth_.get());
+  if (!server->report_auth_->usable()) {
+    Log(LogLevel::kWarn, "load_reports.refused",
+        {{"reason",
+          "load_reports.auth is token and no credentials are configured "
+          "(admin.token_file, admin.allowed_identities): every load report "
+          "is refused"}});
+  }
   server->groups_->set_inputs({.dns = server->dns_.get(),
                                .scheduler = server->scheduler_.get(),
                                .health = server->health_.get(),
@@ -175,20 +185,21 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
     if (GroupPtr g = groups->Find(a.group)) {
       g->OnLoadReport(a.address, a.new_requests, a.new_failures,
                       a.consecutive_failures, a.mean_latency,
-                      a.mean_first_byte_latency);
+                      a.mean_first_byte_latency, a.failures_corroborated);
     }
   });
   server->watch_hub_ = std::make_unique<WatchHub>(
       server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout);
   server->lb_service_ = std::make_unique<LoadBalancerService>(
       server->groups_.get(), &server->metrics_, clock, server->watch_hub_.get(),
-      server->loads_.get());
+      server->loads_.get(), server->report_auth_.get());
   server->admin_service_ = std::make_unique<AdminService>(
       server->groups_.get(), store, server->auth_.get(), &server->metrics_,
       server->loads_.get(), server->health_.get());
   server->grpclb_service_ = std::make_unique<GrpclbService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
-      cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers);
+      cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers,
+      server->report_auth_.get());
   server->admin_service_->set_grpclb_streams(
       [grpclb = server->grpclb_service_.get()](const std::string& group) {
         return grpclb->streams_for(group);
@@ -198,7 +209,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       server->groups_.get(), &server->metrics_, server->loads_.get());
   server->lrs_service_ = std::make_unique<xds::LrsService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
-      cfg.grpclb_client_stats_report_interval);
+      cfg.grpclb_client_stats_report_interval, server->report_auth_.get());
   server->health_service_ =
       std::make_unique<HealthService>(server->groups_.get());
   if (!cfg.health_listen.empty()) {
@@ -256,6 +267,11 @@ absl::Status AsideServer::Start() {
       static_cast<int>(config_.max_receive_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(config_.max_concurrent_streams));
+  // A connection that never completes its handshake (TLS, HTTP/2 preface
+  // and settings) is closed after this, instead of gRPC's two minutes.
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(config_.handshake_timeout)));
   builder.RegisterService(lb_service_.get());
   builder.RegisterService(admin_service_.get());
   builder.RegisterService(grpclb_service_.get());
@@ -290,6 +306,9 @@ absl::Status AsideServer::Start() {
                                     grpc::InsecureServerCredentials(),
                                     &health_port_);
     health_builder.SetMaxReceiveMessageSize(4096);
+    health_builder.AddChannelArgument(
+        GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+        static_cast<int>(absl::ToInt64Milliseconds(config_.handshake_timeout)));
     health_builder.RegisterService(plain_health_service_.get());
     health_server_ = health_builder.BuildAndStart();
     if (health_server_ == nullptr || health_port_ == 0) {

@@ -21,6 +21,7 @@
 #include "server/lookaside_service.h"
 #include "server/metrics.h"
 #include "server/rebuild_scheduler.h"
+#include "server/report_auth.h"
 #include "server/state_store.h"
 #include "server/xds/ads_service.h"
 #include "server/xds/lrs_service.h"
@@ -74,6 +75,7 @@ class AsideServer {
   std::unique_ptr<RebuildScheduler> scheduler_;
   std::unique_ptr<DnsDiscovery> dns_;
   std::unique_ptr<AdminAuth> auth_;
+  std::unique_ptr<ReportAuth> report_auth_;
   std::unique_ptr<WatchHub> watch_hub_;
   std::unique_ptr<LoadBalancerService> lb_service_;
   std::unique_ptr<AdminService> admin_service_;

@@ -81,10 +81,11 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
             r.GetString(ids[i]["identity"], JoinPath(ip, "identity"),
                         &id.identity);
             if (r.GetString(ids[i]["role"], JoinPath(ip, "role"), &id.role) &&
-                id.role != "admin" && id.role != "read") {
+                id.role != "admin" && id.role != "read" &&
+                id.role != "report") {
               r.Error(ids[i]["role"], JoinPath(ip, "role"),
                       absl::StrCat("unknown role '", id.role,
-                                   "' (allowed: admin, read)"));
+                                   "' (allowed: admin, read, report)"));
             }
             if (id.identity.empty()) {
               r.Error(ids[i]["identity"], JoinPath(ip, "identity"), "is empty");
@@ -174,6 +175,34 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
       }
     }
   }
+  if (const YAML::Node lr = root["load_reports"]; lr) {
+    if (r.CheckMap(lr, "load_reports", {"auth", "max_reporter_share"})) {
+      if (lr["auth"]) {
+        std::string mode;
+        if (r.GetString(lr["auth"], "load_reports.auth", &mode)) {
+          if (mode == "open" || mode == "token") {
+            out->load_reports_open = mode == "open";
+          } else {
+            r.Error(lr["auth"], "load_reports.auth",
+                    absl::StrCat("unknown mode '", mode,
+                                 "' (allowed: token, open)"));
+          }
+        }
+      }
+      if (lr["max_reporter_share"]) {
+        double share = 0;
+        if (r.GetDouble(lr["max_reporter_share"],
+                        "load_reports.max_reporter_share", &share)) {
+          if (!(share >= 0.01 && share <= 1)) {
+            r.Error(lr["max_reporter_share"], "load_reports.max_reporter_share",
+                    absl::StrCat(share, " out of range 0.01..1"));
+          } else {
+            out->load_reports_max_reporter_share = share;
+          }
+        }
+      }
+    }
+  }
   if (root["listen"]) {
     GetAddress(r, root["listen"], "listen", &out->listen, false, true);
   }
@@ -205,7 +234,19 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
     if (r.CheckMap(l, "limits",
                    {"max_receive_message_bytes", "max_concurrent_streams",
                     "max_groups", "max_state_bytes", "watch_stall_timeout",
-                    "load_window"})) {
+                    "load_window", "handshake_timeout"})) {
+      if (l["handshake_timeout"]) {
+        absl::Duration d;
+        if (r.GetDuration(l["handshake_timeout"], "limits.handshake_timeout",
+                          &d)) {
+          if (d < absl::Milliseconds(100) || d > absl::Minutes(10)) {
+            r.Error(l["handshake_timeout"], "limits.handshake_timeout",
+                    "out of range 100ms..10m");
+          } else {
+            out->handshake_timeout = d;
+          }
+        }
+      }
       if (l["load_window"]) {
         absl::Duration d;
         if (r.GetDuration(l["load_window"], "limits.load_window", &d)) {

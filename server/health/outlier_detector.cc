@@ -176,7 +176,10 @@ size_t OutlierDetector::MaxEjectedLocked() const {
   const double share =
       static_cast<double>(entries_.size()) * spec_.max_ejection_percent / 100.0;
   const size_t floor = static_cast<size_t>(std::floor(share + 1e-9));
-  return std::min(entries_.size(), std::max<size_t>(1, floor));
+  // Never every member, whatever the percent (100 included): reports alone
+  // must not empty a group.
+  const size_t most = entries_.size() == 0 ? 0 : entries_.size() - 1;
+  return std::min(most, std::max<size_t>(1, floor));
 }
 
 std::vector<OutlierDetector::Ejection> OutlierDetector::Ejections() const {

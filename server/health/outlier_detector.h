@@ -17,7 +17,10 @@
 //   is above zero, as Envoy documents ("will eject at least one host
 //   regardless of the value"): otherwise any group smaller than
 //   100 / percent (10 backends at the default 10 %) could never eject
-//   anything. A failure that reaches the threshold while the cap is full
+//   anything. Never all of them, though, even at 100 %: at least one
+//   member is never ejected (a group of one never ejects), so reports
+//   alone cannot empty a group. A failure that reaches the threshold while
+//   the cap is full
 //   does not eject; the next failure tries again. Ejecting the last ready
 //   backends is what panic mode (the group's panic_threshold) is for.
 // - Reports for addresses that are not members are ignored, so a client

@@ -26,10 +26,24 @@ class LrsService::Stream final
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Increment();
     }
+    grpc::Status refusal;
+    if (service_->report_auth_ != nullptr) {
+      refusal = service_->report_auth_->Authorize(*context, &source_);
+    }
     aside::MutexLock lock(&mu_);
     if (shutting_down) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 "server is shutting down"));
+      return;
+    }
+    if (!refusal.ok()) {
+      if (service_->metrics_ != nullptr) {
+        service_->metrics_->load_reports_refused
+            .Add({{"protocol", "lrs"},
+                  {"reason", std::string(ReportAuth::RefusalReason(refusal))}})
+            .Increment();
+      }
+      FinishLocked(refusal);
       return;
     }
     StartRead(&request_);
@@ -49,7 +63,7 @@ class LrsService::Stream final
       ToProto(service_->interval_, response_.mutable_load_reporting_interval());
       StartWrite(&response_);
     }
-    service_->Apply(reporter_, request_);
+    service_->Apply(reporter_, request_, source_);
     request_.Clear();
     StartRead(&request_);
   }
@@ -99,12 +113,19 @@ class LrsService::Stream final
   lrs::LoadStatsRequest request_ ABSL_GUARDED_BY(mu_);
   lrs::LoadStatsResponse response_ ABSL_GUARDED_BY(mu_);
   std::string reporter_ ABSL_GUARDED_BY(mu_);
+  // Set in the constructor, before the first read.
+  ReportAuth::Reporter source_{"anonymous", ""};
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 LrsService::LrsService(GroupRegistry* groups, LoadAggregator* loads,
-                       Metrics* metrics, absl::Duration interval)
-    : groups_(groups), loads_(loads), metrics_(metrics), interval_(interval) {}
+                       Metrics* metrics, absl::Duration interval,
+                       const ReportAuth* report_auth)
+    : groups_(groups),
+      loads_(loads),
+      metrics_(metrics),
+      interval_(interval),
+      report_auth_(report_auth) {}
 
 grpc::ServerBidiReactor<lrs::LoadStatsRequest, lrs::LoadStatsResponse>*
 LrsService::StreamLoadStats(grpc::CallbackServerContext* context) {
@@ -120,7 +141,8 @@ void LrsService::Shutdown() {
 }
 
 size_t LrsService::Apply(const std::string& reporter,
-                         const lrs::LoadStatsRequest& report) {
+                         const lrs::LoadStatsRequest& report,
+                         const ReportAuth::Reporter& source) {
   size_t accepted = 0;
   for (const envoy::config::endpoint::v3::ClusterStats& c :
        report.cluster_stats()) {
@@ -133,6 +155,7 @@ size_t LrsService::Apply(const std::string& reporter,
     for (const envoy::config::endpoint::v3::UpstreamLocalityStats& l :
          c.upstream_locality_stats()) {
       LoadObservation o;
+      o.source = source.source;
       o.group = group;
       o.address = BackendFromLocality(l.locality());
       o.deltas = true;
@@ -144,6 +167,20 @@ size_t LrsService::Apply(const std::string& reporter,
         metrics_->xds_load_reports
             .Add({{"result", s.ok() ? "accepted" : "rejected"}})
             .Increment();
+        if (s.ok()) {
+          metrics_->load_reporter_observations
+              .Add({{"protocol", "lrs"},
+                    {"group", group},
+                    {"reporter", source.name}})
+              .Increment();
+        } else {
+          metrics_->load_reports_refused
+              .Add({{"protocol", "lrs"},
+                    {"reason", s.code() == absl::StatusCode::kNotFound
+                                   ? "unknown_backend"
+                                   : "invalid"}})
+              .Increment();
+        }
       }
       if (s.ok()) {
         ++accepted;

@@ -20,14 +20,17 @@
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
 #include "server/metrics.h"
+#include "server/report_auth.h"
 
 namespace aside::server::xds {
 
 class LrsService final : public envoy::service::load_stats::v3::
                              LoadReportingService::CallbackService {
  public:
+  // Streams from callers `report_auth` refuses (null: none refused) end at
+  // once with UNAUTHENTICATED or PERMISSION_DENIED.
   LrsService(GroupRegistry* groups, LoadAggregator* loads, Metrics* metrics,
-             absl::Duration interval);
+             absl::Duration interval, const ReportAuth* report_auth = nullptr);
 
   grpc::ServerBidiReactor<envoy::service::load_stats::v3::LoadStatsRequest,
                           envoy::service::load_stats::v3::LoadStatsResponse>*
@@ -39,7 +42,8 @@ class LrsService final : public envoy::service::load_stats::v3::
   // Folds one report into the aggregator; returns the localities accepted.
   // `reporter` names the client (node id and peer).
   size_t Apply(const std::string& reporter,
-               const envoy::service::load_stats::v3::LoadStatsRequest& report);
+               const envoy::service::load_stats::v3::LoadStatsRequest& report,
+               const ReportAuth::Reporter& source = {"anonymous", ""});
 
  private:
   class Stream;
@@ -49,6 +53,7 @@ class LrsService final : public envoy::service::load_stats::v3::
   LoadAggregator* const loads_;
   Metrics* const metrics_;
   const absl::Duration interval_;
+  const ReportAuth* const report_auth_;
 
   aside::Mutex mu_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);

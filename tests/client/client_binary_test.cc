@@ -203,17 +203,23 @@ double MetricValue(const std::string& body, const std::string& series) {
   return std::stod(body.substr(at + series.size() + 1));
 }
 
+constexpr char kReportToken[] = "client-test-report-token-0123";
+
 TEST(ClientBinaryTest, LoadReportsReachTheServer) {
   TempDir dir;
+  // The server's default takes reports only from a `report` credential.
   ASSERT_OK_AND_ASSIGN(
       RunningServer server,
-      StartServer(dir.path() + "/state",
-                  {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
-                   "--admin-token-file",
-                   dir.WriteFile("tokens",
-                                 absl::StrCat(kClientTestToken, " admin\n"))}));
+      StartServer(
+          dir.path() + "/state",
+          {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
+           "--admin-token-file",
+           dir.WriteFile("tokens",
+                         absl::StrCat(kClientTestToken, " admin\n",
+                                      kReportToken, " report stubs\n"))}));
   ClientOptions o = StubOptions(server.target());
   o.reporter = "stub-1";
+  o.report_token = kReportToken;
   o.groups = {"rr"};
   ASSERT_OK_AND_ASSIGN(auto stub, Client::Create(o));
   ClientGroup* rr = stub->Group("rr");
@@ -261,6 +267,59 @@ TEST(ClientBinaryTest, LoadReportsReachTheServer) {
   EXPECT_GT(rps, 0);
   EXPECT_FALSE(stub->stats().reporting_unavailable);
   EXPECT_GE(stub->stats().reports_sent, 1u);
+  // Counted under the token's name.
+  auto metrics =
+      aside::testing::HttpGet("127.0.0.1", server.metrics_port, "/metrics");
+  ASSERT_OK(metrics);
+  EXPECT_GE(
+      MetricValue(
+          metrics->body,
+          R"(aside_load_reporter_observations_total{group="rr",protocol="aside",reporter="stubs"})"),
+      3);
+}
+
+TEST(ClientBinaryTest, LoadReportsWithoutATokenAreRefused) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(
+      RunningServer server,
+      StartServer(dir.path() + "/state",
+                  {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
+                   "--admin-token-file",
+                   dir.WriteFile("tokens",
+                                 absl::StrCat(kClientTestToken, " admin\n"))}));
+  ClientOptions o = StubOptions(server.target());
+  o.reporter = "stub-1";
+  o.groups = {"rr"};
+  aside::testing::LogSink log;
+  o.log = log.fn();
+  ASSERT_OK_AND_ASSIGN(auto stub, Client::Create(o));
+  ClientGroup* rr = stub->Group("rr");
+  Admin admin(server.target());
+  ASSERT_OK_AND_ASSIGN(v1::Group before, admin.Get("rr"));
+  ASSERT_TRUE(rr->WaitForGeneration(before.generation(), absl::Seconds(10)));
+  // Keep traffic going: a refused stream shows on the stub's next write,
+  // and the stub writes only when there is something new to report.
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (log.Count("UNAUTHENTICATED") == 0 && absl::Now() < deadline) {
+    ASSERT_OK_AND_ASSIGN(PickHandle pick, rr->Pick());
+    pick.Done(true);
+    log.Await("UNAUTHENTICATED", 1, absl::Milliseconds(100));
+  }
+  // The stub says why its reports fail; picking is unaffected.
+  ASSERT_GE(log.Count("UNAUTHENTICATED"), 1);
+  EXPECT_GE(stub->stats().report_stream_failures, 1u);
+  EXPECT_OK(rr->Pick());
+  auto metrics =
+      aside::testing::HttpGet("127.0.0.1", server.metrics_port, "/metrics");
+  ASSERT_OK(metrics);
+  EXPECT_GE(
+      MetricValue(
+          metrics->body,
+          R"(aside_load_reports_refused_total{protocol="aside",reason="unauthenticated"})"),
+      1);
+  EXPECT_LE(MetricValue(metrics->body,
+                        R"(aside_load_reports_total{result="accepted"})"),
+            0);
 }
 
 // Several stubs pick steadily from several groups on threads while the

@@ -134,7 +134,10 @@ class StockClientsTest : public ::testing::Test {
         absl::StrCat("listen: 127.0.0.1:", aside_port_, "\n", "metrics: \"\"\n",
                      "state_dir: ", dir_.path(), "/state\n",
                      "admin: {token_file: ", tokens_, "}\n",
-                     "grpclb: {client_stats_report_interval: 1s}\n"));
+                     "grpclb: {client_stats_report_interval: 1s}\n",
+                     // Stock grpclb clients send ClientStats without
+                     // credentials.
+                     "load_reports: {auth: open}\n"));
     ASIDE_ASSIGN_OR_RETURN(
         aside_, StartChild({aside::testing::BinDir() + "/aside-server",
                             "--config", config}));

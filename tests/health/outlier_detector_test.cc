@@ -132,9 +132,18 @@ TEST(OutlierDetectorTest, CapIsAPercentOfMembersRoundedDownButAtLeastOne) {
   d.SetMembers(Members(5));
   EXPECT_EQ(d.MaxEjected(), 1u);  // at least one
   d.SetMembers(Members(1));
-  EXPECT_EQ(d.MaxEjected(), 1u);
+  EXPECT_EQ(d.MaxEjected(), 0u);  // never every member
   d.SetMembers({});
   EXPECT_EQ(d.MaxEjected(), 0u);
+  OutlierSpec all = Enabled();
+  all.max_ejection_percent = 100;
+  d.SetSpec(all);
+  d.SetMembers(Members(10));
+  EXPECT_EQ(d.MaxEjected(), 9u);  // not 10, even at 100 %
+  for (int i = 1; i <= 10; ++i) {
+    Fail(d, absl::StrCat("10.0.0.", i, ":80"), 10);
+  }
+  EXPECT_EQ(d.EjectedCount(), 9u);
   OutlierSpec none = Enabled();
   none.max_ejection_percent = 0;
   d.SetSpec(none);

@@ -41,7 +41,8 @@ class AdminTest : public ::testing::Test {
     absl::StatusOr<ServerConfig> config = ParseConfig(
         absl::StrCat("state_dir: ", dir_.path(), "/state\n",
                      "listen: 127.0.0.1:0\nmetrics: \"\"\n",
-                     "admin: {token_file: \"", token_file_, "\"}\n", R"(
+                     "load_reports: {auth: open}\n", "admin: {token_file: \"",
+                     token_file_, "\"}\n", R"(
 groups:
   - name: from-file
     health_check: {kind: none}

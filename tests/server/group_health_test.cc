@@ -59,13 +59,13 @@ class GroupHealthTest : public ::testing::Test {
   void Start(const std::string& groups) {
     const std::string tokens =
         dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
-    absl::StatusOr<ServerConfig> config =
-        ParseConfig(absl::StrCat("state_dir: ", dir_.path(), "\n",
-                                 "listen: 127.0.0.1:0\nmetrics: \"\"\n",
-                                 "health: {merge_window: 20ms}\n",
-                                 "admin: {token_file: ", tokens, "}\n",
-                                 "groups:\n", groups),
-                    "t.yaml");
+    absl::StatusOr<ServerConfig> config = ParseConfig(
+        absl::StrCat(
+            "state_dir: ", dir_.path(), "\n",
+            "listen: 127.0.0.1:0\nmetrics: \"\"\n",
+            "health: {merge_window: 20ms}\n", "load_reports: {auth: open}\n",
+            "admin: {token_file: ", tokens, "}\n", "groups:\n", groups),
+        "t.yaml");
     ASSERT_OK(config);
     ASSERT_OK_AND_ASSIGN(server_, AsideServer::Create(*config));
     ASSERT_OK(server_->Start());

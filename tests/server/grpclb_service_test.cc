@@ -115,6 +115,7 @@ class GrpclbTest : public ::testing::Test {
 listen: 127.0.0.1:0
 metrics: ""
 grpclb: {client_stats_report_interval: 2s}
+load_reports: {auth: open}
 groups:
   - name: web
     policy: weighted_round_robin

@@ -24,6 +24,7 @@ class LoadEffectsTest : public ::testing::Test {
         ParseConfig(absl::StrCat("state_dir: ", dir_.path(), "\n", R"(
 listen: 127.0.0.1:0
 metrics: ""
+load_reports: {auth: open}
 groups:
   - name: lt
     policy: {name: least_time, metric: last_byte}

@@ -21,6 +21,7 @@ class PickTest : public ::testing::Test {
 state_dir: )" + state_dir_.path() + R"(
 listen: 127.0.0.1:0
 metrics: ""
+load_reports: {auth: open}
 groups:
   - name: web
     policy: round_robin

@@ -83,7 +83,9 @@ class XdsClientsTest : public ::testing::Test {
     config_ = dir_.WriteFile(
         "aside.yaml",
         absl::StrCat("admin: {token_file: ", tokens_, "}\n",
-                     "grpclb: {client_stats_report_interval: 1s}\n"));
+                     "grpclb: {client_stats_report_interval: 1s}\n",
+                     // Stock xDS clients send LRS without credentials.
+                     "load_reports: {auth: open}\n"));
     // The bootstrap names the port, so it is chosen up front and kept
     // across restarts (another one if it was taken meanwhile).
     absl::Status started;
