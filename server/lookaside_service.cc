@@ -179,8 +179,13 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
     }
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
   };
-  if (request.key().size() > kMaxKeyBytes) {
-    return invalid(absl::StrCat("key: ", request.key().size(),
+  if (!request.key().empty() && !request.key_bytes().empty()) {
+    return invalid("key: set key (text) or key_bytes (binary), not both");
+  }
+  const bool text_key = !request.key().empty();
+  const std::string& key = text_key ? request.key() : request.key_bytes();
+  if (key.size() > kMaxKeyBytes) {
+    return invalid(absl::StrCat(text_key ? "key: " : "key_bytes: ", key.size(),
                                 " bytes (at most ", kMaxKeyBytes, ")"));
   }
   if (request.count() > kMaxPickCount) {
@@ -213,7 +218,7 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
 
   Locality caller;
   PickRequest pick;
-  pick.key = request.key();
+  pick.key = key;
   pick.exclude = absl::MakeConstSpan(exclude_buf.data(), excluded);
   if (request.has_caller_locality()) {
     caller = FromProto(request.caller_locality());
