@@ -83,9 +83,10 @@ absl::StatusOr<ServerConfig> ParseConfig(absl::string_view text,
   try {
     if (reader.CheckMap(
             *root, "",
-            {"listen", "metrics", "state_dir", "log_format", "log_level",
-             "shutdown_grace", "limits", "health", "health_listen", "admin",
-             "tls", "session_key_file", "discovery", "grpclb", "groups"})) {
+            {"listen", "metrics", "status_page", "state_dir", "log_format",
+             "log_level", "shutdown_grace", "limits", "health", "health_listen",
+             "admin", "tls", "session_key_file", "discovery", "grpclb",
+             "groups"})) {
       ReadServerSettings(reader, *root, &config);
       if (const YAML::Node groups = (*root)["groups"]; groups) {
         ReadGroups(reader, groups, &config);

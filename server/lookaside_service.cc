@@ -241,6 +241,9 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
   }
   for (size_t i = 0; i < n; ++i) {
     const Member& m = table->member(out[i]);
+    if (m.load != nullptr) {
+      m.load->CountPick();
+    }
     v1::PickedBackend* pb = response->add_backends();
     pb->set_address(m.backend.address);
     pb->set_weight(m.weight);
