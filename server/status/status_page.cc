@@ -252,7 +252,11 @@ std::string StatusPage::Json() {
       j.Bool("drained", m.backend.drained || m.backend.weight == 0);
       j.String("health", HealthStateName(m.health));
       if (!m.backend.locality.empty()) {
-        j.String("zone", m.backend.locality.ToString());
+        std::string zone = m.backend.locality.ToString();
+        while (!zone.empty() && zone.back() == '/') {
+          zone.pop_back();
+        }
+        j.String("zone", zone);
       }
       j.Key("probe");
       auto t = target_by_member.find(key);
