@@ -77,7 +77,7 @@ class StatusPageTest : public ::testing::Test {
   // `extra` is appended to the config.
   void StartServer(const std::string& extra = "") {
     const std::string check =
-        "{kind: http, interval: 100ms, timeout: 500ms, rise: 1, fall: 1, "
+        "{kind: http, interval: 200ms, timeout: 150ms, rise: 1, fall: 1, "
         "jitter: 0}";
     const std::string text =
         absl::StrCat("state_dir: ", dir_.path(),
@@ -232,7 +232,9 @@ TEST_F(StatusPageTest, KilledBackendTurnsUnhealthyWithTheProbeReason) {
   EXPECT_FALSE(Field(*b, "ready").bool_value());
   const Struct& probe = Field(*b, "probe").struct_value();
   EXPECT_FALSE(Field(probe, "success").bool_value());
-  EXPECT_THAT(Field(probe, "reason").string_value(), HasSubstr("connect"));
+  // Refused, or a timeout for a probe caught mid-way by the kill.
+  EXPECT_THAT(Field(probe, "reason").string_value(),
+              ::testing::AnyOf(HasSubstr("connect"), HasSubstr("timeout")));
   EXPECT_EQ(Field(*Group(s, "web"), "ready").number_value(), 1);
   // The other group sharing nothing with it is untouched.
   EXPECT_EQ(Field(*Group(s, "shared"), "ready").number_value(), 1);
