@@ -2,6 +2,7 @@
 #
 #   make build                    install dependencies, build (build/bin/)
 #   make run                      build and run the server on the demo config
+#                                 (Admin token in var/demo-admin-token)
 #   make test                     build and run every test through ctest
 #   make test SANITIZE=address,undefined   (or SANITIZE=thread)
 #   make test-unit                build and run only the tests labelled unit
@@ -73,9 +74,21 @@ configure: deps $(BUILD_DIR)/CMakeCache.txt
 build: configure
 	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
 
+# The demo opens Admin with a token of its own, made once in
+# var/demo-admin-token (asidectl --token-file var/demo-admin-token, or
+# export ASIDE_TOKEN_FILE=var/demo-admin-token). Configs meant for
+# production name no token file, so Admin stays closed there until an
+# operator names one.
+DEMO_TOKEN = var/demo-admin-token
+
 run: build
 	mkdir -p var
-	$(BUILD_DIR)/bin/aside-server --config examples/aside.yaml --state-dir var
+	@test -s $(DEMO_TOKEN) || (umask 077 && \
+	  echo "$$(openssl rand -hex 24) admin" > $(DEMO_TOKEN))
+	@echo "make run: Admin token in $(DEMO_TOKEN): export ASIDE_TOKEN_FILE=$(DEMO_TOKEN)"
+	@echo "make run: status page at http://localhost:9464/"
+	$(BUILD_DIR)/bin/aside-server --config examples/aside.yaml --state-dir var \
+	  --admin-token-file $(DEMO_TOKEN)
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE bench \

@@ -5,9 +5,13 @@
 // file).
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -41,6 +45,9 @@ namespace {
 constexpr char kUsage[] = R"(usage: asidectl [flags] COMMAND [args]
 
 commands:
+  status                          the fleet at a glance: groups, then every
+                                  backend with health, last probe, drain,
+                                  ejection and load
   groups                          list groups
   group NAME                      show a group with its backends and their state
   targets [GROUP]                 list health-check targets (of one group)
@@ -60,6 +67,10 @@ commands:
 flags:
   --server HOST:PORT     Aside server (default $ASIDE_SERVER or localhost:50051)
   --token TOKEN          Admin bearer token (default $ASIDE_TOKEN)
+  --token-file FILE      read the token from FILE (the first word of its first
+                         non-comment line, as in a server token file; default
+                         $ASIDE_TOKEN_FILE; `make run` writes
+                         var/demo-admin-token)
   --tls                  use TLS (implied by the other --tls-* flags)
   --tls-ca FILE          CA certificate (PEM) to verify the server
   --tls-cert FILE        client certificate (PEM), with --tls-key, for mTLS
@@ -67,6 +78,9 @@ flags:
   --tls-server-name NAME name to verify the server certificate against
   --json                 print protobuf JSON instead of tables
   --timeout DURATION     per-call deadline (default 10s; watch has none)
+  --watch                status, groups, group, targets: redraw every
+                         --interval (default 2s) until Ctrl-C (or --updates N
+                         redraws)
 )";
 
 }  // namespace
@@ -77,6 +91,8 @@ flags:
 ABSL_FLAG(std::string, server, "",
           "Aside server (default $ASIDE_SERVER or localhost:50051)");
 ABSL_FLAG(std::string, token, "", "Admin bearer token (default $ASIDE_TOKEN)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the Admin token (default $ASIDE_TOKEN_FILE)");
 ABSL_FLAG(bool, tls, false, "use TLS (implied by the other --tls-* flags)");
 ABSL_FLAG(std::string, tls_ca, "", "CA certificate (PEM) to verify the server");
 ABSL_FLAG(std::string, tls_cert, "", "client certificate (PEM) for mTLS");
@@ -88,7 +104,11 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "per-call deadline");
 ABSL_FLAG(std::optional<uint32_t>, count, std::nullopt,
           "pick: how many distinct backends");
 ABSL_FLAG(std::optional<int64_t>, updates, std::nullopt,
-          "watch: stop after N updates");
+          "watch: stop after N updates; --watch: after N redraws");
+ABSL_FLAG(bool, watch, false,
+          "status, groups, group, targets: redraw until interrupted");
+ABSL_FLAG(absl::Duration, interval, absl::Seconds(2),
+          "--watch: time between redraws");
 ABSL_FLAG(std::vector<std::string>, backend, {},
           "create-group: ADDR[=WEIGHT], repeatable");
 ABSL_FLAG(std::string, policy, "", "create-group: policy name");
@@ -99,6 +119,18 @@ ABSL_FLAG(std::string, node_id, "",
 
 namespace aside {
 namespace {
+
+// Writes one message to stderr, always ending in exactly one newline (a
+// message from elsewhere, such as a gRPC status, may or may not end in
+// one), so that two messages never run together on one line.
+void Say(absl::string_view message) {
+  std::string line(message);
+  while (!line.empty() && line.back() == '\n') {
+    line.pop_back();
+  }
+  line.push_back('\n');
+  std::cerr << line << std::flush;
+}
 
 // Reported as a usage error (exit code 2).
 absl::Status Usage(absl::string_view message) {
@@ -185,19 +217,28 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
 
 class Ctl {
  public:
-  explicit Ctl(std::shared_ptr<grpc::Channel> channel)
+  Ctl(std::shared_ptr<grpc::Channel> channel, std::string token)
       : json_(absl::GetFlag(FLAGS_json)),
+        token_(std::move(token)),
         admin_(v1::Admin::NewStub(channel)),
-        lb_(v1::LoadBalancer::NewStub(channel)) {
-    token_ = absl::GetFlag(FLAGS_token);
-    if (token_.empty()) {
-      const char* env = std::getenv("ASIDE_TOKEN");
-      token_ = env != nullptr ? env : "";
-    }
-  }
+        lb_(v1::LoadBalancer::NewStub(channel)) {}
 
   int Run(const std::string& command, const std::vector<std::string>& a) {
     command_ = command;
+    if (absl::GetFlag(FLAGS_watch)) {
+      if (command != "status" && command != "groups" && command != "group" &&
+          command != "targets") {
+        return UsageFail(
+            "--watch: only with status, groups, group or targets (watch "
+            "streams updates by itself)");
+      }
+      return Redraw(command, a);
+    }
+    return RunOnce(command, a);
+  }
+
+  int RunOnce(const std::string& command, const std::vector<std::string>& a) {
+    if (command == "status") return Status(a);
     if (command == "groups") return Groups(a);
     if (command == "group") return GetGroup(a);
     if (command == "targets") return Targets(a);
@@ -225,20 +266,22 @@ class Ctl {
   }
 
   int Fail(const grpc::Status& s) {
-    std::cerr << "asidectl: " << command_ << ": "
-              << absl::StatusCodeToString(
-                     static_cast<absl::StatusCode>(s.error_code()))
-              << ": " << s.error_message() << "\n";
+    std::cout << std::flush;
+    Say(absl::StrCat(
+        "asidectl: ", command_, ": ",
+        absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())),
+        ": ", s.error_message()));
     // A method the server does not have (as opposed to a feature inside a
     // method, whose message says what is missing).
     if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
         (s.error_message().empty() || command_ == "targets")) {
-      std::cerr << "asidectl: this server does not implement " << command_
-                << " yet\n";
+      Say(absl::StrCat("asidectl: this server does not implement ", command_,
+                       " yet"));
     }
     if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED && token_.empty()) {
-      std::cerr
-          << "asidectl: pass an Admin token with --token or ASIDE_TOKEN\n";
+      Say("asidectl: pass an Admin token with --token or ASIDE_TOKEN, or a "
+          "token file with --token-file or ASIDE_TOKEN_FILE (make run writes "
+          "var/demo-admin-token)");
     }
     return 1;
   }
@@ -352,6 +395,7 @@ class Ctl {
     if (Missing(a, 1, "group name")) return kUsage;
     v1::PickRequest req;
     req.set_group(a[0]);
+    // A text key: what the stub's Pick(key) hashes for the same string.
     if (a.size() > 1) req.set_key(a[1]);
     if (std::optional<uint32_t> count = absl::GetFlag(FLAGS_count)) {
       req.set_count(*count);
@@ -442,6 +486,160 @@ class Ctl {
     grpc::Status s = reader->Finish();
     if (limit > 0 && seen >= limit) return 0;
     if (!s.ok()) return Fail(s);
+    return 0;
+  }
+
+  // --watch: runs `command` every --interval, each frame drawn over the
+  // last on a terminal (cursor home, clear screen) and separated by a
+  // header line otherwise. A failed call is shown in its frame and retried
+  // at the next one. Ends on Ctrl-C or SIGTERM (exit 0, the signals are
+  // blocked in Main and taken here) or after --updates N frames (exit code
+  // of the last frame).
+  int Redraw(const std::string& command, const std::vector<std::string>& a) {
+    const absl::Duration interval = absl::GetFlag(FLAGS_interval);
+    const int64_t limit = absl::GetFlag(FLAGS_updates).value_or(-1);
+    const bool tty = isatty(STDOUT_FILENO) == 1;
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    int rc = 0;
+    for (int64_t frame = 1;; ++frame) {
+      if (tty) {
+        std::cout << "\x1b[H\x1b[2J";
+      } else if (frame > 1) {
+        std::cout << "\n";
+      }
+      std::cout << "Every " << absl::FormatDuration(interval) << ": asidectl "
+                << command << (a.empty() ? "" : " ") << absl::StrJoin(a, " ")
+                << "  "
+                << absl::FormatTime("%H:%M:%S", absl::Now(),
+                                    absl::LocalTimeZone())
+                << "\n\n";
+      rc = RunOnce(command, a);
+      std::cout << std::flush;
+      if (rc < 0 || (limit > 0 && frame >= limit)) {
+        return rc;
+      }
+      const timespec wait = absl::ToTimespec(interval);
+      if (sigtimedwait(&stop, nullptr, &wait) >= 0) {
+        return 0;  // interrupted: a clean end of watching
+      }
+    }
+  }
+
+  // The fleet at a glance, from the Admin API (read role): one row per
+  // group, then one per backend with its health, last probe, state and
+  // load.
+  int Status(const std::vector<std::string>& a) {
+    v1::ListGroupsResponse list;
+    {
+      auto ctx = Context();
+      grpc::Status s = admin_->ListGroups(ctx.get(), {}, &list);
+      if (!s.ok()) return Fail(s);
+    }
+    std::vector<v1::Group> groups;
+    for (const v1::Group& g : list.groups()) {
+      if (!a.empty() && std::find(a.begin(), a.end(), g.name()) == a.end()) {
+        continue;
+      }
+      v1::GetGroupRequest req;
+      req.set_name(g.name());
+      v1::Group out;
+      auto ctx = Context();
+      grpc::Status s = admin_->GetGroup(ctx.get(), req, &out);
+      if (s.error_code() == grpc::StatusCode::NOT_FOUND) continue;  // gone
+      if (!s.ok()) return Fail(s);
+      groups.push_back(std::move(out));
+    }
+    v1::ListTargetsResponse targets;
+    {
+      auto ctx = Context();
+      grpc::Status s = admin_->ListTargets(ctx.get(), {}, &targets);
+      if (!s.ok() && s.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
+        return Fail(s);
+      }
+    }
+    if (json_) {
+      v1::ListGroupsResponse all;
+      for (const v1::Group& g : groups) *all.add_groups() = g;
+      std::cout << "{\"groups\": " << ToJson(all, false)
+                << ", \"targets\": " << ToJson(targets, false) << "}\n";
+      return 0;
+    }
+    // Probe results and ejections by (group, address).
+    std::map<std::pair<std::string, std::string>, const v1::Target*> probes;
+    for (const v1::Target& t : targets.targets()) {
+      for (const std::string& g : t.groups()) {
+        probes[{g, t.address()}] = &t;
+      }
+    }
+    int backends = 0;
+    int ready = 0;
+    std::vector<std::vector<std::string>> rows = {
+        {"GROUP", "POLICY", "GENERATION", "READY", "PANIC", "GRPCLB"}};
+    for (const v1::Group& g : groups) {
+      backends += g.state_size();
+      ready += static_cast<int>(g.ready_count());
+      rows.push_back({g.name(), PolicyText(g.policy()),
+                      absl::StrCat(g.generation()),
+                      absl::StrCat(g.ready_count(), "/", g.state_size()),
+                      g.panic() ? "PANIC" : "no",
+                      absl::StrCat(g.client_stats().streams())});
+    }
+    std::cout << groups.size() << " groups, " << ready << "/" << backends
+              << " backends ready, " << targets.targets_size()
+              << " health targets\n\n";
+    PrintTable(rows);
+    rows = {{"GROUP", "BACKEND", "WEIGHT", "HEALTH", "LAST PROBE", "STATE",
+             "IN FLIGHT", "REQ/S", "ERR/S", "LATENCY"}};
+    for (const v1::Group& g : groups) {
+      for (const v1::TableBackend& b : g.state()) {
+        const std::string& address = b.backend().address();
+        const uint32_t weight =
+            b.backend().has_weight() ? b.backend().weight() : kDefaultWeight;
+        std::string probe = "-";
+        std::string state = b.ready() ? "ready" : "not ready";
+        if (b.backend().drained() || weight == 0) state = "drained";
+        if (auto it = probes.find({g.name(), address}); it != probes.end()) {
+          const v1::Target& t = *it->second;
+          if (t.has_last_result()) {
+            const v1::ProbeResult& r = t.last_result();
+            probe = absl::StrCat(
+                r.success() ? "ok " : "failed ",
+                absl::StrFormat("%.1fms", r.latency().seconds() * 1e3 +
+                                              r.latency().nanos() / 1e6));
+            if (!r.success() && !r.reason().empty()) {
+              absl::StrAppend(&probe, " (", r.reason(), ")");
+            }
+          }
+          for (const v1::Ejection& e : t.ejections()) {
+            if (e.group() == g.name()) {
+              state = absl::StrCat("ejected x", e.count());
+            }
+          }
+        }
+        const v1::LoadView& l = b.load();
+        const bool has_load = b.has_load();
+        rows.push_back(
+            {g.name(), address,
+             b.effective_weight() == weight
+                 ? absl::StrCat(weight)
+                 : absl::StrCat(b.effective_weight(), "/", weight),
+             HealthText(b.health()), probe, state,
+             has_load ? absl::StrCat(l.in_flight()) : "-",
+             has_load ? absl::StrFormat("%.1f", l.requests_per_second()) : "-",
+             has_load ? absl::StrFormat(
+                            "%.1f", l.requests_per_second() * l.failure_ratio())
+                      : "-",
+             has_load
+                 ? absl::StrFormat("%.1fms", l.mean_latency().seconds() * 1e3 +
+                                                 l.mean_latency().nanos() / 1e6)
+                 : "-"});
+      }
+    }
+    std::cout << "\n";
+    PrintTable(rows);
     return 0;
   }
 
@@ -615,12 +813,49 @@ class Ctl {
   std::unique_ptr<v1::LoadBalancer::Stub> lb_;
 };
 
+// The Admin token: --token, else $ASIDE_TOKEN, else the first token of
+// --token-file or $ASIDE_TOKEN_FILE; empty when none is given.
+absl::StatusOr<std::string> AdminToken() {
+  if (std::string token = absl::GetFlag(FLAGS_token); !token.empty()) {
+    return token;
+  }
+  if (const char* env = std::getenv("ASIDE_TOKEN");
+      env != nullptr && *env != '\0') {
+    return std::string(env);
+  }
+  std::string path = absl::GetFlag(FLAGS_token_file);
+  if (path.empty()) {
+    const char* env = std::getenv("ASIDE_TOKEN_FILE");
+    path = env != nullptr ? env : "";
+  }
+  if (path.empty()) {
+    return std::string();
+  }
+  std::ifstream in(path);
+  if (!in) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--token-file: ", path, ": cannot open"));
+  }
+  std::string line;
+  while (std::getline(in, line)) {
+    absl::string_view text = absl::StripAsciiWhitespace(line);
+    if (text.empty() || text.front() == '#') {
+      continue;
+    }
+    std::vector<absl::string_view> words =
+        absl::StrSplit(text, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    return std::string(words[0]);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("--token-file: ", path, ": no token in it"));
+}
+
 int Main(int argc, char** argv) {
   absl::StatusOr<std::vector<std::string>> positional =
       ParseCommandLine(argc, argv, {.usage = kUsage, .positional = true});
   if (!positional.ok()) {
-    std::cerr << "asidectl: " << positional.status().message() << "\n\n"
-              << kUsage;
+    Say(absl::StrCat("asidectl: ", positional.status().message(), "\n\n",
+                     kUsage));
     return 2;
   }
   if (positional->empty()) {
@@ -639,11 +874,10 @@ int Main(int argc, char** argv) {
     }
     absl::StatusOr<std::string> json = XdsBootstrapJson(options);
     if (!json.ok()) {
-      std::cerr << "asidectl: xds-bootstrap: " << json.status().message()
-                << "\n";
+      Say(absl::StrCat("asidectl: xds-bootstrap: ", json.status().message()));
       return 2;
     }
-    std::cout << *json;
+    std::cout << *json << (absl::EndsWith(*json, "\n") ? "" : "\n");
     return 0;
   }
   TlsOptions tls;
@@ -654,27 +888,46 @@ int Main(int argc, char** argv) {
   tls.enabled = absl::GetFlag(FLAGS_tls) || !tls.ca_file.empty() ||
                 !tls.cert_file.empty() || !tls.key_file.empty() ||
                 !tls.server_name.empty();
+  if (absl::GetFlag(FLAGS_interval) < absl::Milliseconds(100)) {
+    Say("asidectl: --interval: at least 100ms");
+    return 2;
+  }
+  // --watch waits for Ctrl-C (and SIGTERM) with sigtimedwait between
+  // redraws: block them before gRPC starts its threads, so that none of
+  // those takes the signal and the process ends through Redraw's return.
+  if (absl::GetFlag(FLAGS_watch)) {
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  }
   if (absl::GetFlag(FLAGS_timeout) <= absl::ZeroDuration()) {
-    std::cerr << "asidectl: --timeout: must be positive\n";
+    Say("asidectl: --timeout: must be positive");
     return 2;
   }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
       MakeCredentials(tls);
   if (!creds.ok()) {
-    std::cerr << "asidectl: " << creds.status().message() << "\n";
+    Say(absl::StrCat("asidectl: ", creds.status().message()));
     return 2;
   }
   grpc::ChannelArguments channel_args;
   ApplyTlsArgs(tls, &channel_args);
   channel_args.SetMaxReceiveMessageSize(64 << 20);
   auto channel = grpc::CreateCustomChannel(server, *creds, channel_args);
-  Ctl ctl(channel);
+  absl::StatusOr<std::string> token = AdminToken();
+  if (!token.ok()) {
+    Say(absl::StrCat("asidectl: ", token.status().message()));
+    return 2;
+  }
+  Ctl ctl(channel, *std::move(token));
   const std::string command = (*positional)[0];
   std::vector<std::string> rest(positional->begin() + 1, positional->end());
   const int rc = ctl.Run(command, rest);
   if (rc < 0) {
-    std::cerr << "asidectl: " << command << ": " << ctl.usage_error() << "\n\n"
-              << kUsage;
+    Say(absl::StrCat("asidectl: ", command, ": ", ctl.usage_error(), "\n\n",
+                     kUsage));
     return 2;
   }
   return rc;

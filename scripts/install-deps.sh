@@ -19,6 +19,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference peers used by the tests
   nginx-light dnsmasq-base python3-grpcio curl
+  # the status page's browser test (headless)
+  chromium
   # the fleet store's etcd (server for the tests, etcdctl as their oracle)
   etcd-server etcd-client
   # dashboard and alert tests (tests/prometheus): a real Prometheus server

@@ -131,7 +131,7 @@ absl::StatusOr<ServerConfig> ParseConfig(absl::string_view text,
   // yaml-cpp reports by exception: caught here, at the boundary.
   try {
     if (reader.CheckMap(*root, "",
-                        {"listen", "metrics", "state_dir", "log_format",
+                        {"listen", "metrics", "status_page", "state_dir", "log_format",
                          "log_level", "shutdown_grace", "limits", "health",
                          "health_listen", "admin", "tls", "session_key_file",
                          "discovery", "grpclb", "config_reload", "load_reports",

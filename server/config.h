@@ -30,6 +30,10 @@ struct ServerConfig {
   std::string listen = "0.0.0.0:50051";
   // Prometheus /metrics listen address; empty disables the endpoint.
   std::string metrics = "0.0.0.0:9464";
+  // The status page (/ and /status.json) on the metrics port, and whether
+  // its data needs an Admin token (docs/operations.md).
+  bool status_page_enabled = true;
+  bool status_page_require_token = false;
   // Directory for durable state.
   std::string state_dir = "./var";
   // Log format ("text": key=value, or "json") and minimum level.

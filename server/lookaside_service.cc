@@ -235,8 +235,13 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
     }
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
   };
-  if (request.key().size() > kMaxKeyBytes) {
-    return invalid(absl::StrCat("key: ", request.key().size(),
+  if (!request.key().empty() && !request.key_bytes().empty()) {
+    return invalid("key: set key (text) or key_bytes (binary), not both");
+  }
+  const bool text_key = !request.key().empty();
+  const std::string& key = text_key ? request.key() : request.key_bytes();
+  if (key.size() > kMaxKeyBytes) {
+    return invalid(absl::StrCat(text_key ? "key: " : "key_bytes: ", key.size(),
                                 " bytes (at most ", kMaxKeyBytes, ")"));
   }
   if (request.count() > kMaxPickCount) {
@@ -269,7 +274,7 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
 
   Locality caller;
   PickRequest pick;
-  pick.key = request.key();
+  pick.key = key;
   pick.exclude = absl::MakeConstSpan(exclude_buf.data(), excluded);
   if (request.has_caller_locality()) {
     caller = FromProto(request.caller_locality());
@@ -292,6 +297,9 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
   }
   for (size_t i = 0; i < n; ++i) {
     const Member& m = table->member(out[i]);
+    if (m.load != nullptr) {
+      m.load->CountPick();
+    }
     v1::PickedBackend* pb = response->add_backends();
     pb->set_address(m.backend.address);
     pb->set_weight(m.weight);

@@ -182,8 +182,9 @@ Metrics::Metrics()
 
 Metrics::~Metrics() { StopServing(); }
 
-absl::StatusOr<int> Metrics::Serve(const std::string& address,
-                                   HttpServerOptions options) {
+absl::StatusOr<int> Metrics::Serve(
+    const std::string& address, HttpServerOptions options,
+    std::vector<std::pair<std::string, HttpHandler>> routes) {
   if (http_ != nullptr) {
     return absl::FailedPreconditionError("metrics: already serving");
   }
@@ -198,6 +199,9 @@ absl::StatusOr<int> Metrics::Serve(const std::string& address,
         .content_type = "text/plain; version=0.0.4; charset=utf-8",
         .body = Render()};
   });
+  for (auto& [path, handler] : routes) {
+    http->Route(std::move(path), std::move(handler));
+  }
   absl::StatusOr<int> port = http->Start(address);
   if (!port.ok()) {
     return absl::UnavailableError(absl::StrCat(

@@ -12,6 +12,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/http/http_server.h"
@@ -33,9 +35,11 @@ class Metrics {
   // Serves GET /metrics on `address` ("host:port", "[v6]:port", port 0
   // allowed) with Aside's HTTP server and its connection limits (see
   // server/http/http_server.h; `options.registry` and `options.warn` are
-  // filled in here). Returns the bound port. Once per Metrics.
-  absl::StatusOr<int> Serve(const std::string& address,
-                            HttpServerOptions options = {});
+  // filled in here), plus `routes` (the status page). Returns the bound
+  // port. Once per Metrics.
+  absl::StatusOr<int> Serve(
+      const std::string& address, HttpServerOptions options = {},
+      std::vector<std::pair<std::string, HttpHandler>> routes = {});
   // Closes the port and every connection on it, promptly. Idempotent.
   void StopServing();
 

@@ -216,6 +216,20 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
     server->plain_health_service_ =
         std::make_unique<HealthService>(server->groups_.get());
   }
+  if (cfg.status_page_enabled) {
+    server->status_page_ = std::make_unique<StatusPage>(
+        StatusSources{.groups = server->groups_.get(),
+                      .health = server->health_.get(),
+                      .loads = server->loads_.get(),
+                      .grpclb = server->grpclb_service_.get(),
+                      .store =
+                          [store] {
+                            return StoreStatus{"sqlite", store->path(), {}};
+                          },
+                      .auth = server->auth_.get(),
+                      .require_token = cfg.status_page_require_token,
+                      .clock = clock});
+  }
   return server;
 }
 
@@ -321,7 +335,11 @@ absl::Status AsideServer::Start() {
          {"port", absl::StrCat(health_port_)}});
   }
   if (!config_.metrics.empty()) {
-    absl::StatusOr<int> port = metrics_.Serve(config_.metrics);
+    absl::StatusOr<int> port = metrics_.Serve(
+        config_.metrics, {},
+        status_page_ != nullptr
+            ? status_page_->Routes()
+            : std::vector<std::pair<std::string, HttpHandler>>{});
     if (!port.ok()) {
       return fail(port.status());
     }

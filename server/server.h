@@ -23,6 +23,7 @@
 #include "server/rebuild_scheduler.h"
 #include "server/report_auth.h"
 #include "server/state_store.h"
+#include "server/status/status_page.h"
 #include "server/xds/ads_service.h"
 #include "server/xds/lrs_service.h"
 
@@ -55,6 +56,7 @@ class AsideServer {
   HealthRegistry& health() { return *health_; }
   GroupRegistry& groups() { return *groups_; }
   Metrics& metrics() { return metrics_; }
+  StatusPage* status_page() { return status_page_.get(); }
   const ServerConfig& config() const { return config_; }
 
  private:
@@ -84,6 +86,7 @@ class AsideServer {
   std::unique_ptr<xds::LrsService> lrs_service_;
   std::unique_ptr<HealthService> health_service_;
   std::unique_ptr<HealthService> plain_health_service_;
+  std::unique_ptr<StatusPage> status_page_;  // null when turned off
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> health_server_;
   int grpc_port_ = 0;

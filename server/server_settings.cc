@@ -209,6 +209,23 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
   if (root["metrics"]) {
     GetAddress(r, root["metrics"], "metrics", &out->metrics, true, true);
   }
+  if (const YAML::Node p = root["status_page"]; p) {
+    if (r.CheckMap(p, "status_page", {"enabled", "require_token"})) {
+      if (p["enabled"]) {
+        r.GetBool(p["enabled"], "status_page.enabled",
+                  &out->status_page_enabled);
+      }
+      if (p["require_token"]) {
+        r.GetBool(p["require_token"], "status_page.require_token",
+                  &out->status_page_require_token);
+      }
+      // Without a token file no token could ever open it.
+      if (out->status_page_enabled && out->status_page_require_token &&
+          out->admin_token_file.empty()) {
+        r.Error(p, "status_page.require_token", "needs admin.token_file");
+      }
+    }
+  }
   if (root["state_dir"]) {
     r.GetString(root["state_dir"], "state_dir", &out->state_dir);
   }

@@ -168,6 +168,14 @@ class BackendLoad {
     return failures_.load(std::memory_order_relaxed);
   }
 
+  // Server-side picks that chose this backend (the Pick RPC; a stub's local
+  // picks are not counted here, their requests arrive as load reports).
+  // Read by the status page for picks per second.
+  void CountPick() noexcept { picks_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t picks() const noexcept {
+    return picks_.load(std::memory_order_relaxed);
+  }
+
   // The peak-EWMA RTT estimate in ns, decayed to `now_nanos`; without a
   // sample yet, the model's default decayed from when the backend was
   // first seen.
@@ -259,6 +267,7 @@ class BackendLoad {
   // Least-time EWMAs (double bits); kNoSample = no sample yet.
   std::atomic<uint64_t> last_byte_{kNoSample};
   std::atomic<uint64_t> first_byte_{kNoSample};
+  std::atomic<uint64_t> picks_{0};
 };
 
 }  // namespace aside

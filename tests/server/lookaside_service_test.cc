@@ -130,7 +130,21 @@ TEST_F(PickTest, ValidatesInput) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("key: 4097 bytes (at most 4096)"));
 
+  request.clear_key();
+  request.set_key_bytes(std::string(4097, '\xff'));
+  s = Pick(request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("key_bytes: 4097 bytes (at most 4096)"));
+
   request.set_key("k");
+  request.set_key_bytes("k");
+  s = Pick(request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("key: set key (text) or key_bytes (binary), not both"));
+
+  request.clear_key_bytes();
   request.set_count(17);
   s = Pick(request, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

@@ -1,6 +1,7 @@
 // Every policy served over real gRPC by the in-process server: one group per
 // policy, picked through aside.v1.LoadBalancer/Pick on loopback.
 #include <gmock/gmock.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "client/client.h"
 #include "server/lookaside_service.h"
 #include "server/server.h"
 #include "tests/testing/status_matchers.h"
@@ -128,6 +130,41 @@ TEST_F(PoliciesPickTest, HashPoliciesSendAKeyToOneBackend) {
             << group << " " << key;
       }
       across_keys.insert(first);
+    }
+    EXPECT_GT(across_keys.size(), 1u) << group;
+  }
+}
+
+// A text key (what grpcurl users type) picks what the same bytes as
+// key_bytes pick, and what the client stub picks locally for that key.
+TEST_F(PoliciesPickTest, TextKeyPicksWhatKeyBytesAndTheStubPick) {
+  ClientOptions options;
+  options.targets = {absl::StrCat("127.0.0.1:", server_->grpc_port())};
+  options.groups = {"hash", "ketama", "maglev"};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                       Client::Create(std::move(options)));
+  for (const char* group : {"hash", "ketama", "maglev"}) {
+    ClientGroup* stub = client->Group(group);
+    std::set<std::string> across_keys;
+    for (int k = 0; k < 20; ++k) {
+      const std::string key = absl::StrCat("user-", k);
+      v1::PickRequest text;
+      const std::string json =
+          absl::StrCat(R"({"group":")", group, R"(","key":")", key, R"("})");
+      ASSERT_TRUE(
+          google::protobuf::util::JsonStringToMessage(json, &text).ok());
+      ASSERT_EQ(text.key(), key);
+      v1::PickRequest binary = Request(group);
+      binary.set_key_bytes(key);
+      const std::string by_text = Pick(text).backends(0).address();
+      EXPECT_EQ(Pick(binary).backends(0).address(), by_text) << group << key;
+      absl::StatusOr<PickHandle> local = stub->Pick(key);
+      ASSERT_OK(local);
+      EXPECT_EQ(local->address(), by_text) << group << " " << key;
+      // A successful call: an abandoned pick counts as a failure, and
+      // failures would move the stub's picks away from the backend.
+      local->Done(true);
+      across_keys.insert(by_text);
     }
     EXPECT_GT(across_keys.size(), 1u) << group;
   }

@@ -15,9 +15,10 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace asio = boost::asio;
 
-absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port,
-                                     const std::string& target,
-                                     absl::Duration timeout) {
+absl::StatusOr<HttpResponse> HttpGet(
+    const std::string& host, int port, const std::string& target,
+    absl::Duration timeout,
+    const std::vector<std::pair<std::string, std::string>>& headers) {
   asio::io_context io;
   beast::tcp_stream stream(io);
   const auto expiry =
@@ -38,6 +39,9 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port,
   http::request<http::empty_body> req{http::verb::get, target, 11};
   req.set(http::field::host, absl::StrCat(host, ":", port));
   req.set(http::field::connection, "close");
+  for (const auto& [name, value] : headers) {
+    req.set(name, value);
+  }
   beast::flat_buffer buffer;
   http::response<http::string_body> res;
   stream.expires_after(expiry);

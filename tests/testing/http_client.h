@@ -4,6 +4,8 @@
 #define ASIDE_TESTS_TESTING_HTTP_CLIENT_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -16,9 +18,11 @@ struct HttpResponse {
   std::string body;
 };
 
+// `headers` are sent as given (name, value).
 absl::StatusOr<HttpResponse> HttpGet(
     const std::string& host, int port, const std::string& target,
-    absl::Duration timeout = absl::Seconds(10));
+    absl::Duration timeout = absl::Seconds(10),
+    const std::vector<std::pair<std::string, std::string>>& headers = {});
 
 }  // namespace aside::testing
 
