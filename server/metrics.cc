@@ -134,7 +134,21 @@ Metrics::Metrics()
                            .Name("aside_xds_load_reports_total")
                            .Help("LRS locality reports, by result (accepted, "
                                  "rejected).")
-                           .Register(*registry_)) {
+                           .Register(*registry_)),
+      store_up(prometheus::BuildGauge()
+                   .Name("aside_store_up")
+                   .Help("1 while the store of Admin-created groups is "
+                         "reachable (etcd: followed), by type.")
+                   .Register(*registry_)),
+      store_revision(prometheus::BuildGauge()
+                         .Name("aside_store_revision")
+                         .Help("The last store revision applied, by type.")
+                         .Register(*registry_)),
+      store_errors(prometheus::BuildCounter()
+                       .Name("aside_store_errors_total")
+                       .Help("Store errors by kind (unavailable, request, "
+                             "conflict, bad_value, compacted, watch).")
+                       .Register(*registry_)) {
   build_info.Add({{"version", ASIDE_VERSION}}).Set(1);
 }
 

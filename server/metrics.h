@@ -90,6 +90,13 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& xds_unknown_resources;
   prometheus::Family<prometheus::Counter>& xds_ring_hash_fallbacks;
   prometheus::Family<prometheus::Counter>& xds_load_reports;
+  // The store of Admin-created groups (by type): 1 while reachable (etcd:
+  // while this replica follows its changes), the last revision applied, and
+  // errors by kind (unavailable, request, conflict, bad_value, compacted,
+  // watch).
+  prometheus::Family<prometheus::Gauge>& store_up;
+  prometheus::Family<prometheus::Gauge>& store_revision;
+  prometheus::Family<prometheus::Counter>& store_errors;
 
  private:
   std::unique_ptr<HttpServer> http_;

@@ -21,7 +21,8 @@
 #include "server/lookaside_service.h"
 #include "server/metrics.h"
 #include "server/rebuild_scheduler.h"
-#include "server/state_store.h"
+#include "server/store.h"
+#include "server/store_sync.h"
 #include "server/xds/ads_service.h"
 #include "server/xds/lrs_service.h"
 
@@ -46,7 +47,7 @@ class AsideServer {
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
   int health_port() const { return health_port_; }
-  StateStore* store() { return store_.get(); }
+  Store* store() { return store_.get(); }
   WatchHub& watch_hub() { return *watch_hub_; }
   LoadAggregator& loads() { return *loads_; }
   GrpclbService& grpclb() { return *grpclb_service_; }
@@ -63,7 +64,10 @@ class AsideServer {
   ServerConfig config_;
   const Clock* clock_;
   Metrics metrics_;
-  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<Store> store_;
+  // Applies the store's changes to groups_: stopped in the destructor,
+  // before the groups go.
+  std::unique_ptr<StoreSync> sync_;
   // Before groups_: groups hold handles into it (handles may outlive it, but
   // its probes should stop before the groups go).
   std::unique_ptr<HealthRegistry> health_;
