@@ -41,6 +41,8 @@ ABSL_FLAG(Override, state_dir, {}, "directory for durable state");
 ABSL_FLAG(Override, health_listen, {},
           "extra plaintext port serving only grpc.health.v1");
 ABSL_FLAG(Override, admin_token_file, {}, "bearer tokens for aside.v1.Admin");
+ABSL_FLAG(Override, store, {},
+          "sqlite, or etcd:HOST:PORT[,HOST:PORT...] (overrides store:)");
 ABSL_FLAG(Override, log_format, {}, "text or json");
 ABSL_FLAG(Override, log_level, {}, "debug, info, warn or error");
 ABSL_FLAG(std::string, check_config, "",
@@ -59,6 +61,10 @@ constexpr absl::string_view kUsage = R"(usage: aside-server [flags]
   --health-listen HOST:PORT  extra plaintext port serving only grpc.health.v1
   --admin-token-file FILE    bearer tokens for aside.v1.Admin ("TOKEN ROLE"
                         per line, role admin or read)
+  --store STORE         where Admin-created groups live: sqlite (the state
+                        directory) or etcd:HOST:PORT[,HOST:PORT...] (the
+                        fleet's etcd; other store.etcd settings from the
+                        config file)
   --log-format FORMAT   text (key=value) or json
   --log-level LEVEL     debug, info, warn or error
   --check-config FILE   validate FILE, print every error, exit (0 when valid)
@@ -113,6 +119,12 @@ int main(int argc, char** argv) {
   override(FLAGS_health_listen, &config->health_listen);
   override(FLAGS_admin_token_file, &config->admin_token_file);
   override(FLAGS_log_level, &config->log_level);
+  if (std::optional<std::string> store = absl::GetFlag(FLAGS_store).value) {
+    if (absl::Status s = ApplyStoreFlag(*store, &config->store); !s.ok()) {
+      std::cerr << "aside-server: " << s.message() << "\n";
+      return 2;
+    }
+  }
   if (config->log_format != "text" && config->log_format != "json") {
     std::cerr << "aside-server: --log-format: expected text or json\n";
     return 2;
