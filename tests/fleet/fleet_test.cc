@@ -152,18 +152,20 @@ class FleetTest : public ::testing::Test {
     }
   }
 
-  std::string Config(const std::vector<std::string>& endpoints) {
-    return absl::StrCat("store:\n  type: etcd\n  etcd:\n    endpoints: [",
-                        absl::StrJoin(endpoints, ", "),
-                        "]\n    prefix: ", kPrefix,
-                        "\n    dial_timeout: 300ms\n    request_timeout: 2s\n",
-                        "admin:\n  token_file: ", tokens_, "\n");
+  std::string Config(const std::vector<std::string>& endpoints,
+                     const std::string& extra = "") {
+    return absl::StrCat(
+        extra, "store:\n  type: etcd\n  etcd:\n    endpoints: [",
+        absl::StrJoin(endpoints, ", "), "]\n    prefix: ", kPrefix,
+        "\n    dial_timeout: 300ms\n    request_timeout: 2s\n",
+        "admin:\n  token_file: ", tokens_, "\n");
   }
 
-  void AddReplica(const std::vector<std::string>& endpoints) {
+  void AddReplica(const std::vector<std::string>& endpoints,
+                  const std::string& extra = "") {
     const int i = static_cast<int>(replicas_.size());
-    const std::string config =
-        dir_.WriteFile(absl::StrCat("aside-", i, ".yaml"), Config(endpoints));
+    const std::string config = dir_.WriteFile(
+        absl::StrCat("aside-", i, ".yaml"), Config(endpoints, extra));
     absl::StatusOr<RunningServer> server = aside::testing::StartServer(
         absl::StrCat(dir_.path(), "/state-", i), {"--config", config});
     ASSERT_OK(server.status());
@@ -410,6 +412,36 @@ TEST_F(FleetTest, AValueThatDoesNotParseIsLoggedCountedAndSkipped) {
       Eventually([&] { return A().Create(MakeGroup("broken", {8502})).ok(); }));
   ASSERT_TRUE(
       Eventually([&] { return C().Backends("broken") == "127.0.0.1:8502"; }));
+}
+
+TEST_F(FleetTest, AReplicaStartedWithoutEtcdServesTheFileAndCatchesUp) {
+  ASSERT_TRUE(A().Create(MakeGroup("stored", {8601})).ok());
+  for (int i = 0; i < cluster_->size(); ++i) {
+    cluster_->Kill(i);
+  }
+  AddReplica(cluster_->endpoints(),
+             "groups:\n  - name: from-file\n    health_check: {kind: none}\n"
+             "    backends: [{address: 127.0.0.1:8602}]\n");
+  Replica& late = *replicas_.back();
+  ASSERT_OK(late.server.process
+                ->WaitForLine("event=store.unavailable", absl::Seconds(10))
+                .status());
+  v1::PickResponse pick;
+  ASSERT_TRUE(late.Pick("from-file", &pick).ok());
+  EXPECT_EQ(pick.backends(0).address(), "127.0.0.1:8602");
+  EXPECT_FALSE(late.Store().up());
+  EXPECT_EQ(late.Create(MakeGroup("refused", {8603})).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+
+  for (int i = 0; i < cluster_->size(); ++i) {
+    ASSERT_OK(cluster_->StartMember(i));
+  }
+  ASSERT_OK(cluster_->WaitServing(absl::Seconds(30)));
+  ASSERT_TRUE(
+      Eventually([&] { return late.Backends("stored") == "127.0.0.1:8601"; },
+                 absl::Seconds(30)));
+  EXPECT_EQ(late.Generation("stored"), A().Generation("stored"));
+  ASSERT_TRUE(late.Pick("from-file", &pick).ok());
 }
 
 TEST_F(FleetTest, AcknowledgedMutationsSurviveLeaderKills) {
