@@ -9,12 +9,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "lib/command_line.h"
 #include "server/config.h"
 #include "server/embedded_config.h"
 #include "server/log.h"
 #include "server/server.h"
+#include "server/store_transfer.h"
 
 namespace {
 
@@ -45,6 +47,11 @@ ABSL_FLAG(Override, store, {},
           "sqlite, or etcd:HOST:PORT[,HOST:PORT...] (overrides store:)");
 ABSL_FLAG(Override, log_format, {}, "text or json");
 ABSL_FLAG(Override, log_level, {}, "debug, info, warn or error");
+ABSL_FLAG(std::string, export_state, "",
+          "write the store's Admin-created groups to FILE (JSON), exit");
+ABSL_FLAG(std::string, import_state, "",
+          "create the groups of FILE (from --export-state) in the store, "
+          "exit");
 ABSL_FLAG(std::string, check_config, "",
           "validate the file, print every error, exit");
 
@@ -68,6 +75,12 @@ constexpr absl::string_view kUsage = R"(usage: aside-server [flags]
   --log-format FORMAT   text (key=value) or json
   --log-level LEVEL     debug, info, warn or error
   --check-config FILE   validate FILE, print every error, exit (0 when valid)
+  --export-state FILE   write the Admin-created groups of the configured
+                        store to FILE (JSON) and exit
+  --import-state FILE   create the groups of FILE in the configured store
+                        (groups it already holds are left alone) and exit;
+                        with the two, groups move between a SQLite state
+                        directory and etcd
   --version             print the version and exit
   --help                this text
 
@@ -137,6 +150,40 @@ int main(int argc, char** argv) {
   }
   SetLogLevel(*level);
   SetLogJson(config->log_format == "json");
+
+  const std::string export_state = absl::GetFlag(FLAGS_export_state);
+  const std::string import_state = absl::GetFlag(FLAGS_import_state);
+  if (!export_state.empty() || !import_state.empty()) {
+    Metrics metrics;
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(*config, &metrics);
+    if (!store.ok()) {
+      std::cerr << "aside-server: " << store.status().message() << "\n";
+      return 1;
+    }
+    if (!export_state.empty()) {
+      absl::StatusOr<size_t> n = ExportState(**store, export_state);
+      if (!n.ok()) {
+        std::cerr << "aside-server: " << n.status().message() << "\n";
+        return 1;
+      }
+      std::cout << export_state << ": " << *n << " groups exported from "
+                << (*store)->location() << "\n";
+      return 0;
+    }
+    absl::StatusOr<ImportResult> r = ImportState(**store, import_state);
+    if (!r.ok()) {
+      std::cerr << "aside-server: " << r.status().message() << "\n";
+      return 1;
+    }
+    std::cout << import_state << ": " << r->imported.size()
+              << " groups imported into " << (*store)->location();
+    if (!r->skipped.empty()) {
+      std::cout << "; already there, left alone: "
+                << absl::StrJoin(r->skipped, ", ");
+    }
+    std::cout << "\n";
+    return 0;
+  }
 
   // Block the shutdown signals in every thread; the main thread waits for
   // them with sigwait.

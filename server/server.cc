@@ -31,8 +31,6 @@ AsideServer::~AsideServer() {
   }
 }
 
-namespace {
-
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& cfg,
                                                  Metrics* metrics) {
   if (cfg.store.type == "etcd") {
@@ -45,6 +43,8 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& cfg,
   metrics->store_up.Add({{"type", "sqlite"}}).Set(1);
   return store;
 }
+
+namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      absl::string_view what) {

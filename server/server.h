@@ -28,6 +28,11 @@
 
 namespace aside::server {
 
+// Opens the store `config` names (sqlite under state_dir, or etcd; etcd
+// connects on first use). `metrics` may not be null.
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& config,
+                                                 Metrics* metrics);
+
 class AsideServer {
  public:
   // Opens the state store, loads its groups and builds those of `config`

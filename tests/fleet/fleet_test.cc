@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <map>
@@ -442,6 +443,52 @@ TEST_F(FleetTest, AReplicaStartedWithoutEtcdServesTheFileAndCatchesUp) {
                  absl::Seconds(30)));
   EXPECT_EQ(late.Generation("stored"), A().Generation("stored"));
   ASSERT_TRUE(late.Pick("from-file", &pick).ok());
+}
+
+TEST_F(FleetTest, GroupsMoveFromASqliteStateDirectoryIntoEtcd) {
+  const std::string sqlite_dir = dir_.path() + "/single";
+  {
+    absl::StatusOr<RunningServer> single = aside::testing::StartServer(
+        sqlite_dir, {"--admin-token-file", tokens_});
+    ASSERT_OK(single.status());
+    Replica r;
+    r.server = *std::move(single);
+    auto channel = grpc::CreateChannel(r.server.target(),
+                                       grpc::InsecureChannelCredentials());
+    r.admin = v1::Admin::NewStub(channel);
+    ASSERT_TRUE(r.Create(MakeGroup("moved-1", {8701})).ok());
+    ASSERT_TRUE(r.Create(MakeGroup("moved-2", {8702})).ok());
+    r.server.process->Signal(SIGTERM);
+    ASSERT_TRUE(r.server.process->Wait(absl::Seconds(15)).has_value());
+  }
+  const std::string file = dir_.path() + "/groups.json";
+  aside::testing::CommandResult exported = aside::testing::RunCommand(
+      {aside::testing::BinDir() + "/aside-server", "--state-dir", sqlite_dir,
+       "--export-state", file});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_THAT(exported.output, HasSubstr("2 groups exported"));
+
+  // One of them exists in the fleet already: the import leaves it alone.
+  ASSERT_TRUE(A().Create(MakeGroup("moved-2", {8799})).ok());
+  aside::testing::CommandResult imported = aside::testing::RunCommand(
+      {aside::testing::BinDir() + "/aside-server", "--config",
+       dir_.path() + "/aside-0.yaml", "--import-state", file});
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  EXPECT_THAT(imported.output, HasSubstr("1 groups imported"));
+  EXPECT_THAT(imported.output, HasSubstr("left alone: moved-2"));
+  for (Replica* r : {&A(), &B(), &C()}) {
+    ASSERT_TRUE(
+        Eventually([&] { return r->Backends("moved-1") == "127.0.0.1:8701"; }));
+    EXPECT_EQ(r->Backends("moved-2"), "127.0.0.1:8799");
+  }
+
+  // A file that is not an export is refused, naming it.
+  const std::string bad = dir_.WriteFile("bad.json", "{\"groups\": 3}");
+  aside::testing::CommandResult refused = aside::testing::RunCommand(
+      {aside::testing::BinDir() + "/aside-server", "--config",
+       dir_.path() + "/aside-0.yaml", "--import-state", bad});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.output, HasSubstr("bad.json"));
 }
 
 TEST_F(FleetTest, AcknowledgedMutationsSurviveLeaderKills) {
