@@ -388,6 +388,16 @@ class Ctl {
                       absl::StrJoin(t.groups(), ",")});
     }
     PrintTable(rows);
+    if (out.has_store()) {
+      const v1::StoreState& st = out.store();
+      std::cout << "\nstore: " << st.type() << " (" << st.location() << ") "
+                << (st.up() ? "up" : "DOWN");
+      if (st.revision() > 0) std::cout << ", revision " << st.revision();
+      if (!st.last_error().empty()) {
+        std::cout << ", last error: " << st.last_error();
+      }
+      std::cout << "\n";
+    }
     return 0;
   }
 

@@ -56,7 +56,7 @@ grpc::Status CanonicalAddresses(
 
 }  // namespace
 
-AdminService::AdminService(GroupRegistry* groups, StateStore* store,
+AdminService::AdminService(GroupRegistry* groups, StoreSync* store,
                            const AdminAuth* auth, Metrics* metrics,
                            const LoadAggregator* loads,
                            const HealthRegistry* health)
@@ -231,28 +231,24 @@ grpc::Status AdminService::FindMutable(const std::string& name,
   return grpc::Status::OK;
 }
 
-Persist AdminService::PersistGroup(const GroupSpec& spec) {
-  if (store_ == nullptr) {
-    return nullptr;
-  }
-  v1::Group definition;
-  GroupSpecToProto(spec, &definition);
-  return [this, definition](uint64_t generation) {
-    return store_->PutGroup(definition, generation);
-  };
-}
-
 grpc::Status AdminService::Apply(const GroupPtr& group, GroupSpec spec,
                                  v1::Group* response) {
   if (absl::Status s = ValidateGroupSpec(spec); !s.ok()) {
     return ToGrpcStatus(s);
   }
-  const Persist persist = PersistGroup(spec);
-  if (absl::Status s = groups_->Update(group, std::move(spec), persist);
-      !s.ok()) {
-    return ToGrpcStatus(s);
+  if (store_ == nullptr) {
+    if (absl::Status s = groups_->Update(group, std::move(spec)); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    Describe(*group, true, response);
+    return grpc::Status::OK;
   }
-  Describe(*group, true, response);
+  absl::StatusOr<GroupPtr> written = store_->Put(std::move(spec));
+  if (!written.ok()) {
+    const absl::Status& s = written.status();
+    return ToGrpcStatus(ErrorFieldPath(s) ? PrefixFieldPath("group", s) : s);
+  }
+  Describe(**written, true, response);
   return grpc::Status::OK;
 }
 
@@ -267,13 +263,25 @@ grpc::Status AdminService::DoCreateGroup(const v1::CreateGroupRequest& request,
   }
   aside::MutexLock lock(&mutation_mu_);
   const std::string name = spec->name;
-  const Persist persist = PersistGroup(*spec);
-  if (absl::Status s = groups_->Add(*std::move(spec), persist); !s.ok()) {
-    // A name or alias another group holds names its field, as validation
-    // errors do.
+  if (store_ == nullptr) {
+    if (absl::Status s = groups_->Add(*std::move(spec)); !s.ok()) {
+      // A name or alias another group holds names its field, as validation
+      // errors do.
+      return ToGrpcStatus(ErrorFieldPath(s) ? PrefixFieldPath("group", s) : s);
+    }
+    Describe(*groups_->Find(name), true, response);
+    return grpc::Status::OK;
+  }
+  if (groups_->Find(name) != nullptr) {
+    return {grpc::StatusCode::ALREADY_EXISTS,
+            absl::StrCat("group '", name, "' already exists")};
+  }
+  absl::StatusOr<GroupPtr> written = store_->Put(*std::move(spec));
+  if (!written.ok()) {
+    const absl::Status& s = written.status();
     return ToGrpcStatus(ErrorFieldPath(s) ? PrefixFieldPath("group", s) : s);
   }
-  Describe(*groups_->Find(name), true, response);
+  Describe(**written, true, response);
   return grpc::Status::OK;
 }
 
@@ -350,13 +358,21 @@ grpc::Status AdminService::DoDeleteGroup(const v1::DeleteGroupRequest& request,
     return s;
   }
   uint64_t generation = 0;
-  Persist persist = [&](uint64_t g) {
-    generation = g;
-    return store_ != nullptr ? store_->DeleteGroup(request.name(), g)
-                             : absl::OkStatus();
-  };
-  if (absl::Status s = groups_->Remove(request.name(), persist); !s.ok()) {
-    return ToGrpcStatus(s);
+  if (store_ == nullptr) {
+    if (absl::Status s = groups_->Remove(request.name(),
+                                         [&](uint64_t g) {
+                                           generation = g;
+                                           return absl::OkStatus();
+                                         });
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  } else {
+    absl::StatusOr<uint64_t> removed = store_->Delete(request.name());
+    if (!removed.ok()) {
+      return ToGrpcStatus(removed.status());
+    }
+    generation = *removed;
   }
   response->set_generation(generation);
   return grpc::Status::OK;
@@ -488,6 +504,19 @@ grpc::Status AdminService::DoListTargets(const v1::ListTargetsRequest& request,
   if (!request.group().empty() && groups_->Find(request.group()) == nullptr) {
     return {grpc::StatusCode::NOT_FOUND,
             absl::StrCat("group '", request.group(), "' not found")};
+  }
+  if (store_ != nullptr) {
+    const StoreState state = store_->store().state();
+    v1::StoreState* out = response->mutable_store();
+    out->set_type(state.type);
+    out->set_location(state.location);
+    out->set_up(state.up);
+    out->set_revision(state.revision);
+    out->set_last_error(state.last_error);
+    if (state.last_error_at != absl::InfinitePast()) {
+      out->set_last_error_unix_seconds(
+          absl::ToUnixSeconds(state.last_error_at));
+    }
   }
   if (health_ == nullptr) {
     return grpc::Status::OK;

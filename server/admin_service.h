@@ -1,8 +1,10 @@
 // aside.v1.Admin: groups, backends, drains and targets at run time.
 //
-// Every mutation is validated, written to the state store, applied, then
-// acknowledged; mutations are serialised, so a read-modify-write of a group
-// never loses a concurrent change. Groups declared in the config file are
+// Every mutation is validated, written to the store (StoreSync: conditioned
+// on the revision this replica last applied, so a change made meanwhile
+// through another replica makes it ABORTED), applied, then acknowledged;
+// mutations are serialised, so a read-modify-write of a group never loses a
+// concurrent change. Groups declared in the config file are
 // read-only here (FAILED_PRECONDITION naming the file).
 //
 // Threads: gRPC's callback threads call the RPC methods concurrently, each
@@ -26,7 +28,7 @@
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
 #include "server/metrics.h"
-#include "server/state_store.h"
+#include "server/store_sync.h"
 
 namespace aside::server {
 
@@ -35,7 +37,7 @@ inline constexpr int kMaxBackendsPerRequest = 1000;
 class AdminService final : public v1::Admin::CallbackService {
  public:
   // `store` may be null (nothing is persisted: for tests of validation).
-  AdminService(GroupRegistry* groups, StateStore* store, const AdminAuth* auth,
+  AdminService(GroupRegistry* groups, StoreSync* store, const AdminAuth* auth,
                Metrics* metrics, const LoadAggregator* loads = nullptr,
                const HealthRegistry* health = nullptr);
 
@@ -111,7 +113,6 @@ class AdminService final : public v1::Admin::CallbackService {
       const std::function<void(GroupSpec&, std::vector<Backend>::iterator)>&
           edit,
       v1::Group* response);
-  Persist PersistGroup(const GroupSpec& spec);
   void Describe(const Group& group, bool with_backends, v1::Group* out) const;
 
   template <typename Request, typename Response>
@@ -121,7 +122,7 @@ class AdminService final : public v1::Admin::CallbackService {
       grpc::Status (AdminService::*op)(const Request&, Response*));
 
   GroupRegistry* const groups_;
-  StateStore* const store_;
+  StoreSync* const store_;
   const AdminAuth* const auth_;
   Metrics* const metrics_;
   const LoadAggregator* const loads_;

@@ -134,7 +134,7 @@ absl::StatusOr<ServerConfig> ParseConfig(absl::string_view text,
                         {"listen", "metrics", "status_page", "state_dir", "log_format",
                          "log_level", "shutdown_grace", "limits", "health",
                          "health_listen", "admin", "tls", "session_key_file",
-                         "discovery", "grpclb", "config_reload", "load_reports",
+                         "discovery", "grpclb", "store", "config_reload", "load_reports",
                          "groups"})) {
       ReadServerSettings(reader, *root, &config);
       if (const YAML::Node groups = (*root)["groups"]; groups) {

@@ -25,6 +25,30 @@
 
 namespace aside::server {
 
+// Where Admin-created groups, the generation floor and the session key live
+// (server/store.h): `sqlite` (the default, one replica's file under
+// state_dir) or `etcd` (shared by the fleet).
+struct StoreConfig {
+  std::string type = "sqlite";
+  // etcd: members' client addresses as host:port.
+  std::vector<std::string> endpoints;
+  std::string prefix = "/aside/";
+  // Optional TLS (ca_file), mutual TLS (cert_file and key_file).
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  // Optional file with one line "username:password".
+  std::string credentials_file;
+  absl::Duration dial_timeout = absl::Seconds(2);
+  absl::Duration request_timeout = absl::Seconds(5);
+
+  friend bool operator==(const StoreConfig&, const StoreConfig&) = default;
+};
+
+// Parses the --store flag: "sqlite", or "etcd:HOST:PORT[,HOST:PORT...]"
+// (endpoints replace the config file's; the rest of store.etcd is kept).
+absl::Status ApplyStoreFlag(absl::string_view flag, StoreConfig* store);
+
 struct ServerConfig {
   // gRPC listen address, "host:port" (port 0 picks a free port).
   std::string listen = "0.0.0.0:50051";
@@ -36,6 +60,8 @@ struct ServerConfig {
   bool status_page_require_token = false;
   // Directory for durable state.
   std::string state_dir = "./var";
+  // The store of Admin-created groups (see StoreConfig).
+  StoreConfig store;
   // Log format ("text": key=value, or "json") and minimum level.
   std::string log_format = "text";
   std::string log_level = "info";

@@ -272,7 +272,7 @@ absl::Status ConfigReloader::ApplyGroupsLocked(const ServerConfig& next) {
     Log(LogLevel::kInfo, "config.group_removed", {{"group", name}});
   }
   for (const auto& [group, spec] : updated) {
-    if (absl::Status s = group->Update(*spec); !s.ok()) {
+    if (absl::Status s = groups_->Update(group, *spec); !s.ok()) {
       errors.push_back(absl::StrCat("group '", spec->name, "': ", s.message()));
       continue;
     }

@@ -87,9 +87,18 @@ absl::Status Group::Init(const Persist& persist) {
   return absl::OkStatus();
 }
 
-absl::Status Group::Update(GroupSpec spec, const Persist& persist) {
+void Group::UseOwnGenerations(uint64_t first) {
+  own_generations_ = std::make_unique<GenerationSource>(first - 1);
+  generations_ = own_generations_.get();
+}
+
+absl::Status Group::Update(GroupSpec spec, const Persist& persist,
+                           uint64_t min_generation) {
   aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
+  if (min_generation > 0) {
+    generations_->Raise(min_generation);
+  }
   // An explicit update is an acknowledged mutation: it always publishes a
   // new generation (callers wait for it), even when nothing changed.
   ASIDE_ASSIGN_OR_RETURN(TableConstPtr table,
@@ -374,6 +383,13 @@ uint64_t GenerationSource::Next() {
   return last_;
 }
 
+void GenerationSource::Raise(uint64_t next) {
+  aside::MutexLock lock(&mu_);
+  if (next > 0 && last_ < next - 1) {
+    last_ = next - 1;
+  }
+}
+
 uint64_t GenerationSource::last() const {
   aside::MutexLock lock(&mu_);
   return last_;
@@ -473,7 +489,8 @@ void GroupRegistry::set_session_key(std::string key) {
   session_key_ = std::make_shared<const std::string>(std::move(key));
 }
 
-absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
+absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist,
+                                uint64_t first_generation) {
   GroupPtr group;
   {
     aside::MutexLock lock(&write_mu_);
@@ -491,6 +508,9 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
     group = std::make_shared<Group>(std::move(spec), &generations_, metrics_,
                                     std::move(group_metrics), session_key_,
                                     server_id_, inputs_);
+    if (first_generation > 0) {
+      group->UseOwnGenerations(first_generation);
+    }
     ASIDE_RETURN_IF_ERROR(group->Init(persist));
     auto next = std::make_shared<GroupMap>(*current);
     next->emplace(group->name(), group);
@@ -513,7 +533,8 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist) {
 }
 
 absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
-                                   const Persist& persist) {
+                                   const Persist& persist,
+                                   uint64_t min_generation) {
   aside::MutexLock lock(&write_mu_);
   std::shared_ptr<const GroupMap> current = groups_.Acquire();
   auto it = current->find(group->name());
@@ -524,9 +545,14 @@ absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
   }
   ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
   std::vector<std::string> aliases = spec.aliases;
-  ASIDE_RETURN_IF_ERROR(group->Update(std::move(spec), persist));
+  ASIDE_RETURN_IF_ERROR(group->Update(std::move(spec), persist, min_generation));
   SetAliasesLocked(group->name(), aliases);
   return absl::OkStatus();
+}
+
+absl::Status GroupRegistry::CheckNamespace(const GroupSpec& spec) const {
+  aside::MutexLock lock(&write_mu_);
+  return CheckNamespaceLocked(spec, *groups_.Acquire());
 }
 
 absl::Status GroupRegistry::CheckNamespaceLocked(const GroupSpec& spec,
@@ -574,13 +600,15 @@ void GroupRegistry::RemoveObserver(Observer* observer) {
 }
 
 absl::Status GroupRegistry::Remove(absl::string_view name,
-                                   const Persist& persist) {
+                                   const Persist& persist,
+                                   uint64_t removal_generation) {
   aside::MutexLock lock(&write_mu_);
   std::shared_ptr<const GroupMap> current = groups_.Acquire();
   if (!current->contains(name)) {
     return absl::NotFoundError(absl::StrCat("group '", name, "' not found"));
   }
-  const uint64_t generation = generations_.Next();
+  const uint64_t generation =
+      removal_generation > 0 ? removal_generation : generations_.Next();
   if (persist) {
     ASIDE_RETURN_IF_ERROR(persist(generation));
   }

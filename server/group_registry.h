@@ -52,6 +52,8 @@ class GenerationSource {
 
   explicit GenerationSource(uint64_t base, Reserver reserver = nullptr);
   uint64_t Next();
+  // Makes the next generation at least `next` (never lowers it).
+  void Raise(uint64_t next);
   uint64_t last() const;
 
  private:
@@ -155,12 +157,19 @@ class Group : public std::enable_shared_from_this<Group> {
   // Builds the first table and, when `persist` succeeds (if given),
   // publishes it.
   absl::Status Init(const Persist& persist = nullptr);
+  // Gives the group a generation counter of its own, starting at
+  // `first` (a store revision's generation; see store.h), instead of the
+  // registry's. Before Init only.
+  void UseOwnGenerations(uint64_t first);
   // Builds a table from `spec`, persists (if given), then publishes it and
   // keeps the spec. An update is an acknowledged mutation: it always takes
   // a new generation, newer than any before, even when nothing visible
   // changed. On a build or persist error the table and spec stay as they
   // were.
-  absl::Status Update(GroupSpec spec, const Persist& persist = nullptr);
+  // With `min_generation` (a store revision's generation) the new table's
+  // generation is at least that.
+  absl::Status Update(GroupSpec spec, const Persist& persist = nullptr,
+                      uint64_t min_generation = 0);
   // Rebuilds the table from the current spec and inputs (health, load) and,
   // only if anything a pick or a subscriber sees changed, publishes it with
   // a new generation (a no-op rebuild takes no generation). Called off the
@@ -227,7 +236,9 @@ class Group : public std::enable_shared_from_this<Group> {
   void UnwatchDnsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
-  GenerationSource* const generations_;
+  // The registry's, or own_generations_ (set before Init, then fixed).
+  GenerationSource* generations_;
+  std::unique_ptr<GenerationSource> own_generations_;
   Metrics* const metrics_;
   const std::shared_ptr<const std::string> session_key_;
   const std::string server_id_;
@@ -316,16 +327,26 @@ class GroupRegistry {
   // Names and aliases are one namespace (see CheckGroupNamespace): a name
   // or alias that would take another group's grpclb clients is refused with
   // ALREADY_EXISTS naming the owner, checked under the same lock as the
-  // change itself.
-  absl::Status Add(GroupSpec spec, const Persist& persist = nullptr);
+  // change itself. With `first_generation` (a store revision's generation)
+  // the group counts its own generations from there
+  // (Group::UseOwnGenerations).
+  absl::Status Add(GroupSpec spec, const Persist& persist = nullptr,
+                   uint64_t first_generation = 0);
   // Updates `group` (which must still be registered) to `spec` through
-  // Group::Update, after the same namespace check. Changes that may touch
-  // aliases go through here, never through Group::Update directly.
+  // Group::Update (with `min_generation`, see there), after the same
+  // namespace check. Changes that may touch aliases go through here, never
+  // through Group::Update directly.
   absl::Status Update(const GroupPtr& group, GroupSpec spec,
-                      const Persist& persist = nullptr);
+                      const Persist& persist = nullptr,
+                      uint64_t min_generation = 0);
+  // The namespace check alone, for a write that must be refused before it
+  // reaches a shared store (Add and Update check again under their lock).
+  absl::Status CheckNamespace(const GroupSpec& spec) const;
   // Removes a group after persisting the removal (if given); its listeners
-  // hear OnRemoved.
-  absl::Status Remove(absl::string_view name, const Persist& persist = nullptr);
+  // hear OnRemoved, with `generation` when given (a store revision's), else
+  // a new one of the registry's.
+  absl::Status Remove(absl::string_view name, const Persist& persist = nullptr,
+                      uint64_t generation = 0);
 
   // Registers an observer of added groups; RemoveObserver waits for a call
   // in progress to return, after which the observer may be destroyed.
@@ -367,7 +388,7 @@ class GroupRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 
   SnapshotCell<GroupMap> groups_;
-  aside::Mutex write_mu_;  // serialises Add/Remove
+  mutable aside::Mutex write_mu_;  // serialises Add/Remove
   absl::flat_hash_map<std::string, std::weak_ptr<GroupMetrics>> metrics_by_name_
       ABSL_GUARDED_BY(write_mu_);
   // Every alias of every group, with its group's name.

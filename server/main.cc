@@ -9,6 +9,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "lib/command_line.h"
 #include "server/config.h"
@@ -18,6 +19,7 @@
 #include "server/log.h"
 #include "server/resource_limits.h"
 #include "server/server.h"
+#include "server/store_transfer.h"
 
 namespace {
 
@@ -44,8 +46,15 @@ ABSL_FLAG(Override, state_dir, {}, "directory for durable state");
 ABSL_FLAG(Override, health_listen, {},
           "extra plaintext port serving only grpc.health.v1");
 ABSL_FLAG(Override, admin_token_file, {}, "bearer tokens for aside.v1.Admin");
+ABSL_FLAG(Override, store, {},
+          "sqlite, or etcd:HOST:PORT[,HOST:PORT...] (overrides store:)");
 ABSL_FLAG(Override, log_format, {}, "text or json");
 ABSL_FLAG(Override, log_level, {}, "debug, info, warn or error");
+ABSL_FLAG(std::string, export_state, "",
+          "write the store's Admin-created groups to FILE (JSON), exit");
+ABSL_FLAG(std::string, import_state, "",
+          "create the groups of FILE (from --export-state) in the store, "
+          "exit");
 ABSL_FLAG(std::string, check_config, "",
           "validate the file, print every error, exit");
 
@@ -62,9 +71,19 @@ constexpr absl::string_view kUsage = R"(usage: aside-server [flags]
   --health-listen HOST:PORT  extra plaintext port serving only grpc.health.v1
   --admin-token-file FILE    bearer tokens for aside.v1.Admin ("TOKEN ROLE"
                         per line, role admin or read)
+  --store STORE         where Admin-created groups live: sqlite (the state
+                        directory) or etcd:HOST:PORT[,HOST:PORT...] (the
+                        fleet's etcd; other store.etcd settings from the
+                        config file)
   --log-format FORMAT   text (key=value) or json
   --log-level LEVEL     debug, info, warn or error
   --check-config FILE   validate FILE, print every error, exit (0 when valid)
+  --export-state FILE   write the Admin-created groups of the configured
+                        store to FILE (JSON) and exit
+  --import-state FILE   create the groups of FILE in the configured store
+                        (groups it already holds are left alone) and exit;
+                        with the two, groups move between a SQLite state
+                        directory and etcd
   --version             print the version and exit
   --help                this text
 
@@ -122,7 +141,17 @@ int main(int argc, char** argv) {
     override(FLAGS_health_listen, &c.health_listen);
     override(FLAGS_admin_token_file, &c.admin_token_file);
     override(FLAGS_log_level, &c.log_level);
+    if (std::optional<std::string> store = absl::GetFlag(FLAGS_store).value) {
+      (void)ApplyStoreFlag(*store, &c.store);  // checked once at start-up
+    }
   };
+  const std::optional<std::string> store_flag = absl::GetFlag(FLAGS_store).value;
+  if (store_flag) {
+    if (absl::Status s = ApplyStoreFlag(*store_flag, &config->store); !s.ok()) {
+      std::cerr << "aside-server: " << s.message() << "\n";
+      return 2;
+    }
+  }
   apply_flags(*config);
   if (config->log_format != "text" && config->log_format != "json") {
     std::cerr << "aside-server: --log-format: expected text or json\n";
@@ -136,6 +165,40 @@ int main(int argc, char** argv) {
   }
   SetLogLevel(*level);
   SetLogJson(config->log_format == "json");
+
+  const std::string export_state = absl::GetFlag(FLAGS_export_state);
+  const std::string import_state = absl::GetFlag(FLAGS_import_state);
+  if (!export_state.empty() || !import_state.empty()) {
+    Metrics metrics;
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(*config, &metrics);
+    if (!store.ok()) {
+      std::cerr << "aside-server: " << store.status().message() << "\n";
+      return 1;
+    }
+    if (!export_state.empty()) {
+      absl::StatusOr<size_t> n = ExportState(**store, export_state);
+      if (!n.ok()) {
+        std::cerr << "aside-server: " << n.status().message() << "\n";
+        return 1;
+      }
+      std::cout << export_state << ": " << *n << " groups exported from "
+                << (*store)->location() << "\n";
+      return 0;
+    }
+    absl::StatusOr<ImportResult> r = ImportState(**store, import_state);
+    if (!r.ok()) {
+      std::cerr << "aside-server: " << r.status().message() << "\n";
+      return 1;
+    }
+    std::cout << import_state << ": " << r->imported.size()
+              << " groups imported into " << (*store)->location();
+    if (!r->skipped.empty()) {
+      std::cout << "; already there, left alone: "
+                << absl::StrJoin(r->skipped, ", ");
+    }
+    std::cout << "\n";
+    return 0;
+  }
 
   if (absl::StatusOr<FileLimit> files = RaiseFileLimit(); files.ok()) {
     Log(LogLevel::kInfo, "limits.open_files",

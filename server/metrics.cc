@@ -176,7 +176,21 @@ Metrics::Metrics()
               .Help("1 when the config file changes settings that take "
                     "effect only after a restart.")
               .Register(*registry_)
-              .Add({})) {
+              .Add({})),
+      store_up(prometheus::BuildGauge()
+                   .Name("aside_store_up")
+                   .Help("1 while the store of Admin-created groups is "
+                         "reachable (etcd: followed), by type.")
+                   .Register(*registry_)),
+      store_revision(prometheus::BuildGauge()
+                         .Name("aside_store_revision")
+                         .Help("The last store revision applied, by type.")
+                         .Register(*registry_)),
+      store_errors(prometheus::BuildCounter()
+                       .Name("aside_store_errors_total")
+                       .Help("Store errors by kind (unavailable, request, "
+                             "conflict, bad_value, compacted, watch).")
+                       .Register(*registry_)) {
   build_info.Add({{"version", ASIDE_VERSION}}).Set(1);
 }
 

@@ -108,6 +108,13 @@ class Metrics {
   prometheus::Gauge& config_last_reload_success_time;
   prometheus::Gauge& config_last_reload_successful;
   prometheus::Gauge& config_restart_required;
+  // The store of Admin-created groups (by type): 1 while reachable (etcd:
+  // while this replica follows its changes), the last revision applied, and
+  // errors by kind (unavailable, request, conflict, bad_value, compacted,
+  // watch).
+  prometheus::Family<prometheus::Gauge>& store_up;
+  prometheus::Family<prometheus::Gauge>& store_revision;
+  prometheus::Family<prometheus::Counter>& store_errors;
 
  private:
   std::unique_ptr<HttpServer> http_;

@@ -10,8 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "lib/status_macros.h"
 #include "server/admin_convert.h"
+#include "server/etcd_store.h"
 #include "server/log.h"
 #include "server/parse_error_interceptor.h"
+#include "server/sqlite_store.h"
 
 namespace aside::server {
 
@@ -20,12 +22,29 @@ AsideServer::AsideServer(ServerConfig config, const Clock* clock)
 
 AsideServer::~AsideServer() {
   Shutdown(absl::ZeroDuration());
+  // No store change is applied once teardown starts.
+  if (sync_ != nullptr) {
+    sync_->StopFollowing();
+  }
   // The health observer schedules rebuilds from the prober thread, and the
   // registry outlives the scheduler (groups hold handles into it): detach
   // the observer, which waits for a call in progress, before members go.
   if (health_ != nullptr && health_observer_ != 0) {
     health_->RemoveObserver(health_observer_);
   }
+}
+
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& cfg,
+                                                 Metrics* metrics) {
+  if (cfg.store.type == "etcd") {
+    ASIDE_ASSIGN_OR_RETURN(std::unique_ptr<EtcdStore> store,
+                           EtcdStore::Create(cfg.store, metrics));
+    return store;
+  }
+  ASIDE_ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store,
+                         SqliteStore::Open(cfg.state_dir, cfg.max_state_bytes));
+  metrics->store_up.Add({{"type", "sqlite"}}).Set(1);
+  return store;
 }
 
 namespace {
@@ -49,9 +68,22 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   auto server =
       std::unique_ptr<AsideServer>(new AsideServer(std::move(config), clock));
   const ServerConfig& cfg = server->config_;
-  ASIDE_ASSIGN_OR_RETURN(server->store_,
-                         StateStore::Open(cfg.state_dir, cfg.max_state_bytes));
-  ASIDE_ASSIGN_OR_RETURN(StateStore::Contents contents, server->store_->Load());
+  ASIDE_ASSIGN_OR_RETURN(server->store_, OpenStore(cfg, &server->metrics_));
+  Store* store = server->store_.get();
+  // A store the server can start without (etcd) is retried in the
+  // background: config-file groups serve meanwhile.
+  absl::StatusOr<StoreSnapshot> loaded = store->Load();
+  if (!loaded.ok() && !store->starts_unavailable()) {
+    return loaded.status();
+  }
+  if (!loaded.ok()) {
+    Log(LogLevel::kWarn, "store.unavailable",
+        {{"store", store->location()},
+         {"error", std::string(loaded.status().message())},
+         {"action", "serving config-file groups; retrying"}});
+  }
+  const StoreSnapshot contents =
+      loaded.ok() ? *std::move(loaded) : StoreSnapshot{};
   ASIDE_ASSIGN_OR_RETURN(
       server->auth_,
       AdminAuth::Create(cfg.admin_token_file, cfg.admin_identities));
@@ -61,7 +93,6 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   const uint64_t base =
       std::max(contents.generation_floor,
                static_cast<uint64_t>(absl::ToUnixMicros(clock->WallNow())));
-  StateStore* store = server->store_.get();
   ASIDE_ASSIGN_OR_RETURN(
       server->groups_,
       GroupRegistry::Create(&server->metrics_, base, cfg.max_groups,
@@ -80,9 +111,20 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
     server->groups_->set_session_key(std::move(key));
   } else if (contents.session_key.size() >= 16) {
     server->groups_->set_session_key(contents.session_key);
+  } else if (absl::StatusOr<std::string> key =
+                 store->SessionKey(*server->groups_->session_key());
+             key.ok()) {
+    server->groups_->set_session_key(*std::move(key));
+  } else if (store->starts_unavailable()) {
+    Log(LogLevel::kWarn, "store.session_key_local",
+        {{"store", store->location()},
+         {"error", std::string(key.status().message())},
+         {"effect",
+          "sticky tokens issued here are not honoured by other replicas "
+          "until this one restarts with the store reachable (or set "
+          "session_key_file)"}});
   } else {
-    ASIDE_RETURN_IF_ERROR(
-        store->SetSessionKey(*server->groups_->session_key()));
+    return key.status();
   }
 
   server->scheduler_ = std::make_unique<RebuildScheduler>();
@@ -150,36 +192,12 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
           s.code(), absl::StrCat("group '", spec.name, "': ", s.message()));
     }
   }
-  for (const v1::Group& definition : contents.groups) {
-    if (server->groups_->Find(definition.name()) != nullptr) {
-      Log(LogLevel::kWarn, "state.group_shadowed",
-          {{"group", definition.name()},
-           {"reason", "the config file declares a group of the same name"}});
-      continue;
-    }
-    absl::StatusOr<GroupSpec> spec = GroupSpecFromProto(
-        absl::StrCat("stored group '", definition.name(), "'"), definition);
-    if (!spec.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "state database ", store->path(), ": ", spec.status().message()));
-    }
-    if (absl::Status s = server->groups_->Add(*std::move(spec)); !s.ok()) {
-      if (absl::IsAlreadyExists(s)) {
-        // An alias the config file (or an earlier stored group) now owns:
-        // the file wins, as for names; the stored group stays stored.
-        Log(LogLevel::kWarn, "state.group_shadowed",
-            {{"group", definition.name()},
-             {"reason", std::string(s.message())}});
-        continue;
-      }
-      return absl::FailedPreconditionError(
-          absl::StrCat("state database ", store->path(), ": group '",
-                       definition.name(), "': ", s.message()));
-    }
-  }
-  Log(LogLevel::kInfo, "state.loaded",
-      {{"path", store->path()},
-       {"stored_groups", absl::StrCat(contents.groups.size())}});
+  server->sync_ = std::make_unique<StoreSync>(store, server->groups_.get(),
+                                              &server->metrics_);
+  ASIDE_RETURN_IF_ERROR(server->sync_->ApplyInitial(
+      contents, /*strict=*/!store->starts_unavailable()));
+  server->sync_->Follow(loaded.ok() ? std::optional<int64_t>(contents.revision)
+                                    : std::nullopt);
 
   server->loads_->set_listener([groups](const LoadAggregator::Accepted& a) {
     if (GroupPtr g = groups->Find(a.group)) {
@@ -194,8 +212,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       server->groups_.get(), &server->metrics_, clock, server->watch_hub_.get(),
       server->loads_.get(), server->report_auth_.get());
   server->admin_service_ = std::make_unique<AdminService>(
-      server->groups_.get(), store, server->auth_.get(), &server->metrics_,
-      server->loads_.get(), server->health_.get());
+      server->groups_.get(), server->sync_.get(), server->auth_.get(),
+      &server->metrics_, server->loads_.get(), server->health_.get());
   server->grpclb_service_ = std::make_unique<GrpclbService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers,

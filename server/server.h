@@ -22,12 +22,18 @@
 #include "server/metrics.h"
 #include "server/rebuild_scheduler.h"
 #include "server/report_auth.h"
-#include "server/state_store.h"
 #include "server/status/status_page.h"
+#include "server/store.h"
+#include "server/store_sync.h"
 #include "server/xds/ads_service.h"
 #include "server/xds/lrs_service.h"
 
 namespace aside::server {
+
+// Opens the store `config` names (sqlite under state_dir, or etcd; etcd
+// connects on first use). `metrics` may not be null.
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& config,
+                                                 Metrics* metrics);
 
 class AsideServer {
  public:
@@ -48,7 +54,7 @@ class AsideServer {
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
   int health_port() const { return health_port_; }
-  StateStore* store() { return store_.get(); }
+  Store* store() { return store_.get(); }
   WatchHub& watch_hub() { return *watch_hub_; }
   LoadAggregator& loads() { return *loads_; }
   GrpclbService& grpclb() { return *grpclb_service_; }
@@ -66,7 +72,10 @@ class AsideServer {
   ServerConfig config_;
   const Clock* clock_;
   Metrics metrics_;
-  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<Store> store_;
+  // Applies the store's changes to groups_: stopped in the destructor,
+  // before the groups go.
+  std::unique_ptr<StoreSync> sync_;
   // Before groups_: groups hold handles into it (handles may outlive it, but
   // its probes should stop before the groups go).
   std::unique_ptr<HealthRegistry> health_;

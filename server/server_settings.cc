@@ -3,6 +3,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "lib/address.h"
 
 namespace aside::server {
@@ -48,7 +50,108 @@ bool GetAddress(YamlReader& r, const YAML::Node& node, const std::string& path,
   return true;
 }
 
+// store: {type: sqlite} or {type: etcd, etcd: {...}}.
+void ReadStore(YamlReader& r, const YAML::Node& node, StoreConfig* out) {
+  if (!r.CheckMap(node, "store", {"type", "etcd"})) {
+    return;
+  }
+  if (node["type"]) {
+    if (r.GetString(node["type"], "store.type", &out->type) &&
+        out->type != "sqlite" && out->type != "etcd") {
+      r.Error(node["type"], "store.type",
+              absl::StrCat("unknown store '", out->type,
+                           "' (allowed: sqlite, etcd)"));
+      return;
+    }
+  }
+  const YAML::Node e = node["etcd"];
+  if (out->type != "etcd") {
+    if (e) {
+      r.Error(e, "store.etcd", "needs store.type: etcd");
+    }
+    return;
+  }
+  if (!e) {
+    r.Error(node, "store", "type etcd needs store.etcd.endpoints");
+    return;
+  }
+  if (!r.CheckMap(e, "store.etcd",
+                  {"endpoints", "prefix", "ca_file", "cert_file", "key_file",
+                   "credentials_file", "dial_timeout", "request_timeout"})) {
+    return;
+  }
+  if (const YAML::Node eps = e["endpoints"];
+      !eps || !eps.IsSequence() || eps.size() == 0) {
+    r.Error(eps ? eps : e, "store.etcd.endpoints",
+            "expected a list of \"host:port\" (at least one)");
+  } else {
+    for (size_t i = 0; i < eps.size(); ++i) {
+      const std::string ep = absl::StrCat("store.etcd.endpoints[", i, "]");
+      std::string endpoint;
+      if (GetAddress(r, eps[i], ep, &endpoint, false)) {
+        out->endpoints.push_back(endpoint);
+      }
+    }
+  }
+  if (e["prefix"]) {
+    if (r.GetString(e["prefix"], "store.etcd.prefix", &out->prefix) &&
+        (out->prefix.empty() || out->prefix.back() != '/')) {
+      r.Error(e["prefix"], "store.etcd.prefix",
+              "must be non-empty and end with '/'");
+    }
+  }
+  for (auto [key, field] :
+       {std::pair{"ca_file", &out->ca_file},
+        std::pair{"cert_file", &out->cert_file},
+        std::pair{"key_file", &out->key_file},
+        std::pair{"credentials_file", &out->credentials_file}}) {
+    if (e[key]) {
+      r.GetString(e[key], absl::StrCat("store.etcd.", key), field);
+    }
+  }
+  if (out->cert_file.empty() != out->key_file.empty()) {
+    r.Error(e, "store.etcd", "cert_file and key_file go together");
+  }
+  for (auto [key, field] :
+       {std::pair{"dial_timeout", &out->dial_timeout},
+        std::pair{"request_timeout", &out->request_timeout}}) {
+    if (e[key]) {
+      absl::Duration d;
+      const std::string path = absl::StrCat("store.etcd.", key);
+      if (r.GetDuration(e[key], path, &d)) {
+        if (d < absl::Milliseconds(10) || d > absl::Minutes(5)) {
+          r.Error(e[key], path, "out of range 10ms..5m");
+        } else {
+          *field = d;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+absl::Status ApplyStoreFlag(absl::string_view flag, StoreConfig* store) {
+  if (flag == "sqlite") {
+    store->type = "sqlite";
+    return absl::OkStatus();
+  }
+  if (!absl::ConsumePrefix(&flag, "etcd:") || flag.empty()) {
+    return absl::InvalidArgumentError(
+        "--store: expected sqlite or etcd:HOST:PORT[,HOST:PORT...]");
+  }
+  std::vector<std::string> endpoints;
+  for (absl::string_view ep : absl::StrSplit(flag, ',')) {
+    if (absl::StatusOr<Address> a = ParseAddress(ep); !a.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--store: ", ep, ": ", a.status().message()));
+    }
+    endpoints.emplace_back(ep);
+  }
+  store->type = "etcd";
+  store->endpoints = std::move(endpoints);
+  return absl::OkStatus();
+}
 
 void ReadServerSettings(YamlReader& r, const YAML::Node& root,
                         ServerConfig* out) {
@@ -127,6 +230,9 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
         r.Error(t, "tls.require_client_cert", "needs client_ca_file");
       }
     }
+  }
+  if (root["store"]) {
+    ReadStore(r, root["store"], &out->store);
   }
   if (root["session_key_file"]) {
     r.GetString(root["session_key_file"], "session_key_file",

@@ -467,3 +467,108 @@ TEST(ConfigTest, RejectsInconsistentTlsAndBadRoles) {
 
 }  // namespace
 }  // namespace aside::server
+
+namespace aside::server {
+namespace {
+
+TEST(StoreConfigTest, SqliteIsTheDefault) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig c, ParseConfig("", "aside.yaml"));
+  EXPECT_EQ(c.store.type, "sqlite");
+  ASSERT_OK_AND_ASSIGN(c, ParseConfig("store: {type: sqlite}\n", "aside.yaml"));
+  EXPECT_EQ(c.store.type, "sqlite");
+}
+
+TEST(StoreConfigTest, ParsesEveryEtcdSetting) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig c, ParseConfig(R"(store:
+  type: etcd
+  etcd:
+    endpoints: [127.0.0.1:2379, "[::1]:2380", etcd-0.etcd:2379]
+    prefix: /fleet/
+    ca_file: /tls/ca.crt
+    cert_file: /tls/client.crt
+    key_file: /tls/client.key
+    credentials_file: /secrets/etcd
+    dial_timeout: 500ms
+    request_timeout: 3s
+)",
+                                                   "aside.yaml"));
+  EXPECT_EQ(c.store.type, "etcd");
+  EXPECT_THAT(c.store.endpoints,
+              ::testing::ElementsAre("127.0.0.1:2379", "[::1]:2380",
+                                     "etcd-0.etcd:2379"));
+  EXPECT_EQ(c.store.prefix, "/fleet/");
+  EXPECT_EQ(c.store.ca_file, "/tls/ca.crt");
+  EXPECT_EQ(c.store.cert_file, "/tls/client.crt");
+  EXPECT_EQ(c.store.key_file, "/tls/client.key");
+  EXPECT_EQ(c.store.credentials_file, "/secrets/etcd");
+  EXPECT_EQ(c.store.dial_timeout, absl::Milliseconds(500));
+  EXPECT_EQ(c.store.request_timeout, absl::Seconds(3));
+}
+
+TEST(StoreConfigTest, EtcdDefaults) {
+  ASSERT_OK_AND_ASSIGN(
+      ServerConfig c,
+      ParseConfig("store:\n  type: etcd\n  etcd:\n    endpoints: [a:1]\n",
+                  "aside.yaml"));
+  EXPECT_EQ(c.store.prefix, "/aside/");
+  EXPECT_EQ(c.store.dial_timeout, absl::Seconds(2));
+  EXPECT_EQ(c.store.request_timeout, absl::Seconds(5));
+}
+
+TEST(StoreConfigTest, ErrorsNameFileLineAndKey) {
+  auto error = [](absl::string_view text) {
+    absl::StatusOr<ServerConfig> c = ParseConfig(text, "aside.yaml");
+    EXPECT_FALSE(c.ok());
+    return c.ok() ? std::string() : std::string(c.status().message());
+  };
+  EXPECT_THAT(error("store:\n  type: zookeeper\n"),
+              HasSubstr("aside.yaml:2:9: store.type: unknown store "
+                        "'zookeeper' (allowed: sqlite, etcd)"));
+  EXPECT_THAT(error("store:\n  type: etcd\n"),
+              HasSubstr("aside.yaml:2:3: store: type etcd needs "
+                        "store.etcd.endpoints"));
+  EXPECT_THAT(error("store:\n  type: etcd\n  etcd:\n    endpoints: []\n"),
+              HasSubstr("aside.yaml:4:16: store.etcd.endpoints"));
+  EXPECT_THAT(error("store:\n  type: etcd\n  etcd:\n    endpoints: [nope]\n"),
+              HasSubstr("aside.yaml:4:17: store.etcd.endpoints[0]"));
+  EXPECT_THAT(error("store:\n  type: etcd\n  etcd:\n    endpoints: [a:1]\n"
+                    "    dial_timeout: 1h\n"),
+              HasSubstr("aside.yaml:5:19: store.etcd.dial_timeout: out of "
+                        "range 10ms..5m"));
+  EXPECT_THAT(error("store:\n  type: etcd\n  etcd:\n    endpoints: [a:1]\n"
+                    "    prefix: aside\n"),
+              HasSubstr("aside.yaml:5:13: store.etcd.prefix: must be "
+                        "non-empty and end with '/'"));
+  EXPECT_THAT(error("store:\n  type: etcd\n  etcd:\n    endpoints: [a:1]\n"
+                    "    cert_file: c\n"),
+              HasSubstr("store.etcd: cert_file and key_file go together"));
+  EXPECT_THAT(error("store:\n  type: etcd\n  etcd:\n    endpoints: [a:1]\n"
+                    "    tls: true\n"),
+              HasSubstr("aside.yaml:5:5: store.etcd.tls"));
+  EXPECT_THAT(error("store:\n  etcd: {endpoints: [a:1]}\n"),
+              HasSubstr("store.etcd: needs store.type: etcd"));
+}
+
+TEST(StoreConfigTest, StoreFlag) {
+  StoreConfig store;
+  store.prefix = "/kept/";
+  ASSERT_OK(ApplyStoreFlag("etcd:127.0.0.1:2379,127.0.0.1:2380", &store));
+  EXPECT_EQ(store.type, "etcd");
+  EXPECT_THAT(store.endpoints,
+              ::testing::ElementsAre("127.0.0.1:2379", "127.0.0.1:2380"));
+  EXPECT_EQ(store.prefix, "/kept/");
+  ASSERT_OK(ApplyStoreFlag("sqlite", &store));
+  EXPECT_EQ(store.type, "sqlite");
+  EXPECT_THAT(
+      ApplyStoreFlag("etcd:", &store),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--store")));
+  EXPECT_THAT(ApplyStoreFlag("etcd:nohost", &store),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--store: nohost")));
+  EXPECT_THAT(
+      ApplyStoreFlag("consul", &store),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sqlite")));
+}
+
+}  // namespace
+}  // namespace aside::server

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,6 +82,9 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(
       int devnull = open("/dev/null", O_WRONLY);
       dup2(devnull, 1);
     }
+    // The child dies with the test (a crashed or killed test leaves no
+    // servers behind).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     // The child must not inherit blocked signals from the test runner.
     sigset_t none;
     sigemptyset(&none);
@@ -166,6 +170,18 @@ absl::StatusOr<std::string> Process::WaitForLine(const std::string& needle,
       return absl::UnavailableError(
           absl::StrCat("stderr closed before a line with '", needle,
                        "'; stderr:\n", StderrText()));
+    }
+  }
+}
+
+void Process::ReadAvailable() {
+  while (stderr_fd_ >= 0) {
+    pollfd pfd{stderr_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, 0) <= 0) {
+      return;
+    }
+    if (!ReadSome(absl::Now())) {
+      return;
     }
   }
 }

@@ -53,6 +53,9 @@ class Process {
                                           absl::Duration timeout);
   // Reads stderr until EOF or `timeout`.
   void DrainStderr(absl::Duration timeout);
+  // Reads whatever stderr holds now, without waiting (keeps a chatty child
+  // from blocking on a full pipe).
+  void ReadAvailable();
   const std::vector<std::string>& stderr_lines() const { return lines_; }
   std::string StderrText() const;
   std::string StdoutText();

@@ -1,0 +1,108 @@
+// The fleet store: groups, and the sticky session key, in etcd (DESIGN.md
+// §11), behind the Store interface (server/store.h).
+//
+// Layout under the prefix (default "/aside/"):
+//   <prefix>groups/<name>   the group's aside.v1.Group as proto JSON
+//   <prefix>session_key     the key signing sticky session tokens (raw bytes)
+// Other keys under the prefix are left alone.
+//
+// Writes are transactions conditioned on the group key's mod_revision as the
+// writer last applied it (create: the key is absent), so two replicas that
+// change one group at once cannot both win: the loser gets ABORTED and
+// writes nothing. A write returns once etcd committed it.
+//
+// Follow runs one thread that loads a snapshot when it has none (retrying
+// with backoff while etcd is down, logging why), then watches the prefix
+// from the snapshot's revision + 1 and hands the changes over in revision
+// order. The watch resumes on another member by itself; when the history it
+// needs was compacted the thread loads a fresh snapshot and watches again
+// from there. A value that does not parse is logged
+// (store.bad_value naming the key and revision), counted in
+// aside_store_errors_total{kind="bad_value"} and reported as a bad_value
+// change; the rest is served.
+//
+// Threads: any method from any thread; the feed handlers run on the follow
+// thread or the watch's thread, never both at once (the watch is stopped
+// before a snapshot is loaded and started after it was handed over).
+#ifndef ASIDE_SERVER_ETCD_STORE_H_
+#define ASIDE_SERVER_ETCD_STORE_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "lib/sync.h"
+#include "server/config.h"
+#include "server/etcd/etcd_client.h"
+#include "server/metrics.h"
+#include "server/store.h"
+
+namespace aside::server {
+
+class EtcdStore final : public Store {
+ public:
+  // Checks the options and reads the TLS and credentials files; does not
+  // connect (so it succeeds while etcd is down). `metrics` may be null.
+  static absl::StatusOr<std::unique_ptr<EtcdStore>> Create(
+      const StoreConfig& config, Metrics* metrics);
+  ~EtcdStore() override;
+
+  std::string type() const override { return "etcd"; }
+  std::string location() const override { return location_; }
+  absl::StatusOr<StoreSnapshot> Load() override;
+  absl::StatusOr<int64_t> PutGroup(const v1::Group& definition,
+                                   int64_t expected_revision) override;
+  absl::StatusOr<int64_t> DeleteGroup(const std::string& name,
+                                      int64_t expected_revision) override;
+  absl::Status RaiseGenerationFloor(uint64_t) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> SessionKey(const std::string& proposed) override;
+  bool revision_generations() const override { return true; }
+  bool starts_unavailable() const override { return true; }
+  void Follow(std::optional<int64_t> revision, FeedHandlers handlers) override;
+  void StopFollowing() override;
+  StoreState state() const override;
+
+  // The key a group is stored under.
+  std::string GroupKey(const std::string& name) const;
+
+ private:
+  EtcdStore(std::unique_ptr<etcd::EtcdClient> client, std::string prefix,
+            Metrics* metrics);
+
+  void Run();
+  // An error from the client, as the store reports it: UNAVAILABLE (also
+  // for timeouts) naming every endpoint, other codes kept.
+  absl::Status Failed(absl::string_view what, const absl::Status& s);
+  void NoteError(absl::string_view kind, const std::string& message);
+  void SetUp(bool up) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Converts a watch batch (on the watch's thread).
+  void Deliver(etcd::WatchBatch batch);
+
+  const std::unique_ptr<etcd::EtcdClient> client_;
+  const std::string prefix_;
+  const std::string groups_prefix_;
+  const std::string location_;
+  Metrics* const metrics_;
+  prometheus::Gauge* up_gauge_ = nullptr;
+  prometheus::Gauge* revision_gauge_ = nullptr;
+  // Set by Follow before the thread starts; read-only after.
+  FeedHandlers handlers_;
+
+  mutable aside::Mutex mu_;
+  std::optional<int64_t> revision_ ABSL_GUARDED_BY(mu_);
+  bool need_snapshot_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool up_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<etcd::Watch> watch_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_error_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::thread thread_;
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_ETCD_STORE_H_

@@ -1,0 +1,227 @@
+#include "server/store_sync.h"
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "lib/status_macros.h"
+#include "server/admin_convert.h"
+#include "server/log.h"
+
+namespace aside::server {
+
+StoreSync::StoreSync(Store* store, GroupRegistry* groups, Metrics* metrics)
+    : store_(store), groups_(groups), metrics_(metrics) {}
+
+uint64_t StoreSync::GenerationFor(int64_t revision) const {
+  return store_->revision_generations() && revision > 0
+             ? GenerationForRevision(revision)
+             : 0;
+}
+
+int64_t StoreSync::revision(const std::string& name) const {
+  aside::MutexLock lock(&mu_);
+  auto it = applied_.find(name);
+  return it == applied_.end() || !it->second.present ? 0 : it->second.revision;
+}
+
+void StoreSync::BadValue(const std::string& name, int64_t revision,
+                         absl::string_view error) {
+  Log(LogLevel::kError, "store.bad_value",
+      {{"store", store_->location()},
+       {"group", name},
+       {"revision", absl::StrCat(revision)},
+       {"error", std::string(error)},
+       {"action", "keeping the last good definition"}});
+  if (metrics_ != nullptr) {
+    metrics_->store_errors.Add({{"kind", "bad_value"}}).Increment();
+  }
+}
+
+absl::Status StoreSync::ApplyInitial(const StoreSnapshot& snapshot,
+                                     bool strict) {
+  aside::MutexLock lock(&mu_);
+  for (const StoredGroup& stored : snapshot.groups) {
+    const std::string& name = stored.definition.name();
+    applied_[name] = {stored.revision, true};
+    if (GroupPtr existing = groups_->Find(name); existing != nullptr) {
+      Log(LogLevel::kWarn, "state.group_shadowed",
+          {{"group", name},
+           {"reason", "the config file declares a group of the same name"}});
+      continue;
+    }
+    absl::StatusOr<GroupSpec> spec = GroupSpecFromProto(
+        absl::StrCat("stored group '", name, "'"), stored.definition);
+    absl::Status s = spec.status();
+    if (spec.ok()) {
+      s = groups_->Add(*std::move(spec), nullptr,
+                       GenerationFor(stored.revision));
+      if (absl::IsAlreadyExists(s)) {
+        // An alias the config file (or an earlier stored group) now owns:
+        // the file wins, as for names; the stored group stays stored.
+        Log(LogLevel::kWarn, "state.group_shadowed",
+            {{"group", name}, {"reason", std::string(s.message())}});
+        continue;
+      }
+      if (!s.ok()) {
+        s = absl::Status(s.code(),
+                         absl::StrCat("group '", name, "': ", s.message()));
+      }
+    }
+    if (!s.ok()) {
+      if (strict) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "state database ", store_->location(), ": ", s.message()));
+      }
+      BadValue(name, stored.revision, s.message());
+    }
+  }
+  for (const StoredGroup& bad : snapshot.bad) {
+    applied_[bad.definition.name()] = {bad.revision, true};
+  }
+  Log(LogLevel::kInfo, "state.loaded",
+      {{"path", store_->location()},
+       {"stored_groups", absl::StrCat(snapshot.groups.size())},
+       {"revision", absl::StrCat(snapshot.revision)}});
+  return absl::OkStatus();
+}
+
+void StoreSync::Follow(std::optional<int64_t> revision) {
+  store_->Follow(
+      revision,
+      {.on_snapshot = [this](const StoreSnapshot& s) { ApplySnapshot(s); },
+       .on_changes = [this](const std::vector<StoreChange>& c,
+                            int64_t) { ApplyChanges(c); }});
+}
+
+void StoreSync::StopFollowing() { store_->StopFollowing(); }
+
+void StoreSync::ApplySnapshot(const StoreSnapshot& snapshot) {
+  aside::MutexLock lock(&mu_);
+  absl::flat_hash_set<std::string> present;
+  for (const StoredGroup& stored : snapshot.groups) {
+    present.insert(stored.definition.name());
+    (void)ApplyLocked({.name = stored.definition.name(),
+                       .definition = stored.definition,
+                       .revision = stored.revision});
+  }
+  for (const StoredGroup& bad : snapshot.bad) {
+    present.insert(bad.definition.name());
+    (void)ApplyLocked({.name = bad.definition.name(),
+                       .revision = bad.revision,
+                       .bad_value = true});
+  }
+  // Whatever is gone was deleted at some revision up to the snapshot's.
+  std::vector<std::string> gone;
+  for (const auto& [name, applied] : applied_) {
+    if (applied.present && !present.contains(name)) {
+      gone.push_back(name);
+    }
+  }
+  for (const std::string& name : gone) {
+    (void)ApplyLocked({.name = name, .revision = snapshot.revision});
+  }
+}
+
+void StoreSync::ApplyChanges(const std::vector<StoreChange>& changes) {
+  aside::MutexLock lock(&mu_);
+  for (const StoreChange& c : changes) {
+    (void)ApplyLocked(c);
+  }
+}
+
+absl::Status StoreSync::ApplyLocked(const StoreChange& change) {
+  Applied& applied = applied_[change.name];
+  if (change.revision != 0 && change.revision <= applied.revision) {
+    return absl::OkStatus();  // already applied (or a newer one)
+  }
+  applied.revision = change.revision;
+  applied.present = change.definition.has_value() || change.bad_value;
+  if (change.bad_value) {
+    return absl::OkStatus();  // the store logged and counted it
+  }
+  GroupPtr existing = groups_->Find(change.name);
+  if (existing != nullptr && existing->spec().source == GroupSource::kFile) {
+    Log(LogLevel::kWarn, "state.group_shadowed",
+        {{"group", change.name},
+         {"revision", absl::StrCat(change.revision)},
+         {"reason", "the config file declares a group of the same name"}});
+    return absl::OkStatus();
+  }
+  const uint64_t generation = GenerationFor(change.revision);
+  if (!change.definition.has_value()) {
+    if (existing == nullptr) {
+      return absl::OkStatus();
+    }
+    return groups_->Remove(change.name, nullptr, generation);
+  }
+  absl::StatusOr<GroupSpec> spec = GroupSpecFromProto(
+      absl::StrCat("stored group '", change.name, "'"), *change.definition);
+  absl::Status s = spec.status();
+  if (spec.ok()) {
+    s = existing != nullptr
+            ? groups_->Update(existing, *std::move(spec), nullptr, generation)
+            : groups_->Add(*std::move(spec), nullptr, generation);
+  }
+  if (!s.ok()) {
+    BadValue(change.name, change.revision, s.message());
+  }
+  return s;
+}
+
+absl::StatusOr<GroupPtr> StoreSync::Put(GroupSpec spec) {
+  const std::string name = spec.name;
+  v1::Group definition;
+  GroupSpecToProto(spec, &definition);
+  // A name or alias another group holds is refused before the store sees
+  // it: every replica would refuse to serve the write.
+  ASIDE_RETURN_IF_ERROR(groups_->CheckNamespace(spec));
+  const int64_t expected = revision(name);
+  ASIDE_ASSIGN_OR_RETURN(const int64_t written,
+                         store_->PutGroup(definition, expected));
+  aside::MutexLock lock(&mu_);
+  const GroupPtr before = groups_->Find(name);
+  absl::Status s;
+  if (written == 0) {
+    // A store without revisions: this process is its only writer.
+    applied_[name] = {0, true};
+    s = before != nullptr ? groups_->Update(before, std::move(spec))
+                          : groups_->Add(std::move(spec));
+  } else {
+    s = ApplyLocked(
+        {.name = name, .definition = definition, .revision = written});
+  }
+  if (!s.ok()) {
+    if (before == nullptr) {
+      // The store took a group this replica cannot serve (the group limit):
+      // take it back rather than leave the fleet with a group no one serves.
+      (void)store_->DeleteGroup(name, written);
+      applied_[name] = {written, false};
+    }
+    return s;
+  }
+  GroupPtr group = groups_->Find(name);
+  if (group == nullptr) {
+    return absl::AbortedError(absl::StrCat(
+        "group '", name, "' was deleted through another replica meanwhile"));
+  }
+  return group;
+}
+
+absl::StatusOr<uint64_t> StoreSync::Delete(const std::string& name) {
+  const int64_t expected = revision(name);
+  ASIDE_ASSIGN_OR_RETURN(const int64_t written,
+                         store_->DeleteGroup(name, expected));
+  aside::MutexLock lock(&mu_);
+  if (written == 0) {
+    applied_.erase(name);
+    uint64_t generation = 0;
+    ASIDE_RETURN_IF_ERROR(groups_->Remove(name, [&](uint64_t g) {
+      generation = g;
+      return absl::OkStatus();
+    }));
+    return generation;
+  }
+  ASIDE_RETURN_IF_ERROR(ApplyLocked({.name = name, .revision = written}));
+  return GenerationFor(written);
+}
+
+}  // namespace aside::server

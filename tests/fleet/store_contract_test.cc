@@ -1,0 +1,272 @@
+// One contract over every Store (server/store.h): the SQLite file and etcd
+// (a real 3-member cluster on loopback) go through the same cases:
+// round trips, deletes, durability across a reopen, the session key created
+// once. Conditional writes are checked where the store has revisions. Then
+// StoreSync's ordering rules: an older change never overwrites a newer one,
+// generations follow revisions, a bad value keeps the last good definition,
+// a snapshot removes what is gone.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/etcd_store.h"
+#include "server/group_registry.h"
+#include "server/metrics.h"
+#include "server/sqlite_store.h"
+#include "server/store_sync.h"
+#include "tests/testing/etcd_cluster.h"
+#include "tests/testing/process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace aside::server {
+namespace {
+
+using ::aside::testing::EtcdCluster;
+using ::aside::testing::StatusIs;
+using ::aside::testing::TempDir;
+using ::testing::HasSubstr;
+
+v1::Group MakeGroup(const std::string& name, int port) {
+  v1::Group g;
+  g.set_name(name);
+  g.mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+  g.add_backends()->set_address(absl::StrCat("127.0.0.1:", port));
+  return g;
+}
+
+const StoredGroup* Find(const StoreSnapshot& s, const std::string& name) {
+  for (const StoredGroup& g : s.groups) {
+    if (g.definition.name() == name) {
+      return &g;
+    }
+  }
+  return nullptr;
+}
+
+class StoreContractTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "etcd") {
+      absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+          EtcdCluster::Start();
+      if (!cluster.ok() && absl::IsNotFound(cluster.status())) {
+        GTEST_SKIP() << cluster.status();
+      }
+      ASSERT_OK(cluster.status());
+      cluster_ = *std::move(cluster);
+    }
+    Reopen();
+  }
+
+  // A fresh Store over the same data (a restart).
+  void Reopen() {
+    store_.reset();
+    if (GetParam() == "etcd") {
+      StoreConfig config;
+      config.type = "etcd";
+      config.endpoints = cluster_->endpoints();
+      config.prefix = "/contract/";
+      ASSERT_OK_AND_ASSIGN(store_, EtcdStore::Create(config, &metrics_));
+    } else {
+      ASSERT_OK_AND_ASSIGN(store_, SqliteStore::Open(dir_.path(), 1 << 24));
+    }
+  }
+
+  TempDir dir_;
+  Metrics metrics_;
+  std::unique_ptr<EtcdCluster> cluster_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_P(StoreContractTest, WrittenGroupsLoadAndSurviveAReopen) {
+  ASSERT_OK_AND_ASSIGN(int64_t first, store_->PutGroup(MakeGroup("a", 1), 0));
+  ASSERT_OK_AND_ASSIGN(int64_t second, store_->PutGroup(MakeGroup("b", 2), 0));
+  if (store_->revision_generations()) {
+    EXPECT_GT(second, first);
+  }
+  Reopen();
+  ASSERT_OK_AND_ASSIGN(StoreSnapshot s, store_->Load());
+  ASSERT_EQ(s.groups.size(), 2u);
+  EXPECT_EQ(s.groups[0].definition.name(), "a");
+  EXPECT_EQ(s.groups[0].definition.backends(0).address(), "127.0.0.1:1");
+  EXPECT_EQ(s.groups[0].revision, first);
+  EXPECT_EQ(s.groups[1].revision, second);
+  if (store_->revision_generations()) {
+    EXPECT_GE(s.revision, second);
+  }
+}
+
+TEST_P(StoreContractTest, UpdatesReplaceAndDeletesRemove) {
+  ASSERT_OK_AND_ASSIGN(int64_t created, store_->PutGroup(MakeGroup("a", 1), 0));
+  ASSERT_OK_AND_ASSIGN(int64_t updated,
+                       store_->PutGroup(MakeGroup("a", 2), created));
+  ASSERT_OK_AND_ASSIGN(StoreSnapshot s, store_->Load());
+  ASSERT_NE(Find(s, "a"), nullptr);
+  EXPECT_EQ(Find(s, "a")->definition.backends(0).address(), "127.0.0.1:2");
+  ASSERT_OK(store_->DeleteGroup("a", updated).status());
+  Reopen();
+  ASSERT_OK_AND_ASSIGN(s, store_->Load());
+  EXPECT_EQ(Find(s, "a"), nullptr);
+}
+
+TEST_P(StoreContractTest, TheSessionKeyIsCreatedOnce) {
+  const std::string first(32, 'k');
+  const std::string second(32, 'z');
+  ASSERT_OK_AND_ASSIGN(std::string key, store_->SessionKey(first));
+  EXPECT_EQ(key, first);
+  Reopen();
+  ASSERT_OK_AND_ASSIGN(key, store_->SessionKey(second));
+  EXPECT_EQ(key, first);
+  ASSERT_OK_AND_ASSIGN(StoreSnapshot s, store_->Load());
+  EXPECT_EQ(s.session_key, first);
+}
+
+TEST_P(StoreContractTest, AStaleConditionalWriteIsAbortedAndChangesNothing) {
+  if (!store_->revision_generations()) {
+    GTEST_SKIP() << "a store without revisions has one writer (this "
+                    "process, whose Admin mutations are serialised)";
+  }
+  ASSERT_OK_AND_ASSIGN(int64_t created, store_->PutGroup(MakeGroup("a", 1), 0));
+  ASSERT_OK(store_->PutGroup(MakeGroup("a", 2), created).status());
+  EXPECT_THAT(store_->PutGroup(MakeGroup("a", 3), created),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("group 'a'")));
+  EXPECT_THAT(store_->PutGroup(MakeGroup("a", 4), 0),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("group")));
+  EXPECT_THAT(store_->DeleteGroup("a", created),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("group")));
+  ASSERT_OK_AND_ASSIGN(StoreSnapshot s, store_->Load());
+  ASSERT_NE(Find(s, "a"), nullptr);
+  EXPECT_EQ(Find(s, "a")->definition.backends(0).address(), "127.0.0.1:2");
+}
+
+TEST_P(StoreContractTest, AnUnreachableStoreIsUnavailableNamingIt) {
+  if (GetParam() != "etcd") {
+    GTEST_SKIP() << "a local file is always reachable";
+  }
+  for (int i = 0; i < cluster_->size(); ++i) {
+    cluster_->Kill(i);
+  }
+  StoreConfig config;
+  config.type = "etcd";
+  config.endpoints = cluster_->endpoints();
+  config.dial_timeout = absl::Milliseconds(100);
+  config.request_timeout = absl::Milliseconds(500);
+  ASSERT_OK_AND_ASSIGN(auto store, EtcdStore::Create(config, &metrics_));
+  EXPECT_THAT(store->PutGroup(MakeGroup("a", 1), 0),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr(cluster_->endpoint(0))));
+  EXPECT_THAT(store->Load(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("etcd")));
+  EXPECT_THAT(store->state().last_error, HasSubstr(cluster_->endpoint(0)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStores, StoreContractTest,
+                         ::testing::Values("sqlite", "etcd"),
+                         [](const auto& info) { return info.param; });
+
+// StoreSync's rules, fed directly (the store is never contacted: an etcd
+// store that is created connects only on its first call).
+class StoreSyncTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreConfig config;
+    config.type = "etcd";
+    config.endpoints = {"127.0.0.1:1"};
+    ASSERT_OK_AND_ASSIGN(store_, EtcdStore::Create(config, &metrics_));
+    ASSERT_OK_AND_ASSIGN(registry_,
+                         GroupRegistry::Create(&metrics_, 1000, 100));
+    sync_ =
+        std::make_unique<StoreSync>(store_.get(), registry_.get(), &metrics_);
+  }
+
+  std::string Backend(const std::string& name) {
+    GroupPtr g = registry_->Find(name);
+    return g == nullptr ? "" : g->spec().backends[0].address;
+  }
+  uint64_t Generation(const std::string& name) {
+    return registry_->Find(name)->table()->generation();
+  }
+
+  Metrics metrics_;
+  std::unique_ptr<EtcdStore> store_;
+  std::unique_ptr<GroupRegistry> registry_;
+  std::unique_ptr<StoreSync> sync_;
+};
+
+TEST_F(StoreSyncTest, GenerationsFollowRevisionsAndOlderChangesAreIgnored) {
+  sync_->ApplyChanges(
+      {{.name = "a", .definition = MakeGroup("a", 1), .revision = 5}});
+  EXPECT_EQ(Generation("a"), uint64_t{5} << 20);
+  EXPECT_EQ(GenerationForRevision(5), uint64_t{5} << 20);
+  sync_->ApplyChanges(
+      {{.name = "a", .definition = MakeGroup("a", 2), .revision = 9}});
+  EXPECT_EQ(Backend("a"), "127.0.0.1:2");
+  EXPECT_EQ(Generation("a"), uint64_t{9} << 20);
+  // The Admin thread of the write at 7 arrives late: ignored.
+  sync_->ApplyChanges(
+      {{.name = "a", .definition = MakeGroup("a", 3), .revision = 7}});
+  EXPECT_EQ(Backend("a"), "127.0.0.1:2");
+  EXPECT_EQ(sync_->revision("a"), 9);
+  // A late create after a deletion does not bring the group back.
+  sync_->ApplyChanges({{.name = "a", .revision = 11}});
+  EXPECT_EQ(registry_->Find("a"), nullptr);
+  sync_->ApplyChanges(
+      {{.name = "a", .definition = MakeGroup("a", 4), .revision = 10}});
+  EXPECT_EQ(registry_->Find("a"), nullptr);
+  EXPECT_EQ(sync_->revision("a"), 0);
+}
+
+TEST_F(StoreSyncTest, ABadValueKeepsTheLastGoodDefinition) {
+  sync_->ApplyChanges(
+      {{.name = "a", .definition = MakeGroup("a", 1), .revision = 3}});
+  sync_->ApplyChanges({{.name = "a", .revision = 4, .bad_value = true}});
+  EXPECT_EQ(Backend("a"), "127.0.0.1:1");
+  // Admin may overwrite the bad value: its revision is the one to
+  // condition on.
+  EXPECT_EQ(sync_->revision("a"), 4);
+  // A definition that converts but does not validate is counted too.
+  v1::Group invalid = MakeGroup("a", 1);
+  invalid.mutable_backends(0)->set_weight(20000);
+  sync_->ApplyChanges({{.name = "a", .definition = invalid, .revision = 6}});
+  EXPECT_EQ(Backend("a"), "127.0.0.1:1");
+  EXPECT_THAT(metrics_.Render(),
+              HasSubstr("aside_store_errors_total{kind=\"bad_value\"} 1"));
+}
+
+TEST_F(StoreSyncTest, ASnapshotReplacesEverything) {
+  sync_->ApplyChanges(
+      {{.name = "kept", .definition = MakeGroup("kept", 1), .revision = 2},
+       {.name = "gone", .definition = MakeGroup("gone", 2), .revision = 3},
+       {.name = "changed",
+        .definition = MakeGroup("changed", 3),
+        .revision = 4}});
+  const uint64_t kept_generation = Generation("kept");
+  StoreSnapshot snapshot;
+  snapshot.revision = 20;
+  snapshot.groups.push_back({MakeGroup("kept", 1), 2});
+  snapshot.groups.push_back({MakeGroup("changed", 4), 15});
+  snapshot.groups.push_back({MakeGroup("new", 5), 18});
+  sync_->ApplySnapshot(snapshot);
+  EXPECT_EQ(registry_->Find("gone"), nullptr);
+  EXPECT_EQ(Backend("changed"), "127.0.0.1:4");
+  EXPECT_EQ(Generation("changed"), uint64_t{15} << 20);
+  EXPECT_EQ(Backend("new"), "127.0.0.1:5");
+  // Unchanged groups are not republished.
+  EXPECT_EQ(Generation("kept"), kept_generation);
+}
+
+TEST_F(StoreSyncTest, ConfigFileGroupsWinOverStoredOnes) {
+  GroupSpec file;
+  file.name = "web";
+  file.source = GroupSource::kFile;
+  file.file = "aside.yaml";
+  file.health_check.kind = HealthCheckSpec::Kind::kNone;
+  ASSERT_OK(registry_->Add(file));
+  sync_->ApplyChanges(
+      {{.name = "web", .definition = MakeGroup("web", 1), .revision = 3}});
+  EXPECT_EQ(registry_->Find("web")->spec().source, GroupSource::kFile);
+  EXPECT_TRUE(registry_->Find("web")->spec().backends.empty());
+}
+
+}  // namespace
+}  // namespace aside::server
