@@ -204,12 +204,18 @@ class FloorServer:
                 self.proc.wait()
 
 
+def fanout_channels(subscribers):
+    """20 channels, or enough to stay within the server's default of 100
+    concurrent streams per connection."""
+    return max(min(subscribers, 20), -(-subscribers // 100))
+
+
 def fanout_once(args, target, pid, token, group, subscribers, changes):
     return run_json_line(
         [os.path.join(args.bin_dir, "fanout_load"), "--target", target,
          "--token", token, "--group", group, "--subscribers",
          str(subscribers), "--changes", str(changes), "--server-pid",
-         str(pid), "--channels", str(min(subscribers, 20))],
+         str(pid), "--channels", str(fanout_channels(subscribers))],
         timeout=900)
 
 
