@@ -170,12 +170,73 @@ def run_rpc(args, out_dir):
     write_json(os.path.join(out_dir, "rpc.json"), doc)
 
 
+class FloorServer:
+    """fanout_floor (bench/load/fanout_floor.cc): a bare gRPC callback-API
+    Watch server of Aside's shape, the fan-out floor."""
+
+    def __init__(self, bin_dir, update_bytes):
+        self.proc = subprocess.Popen(
+            [os.path.join(bin_dir, "fanout_floor"), "--listen", "127.0.0.1:0",
+             "--update_bytes", str(update_bytes)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        m = re.match(r"port=(\d+)", line)
+        if not m:
+            self.stop()
+            raise RuntimeError("fanout_floor did not start")
+        self.port = int(m.group(1))
+
+    @property
+    def target(self):
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def fanout_channels(subscribers):
+    """20 channels, or enough to stay within the server's default of 100
+    concurrent streams per connection."""
+    return max(min(subscribers, 20), -(-subscribers // 100))
+
+
+def fanout_once(args, target, pid, token, group, subscribers, changes):
+    return run_json_line(
+        [os.path.join(args.bin_dir, "fanout_load"), "--target", target,
+         "--token", token, "--group", group, "--subscribers",
+         str(subscribers), "--changes", str(changes), "--server-pid",
+         str(pid), "--channels", str(fanout_channels(subscribers))],
+        timeout=900)
+
+
 def run_fanout(args, out_dir):
     changes = 10 if args.quick else 40
+    reps = 2 if args.quick else 3
+    floor_sizes = (1000,) if args.quick else (1000, 10000)
     log(f"== fanout: one change to 1, 100 and 1000 Watch subscribers, "
-        f"{changes} changes each")
+        f"{changes} changes each; against the bare gRPC floor at "
+        f"{', '.join(str(n) for n in floor_sizes)} streams, {reps} "
+        "alternating repetitions")
     token = "bench-fanout-admin-token"
     results = []
+    pairs = []
+
+    def show(who, r):
+        log(f"  {who} {r['subscribers']:5d} subscribers: last subscriber p50 "
+            f"{r['last_p50_ms']:.2f} ms, p99 {r['last_p99_ms']:.2f} "
+            f"ms; server CPU {r['cpu_per_stream_update_us']:.2f} us "
+            f"per stream per update")
+
     with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
         tokens = os.path.join(tmp, "tokens")
         with open(tokens, "w") as f:
@@ -183,24 +244,48 @@ def run_fanout(args, out_dir):
         server = Server(args.bin_dir, os.path.join(tmp, "state"),
                         ["--admin-token-file", tokens])
         try:
-            for subscribers in (1, 100, 1000):
-                r = run_json_line(
-                    [os.path.join(args.bin_dir, "fanout_load"), "--target",
-                     server.target, "--token", token, "--group",
-                     f"fanout-{subscribers}", "--subscribers",
-                     str(subscribers), "--changes", str(changes),
-                     "--server-pid", str(server.pid), "--channels",
-                     str(min(subscribers, 20))],
-                    timeout=600)
-                log(f"  {subscribers:5d} subscribers: last subscriber p50 "
-                    f"{r['last_p50_ms']:.2f} ms, p99 {r['last_p99_ms']:.2f} "
-                    f"ms; server CPU {r['cpu_per_stream_update_us']:.2f} us "
-                    f"per stream per update")
+            for subscribers in (1, 100):
+                r = fanout_once(args, server.target, server.pid, token,
+                                f"fanout-{subscribers}", subscribers, changes)
+                show("aside", r)
                 results.append(r)
+            for n in floor_sizes:
+                for rep in range(reps):
+                    a = fanout_once(args, server.target, server.pid, token,
+                                    f"fanout-{n}-{rep}", n, changes)
+                    show("aside", a)
+                    floor = FloorServer(args.bin_dir, a["update_bytes"])
+                    try:
+                        f = fanout_once(args, floor.target, floor.pid, token,
+                                        "fanout", n, changes)
+                    finally:
+                        floor.stop()
+                    show("floor", f)
+                    if rep == 0:
+                        results.append(a)
+                    pairs.append({
+                        "subscribers": n, "aside": a, "floor": f,
+                        "cpu_ratio": a["cpu_per_stream_update_us"] /
+                        f["cpu_per_stream_update_us"],
+                        "p99_ratio": a["last_p99_ms"] / f["last_p99_ms"]})
+                    log(f"    ratio: CPU {pairs[-1]['cpu_ratio']:.2f}x, "
+                        f"last-subscriber p99 {pairs[-1]['p99_ratio']:.2f}x")
         finally:
             server.stop()
+    floor_summary = {}
+    for n in floor_sizes:
+        mine = [p for p in pairs if p["subscribers"] == n]
+        floor_summary[str(n)] = {
+            key: spread([p[key] for p in mine])
+            for key in ("cpu_ratio", "p99_ratio")}
+        for who in ("aside", "floor"):
+            for key in ("cpu_per_stream_update_us", "last_p99_ms",
+                        "cpu_per_update_us"):
+                floor_summary[str(n)][f"{who}_{key}"] = spread(
+                    [p[who][key] for p in mine])
     write_json(os.path.join(out_dir, "fanout.json"),
-               {"changes": changes, "runs": results})
+               {"changes": changes, "runs": results, "floor_pairs": pairs,
+                "floor": floor_summary})
 
 
 def run_probe(args, out_dir):
@@ -419,13 +504,20 @@ def summarize(out_dir):
             "≤ 1.2×", f"{fmt_spread(s, ' ns')} vs {fmt_spread(steady, ' ns')}",
             f"{fmt(r)}×", f"{fmt(ratio(r, 1.2))}×",
             r is not None and r <= 1.2)
-        s = cli.get("BM_ClientPickRoundRobin/threads:1")
-        f1 = cli.median("BM_RelaxedIncrement/threads:1")
-        row("micro", "stub Pick (aside::ClientGroup), round robin, 1 thread",
-            "≤ 10 ns", fmt_spread(s, " ns"),
-            f"{fmt(ratio(s and s['median'], f1))}×",
-            f"{fmt(ratio(s and s['median'], 10))}×",
-            s is not None and s["median"] <= 10)
+        for label, name, base in (
+                ("round robin", "BM_ClientPickDoneRoundRobin",
+                 "BM_TableSelectorPick"),
+                ("p2c peak_ewma (exact start)", "BM_ClientPickDonePeakEwma",
+                 "BM_TableSelectorPickPeakEwma")):
+            s = cli.get(f"{name}/threads:1")
+            lib = cli.get(f"{base}/threads:1")
+            r = ratio(s and s["median"], lib and lib["median"])
+            row("micro", f"stub Pick + Done, {label}, 1 thread, vs the lib "
+                "selector's pick of the same table",
+                "≤ 2× lib pick",
+                f"{fmt_spread(s, ' ns')} vs {fmt_spread(lib, ' ns')}",
+                f"{fmt(r)}×", f"{fmt(ratio(r, 2))}×",
+                r is not None and r <= 2)
 
     rpc = load(os.path.join(out_dir, "rpc.json"))
     if rpc:
@@ -445,26 +537,29 @@ def summarize(out_dir):
 
     fan = load(os.path.join(out_dir, "fanout.json"))
     if fan:
+        for n, fl in sorted(fan.get("floor", {}).items(),
+                            key=lambda kv: int(kv[0])):
+            cpu, p99 = fl["cpu_ratio"], fl["p99_ratio"]
+            row("fanout", f"server CPU per stream per update, {int(n)} "
+                "streams, vs the bare gRPC floor", "≤ 0.7× floor",
+                f"{fmt_spread(fl['aside_cpu_per_stream_update_us'], ' µs')} "
+                f"vs {fmt_spread(fl['floor_cpu_per_stream_update_us'], ' µs')}",
+                f"{fmt_spread(cpu, '×')}",
+                f"{fmt(ratio(cpu and cpu['median'], 0.7))}×",
+                cpu is not None and cpu["median"] <= 0.7)
+            row("fanout", f"last-subscriber p99, {int(n)} streams, vs the "
+                "bare gRPC floor", "≤ 1.0× floor",
+                f"{fmt_spread(fl['aside_last_p99_ms'], ' ms')} vs "
+                f"{fmt_spread(fl['floor_last_p99_ms'], ' ms')}",
+                f"{fmt_spread(p99, '×')}",
+                f"{fmt(p99 and p99['median'])}×",
+                p99 is not None and p99["median"] <= 1.0)
         by = {r["subscribers"]: r for r in fan["runs"]}
         big, one = by.get(1000), by.get(1)
-        if big:
-            row("fanout", "one change to 1000 Watch streams, last subscriber "
-                "p99", "≤ 20 ms", fmt(big["last_p99_ms"], " ms"),
-                f"{fmt(ratio(big['last_p99_ms'], one and one['last_p99_ms']))}× "
-                "1 stream" if one else None,
-                f"{fmt(big['last_p99_ms'] / 20)}×", big["last_p99_ms"] <= 20)
-            marginal = None
-            if one and "cpu_per_update_us" in big:
-                marginal = ((big["cpu_per_update_us"] -
-                             one["cpu_per_update_us"]) / 999)
-            row("fanout", "server CPU per stream per update (1000 streams; "
-                "all of it / beyond the 1-stream run's)", "≤ 2 µs",
-                f"{fmt(big['cpu_per_stream_update_us'], ' µs')} / "
-                f"{fmt(marginal, ' µs')}",
-                f"{fmt(one and one.get('cpu_per_update_us'), ' µs')} per "
-                "update with 1 stream" if one else None,
-                f"{fmt(big['cpu_per_stream_update_us'] / 2)}×",
-                big["cpu_per_stream_update_us"] <= 2)
+        if big and one and "cpu_per_update_us" in one:
+            row("fanout", "fixed cost per update (1 stream: Admin drain, "
+                "commit, rebuild, encode, one write)", "—",
+                fmt(one["cpu_per_update_us"], " µs"), None, None, None)
 
     probe = load(os.path.join(out_dir, "probe.json"))
     if probe:
@@ -667,7 +762,11 @@ def details(out_dir):
                 ("stub Pick + Done, rr", "BM_ClientPickDoneRoundRobin"),
                 ("stub Pick, wrr", "BM_ClientPickWeightedRoundRobin"),
                 ("stub Pick + Done, wrr",
-                 "BM_ClientPickDoneWeightedRoundRobin")):
+                 "BM_ClientPickDoneWeightedRoundRobin"),
+                ("lib selector alone (p2c peak_ewma, 10 backends)",
+                 "BM_TableSelectorPickPeakEwma"),
+                ("stub Pick + Done, p2c peak_ewma (exact start)",
+                 "BM_ClientPickDonePeakEwma")):
             one = ns(f"{name}/threads:1", cli)
             two = ns(f"{name}/threads:2", cli)
             allocs = max(cli.values(f"{name}/threads:1", "allocs_per_op") +
@@ -726,6 +825,24 @@ def details(out_dir):
                        f"{fmt(r.get('cpu_per_update_us'), ' µs')} | "
                        f"{r['cpu_per_stream_update_us']:.2f} µs |")
         out.append("")
+        if fan.get("floor_pairs"):
+            out.append("#### Fan-out against the bare gRPC floor "
+                       "(`fanout_floor`, same subscriber tool, alternating)\n")
+            out.append("| streams | rep | update bytes | Aside CPU per stream "
+                       "per update | floor | ratio | Aside last p99 ms | "
+                       "floor | ratio |")
+            out.append("|---|---|---|---|---|---|---|---|---|")
+            for i, p in enumerate(fan["floor_pairs"]):
+                a, f = p["aside"], p["floor"]
+                out.append(f"| {p['subscribers']} | {i + 1} | "
+                           f"{a.get('update_bytes', 'n/a')} / "
+                           f"{f.get('update_bytes', 'n/a')} | "
+                           f"{a['cpu_per_stream_update_us']:.2f} µs | "
+                           f"{f['cpu_per_stream_update_us']:.2f} µs | "
+                           f"{p['cpu_ratio']:.2f}× | "
+                           f"{a['last_p99_ms']:.2f} | {f['last_p99_ms']:.2f} "
+                           f"| {p['p99_ratio']:.2f}× |")
+            out.append("")
     probe = load(os.path.join(out_dir, "probe.json"))
     if probe:
         out.append(f"#### Probing ({probe['rounds']} saturated rounds, "

@@ -19,20 +19,42 @@ std::atomic<uint64_t> next_group_id{1};
 
 // The per-thread cache of group snapshots (RCU-like): a pick compares the
 // group's version counter with the version its thread last saw and, while
-// they match, uses the snapshot cached here without touching any shared
-// reference count. Each cached pointer has a control block of its own,
-// made for this thread (an aliasing shared_ptr), so copying it into a
-// PickHandle handle only touches memory this thread owns. Slots are
-// direct-mapped by group id; two groups sharing a slot still pick correctly,
-// they just take the refresh path more often. A cached snapshot stays alive
-// until the thread picks from that slot again or exits.
+// they match, uses the snapshot held here without touching any shared
+// reference count. Each slot's SnapshotHold belongs to this thread, so a
+// pick counts the PickHandle it hands out in a plain field, and a handle
+// released on this thread does too (pick_handle.h). Slots are direct-mapped
+// by group id; two groups sharing a slot still pick correctly, they just
+// take the refresh path more often. A cached snapshot stays alive until the
+// thread picks from that slot again (or exits) and its handles are gone.
 struct CacheSlot {
   uint64_t group_id = 0;
   uint64_t version = 0;
-  SnapshotPtr snapshot;
+  client_internal::SnapshotHold* hold = nullptr;
+
+  CacheSlot() = default;
+  CacheSlot(const CacheSlot&) = delete;
+  CacheSlot& operator=(const CacheSlot&) = delete;
+  ~CacheSlot() {
+    if (hold != nullptr) {
+      client_internal::RetireHold(hold);
+    }
+  }
 };
 constexpr size_t kCacheSlots = 64;
 thread_local std::array<CacheSlot, kCacheSlots> t_cache;
+
+// Whether `policy` picks by a latency estimate (p2c peak_ewma, least_time;
+// sticky and locality by their child's): its picks need an exact start.
+bool ReadsLatency(const PolicyConfig& policy) {
+  const PolicyConfig* p = &policy;
+  if (p->kind == PolicyKind::kSticky || p->kind == PolicyKind::kLocality)
+      [[unlikely]] {
+    p = &p->child_or_default();
+  }
+  return p->kind == PolicyKind::kLeastTime ||
+         (p->kind == PolicyKind::kP2c &&
+          p->p2c.load == P2cParams::Load::kPeakEwma);
+}
 
 }  // namespace
 
@@ -45,6 +67,8 @@ ClientGroup::ClientGroup(Client* client, std::string name,
       name_status_(std::move(name_status)),
       id_(next_group_id.fetch_add(1, std::memory_order_relaxed)),
       deadline_nanos_(deadline_nanos),
+      pick_clock_(client->clock_ == &SystemClock::Get() ? nullptr
+                                                        : client->clock_),
       loads_(&client->clock()),
       fallback_addresses_(std::move(fallback)),
       watched_(name_, &loads_) {
@@ -81,40 +105,49 @@ ClientGroup::ClientGroup(Client* client, std::string name,
 
 ClientGroup::~ClientGroup() = default;
 
-const SnapshotPtr& ClientGroup::Local() const {
+client_internal::SnapshotHold* ClientGroup::Local() const {
   CacheSlot& slot = t_cache[id_ % kCacheSlots];
   const uint64_t version = version_.load(std::memory_order_acquire);
   if (slot.group_id == id_ && slot.version == version) [[likely]] {
-    return slot.snapshot;
+    return slot.hold;
   }
   return Refresh(version);
 }
 
-const SnapshotPtr& ClientGroup::Refresh(uint64_t version) const {
+client_internal::SnapshotHold* ClientGroup::Refresh(uint64_t version) const {
   CacheSlot& slot = t_cache[id_ % kCacheSlots];
+  if (slot.hold != nullptr) {
+    client_internal::RetireHold(slot.hold);
+    slot.hold = nullptr;
+  }
   // The writer publishes the snapshot before it bumps the version, so the
   // snapshot read here is at least as new as `version`.
-  auto holder = std::make_shared<SnapshotPtr>(cell_.Acquire());
-  slot.snapshot = SnapshotPtr(holder, holder->get());
+  slot.hold = new client_internal::SnapshotHold(
+      cell_.Acquire(), client_internal::CurrentThreadId());
   slot.group_id = id_;
   slot.version = version;
-  return slot.snapshot;
+  return slot.hold;
 }
 
 absl::StatusOr<aside::PickHandle> ClientGroup::Pick(absl::string_view key) {
-  const SnapshotPtr& snapshot = Local();
-  if (snapshot->table == nullptr) [[unlikely]] {
+  client_internal::SnapshotHold* hold = Local();
+  if (hold->snapshot->table == nullptr) [[unlikely]] {
     return PickWithoutTable(key);
   }
-  return PickFrom(snapshot, key);
+  return PickFrom(hold, key);
 }
 
 absl::StatusOr<aside::PickHandle> ClientGroup::PickFrom(
-    const SnapshotPtr& snapshot, absl::string_view key) {
+    client_internal::SnapshotHold* hold, absl::string_view key) {
+  const GroupSnapshot* snapshot = hold->snapshot.get();
   const Table& table = *snapshot->table;
-  const Clock* clock = client_->clock_;
-  // One clock read serves the load models and the call's start time.
-  const int64_t now = clock->NowNanos();
+  // One clock read serves the load models and the call's start time: on
+  // the system clock, an exact one only for a policy that reads latency
+  // (pick_clock.h).
+  const bool exact = pick_clock_ != nullptr || ReadsLatency(table.policy());
+  const int64_t now = pick_clock_ != nullptr ? pick_clock_->NowNanos()
+                      : exact                ? client_internal::ExactNanos()
+                                             : client_internal::CoarseNanos();
   uint32_t index = 0;
   PickRequest request;
   request.key = key;
@@ -128,8 +161,9 @@ absl::StatusOr<aside::PickHandle> ClientGroup::PickFrom(
   }
   const Member& member = table.member(index);
   member.load->Start();
-  return aside::PickHandle(snapshot, &member, snapshot->stats[index].get(),
-                           clock, now);
+  ++hold->taken;
+  return aside::PickHandle(hold, &member, snapshot->stats[index].get(),
+                           pick_clock_, now, exact);
 }
 
 uint32_t ClientGroup::AvoidEjected(const GroupSnapshot& snapshot,
@@ -181,9 +215,9 @@ absl::StatusOr<aside::PickHandle> ClientGroup::PickWithoutTable(
       return missing_;
     }
   }
-  const SnapshotPtr& snapshot = Local();
-  if (snapshot->table != nullptr) {
-    return PickFrom(snapshot, key);
+  client_internal::SnapshotHold* hold = Local();
+  if (hold->snapshot->table != nullptr) {
+    return PickFrom(hold, key);
   }
   std::string last_error;
   {

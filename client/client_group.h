@@ -72,12 +72,11 @@ class ClientGroup {
   ClientGroup(Client* client, std::string name, absl::Status name_status,
               std::vector<std::string> fallback, int64_t deadline_nanos);
 
-  const std::shared_ptr<const client_internal::GroupSnapshot>& Local() const;
-  const std::shared_ptr<const client_internal::GroupSnapshot>& Refresh(
-      uint64_t version) const;
+  // The calling thread's hold on the current snapshot.
+  client_internal::SnapshotHold* Local() const;
+  client_internal::SnapshotHold* Refresh(uint64_t version) const;
   absl::StatusOr<aside::PickHandle> PickFrom(
-      const std::shared_ptr<const client_internal::GroupSnapshot>& snapshot,
-      absl::string_view key);
+      client_internal::SnapshotHold* hold, absl::string_view key);
   absl::StatusOr<aside::PickHandle> PickWithoutTable(absl::string_view key);
   // The first choice is locally ejected: another one, if any is not.
   static uint32_t AvoidEjected(const client_internal::GroupSnapshot& snapshot,
@@ -96,6 +95,9 @@ class ClientGroup {
   const absl::Status name_status_;
   const uint64_t id_;
   const int64_t deadline_nanos_;
+  // The client's clock, or null for the system clock (read through
+  // pick_clock.h).
+  const Clock* const pick_clock_;
 
   // Pick path.
   std::atomic<uint64_t> version_{1};

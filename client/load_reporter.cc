@@ -46,11 +46,15 @@ bool Client::CollectReport(v1::LoadReport* report,
       const uint64_t failures = stats->failures.load(std::memory_order_relaxed);
       load->set_requests(requests);
       load->set_failures(std::min(failures, requests));
-      ToProto(absl::Nanoseconds(static_cast<int64_t>(
-                  stats->latency_sum_nanos.load(std::memory_order_relaxed))),
+      // The gap first (acquire), then every latency it was taken from.
+      const uint64_t gap =
+          stats->first_byte_gap_sum_nanos.load(std::memory_order_acquire);
+      const uint64_t latency =
+          stats->latency_sum_nanos.load(std::memory_order_relaxed);
+      ToProto(absl::Nanoseconds(static_cast<int64_t>(latency)),
               load->mutable_latency_sum());
-      ToProto(absl::Nanoseconds(static_cast<int64_t>(
-                  stats->first_byte_sum_nanos.load(std::memory_order_relaxed))),
+      ToProto(absl::Nanoseconds(
+                  static_cast<int64_t>(latency >= gap ? latency - gap : 0)),
               load->mutable_first_byte_latency_sum());
       load->set_in_flight(static_cast<uint64_t>(in_flight));
       load->set_consecutive_failures(

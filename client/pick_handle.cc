@@ -4,18 +4,62 @@
 
 namespace aside {
 
+namespace client_internal {
+
+namespace {
+std::atomic<uint64_t> next_thread_id{1};
+thread_local uint64_t t_thread_id = 0;
+}  // namespace
+
+uint64_t CurrentThreadId() noexcept {
+  if (t_thread_id == 0) [[unlikely]] {
+    t_thread_id = next_thread_id.fetch_add(1, std::memory_order_relaxed);
+  }
+  return t_thread_id;
+}
+
+void ReleaseHold(SnapshotHold* hold) noexcept {
+  // t_thread_id, not CurrentThreadId(): a thread without an id owns no
+  // hold.
+  if (hold->owner_thread == t_thread_id && !hold->retired) [[likely]] {
+    ++hold->returned;
+    return;
+  }
+  if (hold->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    delete hold;
+  }
+}
+
+void RetireHold(SnapshotHold* hold) noexcept {
+  hold->retired = true;
+  const int64_t outstanding =
+      static_cast<int64_t>(hold->taken - hold->returned);
+  if (hold->pending.fetch_add(outstanding, std::memory_order_acq_rel) +
+          outstanding ==
+      0) {
+    delete hold;
+  }
+}
+
+}  // namespace client_internal
+
 PickHandle& PickHandle::operator=(PickHandle&& other) noexcept {
   if (this != &other) {
     if (member_ != nullptr && !done_) {
-      Record(false, clock_->NowNanos() - start_nanos_);
+      Record(false, Now() - start_nanos_);
     }
-    keep_ = std::move(other.keep_);
+    if (hold_ != nullptr) {
+      client_internal::ReleaseHold(hold_);
+    }
+    hold_ = other.hold_;
     member_ = other.member_;
     stats_ = other.stats_;
     clock_ = other.clock_;
     start_nanos_ = other.start_nanos_;
     first_byte_nanos_ = other.first_byte_nanos_;
+    exact_start_ = other.exact_start_;
     done_ = other.done_;
+    other.hold_ = nullptr;
     other.member_ = nullptr;
     other.stats_ = nullptr;
     other.done_ = true;
@@ -25,28 +69,35 @@ PickHandle& PickHandle::operator=(PickHandle&& other) noexcept {
 
 PickHandle::~PickHandle() {
   if (member_ != nullptr && !done_) {
-    Record(false, clock_->NowNanos() - start_nanos_);
+    Record(false, Now() - start_nanos_);
+  }
+  if (hold_ != nullptr) {
+    client_internal::ReleaseHold(hold_);
   }
 }
 
 uint64_t PickHandle::generation() const {
-  return keep_ && keep_->table ? keep_->table->generation() : 0;
+  return hold_ != nullptr && hold_->snapshot->table
+             ? hold_->snapshot->table->generation()
+             : 0;
 }
 
-bool PickHandle::from_fallback() const { return keep_ && keep_->fallback; }
+bool PickHandle::from_fallback() const {
+  return hold_ != nullptr && hold_->snapshot->fallback;
+}
 
 void PickHandle::FirstByte() noexcept {
   if (member_ == nullptr || done_ || first_byte_nanos_ >= 0) {
     return;
   }
-  first_byte_nanos_ = std::max<int64_t>(clock_->NowNanos() - start_nanos_, 0);
+  first_byte_nanos_ = std::max<int64_t>(Now() - start_nanos_, 0);
 }
 
 void PickHandle::Done(bool ok) noexcept {
   if (member_ == nullptr || done_) {
     return;
   }
-  Record(ok, clock_->NowNanos() - start_nanos_);
+  Record(ok, Now() - start_nanos_);
 }
 
 void PickHandle::Record(bool ok, int64_t latency_nanos) noexcept {
@@ -59,13 +110,19 @@ void PickHandle::Record(bool ok, int64_t latency_nanos) noexcept {
                                     ? std::min(first_byte_nanos_, latency_nanos)
                                     : latency_nanos;
   completion.ok = ok;
-  member_->load->Finish(completion, keep_->table->load_model());
+  if (exact_start_) {
+    member_->load->Finish(completion, hold_->snapshot->table->load_model());
+  } else {
+    member_->load->Finish(ok);
+  }
   stats_->requests.fetch_add(1, std::memory_order_relaxed);
   stats_->latency_sum_nanos.fetch_add(static_cast<uint64_t>(latency_nanos),
                                       std::memory_order_relaxed);
-  stats_->first_byte_sum_nanos.fetch_add(
-      static_cast<uint64_t>(completion.first_byte_nanos),
-      std::memory_order_relaxed);
+  if (completion.first_byte_nanos < latency_nanos) {
+    stats_->first_byte_gap_sum_nanos.fetch_add(
+        static_cast<uint64_t>(latency_nanos - completion.first_byte_nanos),
+        std::memory_order_release);
+  }
   if (ok) {
     if (stats_->consecutive_failures.load(std::memory_order_relaxed) != 0) {
       stats_->consecutive_failures.store(0, std::memory_order_relaxed);

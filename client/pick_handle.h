@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "client/pick_clock.h"
 #include "lib/backend.h"
 #include "lib/clock.h"
 #include "lib/table.h"
@@ -32,7 +33,12 @@ struct BackendStats {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> latency_sum_nanos{0};
-  std::atomic<uint64_t> first_byte_sum_nanos{0};
+  // Sum over calls marked with FirstByte() of (latency - first byte): the
+  // first-byte sum is latency_sum_nanos minus this, so an unmarked call (a
+  // unary one, whose completion is its first byte) adds nothing here.
+  // Added with release after latency_sum_nanos, read with acquire before
+  // it (the load reporter), so the difference is never negative.
+  std::atomic<uint64_t> first_byte_gap_sum_nanos{0};
   std::atomic<uint32_t> consecutive_failures{0};
   // Local ejection (ClientOptions): the time on the client's Clock
   // (ClientOptions::clock, in its NowNanos() units) until which picks avoid
@@ -54,6 +60,39 @@ struct GroupSnapshot {
   bool fallback = false;
 };
 
+// One thread's reference to one snapshot, shared by the PickHandles that
+// thread picked from it, so that a pick and its handle keep the snapshot
+// alive without a locked instruction on the usual path (biased reference
+// counting): the owning thread counts the handles it hands out and the
+// ones released on it in plain fields only it touches; a handle released
+// on another thread, or after the owner retired the hold (it saw a newer
+// snapshot, or exited), counts down `pending` atomically. Retiring adds
+// what the owner still sees outstanding to `pending`, so `pending` then
+// holds the handles really outstanding, and whoever brings it to zero
+// deletes the hold. Before retirement `pending` is zero or negative (the
+// remote releases so far), so no release can reach zero early.
+struct SnapshotHold {
+  SnapshotHold(std::shared_ptr<const GroupSnapshot> s, uint64_t owner)
+      : snapshot(std::move(s)), owner_thread(owner) {}
+  const std::shared_ptr<const GroupSnapshot> snapshot;
+  const uint64_t owner_thread;  // CurrentThreadId() of the owner
+  // Owner thread only.
+  uint64_t taken = 0;
+  uint64_t returned = 0;
+  bool retired = false;
+  // Any thread.
+  std::atomic<int64_t> pending{0};
+};
+
+// A number for the calling thread, unique for the process's lifetime
+// (never 0).
+uint64_t CurrentThreadId() noexcept;
+// Releases one handle's reference (any thread).
+void ReleaseHold(SnapshotHold* hold) noexcept;
+// The owner stops handing out references from `hold` (deleted once the
+// last handle is released, at once if none is outstanding).
+void RetireHold(SnapshotHold* hold) noexcept;
+
 }  // namespace client_internal
 
 // The result of a pick: the backend to call. Call Done() when the call
@@ -69,7 +108,19 @@ struct GroupSnapshot {
 // read and a few relaxed atomics.
 class PickHandle {
  public:
-  PickHandle(PickHandle&& other) noexcept { *this = std::move(other); }
+  PickHandle(PickHandle&& other) noexcept
+      : hold_(other.hold_),
+        member_(other.member_),
+        stats_(other.stats_),
+        clock_(other.clock_),
+        start_nanos_(other.start_nanos_),
+        first_byte_nanos_(other.first_byte_nanos_),
+        exact_start_(other.exact_start_),
+        done_(other.done_) {
+    other.hold_ = nullptr;
+    other.member_ = nullptr;
+    other.done_ = true;
+  }
   PickHandle& operator=(PickHandle&& other) noexcept;
   PickHandle(const PickHandle&) = delete;
   PickHandle& operator=(const PickHandle&) = delete;
@@ -98,22 +149,32 @@ class PickHandle {
 
  private:
   friend class ClientGroup;
-  PickHandle(std::shared_ptr<const client_internal::GroupSnapshot> keep,
-             const Member* member, client_internal::BackendStats* stats,
-             const Clock* clock, int64_t start_nanos) noexcept
-      : keep_(std::move(keep)),
+  PickHandle(client_internal::SnapshotHold* hold, const Member* member,
+             client_internal::BackendStats* stats, const Clock* clock,
+             int64_t start_nanos, bool exact_start) noexcept
+      : hold_(hold),
         member_(member),
         stats_(stats),
         clock_(clock),
-        start_nanos_(start_nanos) {}
+        start_nanos_(start_nanos),
+        exact_start_(exact_start) {}
+  // Now on the client's clock (null: the system clock, read exactly).
+  int64_t Now() const noexcept {
+    return clock_ == nullptr ? client_internal::ExactNanos()
+                             : clock_->NowNanos();
+  }
   void Record(bool ok, int64_t latency_nanos) noexcept;
 
-  std::shared_ptr<const client_internal::GroupSnapshot> keep_;
+  // Keeps the snapshot (and the table member_ points into) alive.
+  client_internal::SnapshotHold* hold_ = nullptr;
   const Member* member_ = nullptr;
   client_internal::BackendStats* stats_ = nullptr;
-  const Clock* clock_ = nullptr;
+  const Clock* clock_ = nullptr;  // null: the system clock
   int64_t start_nanos_ = 0;
   int64_t first_byte_nanos_ = -1;  // from start; -1 until FirstByte()
+  // False when start_nanos_ is a lower bound (pick_clock.h): the call then
+  // feeds counts and reports, not the latency estimates.
+  bool exact_start_ = true;
   bool done_ = false;
 };
 

@@ -5,7 +5,9 @@
 //   cost if it pinned the table through SnapshotCell (not lock-free on
 //   libstdc++ 12);
 // - BM_ClientPick / BM_ClientPickDone: aside::ClientGroup::Pick (and Done)
-//   on a group whose table came over a real Watch stream.
+//   on a group whose table came over a real Watch stream, against
+//   BM_TableSelectorPick*, the lib selector alone on the same table (the
+//   target: Pick + Done within 2x of it).
 // Allocations are counted with a replaced global operator new and
 // reported per pick (counter allocs_per_op); the steady-state pick path
 // must not allocate.
@@ -52,15 +54,18 @@ struct Fixture {
 
   Fixture() {
     fake.Start();
-    for (const char* policy : {"rr", "wrr"}) {
+    for (const char* policy : {"rr", "wrr", "peak"}) {
       v1::GroupUpdate u;
       u.set_group(policy);
       u.set_generation(1);
       u.set_server_id("bench");
       if (std::string(policy) == "rr") {
         u.mutable_full()->mutable_policy()->mutable_round_robin();
-      } else {
+      } else if (std::string(policy) == "wrr") {
         u.mutable_full()->mutable_policy()->mutable_weighted_round_robin();
+      } else {
+        u.mutable_full()->mutable_policy()->mutable_p2c()->set_load(
+            v1::P2c::PEAK_EWMA);
       }
       for (int i = 0; i < 10; ++i) {
         v1::TableBackend* b = u.mutable_full()->add_backends();
@@ -74,11 +79,12 @@ struct Fixture {
     fake.service.Push(SwapUpdate(1));
     ClientOptions options;
     options.targets = {fake.target()};
-    options.groups = {"rr", "wrr", "swap"};
+    options.groups = {"rr", "wrr", "peak", "swap"};
     options.report_interval = absl::ZeroDuration();
     client = *Client::Create(options);
     client->Group("rr")->WaitForGeneration(1, absl::Seconds(10));
     client->Group("wrr")->WaitForGeneration(1, absl::Seconds(10));
+    client->Group("peak")->WaitForGeneration(1, absl::Seconds(10));
     client->Group("swap")->WaitForGeneration(1, absl::Seconds(10));
   }
 
@@ -195,6 +201,28 @@ void BM_ClientPickDoneWeightedRoundRobin(benchmark::State& state) {
   PickLoop(state, "wrr", /*done=*/true);
 }
 BENCHMARK(BM_ClientPickDoneWeightedRoundRobin)->Threads(1)->Threads(2);
+
+// p2c peak_ewma reads latency, so its picks take an exact start stamp
+// (client/pick_clock.h): two exact clock reads per pick and Done.
+void BM_ClientPickDonePeakEwma(benchmark::State& state) {
+  PickLoop(state, "peak", /*done=*/true);
+}
+BENCHMARK(BM_ClientPickDonePeakEwma)->Threads(1)->Threads(2);
+
+// The lib selector of the same p2c peak_ewma table, given `now` as the
+// stub gives it.
+void BM_TableSelectorPickPeakEwma(benchmark::State& state) {
+  TableConstPtr table = Get().client->Group("peak")->table();
+  uint32_t index = 0;
+  const int64_t now = MonotonicNanos();
+  for (auto _ : state) {
+    PickRequest request;
+    request.now_nanos = now;
+    benchmark::DoNotOptimize(
+        table->Pick(request, absl::Span<uint32_t>(&index, 1)));
+  }
+}
+BENCHMARK(BM_TableSelectorPickPeakEwma)->Threads(1)->Threads(2);
 
 // Stub picks while the group's table changes, timed in batches of kBatch
 // picks so that the tail shows: counters p50_ns and p99_ns are per pick.

@@ -68,6 +68,7 @@ class Subscriber final
       aside::MutexLock lock(&mu_);
       arrivals_.emplace_back(update_.generation(), Clock::now());
     }
+    bytes_.store(update_.ByteSizeLong(), std::memory_order_relaxed);
     latest_.store(update_.generation(), std::memory_order_release);
     StartRead(&update_);
   }
@@ -79,6 +80,8 @@ class Subscriber final
   }
 
   uint64_t latest() const { return latest_.load(std::memory_order_acquire); }
+  // Serialised size of the latest update.
+  size_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
   // When the first update at or past `generation` arrived.
   Clock::time_point ArrivalOf(uint64_t generation) {
@@ -102,6 +105,7 @@ class Subscriber final
   aside::v1::WatchRequest request_;
   aside::v1::GroupUpdate update_;
   std::atomic<uint64_t> latest_{0};
+  std::atomic<size_t> bytes_{0};
   aside::Mutex mu_;
   std::vector<std::pair<uint64_t, Clock::time_point>> arrivals_
       ABSL_GUARDED_BY(mu_);
@@ -242,12 +246,12 @@ int main(int argc, char** argv) {
       "{\"subscribers\":%d,\"changes\":%d,\"last_p50_ms\":%.3f,"
       "\"last_p99_ms\":%.3f,\"last_max_ms\":%.3f,\"median_p50_ms\":%.3f,"
       "\"server_cpu_s\":%.4f,\"cpu_per_update_us\":%.2f,"
-      "\"cpu_per_stream_update_us\":%.3f}\n",
+      "\"cpu_per_stream_update_us\":%.3f,\"update_bytes\":%zu}\n",
       o.subscribers, o.changes, last_subscriber.PercentileMicros(50) / 1000,
       last_subscriber.PercentileMicros(99) / 1000,
       last_subscriber.MaxMicros() / 1000,
       median_subscriber.PercentileMicros(50) / 1000, cpu, cpu * 1e6 / o.changes,
-      cpu_per_stream_update_us);
+      cpu_per_stream_update_us, subs.front()->bytes());
   // Let the cancellations finish before the stubs go away.
   for (auto& sub : subs) {
     for (int i = 0; i < 1000 && !sub->done(); ++i) {

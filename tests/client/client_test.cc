@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "lib/clock.h"
+#include "lib/sync.h"
 #include "tests/client/fake_lookaside.h"
 #include "tests/client/log_sink.h"
 #include "tests/testing/process.h"
@@ -610,6 +611,128 @@ TEST(ClientTest, PicksOnSeveralThreadsWhileTablesSwap) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(picks.load(), 0);
   EXPECT_EQ(client->stats().updates_applied, kSwaps);
+}
+
+// Handles picked on threads that then exit, finished on another thread
+// after their tables were replaced: each keeps its table alive until it is
+// released, and everything is released once (ASan and TSan check both).
+TEST(ClientTest, HandlesOutliveTheirTableAndTheThreadThatPicked) {
+  FakeServer fake;
+  fake.Start();
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(FastOptions(fake.target())));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
+
+  aside::Mutex mu;
+  std::vector<PickHandle> handed_over;  // guarded by mu
+  const BackendLoad* first_load = nullptr;
+  for (uint64_t g = 2; g <= 6; ++g) {
+    std::thread picker([&] {
+      for (int i = 0; i < 20; ++i) {
+        absl::StatusOr<PickHandle> pick = web->Pick();
+        ASSERT_TRUE(pick.ok()) << pick.status();
+        if (i % 2 == 0) {
+          pick->Done(true);  // released on the picking thread
+          continue;
+        }
+        aside::MutexLock lock(&mu);
+        if (first_load == nullptr) {
+          first_load = pick->member().load;
+        }
+        handed_over.push_back(*std::move(pick));
+      }
+    });
+    picker.join();
+    // A new table (the same backend, so its load carries over): the
+    // picker's hold on the previous one is retired with handles still out.
+    fake.service.Push(Full("web", g, {{"127.0.0.1:8001", 100 + g}}));
+    ASSERT_TRUE(web->WaitForGeneration(g, absl::Seconds(10)));
+  }
+  ASSERT_NE(first_load, nullptr);
+  EXPECT_EQ(first_load->in_flight(), 50);
+  std::thread finisher([&] {
+    aside::MutexLock lock(&mu);
+    std::map<uint64_t, int> per_generation;
+    for (PickHandle& h : handed_over) {
+      EXPECT_EQ(h.address(), "127.0.0.1:8001");  // its table is still alive
+      ++per_generation[h.generation()];
+      h.Done(true);
+    }
+    EXPECT_EQ(
+        per_generation,
+        (std::map<uint64_t, int>{{1, 10}, {2, 10}, {3, 10}, {4, 10}, {5, 10}}));
+    handed_over.clear();  // each hold deleted by its last handle
+  });
+  finisher.join();
+  EXPECT_EQ(first_load->in_flight(), 0);
+}
+
+// On the system clock a latency is never measured short; a policy that
+// reads latency gets it exactly and feeds its estimates, the others count
+// the call and report its latency without touching the estimates.
+TEST(ClientTest, SystemClockTimingFollowsThePolicy) {
+  FakeServer fake;
+  fake.Start();
+  ClientOptions options = FastOptions(fake.target());
+  options.groups = {"rr", "peak"};
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  fake.service.Push(Full("rr", 1, {{"127.0.0.1:8001", 100}}));
+  v1::GroupUpdate peak = Full("peak", 1, {{"127.0.0.1:8002", 100}});
+  peak.mutable_full()->mutable_policy()->mutable_p2c()->set_load(
+      v1::P2c::PEAK_EWMA);
+  fake.service.Push(peak);
+  ASSERT_TRUE(client->Group("rr")->WaitForGeneration(1, absl::Seconds(10)));
+  ASSERT_TRUE(client->Group("peak")->WaitForGeneration(1, absl::Seconds(10)));
+
+  constexpr absl::Duration kCall = absl::Milliseconds(3);
+  auto call = [&](const char* group) -> const BackendLoad* {
+    absl::StatusOr<PickHandle> pick = client->Group(group)->Pick();
+    EXPECT_TRUE(pick.ok()) << pick.status();
+    if (!pick.ok()) {
+      return nullptr;
+    }
+    // A call of at least kCall (busy: the test measures elapsed time).
+    const absl::Time until = absl::Now() + kCall;
+    while (absl::Now() < until) {
+    }
+    pick->Done(true);
+    return pick->member().load;
+  };
+  const BackendLoad* rr = call("rr");
+  const BackendLoad* p2c = call("peak");
+  ASSERT_NE(rr, nullptr);
+  ASSERT_NE(p2c, nullptr);
+  EXPECT_FALSE(rr->has_rtt_sample());
+  EXPECT_EQ(rr->requests(), 1u);
+  EXPECT_EQ(rr->in_flight(), 0);
+  EXPECT_TRUE(p2c->has_rtt_sample());
+  const LoadModel model = client->Group("peak")->table()->load_model();
+  EXPECT_GE(p2c->PeakEwmaRtt(MonotonicNanos(), model),
+            0.99 * absl::ToDoubleNanoseconds(kCall));
+
+  const std::optional<v1::LoadReport> report =
+      fake.service.AwaitReport([](const v1::LoadReport& r) {
+        for (const v1::BackendLoad& l : r.loads()) {
+          if (l.group() == "rr" && l.requests() == 1) {
+            return true;
+          }
+        }
+        return false;
+      });
+  ASSERT_TRUE(report.has_value());
+  for (const v1::BackendLoad& l : report->loads()) {
+    if (l.group() != "rr") {
+      continue;
+    }
+    const absl::Duration all = absl::Seconds(l.latency_sum().seconds()) +
+                               absl::Nanoseconds(l.latency_sum().nanos());
+    const absl::Duration first =
+        absl::Seconds(l.first_byte_latency_sum().seconds()) +
+        absl::Nanoseconds(l.first_byte_latency_sum().nanos());
+    EXPECT_GE(all, kCall);
+    EXPECT_EQ(first, all);  // a unary call: its completion is its first byte
+  }
 }
 
 TEST(ClientTest, ChannelsOfDepartedBackendsAreEvicted) {
