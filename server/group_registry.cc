@@ -545,7 +545,8 @@ absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
   }
   ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
   std::vector<std::string> aliases = spec.aliases;
-  ASIDE_RETURN_IF_ERROR(group->Update(std::move(spec), persist, min_generation));
+  ASIDE_RETURN_IF_ERROR(
+      group->Update(std::move(spec), persist, min_generation));
   SetAliasesLocked(group->name(), aliases);
   return absl::OkStatus();
 }

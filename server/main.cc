@@ -145,7 +145,8 @@ int main(int argc, char** argv) {
       (void)ApplyStoreFlag(*store, &c.store);  // checked once at start-up
     }
   };
-  const std::optional<std::string> store_flag = absl::GetFlag(FLAGS_store).value;
+  const std::optional<std::string> store_flag =
+      absl::GetFlag(FLAGS_store).value;
   if (store_flag) {
     if (absl::Status s = ApplyStoreFlag(*store_flag, &config->store); !s.ok()) {
       std::cerr << "aside-server: " << s.message() << "\n";

@@ -243,18 +243,28 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
         std::make_unique<HealthService>(server->groups_.get());
   }
   if (cfg.status_page_enabled) {
-    server->status_page_ = std::make_unique<StatusPage>(
-        StatusSources{.groups = server->groups_.get(),
-                      .health = server->health_.get(),
-                      .loads = server->loads_.get(),
-                      .grpclb = server->grpclb_service_.get(),
-                      .store =
-                          [store] {
-                            return StoreStatus{"sqlite", store->path(), {}};
-                          },
-                      .auth = server->auth_.get(),
-                      .require_token = cfg.status_page_require_token,
-                      .clock = clock});
+    server->status_page_ = std::make_unique<StatusPage>(StatusSources{
+        .groups = server->groups_.get(),
+        .health = server->health_.get(),
+        .loads = server->loads_.get(),
+        .grpclb = server->grpclb_service_.get(),
+        .store =
+            [store] {
+              const StoreState s = store->state();
+              StoreStatus status{s.type, s.location, {}};
+              status.details.emplace_back("up", s.up ? "yes" : "no");
+              if (s.revision > 0) {
+                status.details.emplace_back("revision",
+                                            absl::StrCat(s.revision));
+              }
+              if (!s.last_error.empty()) {
+                status.details.emplace_back("last error", s.last_error);
+              }
+              return status;
+            },
+        .auth = server->auth_.get(),
+        .require_token = cfg.status_page_require_token,
+        .clock = clock});
   }
   return server;
 }

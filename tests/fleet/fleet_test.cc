@@ -373,7 +373,10 @@ TEST_F(FleetTest, CompactionPastAReplicasWatchResyncs) {
 
   cluster_->Kill(2);
   ASSERT_TRUE(Eventually([&] { return !d.Store().up(); }));
-  ASSERT_TRUE(A().Delete("goes").ok());
+  // Member 2 may have led: writes wait for the others to elect a leader.
+  ASSERT_OK(cluster_->WaitServing(absl::Seconds(20)));
+  const grpc::Status deleted = A().Delete("goes");
+  ASSERT_TRUE(deleted.ok()) << deleted.error_message();
   ASSERT_TRUE(A().SetBackends("changes", {8404}).ok());
   ASSERT_TRUE(A().Create(MakeGroup("new", {8405})).ok());
   const int64_t revision = A().Store().revision();

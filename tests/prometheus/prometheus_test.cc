@@ -150,7 +150,8 @@ class PrometheusTest : public ::testing::Test {
     live_->health().Set("", 1);
     dead_address_ = absl::StrCat("127.0.0.1:", testing::PickUnusedPort());
     const std::string config =
-        dir_.WriteFile("aside.yaml", absl::StrCat(R"(groups:
+        dir_.WriteFile("aside.yaml", absl::StrCat(R"(load_reports: {auth: open}
+groups:
   - name: live
     health_check: {kind: grpc, interval: 200ms, timeout: 100ms, rise: 1, fall: 1}
     backends: [)",
