@@ -9,7 +9,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -99,6 +101,10 @@ class Subscriber final
     aside::MutexLock lock(&mu_);
     return done_;
   }
+  grpc::Status status() {
+    aside::MutexLock lock(&mu_);
+    return status_;
+  }
 
  private:
   grpc::ClientContext context_;
@@ -137,19 +143,34 @@ std::unique_ptr<grpc::ClientContext> AdminContext(const Options& o) {
   return c;
 }
 
-// Waits (bounded) until every subscriber holds `generation`.
-bool WaitAll(std::vector<std::unique_ptr<Subscriber>>& subs,
-             uint64_t generation, std::chrono::seconds timeout) {
+// Ends the run once Watch streams are open: the streams' reactors must not
+// be destroyed while their calls run, and a stream that hangs would keep a
+// cancellation from finishing, so the process leaves without unwinding.
+[[noreturn]] void Fail(const std::string& why) {
+  std::cerr << "fanout_load: " << why << "\n";
+  std::_Exit(1);
+}
+
+// Waits (bounded) until every subscriber holds `generation`; fails the run
+// when the wait times out or a stream ended.
+void WaitAll(std::vector<std::unique_ptr<Subscriber>>& subs,
+             uint64_t generation, std::chrono::seconds timeout,
+             const std::string& what) {
   const auto deadline = Clock::now() + timeout;
-  for (auto& s : subs) {
-    while (s->latest() < generation) {
+  for (size_t i = 0; i < subs.size(); ++i) {
+    Subscriber& s = *subs[i];
+    while (s.latest() < generation) {
+      if (s.done()) {
+        Fail(absl::StrCat(what, ": subscriber ", i,
+                          "'s stream ended: ", s.status().error_message()));
+      }
       if (Clock::now() > deadline) {
-        return false;
+        Fail(absl::StrCat(what, ": subscriber ", i, " still at generation ",
+                          s.latest(), " after ", timeout.count(), " s"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
-  return true;
 }
 
 }  // namespace
@@ -195,10 +216,7 @@ int main(int argc, char** argv) {
     subs.push_back(std::make_unique<Subscriber>(
         stubs[static_cast<size_t>(i) % stubs.size()].get(), o.group));
   }
-  if (!WaitAll(subs, 1, std::chrono::seconds(60))) {
-    std::cerr << "subscribers did not all receive the first table\n";
-    return 1;
-  }
+  WaitAll(subs, 1, std::chrono::seconds(60), "first table");
   aside::bench::Samples last_subscriber;
   aside::bench::Samples median_subscriber;
   double cpu = 0;
@@ -213,13 +231,10 @@ int main(int argc, char** argv) {
     const auto t0 = Clock::now();
     grpc::Status s = admin->DrainBackends(AdminContext(o).get(), drain, &g);
     if (!s.ok()) {
-      std::cerr << "drain: " << s.error_message() << "\n";
-      return 1;
+      Fail("drain: " + s.error_message());
     }
-    if (!WaitAll(subs, g.generation(), std::chrono::seconds(60))) {
-      std::cerr << "change " << k << " did not reach every subscriber\n";
-      return 1;
-    }
+    WaitAll(subs, g.generation(), std::chrono::seconds(60),
+            absl::StrCat("change ", k));
     if (o.server_pid > 0) {
       cpu += aside::bench::ProcessCpuSeconds(o.server_pid) - cpu_before;
     }

@@ -87,6 +87,8 @@ class GreeterBackends::Greeter final : public helloworld::Greeter::Service {
 absl::StatusOr<std::unique_ptr<GreeterBackends>> GreeterBackends::Start(
     int count, CallLog* log) {
   std::unique_ptr<GreeterBackends> b(new GreeterBackends());
+  // Read by every ServerBuilder built after it.
+  grpc::EnableDefaultHealthCheckService(true);
   for (int i = 0; i < count; ++i) {
     b->services_.push_back(std::make_unique<Greeter>(i, log));
     int port = 0;
@@ -102,6 +104,10 @@ absl::StatusOr<std::unique_ptr<GreeterBackends>> GreeterBackends::Start(
     b->ports_.push_back(port);
   }
   return b;
+}
+
+void GreeterBackends::SetServing(int i, bool serving) {
+  servers_[i]->GetHealthCheckService()->SetServingStatus(serving);
 }
 
 GreeterBackends::~GreeterBackends() {

@@ -56,8 +56,10 @@ class CallLog {
 };
 
 // N Greeter servers, each on its own 127.0.0.1 port picked by the kernel.
-// Each reply's message names the backend ("backend-<i>"). Started and
-// stopped from the test thread; calls are served on gRPC's threads.
+// Each reply's message names the backend ("backend-<i>"). Each also serves
+// the standard grpc.health.v1 service (SERVING until SetServing(i, false)),
+// so a group can probe them with a gRPC health check. Started and stopped
+// from the test thread; calls are served on gRPC's threads.
 class GreeterBackends {
  public:
   static absl::StatusOr<std::unique_ptr<GreeterBackends>> Start(int count,
@@ -67,6 +69,9 @@ class GreeterBackends {
   int port(int i) const { return ports_[i]; }
   // "127.0.0.1:<port>", the address Aside lists and tokens name.
   std::string address(int i) const;
+  // What backend i's health service answers from now on (every service
+  // name, the empty one included).
+  void SetServing(int i, bool serving);
 
  private:
   class Greeter;

@@ -137,10 +137,12 @@ class XdsClientsTest : public ::testing::Test {
     return context;
   }
 
-  // Creates group `name`: backend i with weights[i].
+  // Creates group `name`: backend i with weights[i]. With `probe`, the
+  // backends are probed through their gRPC health service every 200 ms and
+  // two failures in a row make one unhealthy; otherwise nothing is probed.
   void CreateGroup(const std::vector<uint32_t>& weights,
                    const std::string& policy = "weighted_round_robin",
-                   const std::string& name = "web") {
+                   const std::string& name = "web", bool probe = false) {
     v1::CreateGroupRequest request;
     v1::Group* g = request.mutable_group();
     g->set_name(name);
@@ -149,7 +151,16 @@ class XdsClientsTest : public ::testing::Test {
     } else {
       g->mutable_policy()->mutable_weighted_round_robin();
     }
-    g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+    if (probe) {
+      v1::HealthCheck* check = g->mutable_health_check();
+      check->set_kind(v1::HealthCheck::GRPC);
+      check->mutable_interval()->set_nanos(200'000'000);
+      check->mutable_timeout()->set_nanos(150'000'000);
+      check->set_fall(2);
+      check->set_rise(1);
+    } else {
+      g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+    }
     for (size_t i = 0; i < weights.size(); ++i) {
       v1::Backend* b = g->add_backends();
       b->set_address(backends_->address(static_cast<int>(i)));
@@ -190,6 +201,29 @@ class XdsClientsTest : public ::testing::Test {
     const grpc::Status s =
         admin_->AddBackends(AdminContext().get(), request, &group);
     ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  // Waits until the registry holds `backend`'s target in `state`; returns
+  // when it saw it (the poll runs every 10 ms, so within 10 ms of the flip).
+  absl::Time WaitForTargetState(int backend, v1::HealthState state) const {
+    const std::string address = backends_->address(backend);
+    const absl::Time deadline = absl::Now() + kWait;
+    while (absl::Now() < deadline) {
+      v1::ListTargetsRequest request;
+      v1::ListTargetsResponse response;
+      const grpc::Status s =
+          admin_->ListTargets(AdminContext().get(), request, &response);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      for (const v1::Target& t : response.targets()) {
+        if (t.address() == address && t.state() == state) {
+          return absl::Now();
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ADD_FAILURE() << address << " never reached state "
+                  << v1::HealthState_Name(state);
+    return absl::Now();
   }
 
   v1::Group GetGroup() const {
@@ -434,6 +468,33 @@ TEST_F(XdsClientsTest, DrainedAndRemovedBackendsGetNoCallsWithinOneSecond) {
       EXPECT_LE(end, window) << c.name << " " << action << ": " << Describe();
     }
   }
+}
+
+TEST_F(XdsClientsTest, AFailingBackendGetsNoCallsWithinOneSecondOfItsProbes) {
+  CreateGroup({100, 100, 100}, "weighted_round_robin", "web", /*probe=*/true);
+  StartClients();
+  WaitUntilClientsCall({0, 1, 2}, 5);
+  backends_->SetServing(1, false);
+  const absl::Time unhealthy =
+      WaitForTargetState(1, v1::HealthState::HEALTH_STATE_UNHEALTHY);
+  const auto at_unhealthy = Positions();
+  // A measurement window, not synchronisation (as above).
+  absl::SleepFor(absl::Seconds(1) - (absl::Now() - unhealthy));
+  const auto after = Positions();
+  WaitForMoreCalls(after, 200);
+  for (const StockClient& c : clients_) {
+    const std::vector<int> calls =
+        log_.CallsSince(c.name, at_unhealthy.at(c.name));
+    const size_t window = after.at(c.name) - at_unhealthy.at(c.name);
+    const size_t end = EndOf(calls, 1);
+    RecordProperty(c.name + "_calls_to_failing_backend_after_unhealthy",
+                   static_cast<int>(end));
+    EXPECT_LE(end, window) << c.name << ": " << Describe();
+  }
+  // Healthy again: it is served again.
+  backends_->SetServing(1, true);
+  WaitForTargetState(1, v1::HealthState::HEALTH_STATE_HEALTHY);
+  WaitUntilClientsCall({1}, 5, Positions());
 }
 
 TEST_F(XdsClientsTest, AddedBackendGetsCallsWithinOneSecond) {
