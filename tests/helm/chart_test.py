@@ -943,6 +943,28 @@ def make_tls(root, tls):
         shutil.copy(root + tls["cert_file"], root + tls["client_ca_file"])
 
 
+def make_etcd_files(root, etcd):
+    """Writes what the config's store.etcd section names, under root: a
+    self-signed client certificate and key (also the CA bundle) and a
+    credentials file."""
+    for key in ("ca_file", "cert_file", "key_file", "credentials_file"):
+        if key in etcd:
+            os.makedirs(os.path.dirname(root + etcd[key]), exist_ok=True)
+    cert = etcd.get("cert_file", "/etcd-client.crt")
+    key = etcd.get("key_file", "/etcd-client.key")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+         "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+         "-subj", "/CN=aside-etcd-client", "-keyout", root + key,
+         "-out", root + cert],
+        check=True, capture_output=True, timeout=60)
+    if "ca_file" in etcd:
+        shutil.copy(root + cert, root + etcd["ca_file"])
+    if "credentials_file" in etcd:
+        with open(root + etcd["credentials_file"], "w") as f:
+            f.write("aside:chart-test-password\n")
+
+
 def health_check(address, timeout=10):
     """What the kubelet's gRPC probe does: a plaintext
     grpc.health.v1.Health/Check for the server (""). Returns the raw
@@ -995,6 +1017,8 @@ class ChartServerConfigTest(unittest.TestCase):
             os.makedirs(root + "/var/lib/aside")
             if "tls" in config:
                 make_tls(root, config["tls"])
+            if "store" in config:
+                make_etcd_files(root, config["store"]["etcd"])
             if "session_key_file" in config:
                 path = root + config["session_key_file"]
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -1025,6 +1049,25 @@ class ChartServerConfigTest(unittest.TestCase):
         for name, values in VARIANTS.items():
             with self.subTest(variant=name):
                 self.check_config(values, name)
+
+    def test_check_config_loads_the_etcd_files(self):
+        # The Secrets' keys must match what the chart tells the server to
+        # read: a missing file is named before the pods start.
+        objects, _ = render(VARIANTS["etcd"])
+        _, cm = server_config(objects)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "aside.yaml")
+            with open(path, "w") as f:
+                f.write(cm["data"]["aside.yaml"].replace(
+                    "/etc/aside/admin/tokens", os.path.join(tmp, "tokens")))
+            with open(os.path.join(tmp, "tokens"), "w") as f:
+                f.write("secret-admin-token admin\n")
+            result = self.run_check(path)
+        self.assertEqual(result.returncode, 1, result.stdout)
+        for name in ("/etc/aside/etcd-tls/ca.crt: cannot open etcd CA bundle",
+                     "/etc/aside/etcd-tls/tls.crt: cannot open etcd client",
+                     "/etc/aside/etcd-credentials/credentials: cannot open"):
+            self.assertIn(name, result.stderr)
 
     def test_check_config_rejects_a_broken_group(self):
         # The test would pass vacuously if --check-config accepted anything.
