@@ -1168,9 +1168,10 @@ class ChartServeTest(unittest.TestCase):
 
 
 class ChartFleetTest(unittest.TestCase):
-    """The etcd shape serves one state: two servers on the rendered
-    aside.yaml, pointed at a real (one-member) etcd on loopback, see a group
-    created through the other's Admin API."""
+    """The etcd shape serves one state: three servers on the rendered
+    aside.yaml (the pods of replicaCount: 3), pointed at a real (one-member)
+    etcd on loopback, all serve a group created through one of them, with
+    the same generation."""
 
     def start_etcd(self, tmp):
         client, peer = free_port(), free_port()
@@ -1206,7 +1207,7 @@ class ChartFleetTest(unittest.TestCase):
              "--timeout", "10s", *args],
             capture_output=True, text=True, timeout=60)
 
-    def test_two_replicas_share_admin_groups(self):
+    def test_replicas_share_admin_groups(self):
         import time
         values = copy.deepcopy(VARIANTS["etcd-plain"])
         values["admin"] = {"existingSecret": "aside-admin"}
@@ -1216,7 +1217,7 @@ class ChartFleetTest(unittest.TestCase):
             _, cm = server_config(objects)
             token = "t0ken-for-the-chart-fleet-test"
             targets = []
-            for replica in ("a", "b"):
+            for replica in ("a", "b", "c"):
                 # Each pod's files under its own root, its ports moved.
                 root = os.path.join(tmp, replica)
                 text = cm["data"]["aside.yaml"]
@@ -1241,15 +1242,17 @@ class ChartFleetTest(unittest.TestCase):
                 targets[0], token, "create-group", "payments", "--backend",
                 "10.0.0.1:8080", "--health-check", "none")
             self.assertEqual(created.returncode, 0, created.stderr)
-            # The other replica applies it from etcd's watch (bounded poll).
-            deadline = time.monotonic() + 20
-            while True:
-                listed = self.asidectl(targets[1], token, "groups")
-                if "payments" in listed.stdout or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-            self.assertEqual(listed.returncode, 0, listed.stderr)
-            self.assertIn("payments", listed.stdout)
+            # The other replicas apply it from etcd's watch (bounded poll).
+            for target in targets[1:]:
+                deadline = time.monotonic() + 20
+                while True:
+                    listed = self.asidectl(target, token, "groups")
+                    if "payments" in listed.stdout or \
+                            time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
+                self.assertEqual(listed.returncode, 0, listed.stderr)
+                self.assertIn("payments", listed.stdout)
             # Both publish the same generation for it.
             generations = []
             for target in targets:
@@ -1259,7 +1262,7 @@ class ChartFleetTest(unittest.TestCase):
                     r'"name":\s*"payments".*?"generation":\s*"?(\d+)',
                     shown.stdout, re.S))
             self.assertTrue(generations[0])
-            self.assertEqual(generations[0], generations[1])
+            self.assertEqual(generations, [generations[0]] * 3)
 
 
 class ChartNotesTest(unittest.TestCase):
