@@ -772,6 +772,8 @@ class ChartValidationTest(unittest.TestCase):
                             "replicaCount": 3}, "store.etcd.endpoints")
 
     def test_etcd_values(self):
+        self.assertRefused({"store": {"etcd": {"endpoints": "e:2379"}}},
+                           "store.etcd.endpoints: expected a list")
         self.assertRefused({"store": {"etcd": {"endpoints": ["etcd.db.svc"]}}},
                            'store.etcd.endpoints[0]: "etcd.db.svc" is not '
                            "host:port")
@@ -1298,7 +1300,10 @@ class ChartNotesTest(unittest.TestCase):
         text = self.notes(VARIANTS["etcd"])
         self.assertIn("with its state in etcd", text)
         self.assertIn("etcdctl --endpoints etcd-0.etcd.db.svc:2379 "
+                      "--cacert ca.crt --cert tls.crt --key tls.key "
                       "snapshot save", text)
+        self.assertIn("etcdctl --endpoints etcd.db.svc:2379 snapshot save",
+                      self.notes(VARIANTS["etcd-plain"]))
         self.assertNotIn("lost when the pod goes away", text)
         self.assertIn("Load reports are open", text)
 

@@ -79,6 +79,9 @@ set), "" otherwise. */}}
 {{/* The etcd members' ports, unique, as a YAML list of numbers; every
 endpoint must be host:port. */}}
 {{- define "aside.etcdPorts" -}}
+{{- if not (kindIs "slice" .Values.store.etcd.endpoints) }}
+{{- fail (printf "store.etcd.endpoints: expected a list of host:port, got %q (with --set: store.etcd.endpoints={a:2379,b:2379})" (toString .Values.store.etcd.endpoints)) }}
+{{- end }}
 {{- $ports := list }}
 {{- range $i, $ep := .Values.store.etcd.endpoints }}
 {{- $text := toString $ep }}
