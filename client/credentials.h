@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace aside {
 
@@ -23,9 +24,15 @@ struct TlsOptions {
   // Name to verify the server certificate against instead of the target's
   // host (GRPC_SSL_TARGET_NAME_OVERRIDE_ARG).
   std::string server_name;
+  // How often the files are read again (gRPC's file watcher), so that a
+  // renewed CA bundle, certificate or key is used for new connections
+  // without a restart; rounded up to whole seconds. Zero: read once.
+  // Established connections keep the handshake they made.
+  absl::Duration reload_interval = absl::Seconds(10);
 };
 
-// Reads the files and returns the credentials; errors name the file.
+// Reads the files (errors name the file) and returns the credentials; with
+// a reload_interval they keep following the files.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
     const TlsOptions& tls);
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/admin_auth.h"
@@ -56,6 +57,82 @@ std::unique_ptr<X509, X509Free> FirstCertificate(const std::string& pem) {
       bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr);
 }
 
+// A certificate and its private key (each optional), as PEM files that
+// load and match; `what` names their use ("TLS", "etcd client").
+void CheckKeyPair(const std::string& cert_file, const std::string& key_file,
+                  absl::string_view what, std::vector<std::string>* errors) {
+  std::unique_ptr<X509, X509Free> cert;
+  if (!cert_file.empty()) {
+    absl::StatusOr<std::string> pem =
+        ReadWhole(cert_file, absl::StrCat(what, " certificate"));
+    if (!pem.ok()) {
+      errors->emplace_back(pem.status().message());
+    } else if (cert = FirstCertificate(*pem); cert == nullptr) {
+      errors->push_back(
+          absl::StrCat(cert_file, ": no PEM certificate in the file"));
+    }
+  }
+  if (!key_file.empty()) {
+    absl::StatusOr<std::string> pem =
+        ReadWhole(key_file, absl::StrCat(what, " private key"));
+    if (!pem.ok()) {
+      errors->emplace_back(pem.status().message());
+    } else {
+      auto bio = MemoryBio(*pem);
+      std::unique_ptr<EVP_PKEY, KeyFree> key(
+          bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
+              : nullptr);
+      if (key == nullptr) {
+        errors->push_back(
+            absl::StrCat(key_file, ": no PEM private key in the file"));
+      } else if (cert != nullptr &&
+                 X509_check_private_key(cert.get(), key.get()) != 1) {
+        errors->push_back(absl::StrCat(
+            key_file, ": the private key does not match the certificate ",
+            cert_file));
+      }
+    }
+  }
+}
+
+// A CA bundle (optional): a PEM file with at least one certificate.
+void CheckBundle(const std::string& file, absl::string_view what,
+                 std::vector<std::string>* errors) {
+  if (file.empty()) {
+    return;
+  }
+  absl::StatusOr<std::string> pem = ReadWhole(file, what);
+  if (!pem.ok()) {
+    errors->emplace_back(pem.status().message());
+  } else if (FirstCertificate(*pem) == nullptr) {
+    errors->push_back(absl::StrCat(file, ": no PEM certificate in the file"));
+  }
+}
+
+// The etcd store's files: CA bundle, client certificate and key, and the
+// credentials file (one line "username:password").
+void CheckEtcdFiles(const StoreConfig& store,
+                    std::vector<std::string>* errors) {
+  CheckBundle(store.ca_file, "etcd CA bundle", errors);
+  CheckKeyPair(store.cert_file, store.key_file, "etcd client", errors);
+  if (store.credentials_file.empty()) {
+    return;
+  }
+  absl::StatusOr<std::string> text =
+      ReadWhole(store.credentials_file, "etcd credentials file");
+  if (!text.ok()) {
+    errors->emplace_back(text.status().message());
+    return;
+  }
+  absl::string_view line = absl::StripTrailingAsciiWhitespace(*text);
+  const size_t colon = line.find(':');
+  if (colon == absl::string_view::npos || colon == 0 ||
+      line.find('\n') != absl::string_view::npos) {
+    errors->push_back(absl::StrCat(
+        store.credentials_file, ": expected one line \"username:password\""));
+  }
+}
+
 }  // namespace
 
 absl::Status CheckReferencedFiles(const ServerConfig& config) {
@@ -80,48 +157,10 @@ absl::Status CheckReferencedFiles(const ServerConfig& config) {
   note(AdminAuth::Create(config.admin_token_file, config.admin_identities)
            .status());
 
-  std::unique_ptr<X509, X509Free> cert;
-  if (!config.tls_cert_file.empty()) {
-    absl::StatusOr<std::string> pem =
-        ReadWhole(config.tls_cert_file, "TLS certificate");
-    if (!pem.ok()) {
-      note(pem.status());
-    } else if (cert = FirstCertificate(*pem); cert == nullptr) {
-      errors.push_back(absl::StrCat(config.tls_cert_file,
-                                    ": no PEM certificate in the file"));
-    }
-  }
-  if (!config.tls_key_file.empty()) {
-    absl::StatusOr<std::string> pem =
-        ReadWhole(config.tls_key_file, "TLS private key");
-    if (!pem.ok()) {
-      note(pem.status());
-    } else {
-      auto bio = MemoryBio(*pem);
-      std::unique_ptr<EVP_PKEY, KeyFree> key(
-          bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
-              : nullptr);
-      if (key == nullptr) {
-        errors.push_back(absl::StrCat(config.tls_key_file,
-                                      ": no PEM private key in the file"));
-      } else if (cert != nullptr &&
-                 X509_check_private_key(cert.get(), key.get()) != 1) {
-        errors.push_back(
-            absl::StrCat(config.tls_key_file,
-                         ": the private key does not match the certificate ",
-                         config.tls_cert_file));
-      }
-    }
-  }
-  if (!config.tls_client_ca_file.empty()) {
-    absl::StatusOr<std::string> pem =
-        ReadWhole(config.tls_client_ca_file, "TLS client CA bundle");
-    if (!pem.ok()) {
-      note(pem.status());
-    } else if (FirstCertificate(*pem) == nullptr) {
-      errors.push_back(absl::StrCat(config.tls_client_ca_file,
-                                    ": no PEM certificate in the file"));
-    }
+  CheckKeyPair(config.tls_cert_file, config.tls_key_file, "TLS", &errors);
+  CheckBundle(config.tls_client_ca_file, "TLS client CA bundle", &errors);
+  if (config.store.type == "etcd") {
+    CheckEtcdFiles(config.store, &errors);
   }
   if (errors.empty()) {
     return absl::OkStatus();

@@ -1,7 +1,7 @@
 // What `aside-server --check-config` checks beyond parsing the file: every
 // file the config names is loaded as start-up would load it, so that "ok"
 // means the server starts (or fails only on what a check cannot see: ports
-// in use, the state database).
+// in use, the state database, reaching etcd).
 #ifndef ASIDE_SERVER_CONFIG_CHECK_H_
 #define ASIDE_SERVER_CONFIG_CHECK_H_
 
@@ -12,8 +12,10 @@ namespace aside::server {
 
 // Loads the session key file (at least 16 bytes), the admin token file
 // (parsed as AdminAuth does), and the TLS certificate chain, private key
-// (which must match the certificate) and client CA bundle (PEM). Every
-// error names the file; all errors are reported, one per line.
+// (which must match the certificate) and client CA bundle (PEM), and with
+// the etcd store its CA bundle, client certificate and key, and credentials
+// file (one line "username:password"). Every error names the file; all
+// errors are reported, one per line.
 absl::Status CheckReferencedFiles(const ServerConfig& config);
 
 }  // namespace aside::server

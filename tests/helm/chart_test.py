@@ -99,6 +99,37 @@ VARIANTS = {
     "no-reload": {
         "configReload": {"enabled": False},
     },
+    "etcd": {
+        "replicaCount": 3,
+        "store": {"etcd": {
+            "endpoints": ["etcd-0.etcd.db.svc:2379", "etcd-1.etcd.db.svc:2379",
+                          "10.20.0.5:2380"],
+            "prefix": "/aside-prod/",
+            "requestTimeout": "3s",
+            "tls": {"existingSecret": "aside-etcd-tls"},
+            "credentials": {"existingSecret": "aside-etcd-auth"},
+        }},
+        "admin": {"existingSecret": "aside-admin"},
+        "loadReports": {"auth": "open", "maxReporterShare": 0.5},
+        "autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 9},
+        "networkPolicy": {
+            "enabled": True,
+            "egress": {
+                "enabled": True,
+                "etcd": {
+                    "namespaceSelector": {"matchLabels": {
+                        "kubernetes.io/metadata.name": "db"}},
+                    "podSelector": {"matchLabels": {"app": "etcd"}},
+                    "cidrs": ["10.20.0.0/24"],
+                },
+                "backends": [{"to": [{"namespaceSelector": {}}]}],
+            },
+        },
+    },
+    "etcd-plain": {
+        "replicaCount": 4,
+        "store": {"etcd": {"endpoints": ["etcd.db.svc:2379"]}},
+    },
 }
 
 
@@ -432,6 +463,9 @@ class ChartStructureTest(unittest.TestCase):
                 files.append(config["admin"]["token_file"])
             if "session_key_file" in config:
                 files.append(config["session_key_file"])
+            etcd = config.get("store", {}).get("etcd", {})
+            files += [etcd[k] for k in ("ca_file", "cert_file", "key_file",
+                                        "credentials_file") if k in etcd]
             for path in files:
                 directory, base = os.path.split(path)
                 self.assertIn(directory, mounts, path)
@@ -506,6 +540,93 @@ class ChartStructureTest(unittest.TestCase):
                      if r["ports"][0]["port"] == "grpclb"][0]
         self.assertEqual(grpc_rule["from"],
                          VARIANTS["netpol-hpa"]["networkPolicy"]["clients"])
+
+    def test_etcd_fleet_is_a_deployment_of_any_size(self):
+        for variant, replicas in (("etcd", None), ("etcd-plain", 4)):
+            with self.subTest(variant=variant):
+                objects = self.rendered[variant]
+                w = workload(objects)
+                self.assertEqual(w["kind"], "Deployment")
+                self.assertEqual(w["spec"].get("replicas"), replicas)
+                self.assertFalse(w["spec"].get("volumeClaimTemplates"))
+        hpa = one(self.rendered["etcd"], "HorizontalPodAutoscaler")
+        self.assertEqual(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment")
+        self.assertEqual(hpa["spec"]["maxReplicas"], 9)
+
+    def test_etcd_store_config(self):
+        config, _ = server_config(self.rendered["etcd"])
+        self.assertEqual(config["store"], {"type": "etcd", "etcd": {
+            "endpoints": VARIANTS["etcd"]["store"]["etcd"]["endpoints"],
+            "prefix": "/aside-prod/",
+            "dial_timeout": "2s",
+            "request_timeout": "3s",
+            "ca_file": "/etc/aside/etcd-tls/ca.crt",
+            "cert_file": "/etc/aside/etcd-tls/tls.crt",
+            "key_file": "/etc/aside/etcd-tls/tls.key",
+            "credentials_file": "/etc/aside/etcd-credentials/credentials",
+        }})
+        plain, _ = server_config(self.rendered["etcd-plain"])
+        self.assertEqual(plain["store"]["etcd"]["prefix"], "/aside/")
+        for key in ("ca_file", "cert_file", "credentials_file"):
+            self.assertNotIn(key, plain["store"]["etcd"])
+        _, pod = container(self.rendered["etcd-plain"])
+        self.assertFalse([v for v in pod["volumes"]
+                          if v["name"].startswith("etcd")])
+        # Without etcd the server keeps its default store, SQLite.
+        for variant in ("default", "persistence"):
+            self.assertNotIn("store", server_config(self.rendered[variant])[0])
+        # A CA alone (no client certificate) mounts only the CA.
+        objects, _ = render({"store": {"etcd": {
+            "endpoints": ["etcd:2379"],
+            "tls": {"existingSecret": "ca-only", "certKey": ""}}}})
+        config, _ = server_config(objects)
+        self.assertEqual(config["store"]["etcd"]["ca_file"],
+                         "/etc/aside/etcd-tls/ca.crt")
+        self.assertNotIn("key_file", config["store"]["etcd"])
+        _, pod = container(objects)
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "etcd-tls"]
+        self.assertEqual([i["key"] for i in volume["secret"]["items"]],
+                         ["ca.crt"])
+
+    def test_network_policy_egress_to_etcd(self):
+        np = one(self.rendered["etcd"], "NetworkPolicy")
+        self.assertEqual(np["spec"]["policyTypes"], ["Ingress", "Egress"])
+        egress = np["spec"]["egress"]
+        dns, etcd, backends = egress
+        self.assertEqual({(p["port"], p["protocol"]) for p in dns["ports"]},
+                         {(53, "UDP"), (53, "TCP")})
+        self.assertNotIn("to", dns)
+        # The ports come from the endpoints, each once.
+        self.assertEqual([p["port"] for p in etcd["ports"]], [2379, 2380])
+        self.assertEqual(etcd["to"], [
+            {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": "db"}},
+             "podSelector": {"matchLabels": {"app": "etcd"}}},
+            {"ipBlock": {"cidr": "10.20.0.0/24"}}])
+        self.assertEqual(backends, {"to": [{"namespaceSelector": {}}]})
+        # Egress stays unrestricted unless asked for.
+        np = one(self.rendered["netpol-hpa"], "NetworkPolicy")
+        self.assertEqual(np["spec"]["policyTypes"], ["Ingress"])
+        self.assertNotIn("egress", np["spec"])
+        # Without selectors the etcd rule allows the ports anywhere.
+        objects, _ = render({"store": {"etcd": {"endpoints": ["e:2379"]}},
+                             "networkPolicy": {"enabled": True, "egress": {
+                                 "enabled": True, "backends": [{}]}}})
+        egress = one(objects, "NetworkPolicy")["spec"]["egress"]
+        self.assertEqual(egress[1], {"ports": [{"port": 2379,
+                                                "protocol": "TCP"}]})
+        self.assertEqual(egress[2], {})
+
+    def test_load_reports_config(self):
+        config, _ = server_config(self.rendered["default"])
+        self.assertEqual(config["load_reports"],
+                         {"auth": "token", "max_reporter_share": 0.25})
+        config, _ = server_config(self.rendered["etcd"])
+        self.assertEqual(config["load_reports"],
+                         {"auth": "open", "max_reporter_share": 0.5})
+        # Report tokens are lines of the token file.
+        self.assertEqual(config["admin"]["token_file"],
+                         "/etc/aside/admin/tokens")
 
     def test_optional_objects_are_off_by_default(self):
         kinds = {o["kind"] for o in self.rendered["default"]}
@@ -640,6 +761,47 @@ class ChartValidationTest(unittest.TestCase):
     def test_persistence_needs_one_replica(self):
         self.assertRefused({"persistence": {"enabled": True},
                             "replicaCount": 2}, "replicaCount: 1")
+
+    def test_persistence_and_etcd_exclude_each_other(self):
+        self.assertRefused({"persistence": {"enabled": True}, "replicaCount": 1,
+                            "store": {"etcd": {"endpoints": ["e:2379"]}}},
+                           "persistence.enabled cannot be combined with "
+                           "store.etcd.endpoints")
+        # The error for many replicas points at etcd.
+        self.assertRefused({"persistence": {"enabled": True},
+                            "replicaCount": 3}, "store.etcd.endpoints")
+
+    def test_etcd_values(self):
+        self.assertRefused({"store": {"etcd": {"endpoints": "e:2379"}}},
+                           "store.etcd.endpoints: expected a list")
+        self.assertRefused({"store": {"etcd": {"endpoints": ["etcd.db.svc"]}}},
+                           'store.etcd.endpoints[0]: "etcd.db.svc" is not '
+                           "host:port")
+        self.assertRefused({"store": {"etcd": {"endpoints": ["e:2379",
+                                                             "e:99999"]}}},
+                           "store.etcd.endpoints[1]: port 99999")
+        self.assertRefused({"store": {"etcd": {"endpoints": ["e:2379"],
+                                               "prefix": "/aside"}}},
+                           "must end with '/'")
+        self.assertRefused({"store": {"etcd": {
+            "endpoints": ["e:2379"],
+            "tls": {"existingSecret": "s", "caKey": "", "certKey": ""}}}},
+            "store.etcd.tls.caKey or store.etcd.tls.certKey")
+        self.assertRefused({"config": {"store": {"type": "etcd"}}},
+                           "config.store is set by the chart")
+
+    def test_egress_needs_backend_rules(self):
+        self.assertRefused({"networkPolicy": {"enabled": True,
+                                              "egress": {"enabled": True}}},
+                           "networkPolicy.egress.backends")
+
+    def test_load_reports_values(self):
+        self.assertRefused({"loadReports": {"auth": "anyone"}},
+                           'loadReports.auth: "anyone" is not token or open')
+        self.assertRefused({"loadReports": {"maxReporterShare": 0}},
+                           "loadReports.maxReporterShare: 0 out of range")
+        self.assertRefused({"config": {"load_reports": {"auth": "open"}}},
+                           "config.load_reports is set by the chart")
 
     def test_persistence_refuses_autoscaling(self):
         self.assertRefused({"persistence": {"enabled": True}, "replicaCount": 1,
@@ -783,6 +945,28 @@ def make_tls(root, tls):
         shutil.copy(root + tls["cert_file"], root + tls["client_ca_file"])
 
 
+def make_etcd_files(root, etcd):
+    """Writes what the config's store.etcd section names, under root: a
+    self-signed client certificate and key (also the CA bundle) and a
+    credentials file."""
+    for key in ("ca_file", "cert_file", "key_file", "credentials_file"):
+        if key in etcd:
+            os.makedirs(os.path.dirname(root + etcd[key]), exist_ok=True)
+    cert = etcd.get("cert_file", "/etcd-client.crt")
+    key = etcd.get("key_file", "/etcd-client.key")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+         "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+         "-subj", "/CN=aside-etcd-client", "-keyout", root + key,
+         "-out", root + cert],
+        check=True, capture_output=True, timeout=60)
+    if "ca_file" in etcd:
+        shutil.copy(root + cert, root + etcd["ca_file"])
+    if "credentials_file" in etcd:
+        with open(root + etcd["credentials_file"], "w") as f:
+            f.write("aside:chart-test-password\n")
+
+
 def health_check(address, timeout=10):
     """What the kubelet's gRPC probe does: a plaintext
     grpc.health.v1.Health/Check for the server (""). Returns the raw
@@ -835,6 +1019,8 @@ class ChartServerConfigTest(unittest.TestCase):
             os.makedirs(root + "/var/lib/aside")
             if "tls" in config:
                 make_tls(root, config["tls"])
+            if "store" in config:
+                make_etcd_files(root, config["store"]["etcd"])
             if "session_key_file" in config:
                 path = root + config["session_key_file"]
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -865,6 +1051,25 @@ class ChartServerConfigTest(unittest.TestCase):
         for name, values in VARIANTS.items():
             with self.subTest(variant=name):
                 self.check_config(values, name)
+
+    def test_check_config_loads_the_etcd_files(self):
+        # The Secrets' keys must match what the chart tells the server to
+        # read: a missing file is named before the pods start.
+        objects, _ = render(VARIANTS["etcd"])
+        _, cm = server_config(objects)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "aside.yaml")
+            with open(path, "w") as f:
+                f.write(cm["data"]["aside.yaml"].replace(
+                    "/etc/aside/admin/tokens", os.path.join(tmp, "tokens")))
+            with open(os.path.join(tmp, "tokens"), "w") as f:
+                f.write("secret-admin-token admin\n")
+            result = self.run_check(path)
+        self.assertEqual(result.returncode, 1, result.stdout)
+        for name in ("/etc/aside/etcd-tls/ca.crt: cannot open etcd CA bundle",
+                     "/etc/aside/etcd-tls/tls.crt: cannot open etcd client",
+                     "/etc/aside/etcd-credentials/credentials: cannot open"):
+            self.assertIn(name, result.stderr)
 
     def test_check_config_rejects_a_broken_group(self):
         # The test would pass vacuously if --check-config accepted anything.
@@ -964,6 +1169,104 @@ class ChartServeTest(unittest.TestCase):
         self.serve("no-health-port")
 
 
+class ChartFleetTest(unittest.TestCase):
+    """The etcd shape serves one state: three servers on the rendered
+    aside.yaml (the pods of replicaCount: 3), pointed at a real (one-member)
+    etcd on loopback, all serve a group created through one of them, with
+    the same generation."""
+
+    def start_etcd(self, tmp):
+        client, peer = free_port(), free_port()
+        etcd = subprocess.Popen(
+            ["/usr/bin/etcd", "--name", "chart", "--data-dir",
+             os.path.join(tmp, "etcd"),
+             "--listen-client-urls", "http://127.0.0.1:%d" % client,
+             "--advertise-client-urls", "http://127.0.0.1:%d" % client,
+             "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
+             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % peer,
+             "--initial-cluster", "chart=http://127.0.0.1:%d" % peer,
+             "--logger", "zap", "--log-outputs", "stderr"],
+            stderr=subprocess.PIPE)
+        self.addCleanup(self.stop, etcd)
+        wait_for_line(etcd, ["ready to serve client requests",
+                             "serving client traffic insecurely"], 30)
+        return "127.0.0.1:%d" % client
+
+    @staticmethod
+    def stop(process):
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        process.stderr.close()
+
+    def asidectl(self, target, token, *args):
+        return subprocess.run(
+            [ARGS.asidectl, "--server", target, "--token", token,
+             "--timeout", "10s", *args],
+            capture_output=True, text=True, timeout=60)
+
+    def test_replicas_share_admin_groups(self):
+        import time
+        values = copy.deepcopy(VARIANTS["etcd-plain"])
+        values["admin"] = {"existingSecret": "aside-admin"}
+        with tempfile.TemporaryDirectory() as tmp:
+            values["store"]["etcd"]["endpoints"] = [self.start_etcd(tmp)]
+            objects, _ = render(values)
+            _, cm = server_config(objects)
+            token = "t0ken-for-the-chart-fleet-test"
+            targets = []
+            for replica in ("a", "b", "c"):
+                # Each pod's files under its own root, its ports moved.
+                root = os.path.join(tmp, replica)
+                text = cm["data"]["aside.yaml"]
+                for prefix in ("/etc/aside", "/var/lib/aside"):
+                    text = text.replace(prefix, root + prefix)
+                served = yaml.safe_load(text)
+                os.makedirs(served["state_dir"])
+                os.makedirs(os.path.dirname(served["admin"]["token_file"]))
+                with open(served["admin"]["token_file"], "w") as f:
+                    f.write("%s admin\n" % token)
+                for key in ("listen", "health_listen", "metrics"):
+                    served[key] = "127.0.0.1:%d" % free_port()
+                path = os.path.join(root, "aside.yaml")
+                with open(path, "w") as f:
+                    yaml.safe_dump(served, f)
+                server = subprocess.Popen([ARGS.server, "--config", path],
+                                          stderr=subprocess.PIPE)
+                self.addCleanup(self.stop, server)
+                wait_for_line(server, ['"event":"server.started"'], 30)
+                targets.append(served["listen"])
+            created = self.asidectl(
+                targets[0], token, "create-group", "payments", "--backend",
+                "10.0.0.1:8080", "--health-check", "none")
+            self.assertEqual(created.returncode, 0, created.stderr)
+            # The other replicas apply it from etcd's watch (bounded poll).
+            for target in targets[1:]:
+                deadline = time.monotonic() + 20
+                while True:
+                    listed = self.asidectl(target, token, "groups")
+                    if "payments" in listed.stdout or \
+                            time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
+                self.assertEqual(listed.returncode, 0, listed.stderr)
+                self.assertIn("payments", listed.stdout)
+            # Both publish the same generation for it.
+            generations = []
+            for target in targets:
+                shown = self.asidectl(target, token, "--json", "groups")
+                self.assertEqual(shown.returncode, 0, shown.stderr)
+                generations.append(re.findall(
+                    r'"name":\s*"payments".*?"generation":\s*"?(\d+)',
+                    shown.stdout, re.S))
+            self.assertTrue(generations[0])
+            self.assertEqual(generations, [generations[0]] * 3)
+
+
 class ChartNotesTest(unittest.TestCase):
     """NOTES.txt gives working grpcurl commands for the release."""
 
@@ -992,6 +1295,22 @@ class ChartNotesTest(unittest.TestCase):
     def test_persistence_notes(self):
         self.assertIn("sqlite3", self.notes(VARIANTS["persistence"]))
         self.assertIn("lost when the pod goes away", self.notes({}))
+
+    def test_etcd_notes(self):
+        text = self.notes(VARIANTS["etcd"])
+        self.assertIn("with its state in etcd", text)
+        self.assertIn("etcdctl --endpoints etcd-0.etcd.db.svc:2379 "
+                      "--cacert ca.crt --cert tls.crt --key tls.key "
+                      "snapshot save", text)
+        self.assertIn("etcdctl --endpoints etcd.db.svc:2379 snapshot save",
+                      self.notes(VARIANTS["etcd-plain"]))
+        self.assertNotIn("lost when the pod goes away", text)
+        self.assertIn("Load reports are open", text)
+
+    def test_load_report_notes(self):
+        self.assertIn("Load reports are refused", self.notes({}))
+        self.assertNotIn("Load reports",
+                         self.notes({"admin": {"existingSecret": "a"}}))
 
 
 class DockerfileTest(unittest.TestCase):
@@ -1097,6 +1416,7 @@ def main():
     parser.add_argument("--helmrender", required=True)
     parser.add_argument("--server", required=True)
     parser.add_argument("--source", required=True)
+    parser.add_argument("--asidectl", required=True)
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 

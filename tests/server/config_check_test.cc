@@ -91,5 +91,31 @@ TEST_F(ConfigCheckTest, AKeyThatDoesNotMatchTheCertificateIsAnError) {
                                  "certificate")));
 }
 
+TEST_F(ConfigCheckTest, EtcdStoreFilesAreLoadedToo) {
+  ServerConfig c;
+  c.store.type = "etcd";
+  c.store.endpoints = {"127.0.0.1:2379"};
+  c.store.ca_file = Path("b.crt");
+  c.store.cert_file = Path("a.crt");
+  c.store.key_file = Path("a.key");
+  c.store.credentials_file = dir_.WriteFile("etcd-auth", "aside:s3cret\n");
+  EXPECT_OK(CheckReferencedFiles(c));
+
+  c.store.ca_file = Path("no-such-etcd-ca.crt");
+  c.store.key_file = Path("b.key");
+  c.store.credentials_file = dir_.WriteFile("etcd-auth", "just-a-password\n");
+  absl::Status s = CheckReferencedFiles(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(),
+              HasSubstr("no-such-etcd-ca.crt: cannot open etcd CA bundle"));
+  EXPECT_THAT(s.message(), HasSubstr("b.key: the private key does not match"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("etcd-auth: expected one line \"username:password\""));
+
+  // The SQLite store names no such files, whatever the etcd block held.
+  c.store.type = "sqlite";
+  EXPECT_OK(CheckReferencedFiles(c));
+}
+
 }  // namespace
 }  // namespace aside::server

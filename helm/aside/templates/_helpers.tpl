@@ -67,6 +67,64 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "aside.tlsDir" -}}/etc/aside/tls{{- end }}
 {{- define "aside.clientCaDir" -}}/etc/aside/client-ca{{- end }}
 {{- define "aside.sessionDir" -}}/etc/aside/session{{- end }}
+{{- define "aside.etcdTlsDir" -}}/etc/aside/etcd-tls{{- end }}
+{{- define "aside.etcdCredentialsDir" -}}/etc/aside/etcd-credentials{{- end }}
+
+{{/* "true" when Admin-created state lives in etcd (store.etcd.endpoints
+set), "" otherwise. */}}
+{{- define "aside.etcdEnabled" -}}
+{{- if .Values.store.etcd.endpoints }}true{{ end }}
+{{- end }}
+
+{{/* The etcd members' ports, unique, as a YAML list of numbers; every
+endpoint must be host:port. */}}
+{{- define "aside.etcdPorts" -}}
+{{- if not (kindIs "slice" .Values.store.etcd.endpoints) }}
+{{- fail (printf "store.etcd.endpoints: expected a list of host:port, got %q (with --set: store.etcd.endpoints={a:2379,b:2379})" (toString .Values.store.etcd.endpoints)) }}
+{{- end }}
+{{- $ports := list }}
+{{- range $i, $ep := .Values.store.etcd.endpoints }}
+{{- $text := toString $ep }}
+{{- if not (regexMatch "^[^/]+:[0-9]{1,5}$" $text) }}
+{{- fail (printf "store.etcd.endpoints[%d]: %q is not host:port (e.g. etcd-0.etcd.db.svc:2379)" $i $text) }}
+{{- end }}
+{{- $port := regexFind "[0-9]+$" $text | int }}
+{{- if or (lt $port 1) (gt $port 65535) }}
+{{- fail (printf "store.etcd.endpoints[%d]: port %d out of range 1..65535" $i $port) }}
+{{- end }}
+{{- $ports = append $ports $port }}
+{{- end }}
+{{- toYaml (uniq $ports) }}
+{{- end }}
+
+{{/* The `store` block of aside.yaml (etcd only; SQLite is the server's
+default and needs no block). */}}
+{{- define "aside.storeConfig" -}}
+{{- $e := .Values.store.etcd }}
+{{- $_ := include "aside.etcdPorts" . }}
+{{- $prefix := toString ($e.prefix | default "/aside/") }}
+{{- if not (hasSuffix "/" $prefix) }}
+{{- fail (printf "store.etcd.prefix: %q must end with '/'" $prefix) }}
+{{- end }}
+{{- $etcd := dict "endpoints" $e.endpoints "prefix" $prefix }}
+{{- with $e.dialTimeout }}{{ $_ := set $etcd "dial_timeout" (toString .) }}{{ end }}
+{{- with $e.requestTimeout }}{{ $_ := set $etcd "request_timeout" (toString .) }}{{ end }}
+{{- if $e.tls.existingSecret }}
+{{- if and (not $e.tls.caKey) (not $e.tls.certKey) }}
+{{- fail "store.etcd.tls.existingSecret needs store.etcd.tls.caKey or store.etcd.tls.certKey (what to read from the Secret)" }}
+{{- end }}
+{{- with $e.tls.caKey }}{{ $_ := set $etcd "ca_file" (printf "%s/%s" (include "aside.etcdTlsDir" $) .) }}{{ end }}
+{{- if $e.tls.certKey }}
+{{- $key := required "store.etcd.tls.keyKey is required with store.etcd.tls.certKey (the client key for mutual TLS)" $e.tls.keyKey }}
+{{- $_ := set $etcd "cert_file" (printf "%s/%s" (include "aside.etcdTlsDir" .) $e.tls.certKey) }}
+{{- $_ := set $etcd "key_file" (printf "%s/%s" (include "aside.etcdTlsDir" .) $key) }}
+{{- end }}
+{{- end }}
+{{- if $e.credentials.existingSecret }}
+{{- $_ := set $etcd "credentials_file" (printf "%s/%s" (include "aside.etcdCredentialsDir" .) $e.credentials.key) }}
+{{- end }}
+{{- toYaml (dict "type" "etcd" "etcd" $etcd) }}
+{{- end }}
 
 {{/* The Secret holding the client CA bundle. */}}
 {{- define "aside.clientCaSecret" -}}
@@ -128,9 +186,9 @@ with the user's values) plus the keys the chart owns, which follow from the
 ports, mounts and Secrets it sets up. */}}
 {{- define "aside.config" -}}
 {{- $config := deepCopy (.Values.config | default dict) }}
-{{- range $key := list "listen" "metrics" "health_listen" "state_dir" "tls" "admin" "session_key_file" "groups" }}
+{{- range $key := list "listen" "metrics" "health_listen" "state_dir" "tls" "admin" "session_key_file" "store" "load_reports" "groups" }}
 {{- if hasKey $config $key }}
-{{- fail (printf "config.%s is set by the chart; use the values ports, persistence, tls, admin, sessionKey and groups instead" $key) }}
+{{- fail (printf "config.%s is set by the chart; use the values ports, persistence, tls, admin, sessionKey, store, loadReports and groups instead" $key) }}
 {{- end }}
 {{- end }}
 {{- $host := .Values.listenHost | default "0.0.0.0" }}
@@ -176,6 +234,18 @@ ports, mounts and Secrets it sets up. */}}
 {{- if .Values.sessionKey.existingSecret }}
 {{- $_ := set $config "session_key_file" (printf "%s/%s" (include "aside.sessionDir" .) .Values.sessionKey.secretKey) }}
 {{- end }}
+{{- if include "aside.etcdEnabled" . }}
+{{- $_ := set $config "store" (include "aside.storeConfig" . | fromYaml) }}
+{{- end }}
+{{- $lr := .Values.loadReports }}
+{{- if not (has (toString $lr.auth) (list "token" "open")) }}
+{{- fail (printf "loadReports.auth: %q is not token or open" (toString $lr.auth)) }}
+{{- end }}
+{{- $share := float64 $lr.maxReporterShare }}
+{{- if or (lt $share 0.01) (gt $share 1.0) }}
+{{- fail (printf "loadReports.maxReporterShare: %v out of range 0.01..1" $lr.maxReporterShare) }}
+{{- end }}
+{{- $_ := set $config "load_reports" (dict "auth" (toString $lr.auth) "max_reporter_share" $share) }}
 {{- $_ := set $config "groups" (.Values.groups | default list) }}
 {{- toYaml $config }}
 {{- end }}
