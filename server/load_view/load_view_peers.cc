@@ -47,9 +47,12 @@ class LoadViewPeers::Link {
 
   const LoadViewPeer& peer() const { return peer_; }
 
-  bool connected() const {
+  LinkState state() const {
     aside::MutexLock lock(&mu_);
-    return connected_;
+    return {.address = peer_.address,
+            .id = peer_id_,
+            .connected = connected_,
+            .self = self_};
   }
 
   // Watchdog: the age metric; a silent stream is cancelled and a silent
@@ -137,6 +140,8 @@ class LoadViewPeers::Link {
         // The address is this replica's own.
         Log(LogLevel::kInfo, "fleet.load_view_self",
             {{"address", peer_.address}, {"action", "not subscribing"}});
+        aside::MutexLock lock(&mu_);
+        self_ = true;
         return;
       }
       Log(LogLevel::kWarn, "fleet.load_view_disconnected",
@@ -192,6 +197,7 @@ class LoadViewPeers::Link {
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  bool self_ ABSL_GUARDED_BY(mu_) = false;
   // The id the peer's stream gave, and whether the aggregator holds its
   // contribution.
   std::string peer_id_ ABSL_GUARDED_BY(mu_);
@@ -257,13 +263,13 @@ void LoadViewPeers::Stop() {
   watchdog_.join();
 }
 
-size_t LoadViewPeers::connected() const {
+std::vector<LoadViewPeers::LinkState> LoadViewPeers::links() const {
   aside::MutexLock lock(&mu_);
-  size_t n = 0;
+  std::vector<LinkState> out;
   for (const auto& [address, link] : links_) {
-    n += link->connected() ? 1 : 0;
+    out.push_back(link->state());
   }
-  return n;
+  return out;
 }
 
 void LoadViewPeers::Watchdog() {

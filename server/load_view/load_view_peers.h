@@ -65,8 +65,16 @@ class LoadViewPeers {
   // Stops every stream and forgets every peer. Idempotent.
   void Stop();
 
-  // Peers whose streams are open now (tests, status).
-  size_t connected() const;
+  // Each peer's link now (tests, status).
+  struct LinkState {
+    std::string address;
+    // The id the peer's stream gave (empty before it answered).
+    std::string id;
+    bool connected = false;
+    // The address turned out to be this replica's own: not dialled again.
+    bool self = false;
+  };
+  std::vector<LinkState> links() const;
 
  private:
   class Link;

@@ -6,13 +6,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+#include "server/config.h"
 #include "server/load_aggregator.h"
 #include "server/load_view/load_view_codec.h"
+#include "server/server.h"
+#include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
 
 namespace aside::server {
 namespace {
 
+using ::aside::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -285,6 +290,106 @@ TEST(LoadViewCodecTest, UnknownIdsAreRejectedWithTheField) {
                           HasSubstr("loads[0].id: unknown entry 7"),
                           HasSubstr("loads[1].group, address and source"),
                           HasSubstr("loads[2].id: required")));
+}
+
+TEST(LoadViewConfigTest, FleetKeysAreCheckedWithTheirLine) {
+  EXPECT_THAT(ParseConfig("fleet:\n  load_share_interval: 10ms\n", "t.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("t.yaml:2:24: fleet.load_share_interval: out "
+                                 "of range 50ms..1m")));
+  EXPECT_THAT(ParseConfig("fleet: {peers: [nohost]}\n", "t.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("t.yaml:1:17: fleet.peers[0]")));
+  EXPECT_THAT(ParseConfig("fleet: {peer: [a:1]}\n", "t.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("peer")));
+  ASSERT_OK_AND_ASSIGN(
+      ServerConfig c,
+      ParseConfig("fleet: {peers: [10.0.0.1:50051], load_share_interval: "
+                  "250ms, peer_token_file: /t}\n",
+                  "t.yaml"));
+  EXPECT_THAT(c.fleet_load.peers, ElementsAre("10.0.0.1:50051"));
+  EXPECT_EQ(c.fleet_load.load_share_interval, absl::Milliseconds(250));
+  EXPECT_EQ(c.fleet_load.peer_token_file, "/t");
+}
+
+// Two in-process servers: peers given by SetPeers, as the fleet's
+// membership gives them.
+class LoadViewPeersTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<AsideServer> Server(const std::string& name,
+                                      const std::string& extra = "") {
+    absl::StatusOr<ServerConfig> config = ParseConfig(
+        absl::StrCat("state_dir: ", dir_.path(), "/", name, "\n", extra, R"(
+listen: 127.0.0.1:0
+metrics: ""
+load_reports: {auth: open}
+fleet: {load_share_interval: 100ms}
+groups:
+  - name: web
+    health_check: {kind: none}
+    backends: [10.0.0.1:80]
+)"),
+        "t.yaml");
+    EXPECT_OK(config.status());
+    absl::StatusOr<std::unique_ptr<AsideServer>> s =
+        AsideServer::Create(*config);
+    EXPECT_OK(s.status());
+    EXPECT_OK((*s)->Start());
+    return *std::move(s);
+  }
+  static std::string Address(AsideServer& s) {
+    return absl::StrCat("127.0.0.1:", s.grpc_port());
+  }
+  template <typename F>
+  static bool Eventually(F done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!done() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return done();
+  }
+
+  aside::testing::TempDir dir_;
+};
+
+TEST_F(LoadViewPeersTest, MembershipPeersMergeAndLeaveAtOnce) {
+  std::unique_ptr<AsideServer> x = Server("x");
+  std::unique_ptr<AsideServer> y = Server("y");
+  ASSERT_OK(x->loads().Add("pod", Obs("tok", 0, absl::ZeroDuration(), 3)));
+  // Y's own id in the list is skipped; X is subscribed to.
+  y->load_view_peers()->SetPeers(
+      {{.id = x->replica_id(), .address = Address(*x)},
+       {.id = y->replica_id(), .address = Address(*y)}});
+  ASSERT_THAT(y->load_view_peers()->links(), SizeIs(1));
+  ASSERT_TRUE(Eventually(
+      [&] { return y->loads().Snapshot("web", kBackend).in_flight == 3; }));
+  EXPECT_EQ(y->load_view_peers()->links()[0].id, x->replica_id());
+  // X left the live set: its load is forgotten at once.
+  y->load_view_peers()->SetPeers({});
+  EXPECT_EQ(y->loads().Snapshot("web", kBackend).in_flight, 0u);
+  EXPECT_THAT(y->loads().Peers(), IsEmpty());
+}
+
+TEST_F(LoadViewPeersTest, AStaticPeerThatIsThisReplicaIsDropped) {
+  std::unique_ptr<AsideServer> x = Server("x");
+  x->load_view_peers()->SetPeers({{.id = "", .address = Address(*x)}});
+  ASSERT_TRUE(Eventually([&] {
+    auto links = x->load_view_peers()->links();
+    return links.size() == 1 && links[0].self;
+  }));
+  EXPECT_FALSE(x->load_view_peers()->links()[0].connected);
+  EXPECT_THAT(x->loads().Peers(), IsEmpty());
+}
+
+TEST_F(LoadViewPeersTest, AMissingPeerTokenFileFailsStartWithItsPath) {
+  absl::StatusOr<ServerConfig> config = ParseConfig(
+      absl::StrCat("state_dir: ", dir_.path(),
+                   "\nfleet: {peer_token_file: /nonexistent/peer-token}\n"),
+      "t.yaml");
+  ASSERT_OK(config.status());
+  EXPECT_THAT(AsideServer::Create(*config),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("/nonexistent/peer-token")));
 }
 
 }  // namespace
