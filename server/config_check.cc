@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/admin_auth.h"
@@ -79,6 +80,18 @@ absl::Status CheckReferencedFiles(const ServerConfig& config) {
 
   note(AdminAuth::Create(config.admin_token_file, config.admin_identities)
            .status());
+
+  if (!config.fleet_load.peer_token_file.empty()) {
+    absl::StatusOr<std::string> token =
+        ReadWhole(config.fleet_load.peer_token_file, "fleet peer token file");
+    if (!token.ok()) {
+      note(token.status());
+    } else if (absl::StripAsciiWhitespace(token->substr(0, token->find('\n')))
+                   .empty()) {
+      errors.push_back(absl::StrCat(config.fleet_load.peer_token_file,
+                                    ": fleet peer token file is empty"));
+    }
+  }
 
   std::unique_ptr<X509, X509Free> cert;
   if (!config.tls_cert_file.empty()) {
