@@ -13,6 +13,15 @@ namespace {
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(200);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
 
+// A snapshot is one message, about 43 bytes per (group, backend, source):
+// 4 MiB (gRPC's default limit) is only some 100 000 entries. Peers are
+// authenticated replicas, so their messages may be far larger.
+grpc::ChannelArguments ChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  return args;
+}
+
 }  // namespace
 
 // One peer: a thread that keeps its stream open and applies its updates.
@@ -22,10 +31,12 @@ class LoadViewPeers::Link {
       : owner_(owner),
         peer_(std::move(peer)),
         label_(peer_.id.empty() ? peer_.address : peer_.id),
-        stub_(v1::Fleet::NewStub(grpc::CreateChannel(
-            peer_.address, owner_->options_.credentials != nullptr
-                               ? owner_->options_.credentials
-                               : grpc::InsecureChannelCredentials()))) {
+        stub_(v1::Fleet::NewStub(
+            grpc::CreateCustomChannel(peer_.address,
+                                      owner_->options_.credentials != nullptr
+                                          ? owner_->options_.credentials
+                                          : grpc::InsecureChannelCredentials(),
+                                      ChannelArguments()))) {
     thread_ = std::thread([this] { Run(); });
   }
 
