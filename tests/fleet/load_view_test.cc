@@ -128,6 +128,37 @@ TEST_F(LoadViewTest, APeerThatLeavesStopsCounting) {
   EXPECT_THAT(b.loads.Peers(), IsEmpty());
 }
 
+TEST_F(LoadViewTest, PeerUtilisationAndFailuresReachZonesAndOutliers) {
+  Replica b(&clock_);
+  PeerLoadUpdate u;
+  u.loads.push_back({.group = "web",
+                     .address = kBackend,
+                     .source = "s",
+                     .requests = 10,
+                     .reporters = 1,
+                     .utilization = 0.9});
+  EXPECT_THAT(b.loads.ApplyPeer("A", u), IsEmpty());
+  clock_.Advance(absl::Seconds(2));
+  // Unchanged values are not resent; the peer's heartbeat keeps them fresh.
+  EXPECT_THAT(b.loads.ApplyPeer("A", PeerLoadUpdate{}), IsEmpty());
+  LoadSnapshot s = b.loads.Snapshot("web", kBackend);
+  ASSERT_TRUE(s.utilization.has_value());
+  EXPECT_DOUBLE_EQ(*s.utilization, 0.9);
+  EXPECT_EQ(s.utilization_at, clock_.WallNow());
+  // Ten failed requests, failing in a row: outlier detection hears a
+  // corroborated failing batch.
+  u.loads[0].requests = 20;
+  u.loads[0].failures = 10;
+  u.loads[0].consecutive_failures = 10;
+  EXPECT_THAT(b.loads.ApplyPeer("A", u), IsEmpty());
+  ASSERT_THAT(b.heard, SizeIs(1));
+  EXPECT_EQ(b.heard[0].new_failures, 10u);
+  EXPECT_TRUE(b.heard[0].failed);
+  EXPECT_TRUE(b.heard[0].failures_corroborated);
+  b.loads.RemovePeer("A");
+  EXPECT_FALSE(b.loads.Snapshot("web", kBackend).utilization.has_value());
+}
+
 TEST_F(LoadViewTest, ASnapshotReplacesWhatThePeerSaidBefore) {
   Replica b(&clock_);
   PeerLoadUpdate u;
