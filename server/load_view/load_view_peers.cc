@@ -95,6 +95,7 @@ class LoadViewPeers::Link {
 
   void Run() {
     absl::Duration backoff = kFirstBackoff;
+    bool first_failure = true;
     while (true) {
       grpc::ClientContext context;
       if (!owner_->options_.token.empty()) {
@@ -118,6 +119,7 @@ class LoadViewPeers::Link {
       bool first = true;
       while (reader->Read(&update)) {
         backoff = kFirstBackoff;
+        first_failure = true;
         if (first) {
           first = false;
           if (update.replica_id().empty()) {
@@ -155,11 +157,14 @@ class LoadViewPeers::Link {
         self_ = true;
         return;
       }
-      Log(LogLevel::kWarn, "fleet.load_view_disconnected",
+      // Warned once per outage; the retries after it log at debug.
+      Log(first_failure ? LogLevel::kWarn : LogLevel::kDebug,
+          "fleet.load_view_disconnected",
           {{"peer", label_},
            {"address", peer_.address},
            {"error", status.error_message()},
            {"retry_in", absl::FormatDuration(backoff)}});
+      first_failure = false;
       aside::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(aside::Cond(&stop_), backoff);
       if (stop_) {
