@@ -2,8 +2,8 @@
 //
 //   aside_fleet_load_view_age_seconds{peer}       gauge  time since the
 //       last update (heartbeats included) from each peer this replica
-//       subscribes to; `peer` is the peer's replica id when membership
-//       gave it, else its address.
+//       subscribes to (never heard from: since subscribing); `peer` is
+//       the peer's replica id when membership gave it, else its address.
 //   aside_fleet_load_view_bytes_total{direction}   counter  LoadView
 //       message bytes sent (to subscribers) and received (from peers).
 //   aside_fleet_load_view_updates_total{direction} counter  messages.

@@ -37,6 +37,10 @@ class LoadViewPeers::Link {
                                           ? owner_->options_.credentials
                                           : grpc::InsecureChannelCredentials(),
                                       ChannelArguments()))) {
+    if (owner_->metrics_ != nullptr) {
+      aside::MutexLock lock(&mu_);
+      age_ = &owner_->metrics_->age.Add({{"peer", label_}});
+    }
     thread_ = std::thread([this] { Run(); });
   }
 
@@ -71,7 +75,9 @@ class LoadViewPeers::Link {
   void Check(absl::Time now) {
     aside::MutexLock lock(&mu_);
     if (age_ != nullptr) {
-      age_->Set(absl::ToDoubleSeconds(now - heard_));
+      // Never heard from: counted from when this replica began to listen.
+      age_->Set(absl::ToDoubleSeconds(
+          now - (heard_ == absl::InfinitePast() ? created_ : heard_)));
     }
     const absl::Time since = std::max(heard_, stream_started_);
     if (context_ != nullptr && now - since > owner_->options_.grace) {
@@ -155,6 +161,10 @@ class LoadViewPeers::Link {
             {{"address", peer_.address}, {"action", "not subscribing"}});
         aside::MutexLock lock(&mu_);
         self_ = true;
+        if (age_ != nullptr) {
+          owner_->metrics_->age.Remove(age_);
+          age_ = nullptr;
+        }
         return;
       }
       // Warned once per outage; the retries after it log at debug.
@@ -186,10 +196,9 @@ class LoadViewPeers::Link {
       rejected.push_back(absl::StrCat("loads[", index[i], "].", reason));
     }
     if (LoadViewMetrics* m = owner_->metrics_; m != nullptr) {
-      if (age_ == nullptr) {
-        age_ = &m->age.Add({{"peer", label_}});
+      if (age_ != nullptr) {
+        age_->Set(0);
       }
-      age_->Set(0);
       m->bytes_received.Increment(static_cast<double>(update.ByteSizeLong()));
       m->updates_received.Increment();
       m->entries_received.Increment(update.loads_size());
@@ -221,6 +230,7 @@ class LoadViewPeers::Link {
   absl::Time heard_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time stream_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   prometheus::Gauge* age_ ABSL_GUARDED_BY(mu_) = nullptr;
+  const absl::Time created_ = absl::Now();
   std::thread thread_;
 };
 

@@ -21,6 +21,7 @@ using ::aside::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 constexpr char kBackend[] = "10.0.0.1:80";
@@ -395,6 +396,10 @@ TEST_F(LoadViewPeersTest, MembershipPeersMergeAndLeaveAtOnce) {
   ASSERT_TRUE(Eventually(
       [&] { return y->loads().Snapshot("web", kBackend).in_flight == 3; }));
   EXPECT_EQ(y->load_view_peers()->links()[0].id, x->replica_id());
+  EXPECT_THAT(
+      y->metrics().Render(),
+      HasSubstr(absl::StrCat("aside_fleet_load_view_age_seconds{peer=\"",
+                             x->replica_id(), "\"}")));
   // X left the live set: its load is forgotten at once.
   y->load_view_peers()->SetPeers({});
   EXPECT_EQ(y->loads().Snapshot("web", kBackend).in_flight, 0u);
@@ -410,6 +415,9 @@ TEST_F(LoadViewPeersTest, AStaticPeerThatIsThisReplicaIsDropped) {
   }));
   EXPECT_FALSE(x->load_view_peers()->links()[0].connected);
   EXPECT_THAT(x->loads().Peers(), IsEmpty());
+  // No age series for a peer that is not one.
+  EXPECT_THAT(x->metrics().Render(),
+              Not(HasSubstr("aside_fleet_load_view_age_seconds{")));
 }
 
 TEST_F(LoadViewPeersTest, AMissingPeerTokenFileFailsStartWithItsPath) {
