@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/config.h"
+#include "server/config_check.h"
 #include "server/load_aggregator.h"
 #include "server/load_view/load_view_codec.h"
 #include "server/server.h"
@@ -342,6 +343,21 @@ TEST(LoadViewConfigTest, FleetKeysAreCheckedWithTheirLine) {
   EXPECT_THAT(c.fleet_load.peers, ElementsAre("10.0.0.1:50051"));
   EXPECT_EQ(c.fleet_load.load_share_interval, absl::Milliseconds(250));
   EXPECT_EQ(c.fleet_load.peer_token_file, "/t");
+}
+
+TEST(LoadViewConfigTest, CheckConfigNamesABadPeerTokenFile) {
+  aside::testing::TempDir dir;
+  ServerConfig c;
+  c.fleet_load.peer_token_file = dir.path() + "/missing";
+  EXPECT_THAT(CheckReferencedFiles(c),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr(dir.path() + "/missing")));
+  c.fleet_load.peer_token_file = dir.WriteFile("empty", "\n");
+  EXPECT_THAT(CheckReferencedFiles(c),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("fleet peer token file is empty")));
+  c.fleet_load.peer_token_file = dir.WriteFile("token", "s3cret-peer\n");
+  EXPECT_OK(CheckReferencedFiles(c));
 }
 
 // Two in-process servers: peers given by SetPeers, as the fleet's
