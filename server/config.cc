@@ -135,7 +135,7 @@ absl::StatusOr<ServerConfig> ParseConfig(absl::string_view text,
             {"listen", "metrics", "status_page", "state_dir", "log_format",
              "log_level", "shutdown_grace", "limits", "health", "health_listen",
              "admin", "tls", "session_key_file", "discovery", "grpclb", "store",
-             "config_reload", "load_reports", "groups"})) {
+             "config_reload", "load_reports", "fleet", "groups"})) {
       ReadServerSettings(reader, *root, &config);
       if (const YAML::Node groups = (*root)["groups"]; groups) {
         ReadGroups(reader, groups, &config);

@@ -49,6 +49,21 @@ struct StoreConfig {
 // (endpoints replace the config file's; the rest of store.etcd is kept).
 absl::Status ApplyStoreFlag(absl::string_view flag, StoreConfig* store);
 
+// The fleet's shared load view (docs/operations.md): peers to subscribe to
+// when no membership gives them, how often to share, and the credential
+// shown to peers.
+struct FleetLoadConfig {
+  // Peers' gRPC addresses ("host:port"); this replica's own is skipped.
+  std::vector<std::string> peers;
+  absl::Duration load_share_interval = absl::Seconds(1);
+  // File whose first line is the bearer token sent to peers (a `report`
+  // credential of theirs); empty sends none.
+  std::string peer_token_file;
+
+  friend bool operator==(const FleetLoadConfig&,
+                         const FleetLoadConfig&) = default;
+};
+
 struct ServerConfig {
   // gRPC listen address, "host:port" (port 0 picks a free port).
   std::string listen = "0.0.0.0:50051";
@@ -137,6 +152,9 @@ struct ServerConfig {
   // rounded up to whole seconds.
   bool reload_watch = true;
   absl::Duration reload_interval = absl::Seconds(1);
+
+  // fleet: the shared load view's settings.
+  FleetLoadConfig fleet_load;
 
   std::vector<GroupSpec> groups;
   // The line (1-based) of each groups[i] in the file, for errors found

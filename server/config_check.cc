@@ -157,6 +157,18 @@ absl::Status CheckReferencedFiles(const ServerConfig& config) {
   note(AdminAuth::Create(config.admin_token_file, config.admin_identities)
            .status());
 
+  if (!config.fleet_load.peer_token_file.empty()) {
+    absl::StatusOr<std::string> token =
+        ReadWhole(config.fleet_load.peer_token_file, "fleet peer token file");
+    if (!token.ok()) {
+      note(token.status());
+    } else if (absl::StripAsciiWhitespace(token->substr(0, token->find('\n')))
+                   .empty()) {
+      errors.push_back(absl::StrCat(config.fleet_load.peer_token_file,
+                                    ": fleet peer token file is empty"));
+    }
+  }
+
   CheckKeyPair(config.tls_cert_file, config.tls_key_file, "TLS", &errors);
   CheckBundle(config.tls_client_ca_file, "TLS client CA bundle", &errors);
   if (config.store.type == "etcd") {

@@ -3,23 +3,26 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace aside::server {
 namespace {
 
-constexpr uint64_t kMaxInFlight = 10'000'000;
 constexpr size_t kMaxReportersPerBackend = 100'000;
 // Utilisation above 1 is possible on oversubscribed hosts; past this it is
 // a unit mistake.
 constexpr double kMaxUtilization = 10;
 
-std::string Key(const std::string& group, const std::string& address) {
+}  // namespace
+
+std::string LoadAggregator::Key(const std::string& group,
+                                const std::string& address) {
   return absl::StrCat(group, "\n", address);
 }
 
-absl::Status CheckUtilization(const char* field,
-                              const std::optional<double>& v) {
+absl::Status LoadAggregator::CheckUtilization(const char* field,
+                                              const std::optional<double>& v) {
   if (v.has_value() && (!std::isfinite(*v) || *v < 0 || *v > kMaxUtilization)) {
     return absl::InvalidArgumentError(absl::StrCat("utilization.", field, ": ",
                                                    *v, " is not within 0..",
@@ -27,8 +30,6 @@ absl::Status CheckUtilization(const char* field,
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 LoadAggregator::LoadAggregator(const Clock* clock, absl::Duration window,
                                Membership membership, double max_reporter_share)
@@ -119,10 +120,7 @@ LoadAggregator::Bounded LoadAggregator::BoundedLocked(const BackendState& state,
   const int64_t window_nanos = absl::ToInt64Nanoseconds(window_);
   const double inverse_window = 1.0 / static_cast<double>(window_nanos);
   absl::flat_hash_map<absl::string_view, Source> sources;
-  for (const auto& [key, r] : state.reporters) {
-    if (now_nanos - r.last_seen_nanos > window_nanos) {
-      continue;
-    }
+  auto add = [&](const ReporterState& r) {
     const double w =
         r.window_requests *
         std::exp(-static_cast<double>(now_nanos - r.decayed_at_nanos) *
@@ -147,6 +145,15 @@ LoadAggregator::Bounded LoadAggregator::BoundedLocked(const BackendState& state,
       ++s.utilization_count;
     }
     s.failing = s.failing || r.consecutive_failures > 0;
+  };
+  for (const auto& [key, r] : state.reporters) {
+    if (now_nanos - r.last_seen_nanos <= window_nanos) {
+      add(r);
+    }
+  }
+  // A peer's entries are fresh while the peer holds them.
+  for (const auto& [key, remote] : state.remote) {
+    add(remote.r);
   }
   std::vector<const Source*> weighed;
   std::vector<double> weights;
@@ -311,57 +318,76 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
       r.latency_sum_nanos = o.latency_sum_nanos;
       r.first_byte_sum_nanos = o.first_byte_latency_sum_nanos;
     }
-    r.in_flight = o.in_flight;
-    r.consecutive_failures = o.consecutive_failures;
+    SourceTotals& totals = state.local_sources[source];
+    totals.requests += delta.requests;
+    totals.failures += delta.failures;
+    totals.latency_nanos += delta.latency_nanos;
+    totals.first_byte_nanos += delta.first_byte_nanos;
+    totals.first_byte_requests += delta.first_byte_requests;
     r.last_seen_nanos = now;
-    r.window_requests =
-        r.window_requests *
-            std::exp(-static_cast<double>(now - r.decayed_at_nanos) /
-                     static_cast<double>(absl::ToInt64Nanoseconds(window_))) +
-        static_cast<double>(delta.requests);
-    r.decayed_at_nanos = now;
-    if (delta.requests > 0) {
-      const double n = static_cast<double>(delta.requests);
-      r.last_latency_nanos = static_cast<double>(delta.latency_nanos) / n;
-      r.last_first_byte_nanos =
-          delta.first_byte_requests > 0
-              ? static_cast<double>(delta.first_byte_nanos) /
-                    static_cast<double>(delta.first_byte_requests)
-              : -1;
-      r.last_failed = delta.failures >= delta.requests;
-    }
+    std::optional<double> utilization;
     if (has_utilization) {
-      r.utilization = o.application.has_value() ? o.application : o.cpu;
+      utilization = o.application.has_value() ? o.application : o.cpu;
     }
-    AddToBucketsLocked(state.buckets, now, delta);
-    const Bounded bounded = BoundedLocked(state, now);
-    if (has_utilization) {
-      state.utilization = bounded.utilization;
-      state.utilization_at = clock_->WallNow();
-    }
-
+    accepted = FoldLocked(state, r, delta, o.in_flight, o.consecutive_failures,
+                          utilization, now);
     accepted.group = o.group;
     accepted.address = o.address;
-    accepted.new_requests = delta.requests;
-    accepted.new_failures = delta.failures;
-    accepted.consecutive_failures = o.consecutive_failures;
-    accepted.failures_corroborated = bounded.failures_corroborated;
-    if (delta.requests > 0) {
-      accepted.failed = bounded.failed;
-      if (bounded.latency_nanos >= 0) {
-        accepted.mean_latency =
-            absl::Nanoseconds(static_cast<int64_t>(bounded.latency_nanos));
-      }
-      if (bounded.first_byte_nanos >= 0) {
-        accepted.mean_first_byte_latency =
-            absl::Nanoseconds(static_cast<int64_t>(bounded.first_byte_nanos));
-      }
-    }
   }
   if (listener_) {
     listener_(accepted);
   }
   return absl::OkStatus();
+}
+
+LoadAggregator::Accepted LoadAggregator::FoldLocked(
+    BackendState& state, ReporterState& r, const Bucket& delta,
+    uint64_t in_flight, uint32_t consecutive_failures,
+    const std::optional<double>& utilization, int64_t now) {
+  r.in_flight = in_flight;
+  r.consecutive_failures = consecutive_failures;
+  r.window_requests =
+      r.window_requests *
+          std::exp(-static_cast<double>(now - r.decayed_at_nanos) /
+                   static_cast<double>(absl::ToInt64Nanoseconds(window_))) +
+      static_cast<double>(delta.requests);
+  r.decayed_at_nanos = now;
+  if (delta.requests > 0) {
+    const double n = static_cast<double>(delta.requests);
+    r.last_latency_nanos = static_cast<double>(delta.latency_nanos) / n;
+    r.last_first_byte_nanos =
+        delta.first_byte_requests > 0
+            ? static_cast<double>(delta.first_byte_nanos) /
+                  static_cast<double>(delta.first_byte_requests)
+            : -1;
+    r.last_failed = delta.failures >= delta.requests;
+  }
+  if (utilization.has_value()) {
+    r.utilization = utilization;
+  }
+  AddToBucketsLocked(state.buckets, now, delta);
+  const Bounded bounded = BoundedLocked(state, now);
+  if (utilization.has_value()) {
+    state.utilization = bounded.utilization;
+    state.utilization_at = clock_->WallNow();
+  }
+  Accepted accepted;
+  accepted.new_requests = delta.requests;
+  accepted.new_failures = delta.failures;
+  accepted.consecutive_failures = consecutive_failures;
+  accepted.failures_corroborated = bounded.failures_corroborated;
+  if (delta.requests > 0) {
+    accepted.failed = bounded.failed;
+    if (bounded.latency_nanos >= 0) {
+      accepted.mean_latency =
+          absl::Nanoseconds(static_cast<int64_t>(bounded.latency_nanos));
+    }
+    if (bounded.first_byte_nanos >= 0) {
+      accepted.mean_first_byte_latency =
+          absl::Nanoseconds(static_cast<int64_t>(bounded.first_byte_nanos));
+    }
+  }
+  return accepted;
 }
 
 void LoadAggregator::AddToBucketsLocked(std::deque<Bucket>& buckets,
@@ -430,6 +456,19 @@ LoadSnapshot LoadAggregator::Snapshot(const std::string& group,
   }
   out.utilization = state.utilization;
   out.utilization_at = state.utilization_at;
+  for (const auto& [key, remote] : state.remote) {
+    out.reporters += remote.reporters;
+    out.in_flight += remote.r.in_flight;
+    out.consecutive_failures =
+        std::max(out.consecutive_failures, remote.r.consecutive_failures);
+    // A peer resends an unchanged value only when it changes; it is as
+    // recent as the peer's last word.
+    if (remote.r.utilization.has_value()) {
+      if (auto p = peers_.find(key.first); p != peers_.end()) {
+        out.utilization_at = std::max(out.utilization_at, p->second.heard);
+      }
+    }
+  }
   return out;
 }
 
@@ -471,6 +510,7 @@ absl::Status LoadAggregator::AddClientStats(
 void LoadAggregator::AddDroppedCalls(const std::string& group,
                                      uint64_t dropped) {
   aside::MutexLock lock(&mu_);
+  lrs_dropped_[group] += dropped;
   AddToBucketsLocked(client_call_buckets_[group], clock_->NowNanos(),
                      Bucket{.requests = dropped});
 }
@@ -478,7 +518,24 @@ void LoadAggregator::AddDroppedCalls(const std::string& group,
 ClientStatsTotals LoadAggregator::ClientStats(const std::string& group) const {
   aside::MutexLock lock(&mu_);
   auto it = client_stats_.find(group);
-  return it == client_stats_.end() ? ClientStatsTotals{} : it->second;
+  ClientStatsTotals out =
+      it == client_stats_.end() ? ClientStatsTotals{} : it->second;
+  // Plus what the peers' grpclb clients reported to them.
+  for (const auto& [peer, p] : peers_) {
+    auto c = p.calls.find(group);
+    if (c == p.calls.end()) {
+      continue;
+    }
+    out.calls_started += c->second.calls_started;
+    out.calls_finished += c->second.calls_finished;
+    out.failed_to_send += c->second.failed_to_send;
+    out.known_received += c->second.known_received;
+    for (const auto& [token, n] : c->second.dropped) {
+      out.dropped[token] += n;
+    }
+    out.last_report = std::max(out.last_report, p.calls_at.at(group));
+  }
+  return out;
 }
 
 double LoadAggregator::GroupRequestsPerSecond(const std::string& group) const {
@@ -520,6 +577,15 @@ void LoadAggregator::Prune() {
       absl::erase_if(state.reporters, [&](const auto& entry) {
         return now - entry.second.last_seen_nanos > horizon;
       });
+      // A source's totals go with its last reporter (one that returns
+      // starts from zero: peers take that as a new baseline).
+      absl::flat_hash_set<absl::string_view> sources;
+      for (const auto& [name, r] : state.reporters) {
+        sources.insert(r.source);
+      }
+      absl::erase_if(state.local_sources, [&](const auto& entry) {
+        return !sources.contains(entry.first);
+      });
       const size_t split = key.find('\n');
       keys.emplace_back(key.substr(0, split), key.substr(split + 1));
     }
@@ -536,7 +602,7 @@ void LoadAggregator::Prune() {
   }
   absl::erase_if(backends_, [](const auto& entry) {
     return entry.second.reporters.empty() && entry.second.buckets.empty() &&
-           !entry.second.utilization.has_value();
+           entry.second.remote.empty() && !entry.second.utilization.has_value();
   });
   const int64_t oldest = now / 1'000'000'000 - absl::ToInt64Seconds(window_);
   absl::erase_if(client_call_buckets_, [oldest](const auto& entry) {

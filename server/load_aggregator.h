@@ -33,6 +33,13 @@
 // A backend that only one source reports on still takes that source's view
 // (there is nothing to weigh it against); see docs/operations.md.
 //
+// Fleet. Replicas share these aggregates (server/load_view/): each exports
+// its own reporters' view per (group, backend, source) (ExportLocal) and
+// folds in what its peers export (ApplyPeer). A peer's entry weighs in
+// like one more reporter of its source, so one credential reporting to
+// several replicas is still one source, and the bounded-influence rules
+// above hold fleet-wide. What came from peers is never exported again.
+//
 // Thread-safe: one mutex; the report path is a few map lookups per
 // observation plus one pass over the backend's fresh reporters.
 #ifndef ASIDE_SERVER_LOAD_AGGREGATOR_H_
@@ -103,6 +110,63 @@ struct LoadSnapshot {
   uint64_t window_failures = 0;
 };
 
+// One (group, backend, source) aggregate as a replica shares it with its
+// peers: counters cumulative (summed over the deltas the source's reporters
+// were accepted for), gauges over the source's reporters that reported
+// within the window.
+struct SourceAggregate {
+  std::string group;
+  std::string address;
+  std::string source;
+  uint64_t requests = 0;
+  uint64_t failures = 0;
+  int64_t latency_sum_nanos = 0;
+  int64_t first_byte_sum_nanos = 0;
+  uint64_t first_byte_requests = 0;
+  uint64_t in_flight = 0;
+  uint32_t consecutive_failures = 0;
+  uint32_t reporters = 0;
+  std::optional<double> utilization;
+
+  friend bool operator==(const SourceAggregate&,
+                         const SourceAggregate&) = default;
+};
+
+// One group's grpclb client stats and LRS-dropped calls, cumulative.
+struct GroupCallTotals {
+  std::string group;
+  uint64_t calls_started = 0;
+  uint64_t calls_finished = 0;
+  uint64_t failed_to_send = 0;
+  uint64_t known_received = 0;
+  std::map<std::string, uint64_t> dropped;
+  uint64_t lrs_dropped = 0;
+
+  friend bool operator==(const GroupCallTotals&,
+                         const GroupCallTotals&) = default;
+};
+
+// What a replica shares: its own aggregates, sorted by (group, address,
+// source), and its groups' call totals, sorted by group.
+struct LocalLoads {
+  std::vector<SourceAggregate> sources;
+  std::vector<GroupCallTotals> calls;
+};
+
+// What one message from a peer says.
+struct PeerLoadUpdate {
+  struct Key {
+    std::string group;
+    std::string address;
+    std::string source;
+  };
+  // Replaces everything known from the peer.
+  bool snapshot = false;
+  std::vector<SourceAggregate> loads;
+  std::vector<Key> removed;
+  std::vector<GroupCallTotals> calls;
+};
+
 class LoadAggregator {
  public:
   // Decides whether (group, address) exists; unknown ones are rejected.
@@ -170,6 +234,24 @@ class LoadAggregator {
   // reporters that went quiet long ago. Called periodically.
   void Prune();
 
+  // This replica's own aggregates (never what peers contributed): the
+  // sources with a reporter fresh within the window, and every group's
+  // call totals.
+  LocalLoads ExportLocal() const;
+  // Folds in one update from `peer` (even an empty one: it says the peer
+  // is alive). Each entry is validated like a report; the rejected ones
+  // are returned with their index in `update.loads` and a reason naming
+  // the field. A peer entry's first counters are its baseline; later ones
+  // add their growth, and a counter that went backwards starts a new
+  // baseline.
+  std::vector<std::pair<size_t, std::string>> ApplyPeer(
+      const std::string& peer, const PeerLoadUpdate& update);
+  // Forgets everything `peer` contributed (it left the fleet). Rates it
+  // already added age out of the window like any other.
+  void RemovePeer(const std::string& peer);
+  // Peers with contributions, and when each was last heard from.
+  std::map<std::string, absl::Time> Peers() const;
+
   absl::Duration window() const { return window_; }
 
   // The weights `weights` carry after capping each at `share` of the total
@@ -183,6 +265,15 @@ class LoadAggregator {
   static double WeightedMedian(std::vector<std::pair<double, double>> values);
 
  private:
+  static constexpr uint64_t kMaxInFlight = 10'000'000;
+  // "group\naddress", the key of backends_.
+  static std::string Key(const std::string& group, const std::string& address);
+  // A utilisation value is finite and within 0..10.
+  static absl::Status CheckUtilization(const char* field,
+                                       const std::optional<double>& v);
+  // Checks one peer entry as a report is checked (membership included).
+  absl::Status ValidatePeerEntry(const SourceAggregate& a) const;
+
   struct Bucket {
     int64_t second = 0;
     uint64_t requests = 0;
@@ -220,8 +311,27 @@ class LoadAggregator {
     bool failures_corroborated = false;
     std::optional<double> utilization;
   };
+  // The counters a source's local reporters were accepted for (exported).
+  struct SourceTotals {
+    uint64_t requests = 0;
+    uint64_t failures = 0;
+    int64_t latency_nanos = 0;
+    int64_t first_byte_nanos = 0;
+    uint64_t first_byte_requests = 0;
+  };
+  // One peer's contribution for one source, kept like a reporter whose
+  // counters are the peer's totals; fresh while the peer holds it.
+  struct RemoteState {
+    ReporterState r;
+    uint64_t first_byte_requests = 0;
+    uint32_t reporters = 0;
+  };
   struct BackendState {
     absl::flat_hash_map<std::string, ReporterState> reporters;
+    absl::flat_hash_map<std::string, SourceTotals> local_sources;
+    // Keyed by (peer, source).
+    absl::flat_hash_map<std::pair<std::string, std::string>, RemoteState>
+        remote;
     std::deque<Bucket> buckets;  // ascending seconds, within the window
     std::optional<double> utilization;
     absl::Time utilization_at = absl::InfinitePast();
@@ -231,6 +341,17 @@ class LoadAggregator {
                           const Bucket& delta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Bounded BoundedLocked(const BackendState& state, int64_t now_nanos) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Folds an accepted `delta` and the gauges into reporter `r` of `state`
+  // at `now`; returns what the listener is told.
+  Accepted FoldLocked(BackendState& state, ReporterState& r,
+                      const Bucket& delta, uint64_t in_flight,
+                      uint32_t consecutive_failures,
+                      const std::optional<double>& utilization, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Folds one validated peer entry in; true when the listener hears of it.
+  bool ApplyPeerEntryLocked(const std::string& peer, const SourceAggregate& a,
+                            int64_t now, Accepted* accepted, std::string* error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* const clock_;
@@ -247,6 +368,15 @@ class LoadAggregator {
   // grpclb calls finished per group, in one-second buckets over the window.
   absl::flat_hash_map<std::string, std::deque<Bucket>> client_call_buckets_
       ABSL_GUARDED_BY(mu_);
+  // Calls xDS clients dropped, per group, since start (exported).
+  absl::flat_hash_map<std::string, uint64_t> lrs_dropped_ ABSL_GUARDED_BY(mu_);
+  // Per peer: its groups' call totals, and when it was last heard from.
+  struct PeerState {
+    absl::flat_hash_map<std::string, GroupCallTotals> calls;
+    absl::flat_hash_map<std::string, absl::Time> calls_at;
+    absl::Time heard = absl::InfinitePast();
+  };
+  absl::flat_hash_map<std::string, PeerState> peers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace aside::server

@@ -7,7 +7,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/random/random.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/status_macros.h"
 #include "server/admin_convert.h"
@@ -60,6 +63,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+// 16 random hex digits, new at every start.
+std::string NewReplicaId() {
+  absl::BitGen gen;
+  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
 }
 
 }  // namespace
@@ -214,6 +223,24 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                       a.mean_first_byte_latency, a.failures_corroborated);
     }
   });
+  server->replica_id_ = NewReplicaId();
+  server->load_view_metrics_ =
+      std::make_unique<LoadViewMetrics>(*server->metrics_.registry());
+  server->load_view_service_ = std::make_unique<LoadViewService>(
+      server->replica_id_, server->loads_.get(), server->report_auth_.get(),
+      cfg.fleet_load.load_share_interval, server->load_view_metrics_.get());
+  if (!cfg.fleet_load.peer_token_file.empty()) {
+    ASIDE_ASSIGN_OR_RETURN(
+        std::string token,
+        ReadFile(cfg.fleet_load.peer_token_file, "fleet peer token file"));
+    token = std::string(absl::StripAsciiWhitespace(
+        absl::string_view(token).substr(0, token.find('\n'))));
+    if (token.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          cfg.fleet_load.peer_token_file, ": fleet peer token file is empty"));
+    }
+    server->peer_token_ = std::move(token);
+  }
   server->watch_hub_ = std::make_unique<WatchHub>(
       server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout);
   server->lb_service_ = std::make_unique<LoadBalancerService>(
@@ -328,6 +355,7 @@ absl::Status AsideServer::Start() {
   builder.RegisterService(ads_service_.get());
   builder.RegisterService(lrs_service_.get());
   builder.RegisterService(health_service_.get());
+  builder.RegisterService(load_view_service_.get());
   {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -344,7 +372,9 @@ absl::Status AsideServer::Start() {
   Log(LogLevel::kInfo, "grpc.listening",
       {{"address", config_.listen},
        {"port", absl::StrCat(grpc_port_)},
-       {"tls", config_.tls_cert_file.empty() ? "off" : "on"}});
+       {"tls", config_.tls_cert_file.empty() ? "off" : "on"},
+       {"replica_id", replica_id_}});
+  StartLoadViewPeers();
   auto fail = [&](absl::Status s) {
     Shutdown(absl::ZeroDuration());
     Wait();
@@ -386,11 +416,48 @@ absl::Status AsideServer::Start() {
   return absl::OkStatus();
 }
 
+void AsideServer::StartLoadViewPeers() {
+  LoadViewPeers::Options options;
+  options.self_id = replica_id_;
+  // A peer silent for five share intervals (5 s by default, a member
+  // lease's default TTL) stops counting.
+  options.grace = 5 * config_.fleet_load.load_share_interval;
+  options.token = peer_token_;
+  if (!config_.tls_cert_file.empty()) {
+    // Peers serve the fleet's certificate: verified against the client CA
+    // bundle (the fleet's CA), and this replica shows its own certificate.
+    grpc::SslCredentialsOptions ssl;
+    if (!config_.tls_client_ca_file.empty()) {
+      ssl.pem_root_certs =
+          ReadFile(config_.tls_client_ca_file, "TLS client CA bundle")
+              .value_or("");
+    }
+    ssl.pem_cert_chain =
+        ReadFile(config_.tls_cert_file, "TLS certificate").value_or("");
+    ssl.pem_private_key =
+        ReadFile(config_.tls_key_file, "TLS private key").value_or("");
+    options.credentials = grpc::SslCredentials(ssl);
+  }
+  load_view_peers_ = std::make_unique<LoadViewPeers>(
+      std::move(options), loads_.get(), load_view_metrics_.get());
+  std::vector<LoadViewPeer> peers;
+  for (const std::string& address : config_.fleet_load.peers) {
+    peers.push_back({.id = "", .address = address});
+  }
+  load_view_peers_->SetPeers(std::move(peers));
+}
+
 void AsideServer::Shutdown(absl::Duration grace) {
   if (shut_down_) {
     return;
   }
   shut_down_ = true;
+  if (load_view_peers_ != nullptr) {
+    load_view_peers_->Stop();
+  }
+  if (load_view_service_ != nullptr) {
+    load_view_service_->Shutdown();
+  }
   if (health_service_ != nullptr) {
     health_service_->Shutdown();
   }

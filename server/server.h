@@ -18,6 +18,9 @@
 #include "server/group_registry.h"
 #include "server/grpclb_service.h"
 #include "server/health_service.h"
+#include "server/load_view/load_view_metrics.h"
+#include "server/load_view/load_view_peers.h"
+#include "server/load_view/load_view_service.h"
 #include "server/lookaside_service.h"
 #include "server/metrics.h"
 #include "server/rebuild_scheduler.h"
@@ -57,6 +60,12 @@ class AsideServer {
   Store* store() { return store_.get(); }
   WatchHub& watch_hub() { return *watch_hub_; }
   LoadAggregator& loads() { return *loads_; }
+  // This process's replica id (random per start), sent to peers.
+  const std::string& replica_id() const { return replica_id_; }
+  // The peers whose load views merge into this one's: the fleet's
+  // membership calls SetPeers on every change of the live set (static
+  // `fleet.peers` are set at Start). Null before Start.
+  LoadViewPeers* load_view_peers() { return load_view_peers_.get(); }
   GrpclbService& grpclb() { return *grpclb_service_; }
   xds::AdsService& ads() { return *ads_service_; }
   HealthRegistry& health() { return *health_; }
@@ -68,6 +77,8 @@ class AsideServer {
  private:
   AsideServer(ServerConfig config, const Clock* clock);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() const;
+  // Subscribes to the static `fleet.peers` (Start, once listening).
+  void StartLoadViewPeers();
 
   ServerConfig config_;
   const Clock* clock_;
@@ -96,6 +107,12 @@ class AsideServer {
   std::unique_ptr<HealthService> health_service_;
   std::unique_ptr<HealthService> plain_health_service_;
   std::unique_ptr<StatusPage> status_page_;  // null when turned off
+  // The shared load view: after loads_, so they stop first.
+  std::string replica_id_;
+  std::string peer_token_;
+  std::unique_ptr<LoadViewMetrics> load_view_metrics_;
+  std::unique_ptr<LoadViewService> load_view_service_;
+  std::unique_ptr<LoadViewPeers> load_view_peers_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> health_server_;
   int grpc_port_ = 0;

@@ -129,6 +129,43 @@ void ReadStore(YamlReader& r, const YAML::Node& node, StoreConfig* out) {
   }
 }
 
+// fleet: {peers, load_share_interval, peer_token_file} (the shared load
+// view's keys).
+void ReadFleetLoad(YamlReader& r, const YAML::Node& node,
+                   FleetLoadConfig* out) {
+  if (!r.CheckMap(node, "fleet",
+                  {"peers", "load_share_interval", "peer_token_file"})) {
+    return;
+  }
+  if (const YAML::Node peers = node["peers"]; peers) {
+    if (!peers.IsSequence()) {
+      r.Error(peers, "fleet.peers", "expected a list of \"host:port\"");
+    } else {
+      for (size_t i = 0; i < peers.size(); ++i) {
+        std::string peer;
+        if (GetAddress(r, peers[i], absl::StrCat("fleet.peers[", i, "]"), &peer,
+                       false)) {
+          out->peers.push_back(std::move(peer));
+        }
+      }
+    }
+  }
+  if (const YAML::Node i = node["load_share_interval"]; i) {
+    absl::Duration d;
+    if (r.GetDuration(i, "fleet.load_share_interval", &d)) {
+      if (d < absl::Milliseconds(50) || d > absl::Minutes(1)) {
+        r.Error(i, "fleet.load_share_interval", "out of range 50ms..1m");
+      } else {
+        out->load_share_interval = d;
+      }
+    }
+  }
+  if (node["peer_token_file"]) {
+    r.GetString(node["peer_token_file"], "fleet.peer_token_file",
+                &out->peer_token_file);
+  }
+}
+
 }  // namespace
 
 absl::Status ApplyStoreFlag(absl::string_view flag, StoreConfig* store) {
@@ -233,6 +270,9 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
   }
   if (root["store"]) {
     ReadStore(r, root["store"], &out->store);
+  }
+  if (root["fleet"]) {
+    ReadFleetLoad(r, root["fleet"], &out->fleet_load);
   }
   if (root["session_key_file"]) {
     r.GetString(root["session_key_file"], "session_key_file",

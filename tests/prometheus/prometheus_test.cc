@@ -520,7 +520,8 @@ TEST_F(PrometheusTest, AlertRulesEvaluateOnTheServersSeries) {
       "AsideGroupNoReadyBackend",   "AsideGroupPanic",
       "AsideProbeFailureRatioHigh", "AsideStoreUnavailable",
       "AsideConfigReloadFailing",   "AsideWatchFanoutLagHigh",
-      "AsideInternalErrors",        "AsideDnsStale"};
+      "AsideInternalErrors",        "AsideDnsStale",
+      "AsideFleetLoadViewStale"};
   // The alerts the dead group and its failing TCP probes raise: pending,
   // since every rule waits longer than this test runs.
   const std::set<std::string> wanted = {"AsideGroupNoReadyBackend/dead",
