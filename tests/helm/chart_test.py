@@ -701,7 +701,7 @@ class ChartMonitoringTest(unittest.TestCase):
                 r["labels"] = dict({"team": "payments"}, **r["labels"])
         self.assertEqual(rule["spec"], expected)
         rendered = [r for g in rule["spec"]["groups"] for r in g["rules"]]
-        self.assertEqual(len(rendered), 8)
+        self.assertEqual(len(rendered), 9)
         for r in rendered:
             self.assertIn(r["labels"]["severity"], ("warning", "critical"))
             self.assertTrue(r["for"])
