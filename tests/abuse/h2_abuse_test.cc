@@ -24,6 +24,8 @@
 namespace aside::testing {
 namespace {
 
+using ::testing::HasSubstr;
+
 constexpr char kConfig[] = R"(limits:
   watch_stall_timeout: 1s
   max_concurrent_streams: 100
@@ -232,6 +234,17 @@ TEST_F(H2AbuseTest, TenThousandStreamsOnOneConnectionAreRefusedPastTheCap) {
   EXPECT_GT(Field(run.summary, "rst_received") + Field(run.summary, "refused"),
             0)
       << run.summary;
+}
+
+TEST_F(H2AbuseTest, OversizedMetadataIsRefused) {
+  const AttackRun run = Run("big_metadata", 2);
+  ExpectServedInBoundedMemory(run);
+  // 12 KiB of headers against limits.max_metadata_bytes (8 KiB): answered
+  // RESOURCE_EXHAUSTED and the connection closed. (gRPC 1.51 lets the first
+  // such request on a fresh connection through; the attacker reconnects.)
+  EXPECT_THAT(LogField(run.summary, "grpc_status"), HasSubstr("8:"))
+      << run.summary;
+  EXPECT_GT(Field(run.summary, "closed_by_server"), 0) << run.summary;
 }
 
 TEST_F(H2AbuseTest, WatchStreamsThatNeverGrantWindowAreEnded) {

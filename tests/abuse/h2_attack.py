@@ -10,6 +10,8 @@ ATTACK is one of:
   ping_flood    send PING frames as fast as the socket takes them
   many_streams  open 10 000 Pick streams on one connection, never ending
                 any of them
+  big_metadata  send Pick requests with a 12 KiB header, one stream at a
+                time, over and over
   window_stall  open 500 Watch streams for group "web" on 10 connections
                 that never grant flow-control window, and keep them open
 
@@ -82,13 +84,14 @@ class Conn:
         except OSError:
             self._mark_closed()
 
-    def headers(self, path, end_stream=False):
+    def headers(self, path, end_stream=False, extra=()):
         stream_id = self.next_id
         self.next_id += 2
         block = self.encoder.encode([
             (":method", "POST"), (":scheme", "http"), (":path", path),
             (":authority", self.authority),
-            ("content-type", "application/grpc"), ("te", "trailers")])
+            ("content-type", "application/grpc"), ("te", "trailers")] +
+            list(extra))
         frame = HeadersFrame(stream_id, block)
         frame.flags.add("END_HEADERS")
         if end_stream:
@@ -231,6 +234,28 @@ def many_streams(host, port, deadline, stats):
     conn.close()
 
 
+def big_metadata(host, port, deadline, stats):
+    body = grpc_message(b"\x0a\x03web")  # PickRequest{group: "web"}
+    conn = None
+    while time.time() < deadline:
+        if conn is None or conn.closed:
+            if conn is not None:
+                conn.close()
+            try:
+                conn = Conn(host, port, stats)
+            except OSError:
+                time.sleep(0.01)
+                continue
+        stream_id, headers = conn.headers(
+            "/aside.v1.LoadBalancer/Pick", extra=[("x-big", "v" * 12288)])
+        data = DataFrame(stream_id, body)
+        data.flags.add("END_STREAM")
+        conn.send([headers, data])
+        conn.read(timeout=0.05)
+    if conn is not None:
+        conn.close()
+
+
 def window_stall(host, port, deadline, stats):
     # The smallest window HTTP/2 allows the peer to start with, and never a
     # WINDOW_UPDATE: the server cannot send the table.
@@ -274,6 +299,8 @@ def main():
         flood(host, port, deadline, stats, ping_frame)
     elif attack == "many_streams":
         many_streams(host, port, deadline, stats)
+    elif attack == "big_metadata":
+        big_metadata(host, port, deadline, stats)
     elif attack == "window_stall":
         window_stall(host, port, deadline, stats)
     else:
