@@ -8,7 +8,9 @@
 #include "server/group_registry.h"
 #include "server/grpclb_service.h"
 #include "server/load_aggregator.h"
+#include "server/lookaside_service.h"
 #include "server/metrics.h"
+#include "server/watch.h"
 #include "server/xds/ads_service.h"
 
 namespace aside::fuzz {
@@ -23,6 +25,8 @@ struct Services {
   std::unique_ptr<server::LoadAggregator> loads;
   std::unique_ptr<server::xds::AdsService> ads;
   std::unique_ptr<server::GrpclbService> grpclb;
+  std::unique_ptr<server::WatchHub> watch;
+  std::unique_ptr<server::LoadBalancerService> lb;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
@@ -61,11 +65,17 @@ Services* Start() {
                                                      s->loads.get());
   s->grpclb = std::make_unique<server::GrpclbService>(
       registry, s->loads.get(), &s->metrics, absl::Seconds(1), 100);
+  s->watch = std::make_unique<server::WatchHub>(registry, &s->metrics,
+                                                absl::Seconds(5));
+  s->lb = std::make_unique<server::LoadBalancerService>(
+      registry, &s->metrics, &SystemClock::Get(), s->watch.get(),
+      s->loads.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &s->port);
   builder.RegisterService(s->ads.get());
   builder.RegisterService(s->grpclb.get());
+  builder.RegisterService(s->lb.get());
   s->server = builder.BuildAndStart();
   if (s->server == nullptr || s->port == 0) {
     std::abort();

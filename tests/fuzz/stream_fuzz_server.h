@@ -1,7 +1,8 @@
-// For the stream fuzz targets (xds_request_fuzz, grpclb_request_fuzz): one
-// in-process gRPC server on loopback, kept for the life of the process,
-// with the real ADS and grpclb services over a registry holding group
-// "web" (alias web.example.internal, three backends), and a reader of the
+// For the request fuzz targets (xds_request_fuzz, grpclb_request_fuzz,
+// pick_request_fuzz): one in-process gRPC server on loopback, kept for the
+// life of the process, with the real ADS, grpclb and aside.v1.LoadBalancer
+// services over a registry holding group "web" (alias
+// web.example.internal, three backends), and a reader of the
 // length-delimited messages an input is made of.
 #ifndef ASIDE_TESTS_FUZZ_STREAM_FUZZ_SERVER_H_
 #define ASIDE_TESTS_FUZZ_STREAM_FUZZ_SERVER_H_
