@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 
 namespace aside::server {
 
@@ -52,7 +53,18 @@ SrvAnswer DecodeSrvAnswer(const unsigned char* answer, int length) {
       if (target.empty()) {  // "." : no service at this name
         continue;
       }
+      // c-ares hands over any label bytes, escaped ("\\." inside a label,
+      // "\\000"...): a target that is not a host name would become a
+      // backend address nothing can reach.
+      absl::StatusOr<Address> host = ParseAddress(absl::StrCat(target, ":1"));
+      if (!host.ok() || host->kind != Address::Kind::kHostname) {
+        ++result.invalid_targets;
+        continue;
+      }
       result.records.push_back({std::move(target), r->port, r->priority});
+    }
+    if (result.records.empty() && result.invalid_targets > 0) {
+      result.rc = ARES_EBADRESP;
     }
   }
   if (reply != nullptr) {

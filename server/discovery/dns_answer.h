@@ -31,9 +31,13 @@ struct SrvAnswer {
     uint16_t port = 0;
     uint16_t priority = 0;
   };
-  int rc = 0;  // as IpAnswer::rc
-  // Records whose target is "." (no service at this name) are left out.
+  // As IpAnswer::rc; ARES_EBADRESP too when every record's target is
+  // invalid.
+  int rc = 0;
+  // Records whose target is "." (no service at this name) or not a host
+  // name (counted in invalid_targets) are left out.
   std::vector<Record> records;
+  int invalid_targets = 0;
 };
 
 SrvAnswer DecodeSrvAnswer(const unsigned char* answer, int length);

@@ -3,8 +3,8 @@
 //   http: the rest is the bytes on the connection, read by the prober's own
 //         parser (header limit, a body limit from the next two bytes) and
 //         judged by HttpStatusVerdict / HttpReadErrorVerdict;
-//   grpc: the next byte is the call's status code (any value a hostile
-//         backend can put on the wire), then a length byte and the status
+//   grpc: the next byte is the call's status code (0..31: known codes and
+//         ones gRPC does not know), then a length byte and the status
 //         message, then a serialized HealthCheckResponse, judged by
 //         GrpcVerdict.
 // Whatever the bytes: healthy only for what the spec says is healthy, and
@@ -87,7 +87,9 @@ void Grpc(const uint8_t* data, size_t size) {
   if (size < 2) {
     return;
   }
-  const auto code = static_cast<grpc::StatusCode>(data[0]);
+  // The wire's grpc-status is any number; grpc::StatusCode (an enum
+  // without a fixed type, enumerators 0..16) holds 0..31 without UB.
+  const auto code = static_cast<grpc::StatusCode>(data[0] % 32);
   const size_t message_size = std::min<size_t>(data[1], size - 2);
   const std::string message(reinterpret_cast<const char*>(data + 2),
                             message_size);
