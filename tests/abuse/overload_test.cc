@@ -1,6 +1,7 @@
-// Overload: a peer past limits.max_watch_streams_per_peer is answered
-// RESOURCE_EXHAUSTED naming the limit, everyone under it keeps being
-// served, and the refusal is counted in aside_limit_refused_total.
+// Overload: past limits.max_watch_streams_per_peer or limits.max_groups the
+// server answers RESOURCE_EXHAUSTED naming the limit, everyone under it
+// keeps being served, and the refusal is counted in
+// aside_limit_refused_total.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/http_client.h"
@@ -140,6 +142,42 @@ TEST(OverloadTest, WatchStreamsPastThePerPeerCapAreRefusedAndCounted) {
   for (auto& w : open) {
     w->context.TryCancel();
   }
+}
+
+TEST(OverloadTest, GroupsPastTheCapAreRefusedAndCounted) {
+  TempDir dir;
+  const std::string token = "overload-test-admin-token";
+  const std::string config = absl::StrCat(
+      "limits: {max_groups: 1}\nadmin: {token_file: ",
+      dir.WriteFile("tokens", token + " admin\n"), "}\n", R"(groups:
+  - name: web
+    policy: round_robin
+    health_check: {kind: none}
+    backends: [127.0.0.1:9001]
+)");
+  ASSERT_OK_AND_ASSIGN(
+      RunningServer server,
+      StartServer(dir.path() + "/state",
+                  {"--config", dir.WriteFile("aside.yaml", config)}));
+  auto admin = v1::Admin::NewStub(Channel(server.target()));
+  v1::CreateGroupRequest request;
+  request.mutable_group()->set_name("more");
+  request.mutable_group()->mutable_health_check()->set_kind(
+      v1::HealthCheck::NONE);
+  v1::Group created;
+  const grpc::Status s =
+      admin->CreateGroup(Context(token).get(), request, &created);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("limits.max_groups"));
+  EXPECT_EQ(Refused(server.metrics_port, "max_groups"), 1);
+  // The group under the cap is served as before.
+  auto lb = v1::LoadBalancer::NewStub(Channel(server.target()));
+  v1::PickRequest pick;
+  pick.set_group("web");
+  v1::PickResponse picked;
+  const grpc::Status p = lb->Pick(Context().get(), pick, &picked);
+  EXPECT_TRUE(p.ok()) << p.error_message();
 }
 
 }  // namespace
