@@ -241,8 +241,14 @@ def run_fanout(args, out_dir):
         tokens = os.path.join(tmp, "tokens")
         with open(tokens, "w") as f:
             f.write(f"{token} admin\n")
+        # Every subscriber runs on loopback, one address: lift the per-peer
+        # Watch cap (10 000 by default) above the largest run plus the
+        # streams of the run before that the server may not have retired.
+        config = os.path.join(tmp, "aside.yaml")
+        with open(config, "w") as f:
+            f.write("limits: {max_watch_streams_per_peer: 100000}\n")
         server = Server(args.bin_dir, os.path.join(tmp, "state"),
-                        ["--admin-token-file", tokens])
+                        ["--admin-token-file", tokens, "--config", config])
         try:
             for subscribers in (1, 100):
                 r = fanout_once(args, server.target, server.pid, token,

@@ -19,6 +19,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference peers used by the tests
   nginx-light dnsmasq-base python3-grpcio curl
+  # HTTP/2 abuse tests (tests/abuse): raw frames and HPACK
+  python3-h2
   # the status page's browser test (headless)
   chromium
   # the fleet store's etcd (server for the tests, etcdctl as their oracle)

@@ -15,7 +15,9 @@ shift 2
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(config_yaml_fuzz group_proto_fuzz watch_update_fuzz duration_fuzz
-           token_file_fuzz http_request_fuzz)
+           token_file_fuzz http_request_fuzz dns_answer_fuzz
+           health_probe_fuzz store_value_fuzz xds_request_fuzz
+           grpclb_request_fuzz pick_request_fuzz session_token_fuzz)
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$build/fuzz-artifacts"

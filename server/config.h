@@ -86,6 +86,20 @@ struct ServerConfig {
   uint32_t max_receive_message_bytes = 4 * 1024 * 1024;
   uint32_t max_concurrent_streams = 100;
   uint32_t max_groups = 10000;
+  // HTTP/2 abuse bounds (docs/hardening.md). A connection older than
+  // max_connection_age gets a GOAWAY and then max_connection_age_grace for
+  // its calls to end (zero age: no limit); a client that pings more often
+  // than min_ping_interval without data more than max_ping_strikes times is
+  // closed (zero strikes: no limit); request metadata past
+  // max_metadata_bytes is refused.
+  absl::Duration max_connection_age = absl::Minutes(30);
+  absl::Duration max_connection_age_grace = absl::Minutes(1);
+  absl::Duration min_ping_interval = absl::Seconds(10);
+  uint32_t max_ping_strikes = 2;
+  uint32_t max_metadata_bytes = 8192;
+  // Watch streams open from one peer IP address at once; more are answered
+  // RESOURCE_EXHAUSTED.
+  uint32_t max_watch_streams_per_peer = 10000;
   // Global cap on probes in flight.
   uint32_t max_concurrent_probes = 1000;
   // Health flips within this window go out as one table update.

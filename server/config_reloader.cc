@@ -64,6 +64,17 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a,
   check(a.watch_stall_timeout == b.watch_stall_timeout,
         "limits.watch_stall_timeout");
   check(a.load_window == b.load_window, "limits.load_window");
+  check(a.handshake_timeout == b.handshake_timeout, "limits.handshake_timeout");
+  check(a.max_connection_age == b.max_connection_age,
+        "limits.max_connection_age");
+  check(a.max_connection_age_grace == b.max_connection_age_grace,
+        "limits.max_connection_age_grace");
+  check(a.min_ping_interval == b.min_ping_interval, "limits.min_ping_interval");
+  check(a.max_ping_strikes == b.max_ping_strikes, "limits.max_ping_strikes");
+  check(a.max_metadata_bytes == b.max_metadata_bytes,
+        "limits.max_metadata_bytes");
+  check(a.max_watch_streams_per_peer == b.max_watch_streams_per_peer,
+        "limits.max_watch_streams_per_peer");
   check(a.max_concurrent_probes == b.max_concurrent_probes,
         "health.max_concurrent_probes");
   check(a.health_merge_window == b.health_merge_window, "health.merge_window");

@@ -27,9 +27,10 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
   return buffer.str();
 }
 
-// A stored value: the group as proto JSON, named as its key says.
-absl::StatusOr<v1::Group> ParseGroup(const std::string& name,
-                                     const std::string& value) {
+}  // namespace
+
+absl::StatusOr<v1::Group> ParseStoredGroup(const std::string& name,
+                                           const std::string& value) {
   v1::Group g;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
@@ -46,7 +47,19 @@ absl::StatusOr<v1::Group> ParseGroup(const std::string& name,
   return g;
 }
 
-}  // namespace
+absl::StatusOr<std::string> EncodeStoredGroup(const v1::Group& definition) {
+  std::string value;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  if (auto s = google::protobuf::util::MessageToJsonString(definition, &value,
+                                                           options);
+      !s.ok()) {
+    return absl::InternalError(
+        absl::StrCat("group '", definition.name(),
+                     "': cannot encode: ", s.message().as_string()));
+  }
+  return value;
+}
 
 absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Create(
     const StoreConfig& config, Metrics* metrics) {
@@ -141,7 +154,7 @@ absl::StatusOr<StoreSnapshot> EtcdStore::Load() {
       continue;
     }
     const std::string name = kv.key.substr(groups_prefix_.size());
-    absl::StatusOr<v1::Group> g = ParseGroup(name, kv.value);
+    absl::StatusOr<v1::Group> g = ParseStoredGroup(name, kv.value);
     if (!g.ok()) {
       Log(LogLevel::kError, "store.bad_value",
           {{"key", kv.key},
@@ -160,16 +173,7 @@ absl::StatusOr<StoreSnapshot> EtcdStore::Load() {
 
 absl::StatusOr<int64_t> EtcdStore::PutGroup(const v1::Group& definition,
                                             int64_t expected_revision) {
-  std::string value;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  if (auto s = google::protobuf::util::MessageToJsonString(definition, &value,
-                                                           options);
-      !s.ok()) {
-    return absl::InternalError(
-        absl::StrCat("group '", definition.name(),
-                     "': cannot encode: ", s.message().as_string()));
-  }
+  ASIDE_ASSIGN_OR_RETURN(std::string value, EncodeStoredGroup(definition));
   const std::string key = GroupKey(definition.name());
   absl::StatusOr<etcd::TxnResult> txn =
       client_->Txn({expected_revision == 0
@@ -271,7 +275,7 @@ void EtcdStore::Deliver(etcd::WatchBatch batch) {
     c.name = e.kv.key.substr(groups_prefix_.size());
     c.revision = e.kv.mod_revision;
     if (e.type == etcd::Event::Type::kPut) {
-      absl::StatusOr<v1::Group> g = ParseGroup(c.name, e.kv.value);
+      absl::StatusOr<v1::Group> g = ParseStoredGroup(c.name, e.kv.value);
       if (g.ok()) {
         c.definition = *std::move(g);
       } else {

@@ -41,6 +41,13 @@
 
 namespace aside::server {
 
+// A group's value in etcd: the aside.v1.Group as proto JSON (field names as
+// in the proto). Parsing refuses unknown fields and a value that names a
+// group other than `name` (its key's), with INVALID_ARGUMENT.
+absl::StatusOr<v1::Group> ParseStoredGroup(const std::string& name,
+                                           const std::string& value);
+absl::StatusOr<std::string> EncodeStoredGroup(const v1::Group& definition);
+
 class EtcdStore final : public Store {
  public:
   // Checks the options and reads the TLS and credentials files; does not

@@ -501,8 +501,11 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist,
     }
     ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
     if (current->size() >= max_groups_) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("group limit reached (", max_groups_, " groups)"));
+      if (metrics_ != nullptr) {
+        metrics_->limit_refused.Add({{"limit", "max_groups"}}).Increment();
+      }
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "limits.max_groups: group limit reached (", max_groups_, " groups)"));
     }
     std::shared_ptr<GroupMetrics> group_metrics = MetricsFor(spec.name);
     group = std::make_shared<Group>(std::move(spec), &generations_, metrics_,

@@ -113,6 +113,11 @@ Metrics::Metrics()
                           .Name("aside_admin_mutations_total")
                           .Help("Admin mutations by method and result.")
                           .Register(*registry_)),
+      limit_refused(prometheus::BuildCounter()
+                        .Name("aside_limit_refused_total")
+                        .Help("Requests and streams refused or ended because "
+                              "a limit was reached, by limit.")
+                        .Register(*registry_)),
       internal_errors(prometheus::BuildCounter()
                           .Name("aside_internal_errors_total")
                           .Help("Internal errors that were survived.")
@@ -192,6 +197,11 @@ Metrics::Metrics()
                              "conflict, bad_value, compacted, watch).")
                        .Register(*registry_)) {
   build_info.Add({{"version", ASIDE_VERSION}}).Set(1);
+  // Present at zero, so that an alert on their rate sees the first refusal.
+  for (const char* limit :
+       {"max_watch_streams_per_peer", "watch_stall_timeout", "max_groups"}) {
+    limit_refused.Add({{"limit", limit}});
+  }
 }
 
 Metrics::~Metrics() { StopServing(); }

@@ -86,6 +86,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& grpclb_client_stats;
   // Admin calls by method and result (ok or the status code name).
   prometheus::Family<prometheus::Counter>& admin_mutations;
+  // Requests and streams refused (or ended) because a limit was reached,
+  // by the limit's config key without `limits.` (max_watch_streams_per_peer,
+  // watch_stall_timeout, max_groups).
+  prometheus::Family<prometheus::Counter>& limit_refused;
   // Survivable internal errors (bugs that are logged and counted).
   prometheus::Counter& internal_errors;
   // xDS: ADS and LRS streams open (by service: ads, lrs); discovery

@@ -15,6 +15,7 @@
 #include "lib/status_macros.h"
 #include "server/admin_convert.h"
 #include "server/etcd_store.h"
+#include "server/http2_limits.h"
 #include "server/log.h"
 #include "server/parse_error_interceptor.h"
 #include "server/sqlite_store.h"
@@ -242,7 +243,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
     server->peer_token_ = std::move(token);
   }
   server->watch_hub_ = std::make_unique<WatchHub>(
-      server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout);
+      server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout,
+      cfg.max_watch_streams_per_peer);
   server->lb_service_ = std::make_unique<LoadBalancerService>(
       server->groups_.get(), &server->metrics_, clock, server->watch_hub_.get(),
       server->loads_.get(), server->report_auth_.get());
@@ -344,11 +346,7 @@ absl::Status AsideServer::Start() {
       static_cast<int>(config_.max_receive_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(config_.max_concurrent_streams));
-  // A connection that never completes its handshake (TLS, HTTP/2 preface
-  // and settings) is closed after this, instead of gRPC's two minutes.
-  builder.AddChannelArgument(
-      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-      static_cast<int>(absl::ToInt64Milliseconds(config_.handshake_timeout)));
+  ApplyAbuseLimits(config_, builder);
   builder.RegisterService(lb_service_.get());
   builder.RegisterService(admin_service_.get());
   builder.RegisterService(grpclb_service_.get());
@@ -386,9 +384,7 @@ absl::Status AsideServer::Start() {
                                     grpc::InsecureServerCredentials(),
                                     &health_port_);
     health_builder.SetMaxReceiveMessageSize(4096);
-    health_builder.AddChannelArgument(
-        GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-        static_cast<int>(absl::ToInt64Milliseconds(config_.handshake_timeout)));
+    ApplyAbuseLimits(config_, health_builder);
     health_builder.RegisterService(plain_health_service_.get());
     health_server_ = health_builder.BuildAndStart();
     if (health_server_ == nullptr || health_port_ == 0) {

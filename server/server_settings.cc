@@ -29,6 +29,58 @@ bool GetUintIn(YamlReader& r, const YAML::Node& node, const std::string& path,
   return true;
 }
 
+// A duration setting that is zero (`allow_zero`) or within [low, high].
+void GetDurationIn(YamlReader& r, const YAML::Node& node,
+                   const std::string& path, absl::Duration low,
+                   absl::Duration high, bool allow_zero, absl::Duration* out) {
+  absl::Duration d;
+  if (!r.GetDuration(node, path, &d)) {
+    return;
+  }
+  if ((d == absl::ZeroDuration() && allow_zero) || (d >= low && d <= high)) {
+    *out = d;
+    return;
+  }
+  r.Error(node, path,
+          absl::StrCat("out of range ", allow_zero ? "0 (off) or " : "",
+                       absl::FormatDuration(low), "..",
+                       absl::FormatDuration(high)));
+}
+
+// The limits that bound what one HTTP/2 peer can cost
+// (docs/hardening.md#http2-abuse).
+void ReadAbuseLimits(YamlReader& r, const YAML::Node& l, ServerConfig* out) {
+  if (l["max_connection_age"]) {
+    GetDurationIn(r, l["max_connection_age"], "limits.max_connection_age",
+                  absl::Seconds(1), absl::Hours(24 * 7), /*allow_zero=*/true,
+                  &out->max_connection_age);
+  }
+  if (l["max_connection_age_grace"]) {
+    GetDurationIn(r, l["max_connection_age_grace"],
+                  "limits.max_connection_age_grace", absl::Milliseconds(100),
+                  absl::Hours(24), /*allow_zero=*/true,
+                  &out->max_connection_age_grace);
+  }
+  if (l["min_ping_interval"]) {
+    GetDurationIn(r, l["min_ping_interval"], "limits.min_ping_interval",
+                  absl::Milliseconds(100), absl::Hours(2), /*allow_zero=*/false,
+                  &out->min_ping_interval);
+  }
+  if (l["max_ping_strikes"]) {
+    GetUintIn(r, l["max_ping_strikes"], "limits.max_ping_strikes", 0, 1000,
+              &out->max_ping_strikes);
+  }
+  if (l["max_metadata_bytes"]) {
+    GetUintIn(r, l["max_metadata_bytes"], "limits.max_metadata_bytes", 1024,
+              1 << 20, &out->max_metadata_bytes);
+  }
+  if (l["max_watch_streams_per_peer"]) {
+    GetUintIn(r, l["max_watch_streams_per_peer"],
+              "limits.max_watch_streams_per_peer", 1, 1000000,
+              &out->max_watch_streams_per_peer);
+  }
+}
+
 // A backend address (`listen` false) or an address to listen on (port 0
 // allowed; empty allowed when `allow_empty`).
 bool GetAddress(YamlReader& r, const YAML::Node& node, const std::string& path,
@@ -397,7 +449,11 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
     if (r.CheckMap(l, "limits",
                    {"max_receive_message_bytes", "max_concurrent_streams",
                     "max_groups", "max_state_bytes", "watch_stall_timeout",
-                    "load_window", "handshake_timeout"})) {
+                    "load_window", "handshake_timeout", "max_connection_age",
+                    "max_connection_age_grace", "min_ping_interval",
+                    "max_ping_strikes", "max_metadata_bytes",
+                    "max_watch_streams_per_peer"})) {
+      ReadAbuseLimits(r, l, out);
       if (l["handshake_timeout"]) {
         absl::Duration d;
         if (r.GetDuration(l["handshake_timeout"], "limits.handshake_timeout",

@@ -11,6 +11,7 @@
 #include "lib/clock.h"
 #include "lib/sync.h"
 #include "server/log.h"
+#include "server/report_auth.h"
 
 namespace aside::server {
 namespace {
@@ -84,6 +85,9 @@ class WatchHub::Stream final
       if (error.ok() && hub_->shutting_down_) {
         error = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                              "server is shutting down");
+      }
+      if (error.ok()) {
+        error = hub_->CountPeerLocked(context_->peer(), &peer_);
       }
       hub_->streams_.insert(this);
     }
@@ -166,6 +170,7 @@ class WatchHub::Stream final
     {
       aside::MutexLock lock(&hub_->mu_);
       hub_->streams_.erase(this);
+      hub_->UncountPeerLocked(peer_);
     }
     delete this;
   }
@@ -179,9 +184,14 @@ class WatchHub::Stream final
           {{"peer", context_->peer()},
            {"stalled_for",
             absl::FormatDuration(absl::Nanoseconds(now - write_started_))}});
+      if (hub_->metrics_ != nullptr) {
+        hub_->metrics_->limit_refused.Add({{"limit", "watch_stall_timeout"}})
+            .Increment();
+      }
       ForceFinishLocked(grpc::Status(
           grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("subscriber did not read for ",
+          absl::StrCat("limits.watch_stall_timeout: subscriber did not read "
+                       "for ",
                        absl::FormatDuration(limit), "; stream ended")));
     }
   }
@@ -458,6 +468,9 @@ class WatchHub::Stream final
 
   WatchHub* const hub_;
   grpc::CallbackServerContext* const context_;
+  // The peer this stream is counted against (empty: not counted). Written
+  // once in Start, under the hub's mu_, read under it in OnDone.
+  std::string peer_ ABSL_GUARDED_BY(hub_->mu_);
   aside::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
   // Entries that are absent (read by the hub without mu_).
@@ -471,8 +484,11 @@ class WatchHub::Stream final
 };
 
 WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
-                   absl::Duration stall_timeout)
-    : groups_(groups), metrics_(metrics), stall_timeout_(stall_timeout) {
+                   absl::Duration stall_timeout, uint32_t max_streams_per_peer)
+    : groups_(groups),
+      metrics_(metrics),
+      stall_timeout_(stall_timeout),
+      max_streams_per_peer_(max_streams_per_peer) {
   groups_->AddObserver(this);
   janitor_ = std::thread([this] { Janitor(); });
 }
@@ -502,6 +518,38 @@ void WatchHub::Shutdown() {
   // Holding mu_ keeps every stream alive (OnDone erases under mu_).
   for (Stream* s : streams_) {
     s->Shutdown();
+  }
+}
+
+grpc::Status WatchHub::CountPeerLocked(const std::string& peer,
+                                       std::string* counted) {
+  if (max_streams_per_peer_ == 0) {
+    return grpc::Status::OK;
+  }
+  std::string host = ReportAuth::PeerHost(peer);
+  uint32_t& open = per_peer_[host];
+  if (open >= max_streams_per_peer_) {
+    if (metrics_ != nullptr) {
+      metrics_->limit_refused.Add({{"limit", "max_watch_streams_per_peer"}})
+          .Increment();
+    }
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrCat("limits.max_watch_streams_per_peer: ", host,
+                         " already has ", open, " Watch streams open (at most ",
+                         max_streams_per_peer_, ")")};
+  }
+  ++open;
+  *counted = std::move(host);
+  return grpc::Status::OK;
+}
+
+void WatchHub::UncountPeerLocked(const std::string& counted) {
+  if (counted.empty()) {
+    return;
+  }
+  auto it = per_peer_.find(counted);
+  if (it != per_peer_.end() && --it->second == 0) {
+    per_peer_.erase(it);
   }
 }
 

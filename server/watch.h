@@ -28,7 +28,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstddef>
+#include <map>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -46,8 +48,11 @@ inline constexpr int kMaxWatchGroups = 256;
 // from construction to destruction (which must come first).
 class WatchHub : private GroupRegistry::Observer {
  public:
+  // At most `max_streams_per_peer` streams from one peer IP address are
+  // open at once; one more is answered RESOURCE_EXHAUSTED naming
+  // limits.max_watch_streams_per_peer (0: no limit).
   WatchHub(GroupRegistry* groups, Metrics* metrics,
-           absl::Duration stall_timeout);
+           absl::Duration stall_timeout, uint32_t max_streams_per_peer = 0);
   ~WatchHub() override;
 
   // Creates the reactor for one Watch call.
@@ -65,17 +70,27 @@ class WatchHub : private GroupRegistry::Observer {
   // GroupRegistry::Observer: attaches the group to the streams waiting for
   // its name. On the adding thread, with the registry's observers_mu_ held.
   void OnAdded(const GroupPtr& group) override;
+  // Counts a new stream from `peer` (a gRPC peer string) against its cap:
+  // OK and the peer's host in `counted`, or RESOURCE_EXHAUSTED. The
+  // count is given back by UncountPeerLocked(counted).
+  grpc::Status CountPeerLocked(const std::string& peer, std::string* counted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UncountPeerLocked(const std::string& counted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends stalled streams, every min(1 s, stall_timeout / 4).
   void Janitor();
 
   GroupRegistry* const groups_;
   Metrics* const metrics_;
   const absl::Duration stall_timeout_;
+  const uint32_t max_streams_per_peer_;
 
   // Guards the stream set and the janitor's stop flag; holding it keeps
   // every listed stream alive (OnDone erases under it).
   mutable aside::Mutex mu_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
+  // Streams counted against each peer's cap, by peer IP address.
+  std::map<std::string, uint32_t> per_peer_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_janitor_ ABSL_GUARDED_BY(mu_) = false;
   std::thread janitor_;

@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/discovery/dns_answer.h"
 
 namespace aside::server {
 namespace {
@@ -403,38 +404,21 @@ void DnsResolver::QueryIps(const std::string& name, int type,
             done(std::move(result));
             return;
           }
-          hostent* host = nullptr;
-          const int rc =
-              type == ns_t_a
-                  ? ares_parse_a_reply(answer, length, &host, nullptr, nullptr)
-                  : ares_parse_aaaa_reply(answer, length, &host, nullptr,
-                                          nullptr);
-          if (rc == ARES_ENODATA) {  // e.g. only a CNAME to elsewhere
+          IpAnswer decoded = DecodeIpAnswer(type == ns_t_a, answer, length);
+          if (decoded.rc == ARES_ENODATA) {  // e.g. only a CNAME to elsewhere
             done(std::move(result));
             return;
           }
-          if (rc != ARES_SUCCESS || host == nullptr) {
-            if (host != nullptr) {
-              ares_free_hostent(host);
-            }
+          if (decoded.rc != ARES_SUCCESS) {
             result.outcome = DnsOutcome::kBadResponse;
-            result.status =
-                StatusFor(result.outcome,
-                          absl::StrCat("dns '", name, "' ", type_name,
-                                       ": bad response (", Describe(rc), ")"));
+            result.status = StatusFor(
+                result.outcome,
+                absl::StrCat("dns '", name, "' ", type_name, ": bad response (",
+                             Describe(decoded.rc), ")"));
             done(std::move(result));
             return;
           }
-          const bool v4 = host->h_addrtype == AF_INET;
-          for (char** p = host->h_addr_list; p != nullptr && *p != nullptr;
-               ++p) {
-            char buf[INET6_ADDRSTRLEN];
-            if (inet_ntop(host->h_addrtype, *p, buf, sizeof(buf)) != nullptr) {
-              result.ips.push_back(Address{
-                  v4 ? Address::Kind::kIpv4 : Address::Kind::kIpv6, buf, 0});
-            }
-          }
-          ares_free_hostent(host);
+          result.ips = std::move(decoded.ips);
           done(std::move(result));
         });
 }
@@ -540,34 +524,22 @@ void DnsResolver::OnSrvAnswer(const std::shared_ptr<SrvQuery>& query,
                                        : absl::StrJoin(failures, "; ")));
     return;
   }
-  ares_srv_reply* reply = nullptr;
-  const int rc = ares_parse_srv_reply(answer, length, &reply);
-  if (rc == ARES_ENODATA) {
+  SrvAnswer decoded = DecodeSrvAnswer(answer, length);
+  if (decoded.rc == ARES_ENODATA) {
     succeed_empty();
     return;
   }
-  if (rc != ARES_SUCCESS) {
-    if (reply != nullptr) {
-      ares_free_data(reply);
-    }
+  if (decoded.rc != ARES_SUCCESS) {
     fail(DnsOutcome::kBadResponse,
          absl::StrCat("dns srv '", query->name, "': bad response (",
-                      Describe(rc), ")"));
+                      Describe(decoded.rc), ")"));
     return;
   }
   std::set<std::string> targets;
-  for (ares_srv_reply* r = reply; r != nullptr; r = r->next) {
-    std::string target = absl::AsciiStrToLower(r->host ? r->host : "");
-    if (!target.empty() && target.back() == '.') {
-      target.pop_back();
-    }
-    if (target.empty()) {  // "." : no service at this name
-      continue;
-    }
-    targets.insert(target);
-    query->records.push_back({target, r->port, r->priority});
+  for (SrvAnswer::Record& r : decoded.records) {
+    targets.insert(r.target);
+    query->records.push_back({std::move(r.target), r.port, r.priority});
   }
-  ares_free_data(reply);
   if (query->records.empty()) {
     succeed_empty();
     return;

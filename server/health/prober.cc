@@ -29,6 +29,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
+#include "server/health/discard_body.h"
 #include "server/health/probe_scheduler.h"
 #include "server/health/probe_verdict.h"
 
@@ -41,26 +42,6 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 using grpc::health::v1::HealthCheckResponse;
-
-// A body type that counts nothing and stores nothing: the probe needs the
-// status, the parser enforces the size limit.
-struct DiscardBody {
-  struct value_type {};
-  class reader {
-   public:
-    template <bool isRequest, class Fields>
-    reader(http::header<isRequest, Fields>&, value_type&) {}
-    void init(const boost::optional<std::uint64_t>&, error_code& ec) {
-      ec = {};
-    }
-    template <class ConstBufferSequence>
-    std::size_t put(const ConstBufferSequence& buffers, error_code& ec) {
-      ec = {};
-      return asio::buffer_size(buffers);
-    }
-    void finish(error_code& ec) { ec = {}; }
-  };
-};
 
 // The state of one socket probe (tcp or http).
 struct SocketOp {
