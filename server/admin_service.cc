@@ -542,6 +542,7 @@ grpc::Status AdminService::DoListTargets(const v1::ListTargetsRequest& request,
       t->add_groups(g);
     }
     t->set_probes(info.probes);
+    t->set_probed_here(info.probed_here);
     if (info.last_transition != absl::InfinitePast()) {
       t->mutable_last_transition()->set_seconds(
           absl::ToUnixSeconds(info.last_transition));

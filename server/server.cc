@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/address.h"
 #include "lib/status_macros.h"
 #include "server/admin_convert.h"
 #include "server/etcd_store.h"
@@ -23,6 +24,7 @@ AsideServer::AsideServer(ServerConfig config, const Clock* clock)
 
 AsideServer::~AsideServer() {
   Shutdown(absl::ZeroDuration());
+  StopFleet();
   // No store change is applied once teardown starts.
   if (sync_ != nullptr) {
     sync_->StopFollowing();
@@ -141,6 +143,28 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       HealthRegistry::Create(
           {.max_concurrent_probes = cfg.max_concurrent_probes, .clock = clock},
           *server->metrics_.registry()));
+  if (auto* etcd_store = dynamic_cast<EtcdStore*>(store)) {
+    // Before any group acquires a target: each target's owner is decided
+    // from its creation (every target until membership is confirmed).
+    Metrics& m = server->metrics_;
+    const fleet::FleetMetrics fm{
+        .members = &m.fleet_members,
+        .targets_owned = &m.fleet_targets_owned,
+        .transitions_published = &m.fleet_transitions_published,
+        .transitions_applied = &m.fleet_transitions_applied,
+        .takeovers = &m.fleet_takeovers,
+        .takeover_seconds = &m.fleet_takeover_seconds};
+    server->membership_ = std::make_unique<fleet::Membership>(
+        etcd_store->client(),
+        fleet::MembershipOptions{.prefix = etcd_store->prefix(),
+                                 .id = cfg.fleet.replica_id,
+                                 .ttl = cfg.fleet.member_ttl,
+                                 .metrics = fm});
+    server->ownership_ = std::make_unique<fleet::ProbeOwnership>(
+        etcd_store->client(), etcd_store->prefix(), server->membership_.get(),
+        server->health_.get(), fm);
+    server->ownership_->Start();
+  }
   DnsDiscoveryOptions dns_options;
   dns_options.servers = cfg.dns_servers;
   dns_options.clock = clock;
@@ -370,6 +394,13 @@ absl::Status AsideServer::Start() {
         {{"address", config_.health_listen},
          {"port", absl::StrCat(health_port_)}});
   }
+  if (membership_ != nullptr) {
+    // Registered once the listener is bound, so that the advertised port is
+    // the real one.
+    membership_->Start(AdvertiseAddress());
+    Log(LogLevel::kInfo, "fleet.joining",
+        {{"id", membership_->id()}, {"address", AdvertiseAddress()}});
+  }
   if (!config_.metrics.empty()) {
     absl::StatusOr<int> port = metrics_.Serve(
         config_.metrics, {},
@@ -384,6 +415,30 @@ absl::Status AsideServer::Start() {
         {{"address", config_.metrics}, {"port", absl::StrCat(metrics_port_)}});
   }
   return absl::OkStatus();
+}
+
+std::string AsideServer::AdvertiseAddress() const {
+  if (!config_.fleet.advertise_address.empty()) {
+    return config_.fleet.advertise_address;
+  }
+  std::string host = "127.0.0.1";
+  absl::StatusOr<Address> listen = ParseListenAddress(config_.listen);
+  if (listen.ok() && !listen->host.empty() && listen->host != "0.0.0.0" &&
+      listen->host != "::") {
+    host = listen->kind == Address::Kind::kIpv6
+               ? absl::StrCat("[", listen->host, "]")
+               : listen->host;
+  }
+  return absl::StrCat(host, ":", grpc_port_);
+}
+
+void AsideServer::StopFleet() {
+  if (ownership_ != nullptr) {
+    ownership_->Stop();
+  }
+  if (membership_ != nullptr) {
+    membership_->Stop();
+  }
 }
 
 void AsideServer::Shutdown(absl::Duration grace) {
