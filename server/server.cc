@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lib/address.h"
 #include "lib/status_macros.h"
+#include "proto/convert.h"
 #include "server/admin_convert.h"
 #include "server/etcd_store.h"
 #include "server/log.h"
@@ -250,6 +251,22 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers,
       server->report_auth_.get());
+  if (fleet::Membership* membership = server->membership_.get()) {
+    server->admin_service_->set_members(
+        [membership](v1::ListMembersResponse* out) {
+          out->set_self_id(membership->id());
+          out->set_confirmed(membership->confirmed());
+          for (const fleet::Member& m : membership->members()) {
+            v1::FleetMember* pm = out->add_members();
+            pm->set_id(m.id);
+            pm->set_address(m.address);
+            pm->set_start_time(m.start_time);
+            pm->set_targets_owned(m.targets_owned);
+            ToProto(m.lease_age, pm->mutable_lease_age());
+            pm->set_self(m.id == membership->id());
+          }
+        });
+  }
   server->admin_service_->set_grpclb_streams(
       [grpclb = server->grpclb_service_.get()](const std::string& group) {
         return grpclb->streams_for(group);

@@ -241,6 +241,37 @@ TEST_F(FleetProbeTest, EachTargetIsProbedOncePerIntervalAndHealthAgrees) {
   for (const auto& [address, n] : probers) {
     EXPECT_EQ(n, 1) << address;
   }
+  // ListMembers: every replica sees the same three, itself marked, and the
+  // targets they probe add up (members report counts within a second).
+  for (auto& r : replicas_) {
+    v1::ListMembersResponse members;
+    ASSERT_TRUE(r->admin
+                    ->ListMembers(Context(kToken).get(),
+                                  v1::ListMembersRequest(), &members)
+                    .ok());
+    EXPECT_TRUE(members.confirmed());
+    ASSERT_EQ(members.members_size(), 3);
+    int selves = 0;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(members.members(i).id(), absl::StrCat("replica-", i));
+      EXPECT_THAT(members.members(i).address(),
+                  ::testing::StartsWith("127.0.0.1:"));
+      selves += members.members(i).self() ? 1 : 0;
+    }
+    EXPECT_EQ(selves, 1);
+    EXPECT_TRUE(Eventually(
+        [&] {
+          v1::ListMembersResponse m;
+          r->admin->ListMembers(Context(kToken).get(), v1::ListMembersRequest(),
+                                &m);
+          uint32_t owned = 0;
+          for (const v1::FleetMember& fm : m.members()) {
+            owned += fm.targets_owned();
+          }
+          return owned == kTcpBackends + kGrpcBackends;
+        },
+        absl::Seconds(5)));
+  }
 
   // Ten intervals: one probe per interval per target for the whole fleet
   // (three replicas each probing everything would give three).
