@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/address.h"
 #include "lib/status_macros.h"
@@ -290,7 +291,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
         .loads = server->loads_.get(),
         .grpclb = server->grpclb_service_.get(),
         .store =
-            [store] {
+            [store, membership = server->membership_.get()] {
               const StoreState s = store->state();
               StoreStatus status{s.type, s.location, {}};
               status.details.emplace_back("up", s.up ? "yes" : "no");
@@ -300,6 +301,21 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
               }
               if (!s.last_error.empty()) {
                 status.details.emplace_back("last error", s.last_error);
+              }
+              if (membership != nullptr) {
+                std::vector<std::string> ids;
+                for (const fleet::Member& m : membership->members()) {
+                  ids.push_back(m.id == membership->id()
+                                    ? absl::StrCat(m.id, " (self)")
+                                    : m.id);
+                }
+                status.details.emplace_back("fleet members",
+                                            absl::StrJoin(ids, ", "));
+                status.details.emplace_back(
+                    "fleet membership",
+                    membership->confirmed()
+                        ? "confirmed"
+                        : "not confirmed: probing every target");
               }
               return status;
             },

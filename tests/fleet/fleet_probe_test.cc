@@ -400,5 +400,55 @@ TEST_F(FleetProbeTest, KilledReplicasTargetsAreTakenOverWithinTtl) {
   Drain();
 }
 
+// Probes per target per interval over `n` intervals.
+double Rate(const std::vector<uint64_t>& before,
+            const std::vector<uint64_t>& after, double intervals) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    total += after[i] - before[i];
+  }
+  return static_cast<double>(total) / before.size() / intervals;
+}
+
+TEST_F(FleetProbeTest, WithoutEtcdEveryReplicaProbesEverythingUntilItReturns) {
+  ASSERT_TRUE(Eventually([&] { return Converged(3); }, absl::Seconds(20)));
+  for (int i = 0; i < 3; ++i) {
+    cluster_->Kill(i);
+  }
+  // Once a replica cannot renew its lease within the TTL its membership is
+  // unconfirmed: it probes every target rather than risk leaving some
+  // unprobed.
+  for (auto& r : replicas_) {
+    EXPECT_TRUE(Eventually(
+        [&] {
+          return r->Metric("aside_fleet_targets_owned") ==
+                 kTcpBackends + kGrpcBackends;
+        },
+        kTtl + absl::Seconds(8)));
+  }
+  std::vector<uint64_t> before = Counts();
+  absl::Time start = absl::Now();
+  absl::SleepFor(6 * kInterval);  // the measurement window itself
+  double rate = Rate(before, Counts(), (absl::Now() - start) / kInterval);
+  std::cout << "probes per target per interval without etcd: " << rate << "\n";
+  EXPECT_GT(rate, 2.5);
+  Drain();
+
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK(cluster_->StartMember(i));
+  }
+  ASSERT_OK(cluster_->WaitServing(absl::Seconds(30)));
+  // Registered again: back to one probe per target per interval.
+  ASSERT_TRUE(Eventually([&] { return Converged(3); }, absl::Seconds(20)));
+  before = Counts();
+  start = absl::Now();
+  absl::SleepFor(6 * kInterval);
+  rate = Rate(before, Counts(), (absl::Now() - start) / kInterval);
+  std::cout << "probes per target per interval after etcd returned: " << rate
+            << "\n";
+  EXPECT_LT(rate, 1.3);
+  Drain();
+}
+
 }  // namespace
 }  // namespace aside
