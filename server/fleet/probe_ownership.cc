@@ -14,6 +14,9 @@ namespace {
 
 // Targets whose first probe after a takeover is timed.
 constexpr size_t kTakeoverSample = 16;
+// How long past its probe timeout a target not owned here may go without a
+// published state before this replica probes it itself.
+constexpr absl::Duration kOrphanGrace = absl::Seconds(3);
 
 }  // namespace
 
@@ -31,7 +34,8 @@ ProbeOwnership::ProbeOwnership(etcd::EtcdClient* client, std::string prefix,
     self_hash_ = RendezvousMemberHash(membership_->id());
   }
   registry_->SetFleetHooks(
-      {.owned = [this](uint64_t key) { return Owns(key); },
+      {.owned = [this](uint64_t key,
+                       absl::Duration timeout) { return Owns(key, timeout); },
        .published = [this](uint64_t key) -> std::optional<HealthCounters> {
          aside::MutexLock lock(&mu_);
          auto it = published_.find(key);
@@ -102,13 +106,24 @@ void ProbeOwnership::Stop() {
   registry_->SetFleetHooks({});
 }
 
-bool ProbeOwnership::Owns(uint64_t fleet_key) const {
+bool ProbeOwnership::Owns(uint64_t fleet_key, absl::Duration timeout) const {
   aside::MutexLock lock(&mu_);
   if (!confirmed_ || member_hashes_.empty()) {
     return true;  // probe everything rather than risk probing nothing
   }
   const size_t owner = RendezvousOwner(fleet_key, member_hashes_);
-  return member_hashes_[owner] == self_hash_;
+  if (member_hashes_[owner] == self_hash_) {
+    return true;
+  }
+  if (published_.contains(fleet_key)) {
+    unpublished_since_.erase(fleet_key);
+    return false;
+  }
+  // Nothing published by anyone yet: give the owner its first probe's
+  // timeout and some, then probe it here.
+  const absl::Time now = absl::Now();
+  auto [it, inserted] = unpublished_since_.try_emplace(fleet_key, now);
+  return now - it->second > timeout + kOrphanGrace;
 }
 
 void ProbeOwnership::OnMembers(const std::vector<Member>& members) {
@@ -127,6 +142,10 @@ void ProbeOwnership::OnMembers(const std::vector<Member>& members) {
       ids.push_back(m.id);
       hashes.push_back(RendezvousMemberHash(m.id));
     }
+    if (ids == member_ids_ && confirmed == confirmed_ && lease == lease_) {
+      // Only values changed (targets_owned): owners did not.
+      return;
+    }
     for (const std::string& id : member_ids_) {
       if (!std::binary_search(ids.begin(), ids.end(), id)) {
         departed = true;
@@ -137,6 +156,9 @@ void ProbeOwnership::OnMembers(const std::vector<Member>& members) {
     lease_ = lease;
     member_ids_ = std::move(ids);
     member_hashes_ = std::move(hashes);
+    // Owners changed: every unpublished target gets its grace again (and
+    // entries of targets gone since do not pile up).
+    unpublished_since_.clear();
   }
   HealthRegistry::Ownership o = registry_->ReevaluateOwnership();
   const size_t owned = o.owned.size();
@@ -187,7 +209,7 @@ void ProbeOwnership::OnTransition(const HealthTransition& t) {
       return;  // republished when membership is confirmed again
     }
   }
-  if (!Owns(t.fleet_key)) {
+  if (!Owns(t.fleet_key, t.spec.timeout)) {
     return;
   }
   Enqueue(t.fleet_key, t.address, t.counters, t.result.reason);
@@ -256,6 +278,7 @@ void ProbeOwnership::CheckTakeover() {
 
 void ProbeOwnership::PublishLoop() {
   absl::Duration backoff = absl::Milliseconds(100);
+  absl::Time last_recheck = absl::InfinitePast();
   while (true) {
     absl::flat_hash_map<uint64_t, std::string> batch;
     bool timing = false;
@@ -275,6 +298,23 @@ void ProbeOwnership::PublishLoop() {
     }
     if (timing) {
       CheckTakeover();
+    }
+    bool unpublished = false;
+    {
+      aside::MutexLock lock(&mu_);
+      unpublished = !unpublished_since_.empty();
+    }
+    if (unpublished && absl::Now() - last_recheck >= absl::Seconds(1)) {
+      // Targets waiting for a first published state: probe here the ones
+      // whose grace ran out (and stop for those that got one).
+      last_recheck = absl::Now();
+      HealthRegistry::Ownership o = registry_->ReevaluateOwnership();
+      // Tell the replicas that have these targets too what they are.
+      for (const HealthRegistry::OwnedTarget& t : o.gained) {
+        if (t.counters.state != HealthState::kUnknown) {
+          Enqueue(t.fleet_key, t.address, t.counters, "");
+        }
+      }
     }
     // Targets come and go with groups between membership changes.
     const size_t owned = registry_->owned_size();

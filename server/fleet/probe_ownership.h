@@ -20,6 +20,14 @@
 // keys vanish with its lease, the last applied state stays until the new
 // owner publishes.
 //
+// Targets the owner does not have. Groups are the same on every replica
+// once the store has propagated, but config-file groups may differ between
+// replicas, and the owner may fail to publish. So a replica that is not the
+// owner of a target, and sees no state published for it within its probe
+// timeout + 3 s of first asking, probes it itself (and publishes what it
+// finds) until another replica's state for it appears. Duplicate probes
+// again, rather than a target that nobody probes.
+//
 // Without confirmed membership (not registered yet, or etcd unreachable
 // past the TTL) Owns() is true for every target: the replica probes
 // everything, as without etcd. Duplicate probes are the safe failure; a
@@ -65,8 +73,8 @@ class ProbeOwnership {
   // Removes the hooks (every target owned again), stops the threads.
   void Stop();
 
-  // Whether this replica probes the target.
-  bool Owns(uint64_t fleet_key) const;
+  // Whether this replica probes the target (`timeout`: its probe timeout).
+  bool Owns(uint64_t fleet_key, absl::Duration timeout) const;
 
  private:
   void OnMembers(const std::vector<Member>& members);
@@ -94,6 +102,10 @@ class ProbeOwnership {
   std::vector<std::string> member_ids_ ABSL_GUARDED_BY(mu_);
   // The states other replicas published, by FleetTargetKey.
   absl::flat_hash_map<uint64_t, HealthCounters> published_ ABSL_GUARDED_BY(mu_);
+  // Targets not owned here and with no state published yet: since when
+  // (see "Targets the owner does not have").
+  mutable absl::flat_hash_map<uint64_t, absl::Time> unpublished_since_
+      ABSL_GUARDED_BY(mu_);
   // What to write next, by FleetTargetKey (the newest value wins).
   absl::flat_hash_map<uint64_t, std::string> pending_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -117,7 +117,8 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
         }
       }
       if (probed) {
-        const bool owned = !hooks_.owned || hooks_.owned(target->fleet_key);
+        const bool owned = !hooks_.owned || hooks_.owned(target->fleet_key,
+                                                         target->spec.timeout);
         target->owned.store(owned, std::memory_order_release);
         owned_count_ += owned ? 1 : 0;
       }
@@ -260,7 +261,8 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       if (target->spec.kind == HealthCheckSpec::Kind::kNone) {
         continue;
       }
-      const bool owned = !hooks_.owned || hooks_.owned(target->fleet_key);
+      const bool owned = !hooks_.owned ||
+                         hooks_.owned(target->fleet_key, target->spec.timeout);
       const bool was = target->owned.exchange(owned, std::memory_order_acq_rel);
       if (!owned) {
         continue;

@@ -235,8 +235,9 @@ class HealthRegistry {
   // Fleet probe ownership; see the file comment. Both hooks are called under
   // the registry mutex and must not call back into the registry.
   struct FleetHooks {
-    // Whether this replica probes the target with this FleetTargetKey.
-    std::function<bool(uint64_t fleet_key)> owned;
+    // Whether this replica probes the target with this FleetTargetKey
+    // (`timeout`: its probe timeout, how long a first result may take).
+    std::function<bool(uint64_t fleet_key, absl::Duration timeout)> owned;
     // The state the fleet last published for a target, used as the initial
     // state of a target created here (nullopt: start UNKNOWN).
     std::function<std::optional<HealthCounters>(uint64_t fleet_key)> published;

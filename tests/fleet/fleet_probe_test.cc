@@ -121,7 +121,7 @@ class FleetProbeTest : public ::testing::Test {
     CreateGroups();
   }
 
-  void AddReplica() {
+  void AddReplica(const std::string& extra = "") {
     const int i = static_cast<int>(replicas_.size());
     const std::string config = dir_.WriteFile(
         absl::StrCat("aside-", i, ".yaml"),
@@ -130,7 +130,7 @@ class FleetProbeTest : public ::testing::Test {
                      "]\n    prefix: /aside-probe/\n    dial_timeout: 300ms\n"
                      "    request_timeout: 2s\n",
                      "fleet:\n  member_ttl: 2s\n  replica_id: replica-", i,
-                     "\nadmin:\n  token_file: ", tokens_, "\n"));
+                     "\nadmin:\n  token_file: ", tokens_, "\n", extra));
     absl::StatusOr<RunningServer> server = aside::testing::StartServer(
         absl::StrCat(dir_.path(), "/state-", i), {"--config", config});
     ASSERT_OK(server.status());
@@ -397,6 +397,49 @@ TEST_F(FleetProbeTest, KilledReplicasTargetsAreTakenOverWithinTtl) {
              }();
     }
   }
+  Drain();
+}
+
+TEST_F(FleetProbeTest, ATargetOnlyOneReplicaHasIsProbedThere) {
+  ASSERT_TRUE(Eventually([&] { return Converged(3); }, absl::Seconds(20)));
+  // A config-file group that only a fourth replica has: whichever member
+  // the target hashes to, it is probed (by its owner if that is the fourth
+  // replica, else by the fourth replica itself once no state was published
+  // for it within its timeout + 3 s).
+  FakeBackend solo(FakeBackend::Mode::kAcceptClose);
+  ASSERT_OK_AND_ASSIGN(uint16_t port, solo.Listen());
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  AddReplica(absl::StrCat(
+      "groups:\n  - name: solo\n    health_check: {kind: tcp, interval: "
+      "250ms, timeout: 200ms, jitter: 0}\n    backends: [",
+      address, "]\n"));
+  Replica& fourth = *replicas_.back();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (auto& r : replicas_) {
+          if (r->Metric("aside_fleet_members") != 4) {
+            return false;
+          }
+        }
+        v1::ListMembersResponse m;
+        return fourth.admin
+                   ->ListMembers(Context(kToken).get(),
+                                 v1::ListMembersRequest(), &m)
+                   .ok() &&
+               m.confirmed();
+      },
+      absl::Seconds(20)));
+  EXPECT_EQ(fourth.States()[address], v1::HEALTH_STATE_HEALTHY);
+  // Probed again at the latest once the grace after confirmation is over.
+  const uint64_t confirmed = solo.accepted();
+  EXPECT_TRUE(Eventually(
+      [&] { return solo.accepted() >= confirmed + 2; },
+      absl::Milliseconds(200) + absl::Seconds(3) + absl::Seconds(3)));
+  const uint64_t before = solo.accepted();
+  absl::SleepFor(8 * kInterval);  // the measurement window itself
+  const uint64_t probes = solo.accepted() - before;
+  EXPECT_GE(probes, 6u);
+  EXPECT_LE(probes, 10u);
   Drain();
 }
 
