@@ -276,9 +276,30 @@ void ProbeOwnership::CheckTakeover() {
   }
 }
 
+void ProbeOwnership::DeleteGone(int64_t lease) {
+  std::vector<uint64_t> gone;
+  for (uint64_t key : written_) {
+    if (!registry_->ProbeCount(key).has_value()) {
+      gone.push_back(key);
+    }
+  }
+  for (uint64_t key : gone) {
+    const std::string k = HealthKey(prefix_, key);
+    // Only while the key is still this replica's (bound to its lease).
+    etcd::Compare held;
+    held.key = k;
+    held.target = etcd::Compare::Target::kLease;
+    held.number = lease;
+    if (client_->Txn({held}, {etcd::Op::Delete(k)}).ok()) {
+      written_.erase(key);
+    }
+  }
+}
+
 void ProbeOwnership::PublishLoop() {
   absl::Duration backoff = absl::Milliseconds(100);
   absl::Time last_recheck = absl::InfinitePast();
+  absl::Time last_cleanup = absl::Now();
   while (true) {
     absl::flat_hash_map<uint64_t, std::string> batch;
     bool timing = false;
@@ -322,10 +343,18 @@ void ProbeOwnership::PublishLoop() {
       metrics_.targets_owned->Set(static_cast<double>(owned));
     }
     membership_->SetTargetsOwned(static_cast<uint32_t>(owned));
+    const int64_t lease = membership_->lease_id();
+    if (lease != written_lease_) {
+      written_.clear();  // the keys of an old lease go with it
+      written_lease_ = lease;
+    }
+    if (lease != 0 && absl::Now() - last_cleanup >= absl::Seconds(5)) {
+      last_cleanup = absl::Now();
+      DeleteGone(lease);
+    }
     if (batch.empty()) {
       continue;
     }
-    const int64_t lease = membership_->lease_id();
     if (lease == 0) {
       continue;  // republished when registered again
     }
@@ -334,6 +363,7 @@ void ProbeOwnership::PublishLoop() {
       absl::StatusOr<int64_t> put =
           client_->Put(HealthKey(prefix_, key), value, lease);
       if (put.ok()) {
+        written_.insert(key);
         if (metrics_.transitions_published != nullptr) {
           metrics_.transitions_published->Increment();
         }

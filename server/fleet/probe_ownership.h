@@ -48,6 +48,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 #include "lib/sync.h"
 #include "server/etcd/etcd_client.h"
@@ -83,6 +84,10 @@ class ProbeOwnership {
                const HealthCounters& counters, const std::string& reason);
   void ApplyRecord(const etcd::KeyValue& kv);
   void PublishLoop();
+  // Deletes the keys this replica wrote for targets it no longer has, so
+  // that a target removed from every group does not leave its state behind
+  // for as long as this replica lives.
+  void DeleteGone(int64_t lease);
   // Observes the takeover time once the sampled targets were probed.
   void CheckTakeover();
 
@@ -106,6 +111,10 @@ class ProbeOwnership {
   // (see "Targets the owner does not have").
   mutable absl::flat_hash_map<uint64_t, absl::Time> unpublished_since_
       ABSL_GUARDED_BY(mu_);
+  // Keys this replica wrote under its current lease (deleted when their
+  // target goes away here). Publisher thread only.
+  absl::flat_hash_set<uint64_t> written_;
+  int64_t written_lease_ = 0;
   // What to write next, by FleetTargetKey (the newest value wins).
   absl::flat_hash_map<uint64_t, std::string> pending_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -307,6 +308,28 @@ TEST_F(FleetProbeTest, EachTargetIsProbedOncePerIntervalAndHealthAgrees) {
                   r->Metric("aside_fleet_health_transitions_applied_total"),
               1);
   }
+  // Targets removed from every group take their published state with them
+  // (the owners delete their keys within a few seconds).
+  auto health_keys = [&] {
+    absl::StatusOr<std::string> out = cluster_->Etcdctl(
+        {"get", "--prefix", "/aside-probe/health/", "--keys-only"});
+    return out.ok() ? *out : std::string("error");
+  };
+  EXPECT_NE(health_keys(), "");
+  for (const std::string name :
+       {"tcp-0", "tcp-1", "tcp-2", "tcp-3", "tcp-4", "tcp-5", "grpc-0",
+        "grpc-1", "grpc-2", "grpc-3"}) {
+    v1::DeleteGroupRequest req;
+    req.set_name(name);
+    v1::DeleteGroupResponse resp;
+    ASSERT_TRUE(replicas_[1]
+                    ->admin->DeleteGroup(Context(kToken).get(), req, &resp)
+                    .ok());
+  }
+  EXPECT_TRUE(Eventually(
+      [&] { return absl::StripAsciiWhitespace(health_keys()).empty(); },
+      absl::Seconds(12)))
+      << health_keys();
   Drain();
 }
 
