@@ -11,11 +11,13 @@
 // Prints one JSON object.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -26,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "lib/command_line.h"
@@ -36,6 +39,9 @@ ABSL_FLAG(int, targets, 100, "TCP targets (one backend each)");
 ABSL_FLAG(int, intervals, 20, "probe intervals in each measured window");
 ABSL_FLAG(int, interval_ms, 200, "health-check interval");
 ABSL_FLAG(int, member_ttl_s, 2, "fleet.member_ttl in seconds");
+ABSL_FLAG(int, cpu_targets, 10000,
+          "targets of the CPU comparison (100 backends x N/100 check "
+          "specs, 1 s interval); 0 skips it");
 
 namespace aside {
 namespace {
@@ -135,6 +141,20 @@ std::unique_ptr<grpc::ClientContext> Context() {
   return c;
 }
 
+// User + system CPU time of process `pid` so far.
+absl::Duration ProcessCpu(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) in parentheses.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return absl::ZeroDuration();
+  std::vector<std::string> f = absl::StrSplit(text.substr(close + 2), ' ');
+  if (f.size() < 13) return absl::ZeroDuration();
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return absl::Seconds((std::stod(f[11]) + std::stod(f[12])) / ticks);
+}
+
 class Bench {
  public:
   Bench(testing::EtcdCluster& cluster, CountingBackends& backends)
@@ -177,6 +197,61 @@ class Bench {
       return absl::InternalError(s.error_message());
     }
     return out;
+  }
+
+  // A fleet of `n` replicas probing `targets` targets: 100 backends, each
+  // in targets / 100 groups whose checks differ in their timeout (so each
+  // (backend, group) is a target of its own), every 1 s. Returns the mean
+  // CPU per replica per second over a steady 10 s window.
+  absl::StatusOr<double> CpuPerReplica(int n, int targets,
+                                       const std::string& prefix) {
+    const std::string config = dir_.WriteFile(
+        absl::StrCat(prefix, ".yaml"),
+        absl::StrCat("store:\n  type: etcd\n  etcd:\n    endpoints: [",
+                     absl::StrJoin(cluster_.endpoints(), ", "),
+                     "]\n    prefix: /", prefix, "/\n",
+                     "admin:\n  token_file: ", tokens_, "\n"));
+    std::vector<Replica> fleet;
+    for (int i = 0; i < n; ++i) {
+      auto r = StartReplica(dir_.path(), absl::StrCat(prefix, "-", i), config);
+      if (!r.ok()) return r.status();
+      fleet.push_back(*std::move(r));
+    }
+    const int specs = std::max(1, targets / 100);
+    for (int g = 0; g < specs; ++g) {
+      v1::CreateGroupRequest req;
+      v1::Group* group = req.mutable_group();
+      group->set_name(absl::StrCat("cpu-", g));
+      v1::HealthCheck* hc = group->mutable_health_check();
+      hc->set_kind(v1::HealthCheck::TCP);
+      hc->mutable_interval()->set_seconds(1);
+      hc->mutable_timeout()->set_nanos((100 + g) * 1'000'000);
+      for (int b = 0; b < 100 && b < static_cast<int>(backends_.ports().size());
+           ++b) {
+        group->add_backends()->set_address(
+            absl::StrCat("127.0.0.1:", backends_.ports()[b]));
+      }
+      v1::Group created;
+      grpc::Status st =
+          fleet[0].admin->CreateGroup(Context().get(), req, &created);
+      if (!st.ok()) return absl::InternalError(st.error_message());
+    }
+    absl::SleepFor(absl::Seconds(8));  // settle: membership, first probes
+    std::vector<absl::Duration> before;
+    for (Replica& r : fleet) before.push_back(ProcessCpu(r.process->pid()));
+    const absl::Time start = absl::Now();
+    absl::SleepFor(absl::Seconds(10));
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    double total = 0;
+    for (size_t i = 0; i < fleet.size(); ++i) {
+      total += absl::ToDoubleSeconds(ProcessCpu(fleet[i].process->pid()) -
+                                     before[i]);
+    }
+    for (Replica& r : fleet) {
+      r.process->Signal(SIGTERM);
+      r.process->Wait(absl::Seconds(10));
+    }
+    return total / fleet.size() / seconds;
   }
 
   // Probes per target per interval over a steady window.
@@ -256,6 +331,19 @@ int Run() {
       r.process->Wait(absl::Seconds(10));
     }
   }
+  double cpu1 = 0;
+  double cpu3 = 0;
+  if (const int targets = absl::GetFlag(FLAGS_cpu_targets); targets > 0) {
+    auto one = bench.CpuPerReplica(1, targets, "cpu1");
+    auto three = bench.CpuPerReplica(3, targets, "cpu3");
+    if (!one.ok() || !three.ok()) {
+      std::cerr << "fleet_probe_bench: "
+                << (one.ok() ? three.status() : one.status()) << "\n";
+      return 1;
+    }
+    cpu1 = *one;
+    cpu3 = *three;
+  }
   const double ttl = absl::GetFlag(FLAGS_member_ttl_s);
   std::cout << "{\"targets\": " << absl::GetFlag(FLAGS_targets)
             << ", \"interval_ms\": " << absl::GetFlag(FLAGS_interval_ms)
@@ -272,7 +360,12 @@ int Run() {
   std::cout << "}, \"member_ttl_s\": " << ttl
             << ", \"takeover_s\": " << absl::ToDoubleSeconds(takeover)
             << ", \"takeover_vs_ttl\": "
-            << absl::ToDoubleSeconds(takeover) / ttl << "}\n";
+            << absl::ToDoubleSeconds(takeover) / ttl
+            << ", \"cpu_targets\": " << absl::GetFlag(FLAGS_cpu_targets)
+            << ", \"cpu_per_replica_1\": " << absl::StrFormat("%.4f", cpu1)
+            << ", \"cpu_per_replica_3\": " << absl::StrFormat("%.4f", cpu3)
+            << ", \"cpu_ratio_3_vs_1\": "
+            << absl::StrFormat("%.3f", cpu1 > 0 ? cpu3 / cpu1 : 0) << "}\n";
   return 0;
 }
 
