@@ -51,6 +51,8 @@ commands:
   groups                          list groups
   group NAME                      show a group with its backends and their state
   targets [GROUP]                 list health-check targets (of one group)
+  members                         list the fleet's live replicas (etcd store):
+                                  id, address, targets probed, lease age
   pick GROUP [KEY] [--count N]    ask the server for a backend
   watch GROUP... [--updates N]    print weight-table updates as they arrive
   create-group FILE               create the group(s) in a JSON or YAML file
@@ -242,6 +244,7 @@ class Ctl {
     if (command == "groups") return Groups(a);
     if (command == "group") return GetGroup(a);
     if (command == "targets") return Targets(a);
+    if (command == "members") return Members(a);
     if (command == "pick") return PickCmd(a);
     if (command == "watch") return Watch(a);
     if (command == "create-group") return CreateGroup(a);
@@ -397,6 +400,37 @@ class Ctl {
         std::cout << ", last error: " << st.last_error();
       }
       std::cout << "\n";
+    }
+    return 0;
+  }
+
+  // The fleet's live replicas (read role). "self" marks the one answering.
+  int Members(const std::vector<std::string>&) {
+    v1::ListMembersResponse out;
+    auto ctx = Context();
+    grpc::Status s = admin_->ListMembers(ctx.get(), {}, &out);
+    if (!s.ok()) return Fail(s);
+    if (json_) {
+      std::cout << ToJson(out) << "\n";
+      return 0;
+    }
+    if (out.self_id().empty()) {
+      std::cout << "no fleet: this server does not use the etcd store (each "
+                   "replica probes every target)\n";
+      return 0;
+    }
+    std::vector<std::vector<std::string>> rows = {
+        {"ID", "ADDRESS", "TARGETS PROBED", "LEASE AGE", "STARTED", ""}};
+    for (const v1::FleetMember& m : out.members()) {
+      rows.push_back({m.id(), m.address(), absl::StrCat(m.targets_owned()),
+                      absl::StrFormat("%.1fs", m.lease_age().seconds() +
+                                                   m.lease_age().nanos() / 1e9),
+                      m.start_time(), m.self() ? "self" : ""});
+    }
+    PrintTable(rows);
+    if (!out.confirmed()) {
+      std::cout << "\nthis replica's membership is not confirmed (etcd "
+                   "unreachable or registering): it probes every target\n";
     }
     return 0;
   }
@@ -570,12 +604,26 @@ class Ctl {
         return Fail(s);
       }
     }
+    v1::ListMembersResponse members;
+    {
+      // Optional: a server without the method, or without a fleet.
+      auto ctx = Context();
+      if (!admin_->ListMembers(ctx.get(), {}, &members).ok()) {
+        members.Clear();
+      }
+    }
     if (json_) {
       v1::ListGroupsResponse all;
       for (const v1::Group& g : groups) *all.add_groups() = g;
       std::cout << "{\"groups\": " << ToJson(all, false)
-                << ", \"targets\": " << ToJson(targets, false) << "}\n";
+                << ", \"targets\": " << ToJson(targets, false)
+                << ", \"members\": " << ToJson(members, false) << "}\n";
       return 0;
+    }
+    if (!members.self_id().empty()) {
+      std::cout << "fleet: " << members.members_size() << " members, self "
+                << members.self_id()
+                << (members.confirmed() ? "" : " (not confirmed)") << "\n";
     }
     // Probe results and ejections by (group, address).
     std::map<std::pair<std::string, std::string>, const v1::Target*> probes;

@@ -151,6 +151,21 @@ grpc::ServerUnaryReactor* AdminService::ListTargets(
                 &AdminService::DoListTargets);
 }
 
+grpc::ServerUnaryReactor* AdminService::ListMembers(
+    grpc::CallbackServerContext* context, const v1::ListMembersRequest* request,
+    v1::ListMembersResponse* response) {
+  return Handle(context, "ListMembers", AdminRole::kRead, request, response,
+                &AdminService::DoListMembers);
+}
+
+grpc::Status AdminService::DoListMembers(const v1::ListMembersRequest&,
+                                         v1::ListMembersResponse* response) {
+  if (members_) {
+    members_(response);
+  }
+  return grpc::Status::OK;
+}
+
 void AdminService::Describe(const Group& group, bool with_backends,
                             v1::Group* out) const {
   const GroupSpec spec = group.spec();
@@ -542,6 +557,7 @@ grpc::Status AdminService::DoListTargets(const v1::ListTargetsRequest& request,
       t->add_groups(g);
     }
     t->set_probes(info.probes);
+    t->set_probed_here(info.probed_here);
     if (info.last_transition != absl::InfinitePast()) {
       t->mutable_last_transition()->set_seconds(
           absl::ToUnixSeconds(info.last_transition));

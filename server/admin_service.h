@@ -72,6 +72,16 @@ class AdminService final : public v1::Admin::CallbackService {
       const v1::ListTargetsRequest* request,
       v1::ListTargetsResponse* response) override;
 
+  grpc::ServerUnaryReactor* ListMembers(
+      grpc::CallbackServerContext* context,
+      const v1::ListMembersRequest* request,
+      v1::ListMembersResponse* response) override;
+
+  // Fills ListMembers (the fleet membership, with the etcd store). Set once
+  // while wiring, before serving; without it ListMembers is empty.
+  using Members = std::function<void(v1::ListMembersResponse*)>;
+  void set_members(Members members) { members_ = std::move(members); }
+
   // Counts the open grpclb streams of a group (GetGroup's
   // client_stats.streams). Set once while wiring, before serving.
   using GrpclbStreams = std::function<uint32_t(const std::string& group)>;
@@ -92,6 +102,8 @@ class AdminService final : public v1::Admin::CallbackService {
                             v1::ListGroupsResponse* response);
   grpc::Status DoListTargets(const v1::ListTargetsRequest& request,
                              v1::ListTargetsResponse* response);
+  grpc::Status DoListMembers(const v1::ListMembersRequest& request,
+                             v1::ListMembersResponse* response);
   grpc::Status DoAddBackends(const v1::AddBackendsRequest& request,
                              v1::Group* response);
   grpc::Status DoRemoveBackends(const v1::RemoveBackendsRequest& request,
@@ -128,6 +140,7 @@ class AdminService final : public v1::Admin::CallbackService {
   const LoadAggregator* const loads_;
   const HealthRegistry* const health_;
   GrpclbStreams grpclb_streams_;
+  Members members_;
   // Serialises mutations (see the file comment); taken before the store's
   // and the registry's locks.
   aside::Mutex mutation_mu_;

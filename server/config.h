@@ -45,6 +45,21 @@ struct StoreConfig {
   friend bool operator==(const StoreConfig&, const StoreConfig&) = default;
 };
 
+// Fleet membership and probe ownership (DESIGN.md §11), used only with the
+// etcd store: each replica registers under <prefix>members/<id> with a lease
+// of member_ttl, and each health target is probed by one live replica.
+struct FleetConfig {
+  // How long a replica that stopped renewing stays a member.
+  absl::Duration member_ttl = absl::Seconds(5);
+  // Empty: a random 16-hex-digit id per process start.
+  std::string replica_id;
+  // host:port at which peers dial this replica's gRPC listener; empty: the
+  // listen address with a wildcard host replaced by 127.0.0.1.
+  std::string advertise_address;
+
+  friend bool operator==(const FleetConfig&, const FleetConfig&) = default;
+};
+
 // Parses the --store flag: "sqlite", or "etcd:HOST:PORT[,HOST:PORT...]"
 // (endpoints replace the config file's; the rest of store.etcd is kept).
 absl::Status ApplyStoreFlag(absl::string_view flag, StoreConfig* store);
@@ -77,6 +92,8 @@ struct ServerConfig {
   std::string state_dir = "./var";
   // The store of Admin-created groups (see StoreConfig).
   StoreConfig store;
+  // Membership and probe ownership with the etcd store (see FleetConfig).
+  FleetConfig fleet;
   // Log format ("text": key=value, or "json") and minimum level.
   std::string log_format = "text";
   std::string log_level = "info";

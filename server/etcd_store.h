@@ -75,6 +75,9 @@ class EtcdStore final : public Store {
 
   // The key a group is stored under.
   std::string GroupKey(const std::string& name) const;
+  // For the fleet's membership and health keys under the same prefix.
+  etcd::EtcdClient* client() const { return client_.get(); }
+  const std::string& prefix() const { return prefix_; }
 
  private:
   EtcdStore(std::unique_ptr<etcd::EtcdClient> client, std::string prefix,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "lib/address.h"
 #include "lib/command_line.h"
 #include "server/config.h"
 #include "server/config_check.h"
@@ -48,6 +49,8 @@ ABSL_FLAG(Override, health_listen, {},
 ABSL_FLAG(Override, admin_token_file, {}, "bearer tokens for aside.v1.Admin");
 ABSL_FLAG(Override, store, {},
           "sqlite, or etcd:HOST:PORT[,HOST:PORT...] (overrides store:)");
+ABSL_FLAG(Override, advertise_address, {},
+          "host:port peers dial (overrides fleet.advertise_address)");
 ABSL_FLAG(Override, log_format, {}, "text or json");
 ABSL_FLAG(Override, log_level, {}, "debug, info, warn or error");
 ABSL_FLAG(std::string, export_state, "",
@@ -75,6 +78,9 @@ constexpr absl::string_view kUsage = R"(usage: aside-server [flags]
                         directory) or etcd:HOST:PORT[,HOST:PORT...] (the
                         fleet's etcd; other store.etcd settings from the
                         config file)
+  --advertise-address HOST:PORT  with the etcd store: where the other
+                        replicas dial this one (e.g. the pod IP; overrides
+                        fleet.advertise_address)
   --log-format FORMAT   text (key=value) or json
   --log-level LEVEL     debug, info, warn or error
   --check-config FILE   validate FILE, print every error, exit (0 when valid)
@@ -141,6 +147,7 @@ int main(int argc, char** argv) {
     override(FLAGS_health_listen, &c.health_listen);
     override(FLAGS_admin_token_file, &c.admin_token_file);
     override(FLAGS_log_level, &c.log_level);
+    override(FLAGS_advertise_address, &c.fleet.advertise_address);
     if (std::optional<std::string> store = absl::GetFlag(FLAGS_store).value) {
       (void)ApplyStoreFlag(*store, &c.store);  // checked once at start-up
     }
@@ -150,6 +157,16 @@ int main(int argc, char** argv) {
   if (store_flag) {
     if (absl::Status s = ApplyStoreFlag(*store_flag, &config->store); !s.ok()) {
       std::cerr << "aside-server: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  if (std::optional<std::string> advertise =
+          absl::GetFlag(FLAGS_advertise_address).value;
+      advertise && !advertise->empty()) {
+    if (absl::StatusOr<aside::Address> a = aside::ParseAddress(*advertise);
+        !a.ok()) {
+      std::cerr << "aside-server: --advertise-address: " << a.status().message()
+                << "\n";
       return 2;
     }
   }

@@ -195,7 +195,48 @@ Metrics::Metrics()
                        .Name("aside_store_errors_total")
                        .Help("Store errors by kind (unavailable, request, "
                              "conflict, bad_value, compacted, watch).")
-                       .Register(*registry_)) {
+                       .Register(*registry_)),
+      fleet_members(prometheus::BuildGauge()
+                        .Name("aside_fleet_members")
+                        .Help("Live fleet members this replica sees (etcd "
+                              "store only).")
+                        .Register(*registry_)
+                        .Add({})),
+      fleet_targets_owned(prometheus::BuildGauge()
+                              .Name("aside_fleet_targets_owned")
+                              .Help("Health targets this replica probes for "
+                                    "the fleet.")
+                              .Register(*registry_)
+                              .Add({})),
+      fleet_transitions_published(
+          prometheus::BuildCounter()
+              .Name("aside_fleet_health_transitions_published_total")
+              .Help("Health states this replica published to the fleet "
+                    "(transitions of targets it owns, and republications on "
+                    "takeover).")
+              .Register(*registry_)
+              .Add({})),
+      fleet_transitions_applied(
+          prometheus::BuildCounter()
+              .Name("aside_fleet_health_transitions_applied_total")
+              .Help("Health transitions applied here from states other "
+                    "replicas published.")
+              .Register(*registry_)
+              .Add({})),
+      fleet_takeovers(prometheus::BuildCounter()
+                          .Name("aside_fleet_takeovers_total")
+                          .Help("Times this replica took over targets of a "
+                                "departed member.")
+                          .Register(*registry_)
+                          .Add({})),
+      fleet_takeover_seconds(
+          prometheus::BuildHistogram()
+              .Name("aside_fleet_takeover_seconds")
+              .Help("From seeing a member depart to the first probe here of "
+                    "the targets taken over.")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{
+                           0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30})) {
   build_info.Add({{"version", ASIDE_VERSION}}).Set(1);
   // Present at zero, so that an alert on their rate sees the first refusal.
   for (const char* limit :

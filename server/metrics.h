@@ -119,6 +119,17 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& store_up;
   prometheus::Family<prometheus::Gauge>& store_revision;
   prometheus::Family<prometheus::Counter>& store_errors;
+  // Fleet membership and probe ownership (etcd store only): live members
+  // this replica sees, health targets it probes, health transitions it
+  // published and applied from other replicas, takeovers of a departed
+  // member's targets and how long each took (from seeing the departure to
+  // the taken-over targets' first probe here).
+  prometheus::Gauge& fleet_members;
+  prometheus::Gauge& fleet_targets_owned;
+  prometheus::Counter& fleet_transitions_published;
+  prometheus::Counter& fleet_transitions_applied;
+  prometheus::Counter& fleet_takeovers;
+  prometheus::Histogram& fleet_takeover_seconds;
 
  private:
   std::unique_ptr<HttpServer> http_;

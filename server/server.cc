@@ -7,12 +7,16 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/address.h"
 #include "lib/status_macros.h"
+#include "proto/convert.h"
 #include "server/admin_convert.h"
 #include "server/etcd_store.h"
 #include "server/http2_limits.h"
@@ -27,6 +31,7 @@ AsideServer::AsideServer(ServerConfig config, const Clock* clock)
 
 AsideServer::~AsideServer() {
   Shutdown(absl::ZeroDuration());
+  StopFleet();
   // No store change is applied once teardown starts.
   if (sync_ != nullptr) {
     sync_->StopFollowing();
@@ -151,6 +156,28 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       HealthRegistry::Create(
           {.max_concurrent_probes = cfg.max_concurrent_probes, .clock = clock},
           *server->metrics_.registry()));
+  if (auto* etcd_store = dynamic_cast<EtcdStore*>(store)) {
+    // Before any group acquires a target: each target's owner is decided
+    // from its creation (every target until membership is confirmed).
+    Metrics& m = server->metrics_;
+    const fleet::FleetMetrics fm{
+        .members = &m.fleet_members,
+        .targets_owned = &m.fleet_targets_owned,
+        .transitions_published = &m.fleet_transitions_published,
+        .transitions_applied = &m.fleet_transitions_applied,
+        .takeovers = &m.fleet_takeovers,
+        .takeover_seconds = &m.fleet_takeover_seconds};
+    server->membership_ = std::make_unique<fleet::Membership>(
+        etcd_store->client(),
+        fleet::MembershipOptions{.prefix = etcd_store->prefix(),
+                                 .id = cfg.fleet.replica_id,
+                                 .ttl = cfg.fleet.member_ttl,
+                                 .metrics = fm});
+    server->ownership_ = std::make_unique<fleet::ProbeOwnership>(
+        etcd_store->client(), etcd_store->prefix(), server->membership_.get(),
+        server->health_.get(), fm);
+    server->ownership_->Start();
+  }
   DnsDiscoveryOptions dns_options;
   dns_options.servers = cfg.dns_servers;
   dns_options.clock = clock;
@@ -224,7 +251,12 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                       a.mean_first_byte_latency, a.failures_corroborated);
     }
   });
-  server->replica_id_ = NewReplicaId();
+  // One id per replica: the fleet member's when there is a fleet (peers
+  // recognise each other, and themselves, by it), else a fresh one.
+  server->replica_id_ = server->membership_ != nullptr
+                            ? server->membership_->id()
+                        : cfg.fleet.replica_id.empty() ? NewReplicaId()
+                                                       : cfg.fleet.replica_id;
   server->load_view_metrics_ =
       std::make_unique<LoadViewMetrics>(*server->metrics_.registry());
   server->load_view_service_ = std::make_unique<LoadViewService>(
@@ -255,6 +287,22 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers,
       server->report_auth_.get());
+  if (fleet::Membership* membership = server->membership_.get()) {
+    server->admin_service_->set_members(
+        [membership](v1::ListMembersResponse* out) {
+          out->set_self_id(membership->id());
+          out->set_confirmed(membership->confirmed());
+          for (const fleet::Member& m : membership->members()) {
+            v1::FleetMember* pm = out->add_members();
+            pm->set_id(m.id);
+            pm->set_address(m.address);
+            pm->set_start_time(m.start_time);
+            pm->set_targets_owned(m.targets_owned);
+            ToProto(m.lease_age, pm->mutable_lease_age());
+            pm->set_self(m.id == membership->id());
+          }
+        });
+  }
   server->admin_service_->set_grpclb_streams(
       [grpclb = server->grpclb_service_.get()](const std::string& group) {
         return grpclb->streams_for(group);
@@ -278,7 +326,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
         .loads = server->loads_.get(),
         .grpclb = server->grpclb_service_.get(),
         .store =
-            [store] {
+            [store, membership = server->membership_.get()] {
               const StoreState s = store->state();
               StoreStatus status{s.type, s.location, {}};
               status.details.emplace_back("up", s.up ? "yes" : "no");
@@ -288,6 +336,21 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
               }
               if (!s.last_error.empty()) {
                 status.details.emplace_back("last error", s.last_error);
+              }
+              if (membership != nullptr) {
+                std::vector<std::string> ids;
+                for (const fleet::Member& m : membership->members()) {
+                  ids.push_back(m.id == membership->id()
+                                    ? absl::StrCat(m.id, " (self)")
+                                    : m.id);
+                }
+                status.details.emplace_back("fleet members",
+                                            absl::StrJoin(ids, ", "));
+                status.details.emplace_back(
+                    "fleet membership",
+                    membership->confirmed()
+                        ? "confirmed"
+                        : "not confirmed: probing every target");
               }
               return status;
             },
@@ -396,6 +459,13 @@ absl::Status AsideServer::Start() {
         {{"address", config_.health_listen},
          {"port", absl::StrCat(health_port_)}});
   }
+  if (membership_ != nullptr) {
+    // Registered once the listener is bound, so that the advertised port is
+    // the real one.
+    membership_->Start(AdvertiseAddress());
+    Log(LogLevel::kInfo, "fleet.joining",
+        {{"id", membership_->id()}, {"address", AdvertiseAddress()}});
+  }
   if (!config_.metrics.empty()) {
     absl::StatusOr<int> port = metrics_.Serve(
         config_.metrics, {},
@@ -440,7 +510,53 @@ void AsideServer::StartLoadViewPeers() {
   for (const std::string& address : config_.fleet_load.peers) {
     peers.push_back({.id = "", .address = address});
   }
-  load_view_peers_->SetPeers(std::move(peers));
+  load_view_peers_->SetPeers(peers);
+  if (membership_ != nullptr) {
+    // The live members (but this replica) are the peers, with the static
+    // ones the config lists that no member already advertises. Subscribed
+    // before the membership starts, so no change is missed.
+    membership_->Subscribe([this, statics = std::move(peers)](
+                               const std::vector<fleet::Member>& members) {
+      std::vector<LoadViewPeer> live;
+      absl::flat_hash_set<std::string> addresses;
+      for (const fleet::Member& m : members) {
+        if (m.id != replica_id_ && !m.address.empty()) {
+          live.push_back({.id = m.id, .address = m.address});
+          addresses.insert(m.address);
+        }
+      }
+      for (const LoadViewPeer& p : statics) {
+        if (!addresses.contains(p.address)) {
+          live.push_back(p);
+        }
+      }
+      load_view_peers_->SetPeers(std::move(live));
+    });
+  }
+}
+
+std::string AsideServer::AdvertiseAddress() const {
+  if (!config_.fleet.advertise_address.empty()) {
+    return config_.fleet.advertise_address;
+  }
+  std::string host = "127.0.0.1";
+  absl::StatusOr<Address> listen = ParseListenAddress(config_.listen);
+  if (listen.ok() && !listen->host.empty() && listen->host != "0.0.0.0" &&
+      listen->host != "::") {
+    host = listen->kind == Address::Kind::kIpv6
+               ? absl::StrCat("[", listen->host, "]")
+               : listen->host;
+  }
+  return absl::StrCat(host, ":", grpc_port_);
+}
+
+void AsideServer::StopFleet() {
+  if (ownership_ != nullptr) {
+    ownership_->Stop();
+  }
+  if (membership_ != nullptr) {
+    membership_->Stop();
+  }
 }
 
 void AsideServer::Shutdown(absl::Duration grace) {

@@ -15,6 +15,8 @@
 #include "server/admin_service.h"
 #include "server/config.h"
 #include "server/discovery/dns_discovery.h"
+#include "server/fleet/membership.h"
+#include "server/fleet/probe_ownership.h"
 #include "server/group_registry.h"
 #include "server/grpclb_service.h"
 #include "server/health_service.h"
@@ -73,12 +75,19 @@ class AsideServer {
   Metrics& metrics() { return metrics_; }
   StatusPage* status_page() { return status_page_.get(); }
   const ServerConfig& config() const { return config_; }
+  // The fleet membership with the etcd store; null otherwise.
+  fleet::Membership* membership() { return membership_.get(); }
 
  private:
   AsideServer(ServerConfig config, const Clock* clock);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() const;
   // Subscribes to the static `fleet.peers` (Start, once listening).
   void StartLoadViewPeers();
+  // The address peers dial: fleet.advertise_address, or the bound listen
+  // address with a wildcard host replaced by 127.0.0.1.
+  std::string AdvertiseAddress() const;
+  // Leaves the fleet (revokes the lease) and removes the ownership hooks.
+  void StopFleet();
 
   ServerConfig config_;
   const Clock* clock_;
@@ -90,6 +99,10 @@ class AsideServer {
   // Before groups_: groups hold handles into it (handles may outlive it, but
   // its probes should stop before the groups go).
   std::unique_ptr<HealthRegistry> health_;
+  // With the etcd store: membership and probe ownership, stopped (lease
+  // revoked, hooks removed) before the health registry goes.
+  std::unique_ptr<fleet::Membership> membership_;
+  std::unique_ptr<fleet::ProbeOwnership> ownership_;
   std::unique_ptr<GroupRegistry> groups_;
   std::unique_ptr<LoadAggregator> loads_;
   // Declared after groups_ and loads_ so they stop (no more callbacks or

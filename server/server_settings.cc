@@ -1,7 +1,9 @@
 #include "server/server_settings.h"
 
+#include <algorithm>
 #include <limits>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -181,14 +183,10 @@ void ReadStore(YamlReader& r, const YAML::Node& node, StoreConfig* out) {
   }
 }
 
-// fleet: {peers, load_share_interval, peer_token_file} (the shared load
-// view's keys).
+// The shared load view's keys of `fleet:` (peers, load_share_interval,
+// peer_token_file); ReadFleet checks the block's keys.
 void ReadFleetLoad(YamlReader& r, const YAML::Node& node,
                    FleetLoadConfig* out) {
-  if (!r.CheckMap(node, "fleet",
-                  {"peers", "load_share_interval", "peer_token_file"})) {
-    return;
-  }
   if (const YAML::Node peers = node["peers"]; peers) {
     if (!peers.IsSequence()) {
       r.Error(peers, "fleet.peers", "expected a list of \"host:port\"");
@@ -215,6 +213,52 @@ void ReadFleetLoad(YamlReader& r, const YAML::Node& node,
   if (node["peer_token_file"]) {
     r.GetString(node["peer_token_file"], "fleet.peer_token_file",
                 &out->peer_token_file);
+  }
+}
+
+// fleet: membership's keys (member_ttl, replica_id, advertise_address) and
+// the load view's (ReadFleetLoad).
+void ReadFleet(YamlReader& r, const YAML::Node& node, FleetConfig* out,
+               FleetLoadConfig* load) {
+  if (!r.CheckMap(node, "fleet",
+                  {"member_ttl", "replica_id", "advertise_address", "peers",
+                   "load_share_interval", "peer_token_file"})) {
+    return;
+  }
+  ReadFleetLoad(r, node, load);
+  if (node["member_ttl"]) {
+    absl::Duration d;
+    if (r.GetDuration(node["member_ttl"], "fleet.member_ttl", &d)) {
+      // etcd grants leases in whole seconds.
+      if (d < absl::Seconds(1) || d > absl::Minutes(5) ||
+          d != absl::Floor(d, absl::Seconds(1))) {
+        r.Error(node["member_ttl"], "fleet.member_ttl",
+                "out of range 1s..5m in whole seconds");
+      } else {
+        out->member_ttl = d;
+      }
+    }
+  }
+  if (node["replica_id"]) {
+    std::string id;
+    if (r.GetString(node["replica_id"], "fleet.replica_id", &id)) {
+      const bool ok =
+          !id.empty() && id.size() <= 64 &&
+          std::all_of(id.begin(), id.end(), [](char c) {
+            return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                   c == '-' || c == '_' || c == '.';
+          });
+      if (!ok) {
+        r.Error(node["replica_id"], "fleet.replica_id",
+                "expected 1..64 characters of [A-Za-z0-9._-]");
+      } else {
+        out->replica_id = std::move(id);
+      }
+    }
+  }
+  if (node["advertise_address"]) {
+    GetAddress(r, node["advertise_address"], "fleet.advertise_address",
+               &out->advertise_address, /*allow_empty=*/true);
   }
 }
 
@@ -324,7 +368,7 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
     ReadStore(r, root["store"], &out->store);
   }
   if (root["fleet"]) {
-    ReadFleetLoad(r, root["fleet"], &out->fleet_load);
+    ReadFleet(r, root["fleet"], &out->fleet, &out->fleet_load);
   }
   if (root["session_key_file"]) {
     r.GetString(root["session_key_file"], "session_key_file",

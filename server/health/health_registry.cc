@@ -9,6 +9,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "lib/address.h"
+#include "lib/hash.h"
 #include "lib/sync.h"
 #include "server/health/prober.h"
 #include "server/health/target.h"
@@ -103,9 +104,24 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       target =
           std::make_shared<Target>(next_id_++, canonical, spec, parsed->host,
                                    port, parsed->kind == Address::Kind::kIpv6);
-      const HealthState initial = spec.kind == HealthCheckSpec::Kind::kNone
-                                      ? HealthState::kHealthy
-                                      : HealthState::kUnknown;
+      target->fleet_key = FleetTargetKey(canonical, spec);
+      const bool probed = spec.kind != HealthCheckSpec::Kind::kNone;
+      HealthState initial =
+          probed ? HealthState::kUnknown : HealthState::kHealthy;
+      if (probed && hooks_.published) {
+        // Start from what the fleet's owner last published, not UNKNOWN.
+        if (std::optional<HealthCounters> published =
+                hooks_.published(target->fleet_key)) {
+          target->counters = *published;
+          initial = published->state;
+        }
+      }
+      if (probed) {
+        const bool owned = !hooks_.owned || hooks_.owned(target->fleet_key,
+                                                         target->spec.timeout);
+        target->owned.store(owned, std::memory_order_release);
+        owned_count_ += owned ? 1 : 0;
+      }
       target->counters.state = initial;
       target->state.store(initial, std::memory_order_release);
       if (HealthReady(initial, spec.require_first_probe)) {
@@ -114,6 +130,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       }
       metrics_.AddTarget(initial);
       targets_.emplace(std::move(key), target);
+      by_fleet_key_[target->fleet_key] = target.get();
       if (spec.kind != HealthCheckSpec::Kind::kNone) {
         // Posted under the lock: a Remove posted by a later release cannot
         // overtake it.
@@ -136,10 +153,18 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       return;
     }
     target.removed = true;
+    if (target.spec.kind != HealthCheckSpec::Kind::kNone &&
+        target.owned.load(std::memory_order_relaxed)) {
+      --owned_count_;
+    }
     if (!shut_down_) {  // the metrics may be gone once the registry is
       metrics_.RemoveTarget(target.counters.state);
     }
     targets_.erase(Key{target.address, target.spec});
+    if (auto it = by_fleet_key_.find(target.fleet_key);
+        it != by_fleet_key_.end() && it->second == &target) {
+      by_fleet_key_.erase(it);
+    }
     if (target.spec.kind != HealthCheckSpec::Kind::kNone &&
         prober_ != nullptr) {
       prober_->Remove(target.id);
@@ -164,29 +189,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
                                             result.success, target.counters);
       target.last_result = result;
       if (changed) {
-        const HealthState after = target.counters.state;
-        const bool require = target.require_first_probe;
-        target.last_transition = result.finished_at;
-        target.state.store(after, std::memory_order_release);
-        const bool was_ready = HealthReady(before, require);
-        const bool ready = HealthReady(after, require);
-        if (!was_ready && ready) {
-          target.ready_since_nanos.store(clock_->NowNanos(),
-                                         std::memory_order_release);
-        } else if (was_ready && !ready) {
-          target.ready_since_nanos.store(0, std::memory_order_release);
-        }
-        metrics_.RecordTransition(before, after);
-        transition.emplace();
-        transition->target_id = target.id;
-        transition->address = target.address;
-        transition->spec = target.spec;
-        transition->from = before;
-        transition->to = after;
-        transition->was_ready = was_ready;
-        transition->ready = ready;
-        transition->result = result;
-        transition->groups = SortedGroupsLocked(target);
+        transition = FlipLocked(target, before, result);
       }
       if (has_probe_observer_.load(std::memory_order_relaxed)) {
         event.target_id = target.id;
@@ -206,6 +209,120 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
     }
     if (probe_observer_ && event.target_id != 0) {
       probe_observer_(event);
+    }
+  }
+
+  // Publishes target.counters.state (changed from `before` by `result`) to
+  // the lock-free readers and returns the transition observers get.
+  HealthTransition FlipLocked(Target& target, HealthState before,
+                              const ProbeResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const HealthState after = target.counters.state;
+    const bool require = target.require_first_probe;
+    target.last_transition = result.finished_at;
+    target.state.store(after, std::memory_order_release);
+    const bool was_ready = HealthReady(before, require);
+    const bool ready = HealthReady(after, require);
+    if (!was_ready && ready) {
+      target.ready_since_nanos.store(clock_->NowNanos(),
+                                     std::memory_order_release);
+    } else if (was_ready && !ready) {
+      target.ready_since_nanos.store(0, std::memory_order_release);
+    }
+    metrics_.RecordTransition(before, after);
+    HealthTransition t;
+    t.target_id = target.id;
+    t.address = target.address;
+    t.spec = target.spec;
+    t.from = before;
+    t.to = after;
+    t.was_ready = was_ready;
+    t.ready = ready;
+    t.result = result;
+    t.groups = SortedGroupsLocked(target);
+    t.fleet_key = target.fleet_key;
+    t.counters = target.counters;
+    return t;
+  }
+
+  void SetFleetHooks(HealthRegistry::FleetHooks hooks) {
+    {
+      aside::MutexLock lock(&mu_);
+      hooks_ = std::move(hooks);
+    }
+    ReevaluateOwnership();
+  }
+
+  HealthRegistry::Ownership ReevaluateOwnership() {
+    HealthRegistry::Ownership out;
+    aside::MutexLock lock(&mu_);
+    size_t count = 0;
+    for (const auto& [key, target] : targets_) {
+      if (target->spec.kind == HealthCheckSpec::Kind::kNone) {
+        continue;
+      }
+      const bool owned = !hooks_.owned ||
+                         hooks_.owned(target->fleet_key, target->spec.timeout);
+      const bool was = target->owned.exchange(owned, std::memory_order_acq_rel);
+      if (!owned) {
+        continue;
+      }
+      ++count;
+      HealthRegistry::OwnedTarget t{target->fleet_key, target->address,
+                                    target->counters};
+      if (!was) {
+        out.gained.push_back(t);
+      }
+      out.owned.push_back(std::move(t));
+    }
+    owned_count_ = count;
+    return out;
+  }
+
+  size_t owned_size() const {
+    aside::MutexLock lock(&mu_);
+    return owned_count_;
+  }
+
+  std::optional<uint64_t> ProbeCount(uint64_t fleet_key) const {
+    aside::MutexLock lock(&mu_);
+    auto it = by_fleet_key_.find(fleet_key);
+    if (it == by_fleet_key_.end()) {
+      return std::nullopt;
+    }
+    return it->second->probes;
+  }
+
+  // On the prober thread.
+  void ApplyFleetStateNow(uint64_t fleet_key, const HealthCounters& counters,
+                          std::string reason) {
+    std::optional<HealthTransition> transition;
+    {
+      aside::MutexLock lock(&mu_);
+      auto it = by_fleet_key_.find(fleet_key);
+      if (it == by_fleet_key_.end()) {
+        return;
+      }
+      Target& target = *it->second;
+      if (target.removed || target.owned.load(std::memory_order_relaxed)) {
+        return;
+      }
+      const HealthState before = target.counters.state;
+      target.counters = counters;
+      if (counters.state != before) {
+        ProbeResult result;
+        result.success = counters.state == HealthState::kHealthy;
+        result.reason = std::move(reason);
+        result.finished_at = clock_->WallNow();
+        transition = FlipLocked(target, before, result);
+        transition->from_fleet = true;
+      }
+    }
+    if (transition) {
+      aside::MutexLock lock(&observers_mu_);
+      for (auto& [id, observer] : observers_) {
+        observer(*transition);
+      }
     }
   }
 
@@ -254,6 +371,9 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
         info.probes = target->probes;
         info.last_transition = target->last_transition;
         info.groups = SortedGroupsLocked(*target);
+        info.fleet_key = target->fleet_key;
+        info.probed_here = target->spec.kind != HealthCheckSpec::Kind::kNone &&
+                           target->owned.load(std::memory_order_relaxed);
         out.push_back(std::move(info));
       }
     }
@@ -318,6 +438,12 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       targets_;             // guarded by mu_
   uint64_t next_id_ = 1;    // guarded by mu_
   bool shut_down_ = false;  // guarded by mu_
+  // Fleet ownership (see health_registry.h).
+  HealthRegistry::FleetHooks hooks_ ABSL_GUARDED_BY(mu_);
+  size_t owned_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // FleetTargetKey -> target (the key hashes address and spec, so distinct
+  // targets collide with probability ~n^2 / 2^64).
+  absl::flat_hash_map<uint64_t, Target*> by_fleet_key_ ABSL_GUARDED_BY(mu_);
 
   // Held while observers run (prober thread) so that RemoveObserver can
   // wait for them.
@@ -414,6 +540,58 @@ std::vector<TargetInfo> HealthRegistry::List(absl::string_view group) const {
 }
 
 size_t HealthRegistry::size() const { return core_->size(); }
+
+void HealthRegistry::SetFleetHooks(FleetHooks hooks) {
+  core_->SetFleetHooks(std::move(hooks));
+}
+
+HealthRegistry::Ownership HealthRegistry::ReevaluateOwnership() {
+  return core_->ReevaluateOwnership();
+}
+
+size_t HealthRegistry::owned_size() const { return core_->owned_size(); }
+
+std::optional<uint64_t> HealthRegistry::ProbeCount(uint64_t fleet_key) const {
+  return core_->ProbeCount(fleet_key);
+}
+
+void HealthRegistry::ApplyFleetState(uint64_t fleet_key,
+                                     const HealthCounters& counters,
+                                     std::string reason) {
+  std::weak_ptr<RegistryCore> weak = core_;
+  core_->prober()->Post(
+      [weak, fleet_key, counters, reason = std::move(reason)]() mutable {
+        if (std::shared_ptr<RegistryCore> core = weak.lock()) {
+          core->ApplyFleetStateNow(fleet_key, counters, std::move(reason));
+        }
+      });
+}
+
+uint64_t FleetTargetKey(absl::string_view canonical_address,
+                        const HealthCheckSpec& spec) {
+  // Every field, in a fixed order with separators that cannot occur in the
+  // numbers; strings are length-prefixed so no two specs serialise alike.
+  std::string s;
+  auto str = [&s](absl::string_view v) {
+    absl::StrAppend(&s, v.size(), ":", v, "|");
+  };
+  str(canonical_address);
+  absl::StrAppend(&s, static_cast<int>(spec.kind), "|",
+                  absl::ToInt64Nanoseconds(spec.interval), "|",
+                  absl::ToInt64Nanoseconds(spec.timeout), "|",
+                  static_cast<int64_t>(spec.jitter * 1e9), "|", spec.rise, "|",
+                  spec.fall, "|", spec.require_first_probe ? 1 : 0, "|",
+                  spec.port, "|", spec.http_body_limit, "|");
+  str(spec.http_path);
+  str(spec.http_host);
+  for (const StatusRange& r : spec.http_expected_statuses) {
+    absl::StrAppend(&s, r.from, "-", r.to, ",");
+  }
+  s += "|";
+  str(spec.grpc_service);
+  str(spec.grpc_authority);
+  return Hash64(s, 0x243f6a8885a308d3ULL);
+}
 
 absl::Duration HealthRegistry::ProberCpuTime() const {
   return core_->prober()->CpuTime();

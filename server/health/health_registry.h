@@ -27,6 +27,14 @@
 //   the target under the mutex; observers are called on the prober thread
 //   after every state flip, in order, outside the mutex. They must not
 //   block and must not call Add/RemoveObserver.
+//
+// Fleet ownership (DESIGN.md §11; server/fleet/probe_ownership.h). With
+// FleetHooks set, each target carries an "owned" flag from hooks.owned: a
+// target this replica does not own stays in the probe schedule but its
+// probes are skipped (no socket, no result), so when it becomes owned it is
+// probed at its next due time, within one interval. ApplyFleetState sets
+// the state another replica's probes published (for targets not owned
+// here). Without hooks every target is owned: each replica probes all.
 #ifndef ASIDE_SERVER_HEALTH_HEALTH_REGISTRY_H_
 #define ASIDE_SERVER_HEALTH_HEALTH_REGISTRY_H_
 
@@ -77,7 +85,18 @@ struct TargetInfo {
   absl::Time last_transition = absl::InfinitePast();
   // Groups holding a handle, sorted, without duplicates.
   std::vector<std::string> groups;
+  // The fleet-wide identity of the target (FleetTargetKey).
+  uint64_t fleet_key = 0;
+  // Whether this replica probes it (always, without fleet ownership).
+  bool probed_here = true;
 };
+
+// The stable identity of a target across the fleet: a fixed 64-bit hash of
+// the canonical address and every field of the check spec, the same in
+// every process and build (lib/hash.h). Probe ownership and the published
+// health keys are keyed by it.
+uint64_t FleetTargetKey(absl::string_view canonical_address,
+                        const HealthCheckSpec& spec);
 
 // A state flip, as observers see it.
 struct HealthTransition {
@@ -95,6 +114,12 @@ struct HealthTransition {
   ProbeResult result;
   // Groups referencing the target at the time of the flip, sorted.
   std::vector<std::string> groups;
+  uint64_t fleet_key = 0;
+  // Counts after the flip.
+  HealthCounters counters;
+  // Applied from another replica's published state (ApplyFleetState), not
+  // from a probe made here.
+  bool from_fleet = false;
 };
 
 // Every probe result, for tests (see SetProbeObserverForTest).
@@ -206,6 +231,42 @@ class HealthRegistry {
   // address (then kind and port).
   std::vector<TargetInfo> List(absl::string_view group = {}) const;
   size_t size() const;
+
+  // Fleet probe ownership; see the file comment. Both hooks are called under
+  // the registry mutex and must not call back into the registry.
+  struct FleetHooks {
+    // Whether this replica probes the target with this FleetTargetKey
+    // (`timeout`: its probe timeout, how long a first result may take).
+    std::function<bool(uint64_t fleet_key, absl::Duration timeout)> owned;
+    // The state the fleet last published for a target, used as the initial
+    // state of a target created here (nullopt: start UNKNOWN).
+    std::function<std::optional<HealthCounters>(uint64_t fleet_key)> published;
+  };
+  // Sets (or, with empty hooks, clears) the hooks and re-evaluates
+  // ownership.
+  void SetFleetHooks(FleetHooks hooks);
+  // A target whose ownership was re-evaluated.
+  struct OwnedTarget {
+    uint64_t fleet_key = 0;
+    std::string address;
+    HealthCounters counters;
+  };
+  struct Ownership {
+    std::vector<OwnedTarget> gained;  // became owned by this call
+    std::vector<OwnedTarget> owned;   // every owned target after it
+  };
+  // Asks hooks.owned again for every target (after a membership change).
+  Ownership ReevaluateOwnership();
+  // Targets owned here (all of them without hooks).
+  size_t owned_size() const;
+  // Probes finished of the target `fleet_key`; nullopt when there is none.
+  std::optional<uint64_t> ProbeCount(uint64_t fleet_key) const;
+  // Applies, on the prober thread, a state another replica published for
+  // the target `fleet_key`: ignored when there is no such target or this
+  // replica owns it. A change of state is a transition observers see (with
+  // from_fleet set). Returns at once.
+  void ApplyFleetState(uint64_t fleet_key, const HealthCounters& counters,
+                       std::string reason);
 
   // CPU time the prober thread has used (for bench/ and diagnostics).
   absl::Duration ProberCpuTime() const;

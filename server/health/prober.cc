@@ -300,6 +300,16 @@ class Prober::Impl {
     state->in_flight = true;
     state->started = MonotonicNanos();
     const uint64_t seq = ++state->op_seq;
+    if (!state->target->owned.load(std::memory_order_acquire)) {
+      // Another replica probes it (fleet ownership): keep its place in the
+      // schedule, so that it is probed at its next due time once owned here,
+      // but send nothing. Posted, like FailSoon, so that actions_ is not
+      // reentered.
+      asio::post(io_, [this, state, seq] {
+        Finish(state, seq, ProbeResult{}, /*report=*/false);
+      });
+      return;
+    }
     if (state->kind == HealthCheckSpec::Kind::kGrpc) {
       StartGrpc(state, seq);
       return;
@@ -481,10 +491,11 @@ class Prober::Impl {
   }
 
   // Ends the probe `seq` of `state` exactly once: reports the result
-  // (unless the target is gone), then tells the scheduler, which frees the
-  // slot, schedules the next probe and may start queued ones.
+  // (unless the target is gone or the probe was skipped), then tells the
+  // scheduler, which frees the slot, schedules the next probe and may start
+  // queued ones.
   void Finish(const std::shared_ptr<ProbeState>& state, uint64_t seq,
-              ProbeResult result) {
+              ProbeResult result, bool report = true) {
     if (!state->in_flight || seq != state->op_seq) {
       return;
     }
@@ -500,7 +511,7 @@ class Prober::Impl {
       return;
     }
     const int64_t now = MonotonicNanos();
-    if (!state->removed) {
+    if (!state->removed && report) {
       result.latency = absl::Nanoseconds(now - state->started);
       sink_(*state->target, std::move(result));
     }

@@ -37,6 +37,9 @@ struct Target {
   // Lock-free reads for groups (written under the registry mutex).
   std::atomic<HealthState> state{HealthState::kUnknown};
   std::atomic<int64_t> ready_since_nanos{0};
+  // Whether this replica probes it (fleet ownership); the prober skips the
+  // probes of a target it does not own. Written under RegistryCore::mu_.
+  std::atomic<bool> owned{true};
 
   // Immutable copies of what every result needs, next to the counters.
   const HealthCheckSpec::Kind kind;
@@ -52,6 +55,7 @@ struct Target {
 
   // Immutable after creation.
   const uint64_t id;
+  uint64_t fleet_key = 0;     // FleetTargetKey; set at creation
   const std::string address;  // canonical, as groups name it
   const HealthCheckSpec spec;
   const std::string host;  // IP literal without brackets

@@ -251,6 +251,16 @@ TEST_F(AsidectlTest, TokenFromATokenFile) {
   EXPECT_THAT(r.output, HasSubstr("no token in it"));
 }
 
+TEST_F(AsidectlTest, MembersWithoutAFleetSaysSo) {
+  // This server keeps its groups in SQLite: no membership, every replica
+  // probes everything (the fleet case is in tests/fleet).
+  CommandResult r = Ctl({"members"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("no fleet"));
+  r = Ctl({"members"}, /*token=*/false);
+  EXPECT_EQ(r.exit_code, 1);
+}
+
 TEST_F(AsidectlTest, StatusShowsGroupsAndBackends) {
   CommandResult r = Ctl({"status"});
   ASSERT_EQ(r.exit_code, 0) << r.output;

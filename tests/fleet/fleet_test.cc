@@ -34,6 +34,9 @@ using ::aside::testing::TempDir;
 using ::testing::HasSubstr;
 
 constexpr char kToken[] = "fleet-admin-token";
+// A `report` credential: load reports, and what replicas present to each
+// other's LoadView.
+constexpr char kReportToken[] = "fleet-report-token-0123";
 constexpr char kPrefix[] = "/aside-fleet/";
 
 // Waits (bounded) for `done`, polling every 20 ms.
@@ -147,7 +150,10 @@ class FleetTest : public ::testing::Test {
     }
     ASSERT_OK(cluster.status());
     cluster_ = *std::move(cluster);
-    tokens_ = dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+    tokens_ = dir_.WriteFile(
+        "tokens", absl::StrCat(kToken, " admin\n", kReportToken, " report\n"));
+    peer_token_ =
+        dir_.WriteFile("peer-token", absl::StrCat(kReportToken, "\n"));
     for (int i = 0; i < 3; ++i) {
       AddReplica(cluster_->endpoints());
     }
@@ -159,7 +165,8 @@ class FleetTest : public ::testing::Test {
         extra, "store:\n  type: etcd\n  etcd:\n    endpoints: [",
         absl::StrJoin(endpoints, ", "), "]\n    prefix: ", kPrefix,
         "\n    dial_timeout: 300ms\n    request_timeout: 2s\n",
-        "admin:\n  token_file: ", tokens_, "\n");
+        "admin:\n  token_file: ", tokens_, "\n",
+        "fleet:\n  member_ttl: 2s\n  peer_token_file: ", peer_token_, "\n");
   }
 
   void AddReplica(const std::vector<std::string>& endpoints,
@@ -192,6 +199,7 @@ class FleetTest : public ::testing::Test {
 
   TempDir dir_;
   std::string tokens_;
+  std::string peer_token_;
   std::unique_ptr<EtcdCluster> cluster_;
   std::vector<std::unique_ptr<Replica>> replicas_;
 };
@@ -492,6 +500,46 @@ TEST_F(FleetTest, GroupsMoveFromASqliteStateDirectoryIntoEtcd) {
        dir_.path() + "/aside-0.yaml", "--import-state", bad});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_THAT(refused.output, HasSubstr("bad.json"));
+}
+
+TEST_F(FleetTest, LoadReportedToAReachesBAndCThroughTheMembership) {
+  // No fleet.peers: the replicas find each other through their member keys.
+  ASSERT_TRUE(A().Create(MakeGroup("loaded", {9201, 9202})).ok());
+  auto in_flight_on = [&](Replica& r) -> uint64_t {
+    std::optional<v1::Group> g = r.Get("loaded");
+    if (!g.has_value()) {
+      return 0;
+    }
+    for (const v1::TableBackend& tb : g->state()) {
+      if (tb.backend().address() == "127.0.0.1:9201" && tb.has_load()) {
+        return tb.load().in_flight();
+      }
+    }
+    return 0;
+  };
+  std::unique_ptr<grpc::ClientContext> context = Context(kReportToken);
+  v1::ReportLoadResponse response;
+  auto writer = A().lb->ReportLoad(context.get(), &response);
+  v1::LoadReport report;
+  report.set_reporter("pod-on-a");
+  v1::BackendLoad* load = report.add_loads();
+  load->set_group("loaded");
+  load->set_address("127.0.0.1:9201");
+  load->set_in_flight(7);
+  ASSERT_TRUE(writer->Write(report));
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  ASSERT_EQ(response.accepted(), 1u);
+  for (Replica* r : {&B(), &C()}) {
+    EXPECT_TRUE(Eventually([&] { return in_flight_on(*r) == 7; }))
+        << "in flight on a peer: " << in_flight_on(*r);
+  }
+  // A replica that dies stops counting on the others once its membership
+  // goes (lease TTL 2 s) or its stream stays silent past the grace.
+  A().server.process->Signal(SIGKILL);
+  EXPECT_TRUE(
+      Eventually([&] { return in_flight_on(B()) == 0; }, absl::Seconds(20)))
+      << "in flight on B after A died: " << in_flight_on(B());
 }
 
 TEST_F(FleetTest, AcknowledgedMutationsSurviveLeaderKills) {

@@ -549,6 +549,36 @@ TEST(StoreConfigTest, ErrorsNameFileLineAndKey) {
               HasSubstr("store.etcd: needs store.type: etcd"));
 }
 
+TEST(FleetConfigTest, ReadsMembershipSettings) {
+  ASSERT_OK_AND_ASSIGN(
+      ServerConfig c,
+      ParseConfig("fleet:\n  member_ttl: 3s\n  replica_id: aside-0\n"
+                  "  advertise_address: 10.0.0.7:50051\n",
+                  "aside.yaml"));
+  EXPECT_EQ(c.fleet.member_ttl, absl::Seconds(3));
+  EXPECT_EQ(c.fleet.replica_id, "aside-0");
+  EXPECT_EQ(c.fleet.advertise_address, "10.0.0.7:50051");
+  ASSERT_OK_AND_ASSIGN(ServerConfig d, ParseConfig("{}", "aside.yaml"));
+  EXPECT_EQ(d.fleet.member_ttl, absl::Seconds(5));
+  EXPECT_EQ(d.fleet.replica_id, "");
+}
+
+TEST(FleetConfigTest, ErrorsNameFileLineAndKey) {
+  auto error = [](absl::string_view text) {
+    absl::StatusOr<ServerConfig> c = ParseConfig(text, "aside.yaml");
+    EXPECT_FALSE(c.ok());
+    return c.ok() ? std::string() : std::string(c.status().message());
+  };
+  EXPECT_THAT(error("fleet:\n  member_ttl: 500ms\n"),
+              HasSubstr("aside.yaml:2:15: fleet.member_ttl: out of range "
+                        "1s..5m in whole seconds"));
+  EXPECT_THAT(error("fleet:\n  replica_id: \"a b\"\n"),
+              HasSubstr("aside.yaml:2:15: fleet.replica_id"));
+  EXPECT_THAT(error("fleet:\n  advertise_address: nope\n"),
+              HasSubstr("aside.yaml:2:22: fleet.advertise_address"));
+  EXPECT_THAT(error("fleet:\n  ttl: 5s\n"), HasSubstr("fleet.ttl"));
+}
+
 TEST(StoreConfigTest, StoreFlag) {
   StoreConfig store;
   store.prefix = "/kept/";
