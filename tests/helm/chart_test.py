@@ -551,6 +551,13 @@ class ChartStructureTest(unittest.TestCase):
                 self.assertFalse(w["spec"].get("volumeClaimTemplates"))
         hpa = one(self.rendered["etcd"], "HorizontalPodAutoscaler")
         self.assertEqual(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment")
+        # Each replica advertises its pod IP to the fleet.
+        c, _ = container(self.rendered["etcd"])
+        self.assertIn("--advertise-address=$(POD_IP):50051", c["args"])
+        self.assertIn({"name": "POD_IP", "valueFrom": {"fieldRef": {
+            "fieldPath": "status.podIP"}}}, c["env"])
+        c, _ = container(self.rendered["default"])
+        self.assertFalse([a for a in c["args"] if "advertise" in a])
         self.assertEqual(hpa["spec"]["maxReplicas"], 9)
 
     def test_etcd_store_config(self):
