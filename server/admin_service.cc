@@ -153,8 +153,11 @@ grpc::ServerUnaryReactor* AdminService::ListTargets(
 
 void AdminService::Describe(const Group& group, bool with_backends,
                             v1::Group* out) const {
-  const GroupSpec spec = group.spec();
-  GroupSpecToProto(spec, out);
+  // The published spec, shared rather than copied: a summary (ListGroups)
+  // needs none of its backends.
+  const std::shared_ptr<const GroupSpec> snapshot = group.spec_snapshot();
+  const GroupSpec& spec = *snapshot;
+  GroupSpecToProto(spec, out, with_backends);
   out->set_dns_error(group.dns_error());
   TableConstPtr table = group.table();
   if (with_backends) {
@@ -202,7 +205,6 @@ void AdminService::Describe(const Group& group, bool with_backends,
       }
     }
   } else {
-    out->clear_backends();
     out->set_generation(table->generation());
     out->set_ready_count(table->ready_count());
     out->set_panic(table->panic());
