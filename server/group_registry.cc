@@ -455,13 +455,20 @@ GroupPtr GroupRegistry::Find(absl::string_view name) const {
 
 std::vector<GroupPtr> GroupRegistry::List() const {
   std::shared_ptr<const GroupMap> map = groups_.Acquire();
-  std::vector<GroupPtr> out;
-  out.reserve(map->size());
-  map->ForEach(
-      [&](const std::string&, const GroupPtr& group) { out.push_back(group); });
-  std::sort(out.begin(), out.end(), [](const GroupPtr& a, const GroupPtr& b) {
-    return a->name() < b->name();
+  // Sorted on the map's own keys: comparing through the groups would visit
+  // every group object O(log G) times.
+  std::vector<std::pair<absl::string_view, const GroupPtr*>> named;
+  named.reserve(map->size());
+  map->ForEach([&](const std::string& name, const GroupPtr& group) {
+    named.emplace_back(name, &group);
   });
+  std::sort(named.begin(), named.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<GroupPtr> out;
+  out.reserve(named.size());
+  for (const auto& [name, group] : named) {
+    out.push_back(*group);
+  }
   return out;
 }
 

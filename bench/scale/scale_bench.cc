@@ -338,6 +338,7 @@ void ManyGroups(size_t groups, size_t backends, int reps) {
           "its definition's protobuf bytes",
           {},
           {}};
+  Range heap_table;
   Range rss_growth, parse, create, serve, add_per_group, heap_plain,
       remove_per_group;
   for (int r = 0; r < reps; ++r) {
@@ -421,6 +422,20 @@ void ManyGroups(size_t groups, size_t backends, int reps) {
       }
       heap_plain.Add((HeapBytes() - bare0) / static_cast<double>(groups));
     }
+    // Of which the published table alone (BuildTableSpec + Table::Create).
+    {
+      const double table0 = HeapBytes();
+      std::vector<TableConstPtr> tables;
+      const GroupSpec spec = MakeSpec("t", backends);
+      const std::vector<MemberStatus> statuses(backends);
+      auto key = std::make_shared<const std::string>(32, 'k');
+      for (size_t g = 0; g < groups; ++g) {
+        TableSpec ts = BuildTableSpec(spec, spec.backends, statuses, key, 0);
+        ts.generation = 1;
+        tables.push_back(*Table::Create(std::move(ts), nullptr, nullptr));
+      }
+      heap_table.Add((HeapBytes() - table0) / static_cast<double>(groups));
+    }
     AdminService admin(registry.get(), nullptr, nullptr, &metrics);
     v1::ListGroupsResponse response;
     const double t_list = TimePerCall(
@@ -469,6 +484,10 @@ void ManyGroups(size_t groups, size_t backends, int reps) {
       "| heap in use per group without Prometheus metrics | %s | | "
       "|\n",
       Fmt(heap_plain, "KiB", 1.0 / 1024).c_str());
+  std::printf(
+      "| of which its table (Table::Create, round_robin) | %s | | "
+      "|\n",
+      Fmt(heap_table, "KiB", 1.0 / 1024).c_str());
   std::printf(
       "| GroupRegistry::Remove of one group among %zu (its metrics "
       "included) | %s | | |\n",
