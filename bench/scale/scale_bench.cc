@@ -782,12 +782,15 @@ int main(int argc, char** argv) {
   int reps = 3;
   std::string part;
   size_t groups = 0;
+  size_t large = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
       quick = true;
     } else if (arg.rfind("--reps=", 0) == 0) {
       reps = std::max(1, std::atoi(arg.c_str() + 7));
+    } else if (arg.rfind("--backends=", 0) == 0) {
+      large = std::strtoul(arg.c_str() + 11, nullptr, 10);
     } else if (arg.rfind("--groups=", 0) == 0) {
       groups = std::strtoul(arg.c_str() + 9, nullptr, 10);
     } else if (arg.rfind("--part=", 0) == 0) {
@@ -795,7 +798,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: scale_bench [--quick] [--reps=N] "
-                   "[--part=large|many|update] [--groups=N]\n");
+                   "[--part=large|many|update] [--groups=N] [--backends=N]\n");
       return 2;
     }
   }
@@ -803,8 +806,9 @@ int main(int argc, char** argv) {
   const double min_seconds = quick ? 0.05 : 0.3;
   if (part.empty() || part == "large") {
     Header("One large group");
-    for (size_t n : quick ? std::vector<size_t>{1000, 10000}
-                          : std::vector<size_t>{1000, 10000, 100000}) {
+    for (size_t n : large > 0 ? std::vector<size_t>{large}
+                    : quick   ? std::vector<size_t>{1000, 10000}
+                              : std::vector<size_t>{1000, 10000, 100000}) {
       LargeGroup(n, reps, min_seconds);
     }
   }
