@@ -4,6 +4,7 @@
 #include <set>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -428,7 +429,9 @@ grpc::Status AdminService::DoAddBackends(const v1::AddBackendsRequest& request,
     return s;
   }
   GroupSpec spec = group->spec();
-  std::set<std::string> present;
+  // Views into spec.backends, which grows only after the check.
+  absl::flat_hash_set<absl::string_view> present;
+  present.reserve(spec.backends.size() + added.size());
   for (const Backend& b : spec.backends) {
     present.insert(b.address);
   }
