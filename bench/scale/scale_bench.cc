@@ -105,14 +105,6 @@ double HeapBytes() {
   return static_cast<double>(m.uordblks + m.hblkhd);
 }
 
-long RssBytes() {
-  std::ifstream in("/proc/self/statm");
-  long pages = 0;
-  long rss = 0;
-  in >> pages >> rss;
-  return rss * sysconf(_SC_PAGESIZE);
-}
-
 struct Row {
   std::string what;
   Range value;
@@ -339,8 +331,7 @@ void ManyGroups(size_t groups, size_t backends, int reps) {
           {},
           {}};
   Range heap_table;
-  Range rss_growth, parse, create, serve, add_per_group, heap_plain,
-      remove_per_group;
+  Range parse, create, serve, add_per_group, heap_plain, remove_per_group;
   for (int r = 0; r < reps; ++r) {
     const auto y0 = Clock::now();
     YAML::Node node = YAML::LoadFile(path);
@@ -378,7 +369,6 @@ void ManyGroups(size_t groups, size_t backends, int reps) {
     // RSS and ListGroups on a registry of its own.
     Metrics metrics;
     const double heap0 = HeapBytes();
-    const long rss0 = RssBytes();
     auto registry = *GroupRegistry::Create(&metrics, 1, groups);
     size_t def_bytes = 0;
     double adding = 0;
@@ -401,8 +391,6 @@ void ManyGroups(size_t groups, size_t backends, int reps) {
     add_per_group.Add(adding / static_cast<double>(groups));
     const double per_group =
         (HeapBytes() - heap0) / static_cast<double>(groups);
-    rss_growth.Add(static_cast<double>(RssBytes() - rss0) /
-                   static_cast<double>(groups));
     const double def_per_group =
         static_cast<double>(def_bytes) / static_cast<double>(groups);
     rss.value.Add(per_group);
@@ -492,10 +480,6 @@ void ManyGroups(size_t groups, size_t backends, int reps) {
       "| GroupRegistry::Remove of one group among %zu (its metrics "
       "included) | %s | | |\n",
       groups, Fmt(remove_per_group, "ms", 1e3).c_str());
-  std::printf(
-      "| RSS growth per group, same registry (memory freed earlier "
-      "in the process is reused, so a lower bound) | %s | | |\n",
-      Fmt(rss_growth, "KiB", 1.0 / 1024).c_str());
   std::filesystem::remove_all(dir);
 }
 
