@@ -362,7 +362,7 @@ std::shared_ptr<const EncodedUpdate> Group::Encoded() {
                 previous_table_->generation() < current->generation()
             ? previous_table_.get()
             : nullptr;
-    encoded_ = EncodeUpdate(previous, *current, server_id_);
+    encoded_ = EncodeUpdate(previous, current, server_id_);
   }
   return encoded_;
 }
