@@ -187,8 +187,8 @@ class Group : public std::enable_shared_from_this<Group> {
   // Tells the listeners the group is gone (called by the registry).
   void NotifyRemoved(uint64_t generation);
 
-  // The newest table in Watch's wire form: encoded once per generation and
-  // shared by all subscribers.
+  // The newest table in Watch's wire form: encoded once per generation (its
+  // full form on first use) and shared by all subscribers.
   std::shared_ptr<const EncodedUpdate> Encoded();
 
   // Starts following the spec's DNS name (if any). Called once the group is

@@ -1,6 +1,7 @@
 // Watch's wire form of a group's table: a full table and the delta from the
-// table published before it, each serialized once per generation and shared
-// (as reference-counted byte buffers) by every subscriber.
+// table published before it, each serialized at most once per generation
+// (the full table only when a subscriber needs it) and shared (as
+// reference-counted byte buffers) by every subscriber.
 #ifndef ASIDE_SERVER_TABLE_ENCODING_H_
 #define ASIDE_SERVER_TABLE_ENCODING_H_
 
