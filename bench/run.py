@@ -30,7 +30,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARTS = ["micro", "rpc", "fanout", "probe", "lab"]
+PARTS = ["micro", "rpc", "fanout", "probe", "lab", "scale"]
 
 
 def log(msg):
@@ -315,6 +315,19 @@ def run_lab(args, out_dir):
     if args.quick:
         argv.append("--quick")
     subprocess.run(argv, check=True, timeout=1800)
+
+
+def run_scale(args, out_dir):
+    # In process: large groups, many groups, the fixed cost of one update.
+    # Its tables (markdown, ratios to floors of the same run) go into
+    # scale.md and the end of report.md.
+    argv = [os.path.join(args.bin_dir, "scale_bench"), "--reps=3"]
+    if args.quick:
+        argv.append("--quick")
+    log("== scale: " + " ".join(argv[1:]))
+    with open(os.path.join(out_dir, "scale.md"), "w") as f:
+        subprocess.run(argv, check=True, timeout=900, stdout=f,
+                       stderr=subprocess.DEVNULL)
 
 
 def write_json(path, doc):
@@ -957,7 +970,7 @@ def main():
         write_json(os.path.join(args.out_dir, "machine.json"), machine())
         began = time.monotonic()
         runners = {"micro": run_micro, "rpc": run_rpc, "fanout": run_fanout,
-                   "probe": run_probe, "lab": run_lab}
+                   "probe": run_probe, "lab": run_lab, "scale": run_scale}
         for part in args.only.split(","):
             if part not in runners:
                 sys.exit(f"run.py: unknown part '{part}'")
@@ -974,6 +987,10 @@ def main():
     with open(os.path.join(args.out_dir, "report.md"), "w") as f:
         f.write("### Against the targets\n\n" + table + "\n" +
                 details(args.out_dir))
+        scale = os.path.join(args.out_dir, "scale.md")
+        if os.path.exists(scale):
+            with open(scale) as s:
+                f.write("\n## Scale (scale_bench)\n" + s.read())
     log("\nTargets (DESIGN.md section 8); JSON, summary.md and report.md in "
         + os.path.relpath(args.out_dir, os.getcwd()) + "/\n")
     log(table)

@@ -50,44 +50,48 @@ absl::Status ValidateGroupName(absl::string_view name) {
 
 absl::Status ValidateBackend(absl::string_view field, Backend& backend,
                              bool allow_hostname) {
-  const std::string address_field = JoinFieldPath(field, "address");
+  // Field paths are built only for an error: a group validates every
+  // backend on each change, and the strings cost more than the checks.
+  auto path = [&](absl::string_view key) { return JoinFieldPath(field, key); };
   absl::StatusOr<Address> address = ParseAddress(backend.address);
   if (!address.ok()) {
-    return InvalidField(address_field, address.status().message());
+    return InvalidField(path("address"), address.status().message());
   }
   if (!allow_hostname && !address->is_ip()) {
     return InvalidField(
-        address_field,
+        path("address"),
         absl::StrCat("'", backend.address,
                      "' is a host name; static backends need an IP address "
                      "(use dns discovery for names)"));
   }
   backend.address = address->ToString();
-  ASIDE_RETURN_IF_ERROR(CheckInteger(JoinFieldPath(field, "weight"),
-                                     backend.weight, {0, kMaxWeight}));
+  constexpr Range<uint64_t> kWeights{0, kMaxWeight};
+  if (!kWeights.Contains(backend.weight)) {
+    return CheckInteger(path("weight"), backend.weight, kWeights);
+  }
   for (const auto* part : {&backend.locality.region, &backend.locality.zone,
                            &backend.locality.subzone}) {
     if (part->size() > kMaxLocalityFieldBytes) {
-      return InvalidField(JoinFieldPath(field, "locality"),
+      return InvalidField(path("locality"),
                           absl::StrCat("a field is longer than ",
                                        kMaxLocalityFieldBytes, " bytes"));
     }
   }
-  const std::string metadata_field = JoinFieldPath(field, "metadata");
   if (backend.metadata.size() > kMaxMetadataEntries) {
-    return InvalidField(metadata_field, absl::StrCat(backend.metadata.size(),
-                                                     " entries (at most ",
-                                                     kMaxMetadataEntries, ")"));
+    return InvalidField(
+        path("metadata"),
+        absl::StrCat(backend.metadata.size(), " entries (at most ",
+                     kMaxMetadataEntries, ")"));
   }
   for (const auto& [key, value] : backend.metadata) {
     if (key.empty() || key.size() > kMaxMetadataKeyBytes) {
-      return InvalidField(metadata_field,
+      return InvalidField(path("metadata"),
                           absl::StrCat("key '", key, "' must be 1..",
                                        kMaxMetadataKeyBytes, " bytes"));
     }
     if (value.size() > kMaxMetadataValueBytes) {
       return InvalidField(
-          absl::StrCat(metadata_field, "['", key, "']"),
+          absl::StrCat(path("metadata"), "['", key, "']"),
           absl::StrCat("value longer than ", kMaxMetadataValueBytes, " bytes"));
     }
   }

@@ -196,11 +196,15 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(absl::string_view field,
   return spec;
 }
 
-void GroupSpecToProto(const GroupSpec& spec, v1::Group* pb) {
+void GroupSpecToProto(const GroupSpec& spec, v1::Group* pb,
+                      bool with_backends) {
   pb->set_name(spec.name);
   ToProto(spec.policy, pb->mutable_policy());
-  for (const Backend& b : spec.backends) {
-    ToProto(b, pb->add_backends());
+  if (with_backends) {
+    pb->mutable_backends()->Reserve(static_cast<int>(spec.backends.size()));
+    for (const Backend& b : spec.backends) {
+      ToProto(b, pb->add_backends());
+    }
   }
   HealthCheckToProto(spec.health_check, pb->mutable_health_check());
   pb->set_panic_threshold(spec.panic_threshold);

@@ -21,8 +21,10 @@ namespace aside::server {
 absl::StatusOr<GroupSpec> GroupSpecFromProto(absl::string_view field,
                                              const v1::Group& pb);
 
-// The definition fields of a group (what the store persists).
-void GroupSpecToProto(const GroupSpec& spec, v1::Group* pb);
+// The definition fields of a group (what the store persists). Without
+// `with_backends` the backends are left out (a summary, as ListGroups shows).
+void GroupSpecToProto(const GroupSpec& spec, v1::Group* pb,
+                      bool with_backends = true);
 
 // Converts a health check (not validated: ValidateHealthCheck does that).
 absl::StatusOr<HealthCheckSpec> HealthCheckFromProto(absl::string_view field,

@@ -4,6 +4,7 @@
 #include <set>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -168,8 +169,11 @@ grpc::Status AdminService::DoListMembers(const v1::ListMembersRequest&,
 
 void AdminService::Describe(const Group& group, bool with_backends,
                             v1::Group* out) const {
-  const GroupSpec spec = group.spec();
-  GroupSpecToProto(spec, out);
+  // The published spec, shared rather than copied: a summary (ListGroups)
+  // needs none of its backends.
+  const std::shared_ptr<const GroupSpec> snapshot = group.spec_snapshot();
+  const GroupSpec& spec = *snapshot;
+  GroupSpecToProto(spec, out, with_backends);
   out->set_dns_error(group.dns_error());
   TableConstPtr table = group.table();
   if (with_backends) {
@@ -217,7 +221,6 @@ void AdminService::Describe(const Group& group, bool with_backends,
       }
     }
   } else {
-    out->clear_backends();
     out->set_generation(table->generation());
     out->set_ready_count(table->ready_count());
     out->set_panic(table->panic());
@@ -441,7 +444,9 @@ grpc::Status AdminService::DoAddBackends(const v1::AddBackendsRequest& request,
     return s;
   }
   GroupSpec spec = group->spec();
-  std::set<std::string> present;
+  // Views into spec.backends, which grows only after the check.
+  absl::flat_hash_set<absl::string_view> present;
+  present.reserve(spec.backends.size() + added.size());
   for (const Backend& b : spec.backends) {
     present.insert(b.address);
   }

@@ -362,7 +362,7 @@ std::shared_ptr<const EncodedUpdate> Group::Encoded() {
                 previous_table_->generation() < current->generation()
             ? previous_table_.get()
             : nullptr;
-    encoded_ = EncodeUpdate(previous, *current, server_id_);
+    encoded_ = EncodeUpdate(previous, current, server_id_);
   }
   return encoded_;
 }
@@ -449,20 +449,26 @@ GroupRegistry::GroupRegistry(Metrics* metrics, uint64_t generation_base,
 
 GroupPtr GroupRegistry::Find(absl::string_view name) const {
   std::shared_ptr<const GroupMap> map = groups_.Acquire();
-  auto it = map->find(name);
-  return it == map->end() ? nullptr : it->second;
+  const GroupPtr* group = map->find(name);
+  return group == nullptr ? nullptr : *group;
 }
 
 std::vector<GroupPtr> GroupRegistry::List() const {
   std::shared_ptr<const GroupMap> map = groups_.Acquire();
-  std::vector<GroupPtr> out;
-  out.reserve(map->size());
-  for (const auto& [name, group] : *map) {
-    out.push_back(group);
-  }
-  std::sort(out.begin(), out.end(), [](const GroupPtr& a, const GroupPtr& b) {
-    return a->name() < b->name();
+  // Sorted on the map's own keys: comparing through the groups would visit
+  // every group object O(log G) times.
+  std::vector<std::pair<absl::string_view, const GroupPtr*>> named;
+  named.reserve(map->size());
+  map->ForEach([&](const std::string& name, const GroupPtr& group) {
+    named.emplace_back(name, &group);
   });
+  std::sort(named.begin(), named.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<GroupPtr> out;
+  out.reserve(named.size());
+  for (const auto& [name, group] : named) {
+    out.push_back(*group);
+  }
   return out;
 }
 
@@ -479,9 +485,14 @@ std::shared_ptr<GroupMetrics> GroupRegistry::MetricsFor(
     existing = std::make_shared<GroupMetrics>(metrics_, name);
     slot = existing;
   }
-  // Forget names whose metrics are gone.
-  absl::erase_if(metrics_by_name_,
-                 [](const auto& entry) { return entry.second.expired(); });
+  // Forget names whose metrics are gone, once the map has doubled since
+  // the last sweep: a sweep on every add made starting with G groups cost
+  // O(G^2).
+  if (metrics_by_name_.size() >= metrics_sweep_at_) {
+    absl::erase_if(metrics_by_name_,
+                   [](const auto& entry) { return entry.second.expired(); });
+    metrics_sweep_at_ = std::max<size_t>(64, 2 * metrics_by_name_.size());
+  }
   return existing;
 }
 
@@ -515,9 +526,7 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist,
       group->UseOwnGenerations(first_generation);
     }
     ASIDE_RETURN_IF_ERROR(group->Init(persist));
-    auto next = std::make_shared<GroupMap>(*current);
-    next->emplace(group->name(), group);
-    groups_.Publish(std::move(next));
+    groups_.Publish(current->With(group->name(), group));
     SetAliasesLocked(group->name(), group->spec_snapshot()->aliases);
     // A probe result that arrived between the first build and now found no
     // group to rebuild (health observers look groups up by name): take it in
@@ -540,9 +549,8 @@ absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
                                    uint64_t min_generation) {
   aside::MutexLock lock(&write_mu_);
   std::shared_ptr<const GroupMap> current = groups_.Acquire();
-  auto it = current->find(group->name());
-  if (it == current->end() || it->second != group ||
-      spec.name != group->name()) {
+  const GroupPtr* found = current->find(group->name());
+  if (found == nullptr || *found != group || spec.name != group->name()) {
     return absl::NotFoundError(
         absl::StrCat("group '", group->name(), "' not found"));
   }
@@ -574,10 +582,9 @@ absl::Status GroupRegistry::CheckNamespaceLocked(const GroupSpec& spec,
   }
   candidates.erase(spec.name);
   for (const std::string& name : candidates) {
-    auto it = map.find(name);
-    if (it != map.end()) {
+    if (const GroupPtr* other = map.find(name); other != nullptr) {
       ASIDE_RETURN_IF_ERROR(
-          CheckGroupNamespace(spec, *it->second->spec_snapshot()));
+          CheckGroupNamespace(spec, *(*other)->spec_snapshot()));
     }
   }
   return absl::OkStatus();
@@ -616,11 +623,9 @@ absl::Status GroupRegistry::Remove(absl::string_view name,
   if (persist) {
     ASIDE_RETURN_IF_ERROR(persist(generation));
   }
-  GroupPtr removed = current->find(name)->second;
+  GroupPtr removed = *current->find(name);
   removed->StopDiscovery();
-  auto next = std::make_shared<GroupMap>(*current);
-  next->erase(name);
-  groups_.Publish(std::move(next));
+  groups_.Publish(current->Without(name));
   SetAliasesLocked(removed->name(), {});
   removed->NotifyRemoved(generation);
   return absl::OkStatus();

@@ -29,6 +29,7 @@
 #include "lib/snapshot_cell.h"
 #include "lib/sync.h"
 #include "lib/table.h"
+#include "server/group_map.h"
 #include "server/group_member_state.h"
 #include "server/health/health_registry.h"
 #include "server/health/outlier_detector.h"
@@ -186,8 +187,8 @@ class Group : public std::enable_shared_from_this<Group> {
   // Tells the listeners the group is gone (called by the registry).
   void NotifyRemoved(uint64_t generation);
 
-  // The newest table in Watch's wire form: encoded once per generation and
-  // shared by all subscribers.
+  // The newest table in Watch's wire form: encoded once per generation (its
+  // full form on first use) and shared by all subscribers.
   std::shared_ptr<const EncodedUpdate> Encoded();
 
   // Starts following the spec's DNS name (if any). Called once the group is
@@ -365,7 +366,7 @@ class GroupRegistry {
   void set_session_key(std::string key);
 
  private:
-  using GroupMap = absl::flat_hash_map<std::string, GroupPtr>;
+  using GroupMap = ShardedMap<GroupPtr>;
 
   GroupRegistry(Metrics* metrics, uint64_t generation_base, size_t max_groups,
                 GenerationSource::Reserver reserver, std::string session_key,
@@ -391,6 +392,9 @@ class GroupRegistry {
   mutable aside::Mutex write_mu_;  // serialises Add/Remove
   absl::flat_hash_map<std::string, std::weak_ptr<GroupMetrics>> metrics_by_name_
       ABSL_GUARDED_BY(write_mu_);
+  // metrics_by_name_ is swept of expired entries when it reaches this size
+  // (then set to twice what is left), so that adding G groups costs O(G).
+  size_t metrics_sweep_at_ ABSL_GUARDED_BY(write_mu_) = 64;
   // Every alias of every group, with its group's name.
   absl::flat_hash_map<std::string, std::string> alias_owners_
       ABSL_GUARDED_BY(write_mu_);

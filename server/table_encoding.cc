@@ -65,33 +65,57 @@ void MakeDelta(const Table& previous, const Table& current,
   }
 }
 
+void EncodedUpdate::EncodeFull() const {
+  absl::call_once(full_once_, [this] {
+    v1::GroupUpdate full;
+    full.set_group(table_->group());
+    full.set_generation(table_->generation());
+    full.set_server_id(server_id_);
+    ToProto(*table_, full.mutable_full());
+    std::string bytes = full.SerializeAsString();
+    full_bytes_ = bytes.size();
+    grpc::Slice slice(std::move(bytes));
+    full_ = grpc::ByteBuffer(&slice, 1);
+  });
+}
+
+const grpc::ByteBuffer& EncodedUpdate::full() const {
+  EncodeFull();
+  return full_;
+}
+
+size_t EncodedUpdate::full_bytes() const {
+  EncodeFull();
+  return full_bytes_;
+}
+
 std::shared_ptr<const EncodedUpdate> EncodeUpdate(
-    const Table* previous, const Table& current, const std::string& server_id) {
-  auto out = std::make_shared<EncodedUpdate>();
-  out->generation = current.generation();
-  v1::GroupUpdate full;
-  full.set_group(current.group());
-  full.set_generation(current.generation());
-  full.set_server_id(server_id);
-  ToProto(current, full.mutable_full());
-  std::string full_bytes = full.SerializeAsString();
-  out->full_bytes = full_bytes.size();
+    const Table* previous, const std::shared_ptr<const Table>& current,
+    const std::string& server_id) {
+  auto out = std::make_shared<EncodedUpdate>(current, server_id);
+  out->generation = current->generation();
   if (previous != nullptr) {
     v1::GroupUpdate delta;
-    delta.set_group(current.group());
-    delta.set_generation(current.generation());
+    delta.set_group(current->group());
+    delta.set_generation(current->generation());
     delta.set_server_id(server_id);
-    MakeDelta(*previous, current, delta.mutable_delta());
+    MakeDelta(*previous, *current, delta.mutable_delta());
     std::string delta_bytes = delta.SerializeAsString();
-    if (delta_bytes.size() < full_bytes.size()) {
+    // The full table carries at least every member's address (a tag and a
+    // length byte each): a delta below that bound is the smaller without
+    // serialising the full table; otherwise compare with the real size.
+    size_t full_floor = 0;
+    for (const Member& m : current->members()) {
+      full_floor += m.backend.address.size() + 2;
+    }
+    if (delta_bytes.size() < full_floor ||
+        delta_bytes.size() < out->full_bytes()) {
       out->base_generation = previous->generation();
       out->delta_bytes = delta_bytes.size();
       grpc::Slice slice(std::move(delta_bytes));
       out->delta.emplace(&slice, 1);
     }
   }
-  grpc::Slice slice(std::move(full_bytes));
-  out->full = grpc::ByteBuffer(&slice, 1);
   return out;
 }
 

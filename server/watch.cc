@@ -404,7 +404,7 @@ class WatchHub::Stream final
           buffer_ = *update->delta;
           kind = gm != nullptr ? gm->watch_delta : nullptr;
         } else {
-          buffer_ = update->full;
+          buffer_ = update->full();
           kind = gm != nullptr ? gm->watch_full : nullptr;
         }
         e.sent = update->generation;

@@ -3,6 +3,7 @@
 #include <functional>
 #include <map>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "lib/policies/ketama.h"
 #include "lib/status_macros.h"
@@ -284,10 +285,16 @@ absl::Status ValidateGroupSpec(GroupSpec& spec) {
                       absl::StrCat(spec.backends.size(), " backends (at most ",
                                    kMaxBackendsPerGroup, ")"));
   }
-  std::map<std::string, size_t, std::less<>> seen;
+  // Keys point into spec.backends, which does not change size below.
+  absl::flat_hash_map<absl::string_view, size_t> seen;
+  seen.reserve(spec.backends.size());
   uint64_t weight_sum = 0;
+  // "backends[i]", written into one buffer rather than allocated per
+  // backend (ValidateBackend builds deeper paths only for an error).
+  std::string field;
   for (size_t i = 0; i < spec.backends.size(); ++i) {
-    const std::string field = absl::StrCat("backends[", i, "]");
+    field.clear();
+    absl::StrAppend(&field, "backends[", i, "]");
     ASIDE_RETURN_IF_ERROR(ValidateBackend(field, spec.backends[i],
                                           /*allow_hostname=*/false));
     auto [it, inserted] = seen.emplace(spec.backends[i].address, i);

@@ -5,6 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "server/admin_convert.h"
 #include "tests/testing/status_matchers.h"
 
@@ -38,6 +42,45 @@ TEST(GroupSpecTest, ErrorsCarryTheirFieldPath) {
   g = Web();
   g.name = "Web";
   EXPECT_EQ(ErrorFieldPath(ValidateGroupSpec(g)), "name");
+}
+
+TEST(GroupSpecTest, EachBackendErrorNamesItsBackendAndField) {
+  // The error is on the last of several backends, after valid ones.
+  struct Case {
+    std::function<void(Backend&)> spoil;
+    std::string path;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](Backend& b) { b.address = "no port"; }, "backends[2].address", ""},
+      {[](Backend& b) { b.address = "db.local:80"; }, "backends[2].address",
+       "is a host name"},
+      {[](Backend& b) { b.weight = 10001; }, "backends[2].weight",
+       "10001 out of range 0..10000"},
+      {[](Backend& b) { b.locality.zone = std::string(300, 'z'); },
+       "backends[2].locality", "a field is longer than"},
+      {[](Backend& b) { b.metadata[""] = "v"; }, "backends[2].metadata",
+       "key '' must be 1.."},
+      {[](Backend& b) { b.metadata["k"] = std::string(5000, 'v'); },
+       "backends[2].metadata['k']", "value longer than"},
+      {[](Backend& b) { b.address = "10.0.0.2:80"; }, "backends[2].address",
+       "listed twice (also backends[1])"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path + " " + c.message);
+    GroupSpec g = Web();
+    g.backends.push_back(Backend{.address = "10.0.0.3:80"});
+    c.spoil(g.backends[2]);
+    absl::Status s = ValidateGroupSpec(g);
+    EXPECT_EQ(ErrorFieldPath(s), c.path);
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
+    EXPECT_THAT(s.message(), HasSubstr(c.path + ": "));
+  }
+  // Valid backends come out canonical.
+  GroupSpec g = Web();
+  g.backends.push_back(Backend{.address = "[::1]:80"});
+  ASSERT_TRUE(ValidateGroupSpec(g).ok());
+  EXPECT_EQ(g.backends[2].address, "[::1]:80");
 }
 
 TEST(GroupSpecTest, AdminPrefixesThePath) {

@@ -70,6 +70,13 @@ TEST(GroupYamlTest, AsidectlAndTheConfigFileReadTheSameGroups) {
     GroupSpecToProto(created, &a);
     GroupSpecToProto(from_file, &b);
     EXPECT_EQ(a.DebugString(), b.DebugString());
+    // A summary (ListGroups) carries every definition field but the
+    // backends.
+    v1::Group summary;
+    GroupSpecToProto(created, &summary, /*with_backends=*/false);
+    EXPECT_EQ(summary.backends_size(), 0);
+    a.clear_backends();
+    EXPECT_EQ(summary.DebugString(), a.DebugString());
   }
   // Spot checks that the shorthand meant what it says.
   const GroupSpec& g = config.groups[0];
