@@ -128,6 +128,7 @@ $(CHECK_DIR)/CMakeCache.txt: | deps
 
 # The protobuf headers the sources include (protoc only, seconds).
 check-generated: deps $(CHECK_DIR)/CMakeCache.txt
+	ninja -C $(CHECK_DIR) build.ninja  # regenerated first: lists new protos
 	ninja -C $(CHECK_DIR) $$(ninja -C $(CHECK_DIR) -t targets all \
 	  | grep -oE '^[^/:][^:]*\.pb\.h' | grep -v CMakeFiles | sort -u)
 

@@ -222,7 +222,8 @@ std::vector<std::pair<size_t, std::string>> LoadAggregator::ApplyPeer(
     p.heard = wall_now;
     // Dropping entries first: a key removed and re-added in one update
     // starts again from its new baseline.
-    auto drop = [&](BackendState& state, auto it) {
+    auto drop = [&](BackendState& state,
+                    auto it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       const bool had_utilization = it->second.r.utilization.has_value();
       state.remote.erase(it);
       if (had_utilization) {
