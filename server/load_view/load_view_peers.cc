@@ -12,6 +12,12 @@ namespace {
 
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(200);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
+// A peer's entries this replica refused (most often: a group or backend the
+// peer knew a moment before this replica did) are asked for again with a
+// fresh snapshot this long after the refusal, doubling while refusals go
+// on (a group only the peer has) up to kMaxResync.
+constexpr absl::Duration kFirstResync = absl::Seconds(2);
+constexpr absl::Duration kMaxResync = absl::Seconds(60);
 
 // A snapshot is one message, about 43 bytes per (group, backend, source):
 // 4 MiB (gRPC's default limit) is only some 100 000 entries. Peers are
@@ -123,6 +129,7 @@ class LoadViewPeers::Link {
       LoadViewDecoder decoder;
       v1::LoadViewUpdate update;
       bool first = true;
+      bool resyncing = false;
       while (reader->Read(&update)) {
         backoff = kFirstBackoff;
         first_failure = true;
@@ -145,6 +152,14 @@ class LoadViewPeers::Link {
               {{"peer", peer_id_}, {"address", peer_.address}});
         }
         Apply(decoder, update);
+        if (absl::Now() >= resync_at_) {
+          // Unchanged entries are not sent again, so refused ones would
+          // stay missing: a new stream starts with a snapshot.
+          resync_at_ = absl::InfiniteFuture();
+          resyncing = true;
+          context.TryCancel();
+          break;
+        }
       }
       const grpc::Status status = reader->Finish();
       {
@@ -154,6 +169,13 @@ class LoadViewPeers::Link {
         if (stop_) {
           return;
         }
+      }
+      if (resyncing) {
+        Log(LogLevel::kInfo, "fleet.load_view_resync",
+            {{"peer", label_},
+             {"address", peer_.address},
+             {"reason", "entries refused; asking for a snapshot"}});
+        continue;
       }
       if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
         // The address is this replica's own.
@@ -191,9 +213,16 @@ class LoadViewPeers::Link {
     aside::MutexLock lock(&mu_);
     heard_ = absl::Now();
     holding_ = true;
-    for (const auto& [i, reason] :
-         owner_->loads_->ApplyPeer(peer_id_, decoded)) {
+    const std::vector<std::pair<size_t, std::string>> refused =
+        owner_->loads_->ApplyPeer(peer_id_, decoded);
+    for (const auto& [i, reason] : refused) {
       rejected.push_back(absl::StrCat("loads[", index[i], "].", reason));
+    }
+    if (!refused.empty() && resync_at_ == absl::InfiniteFuture()) {
+      resync_at_ = absl::Now() + resync_delay_;
+      resync_delay_ = std::min(2 * resync_delay_, kMaxResync);
+    } else if (refused.empty() && update.snapshot()) {
+      resync_delay_ = kFirstResync;
     }
     if (LoadViewMetrics* m = owner_->metrics_; m != nullptr) {
       if (age_ != nullptr) {
@@ -231,6 +260,10 @@ class LoadViewPeers::Link {
   absl::Time stream_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   prometheus::Gauge* age_ ABSL_GUARDED_BY(mu_) = nullptr;
   const absl::Time created_ = absl::Now();
+  // When to ask for a snapshot again after refused entries, and the delay
+  // the next refusal waits; the stream's thread only.
+  absl::Time resync_at_ = absl::InfiniteFuture();
+  absl::Duration resync_delay_ = kFirstResync;
   std::thread thread_;
 };
 

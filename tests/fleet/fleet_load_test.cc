@@ -292,5 +292,45 @@ TEST_F(FleetLoadTest, AKilledPeerStopsCountingAfterTheGrace) {
   EXPECT_EQ(v->in_flight(), 2u);
 }
 
+TEST_F(FleetLoadTest, EntriesForAGroupBLearnsLaterReachItUnchanged) {
+  // "late" exists on A only: B refuses A's entries for it.
+  auto admin_a = v1::Admin::NewStub(
+      grpc::CreateChannel(a_.target(), grpc::InsecureChannelCredentials()));
+  auto create = [](v1::Admin::Stub* admin) {
+    v1::CreateGroupRequest req;
+    req.mutable_group()->set_name("late");
+    req.mutable_group()->mutable_health_check()->set_kind(
+        v1::HealthCheck::NONE);
+    req.mutable_group()->add_backends()->set_address("127.0.0.1:9301");
+    v1::Group out;
+    return admin->CreateGroup(Context(kAdminToken).get(), req, &out);
+  };
+  ASSERT_TRUE(create(admin_a.get()).ok());
+  ReportToA({Load("late", "127.0.0.1:9301", 0, absl::ZeroDuration(), 6)});
+  auto in_flight_on_b = [&]() -> int64_t {
+    v1::GetGroupRequest req;
+    req.set_name("late");
+    v1::Group g;
+    if (!admin_b_->GetGroup(Context(kAdminToken).get(), req, &g).ok()) {
+      return -1;
+    }
+    for (const v1::TableBackend& tb : g.state()) {
+      if (tb.has_load()) {
+        return tb.load().in_flight();
+      }
+    }
+    return 0;
+  };
+  ASSERT_TRUE(Eventually([&] {
+    return MetricsOf(b_).find("aside_fleet_load_view_rejected_total 0") ==
+           std::string::npos;
+  })) << "B never refused A's entries for the unknown group";
+  // The group appears on B; A's gauge never changes, so only a fresh
+  // snapshot (asked for after the refusal) brings it over.
+  ASSERT_TRUE(create(admin_b_.get()).ok());
+  EXPECT_TRUE(Eventually([&] { return in_flight_on_b() == 6; }))
+      << "in flight on B: " << in_flight_on_b();
+}
+
 }  // namespace
 }  // namespace aside
