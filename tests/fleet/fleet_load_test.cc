@@ -19,6 +19,7 @@
 #include "client/client.h"
 #include "grpc/lb/v1/load_balancer.grpc.pb.h"
 #include "tests/integration/server_helpers.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
@@ -27,6 +28,7 @@ namespace aside {
 namespace {
 
 using ::aside::testing::Context;
+using ::aside::testing::Eventually;
 using ::aside::testing::RunningServer;
 using ::aside::testing::TempDir;
 using ::testing::HasSubstr;
@@ -35,19 +37,6 @@ constexpr char kAdminToken[] = "load-admin-token";
 constexpr char kReportToken[] = "load-report-token";
 constexpr char kSlow[] = "127.0.0.1:9001";
 constexpr char kFast[] = "127.0.0.1:9002";
-
-// Waits (bounded) for `done`, polling every 20 ms.
-template <typename F>
-bool Eventually(F done, absl::Duration timeout = absl::Seconds(15)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) {
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return done();
-}
 
 v1::BackendLoad Load(const std::string& group, const std::string& address,
                      uint64_t requests, absl::Duration latency_sum,

@@ -21,6 +21,7 @@
 #include "tests/health/test_backends.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/etcd_cluster.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
@@ -30,6 +31,7 @@ namespace {
 
 using ::aside::testing::Context;
 using ::aside::testing::EtcdCluster;
+using ::aside::testing::Eventually;
 using ::aside::testing::FakeBackend;
 using ::aside::testing::GrpcBackend;
 using ::aside::testing::RunningServer;
@@ -41,18 +43,6 @@ constexpr absl::Duration kTtl = absl::Seconds(2);
 constexpr int kFall = 2;
 constexpr int kTcpBackends = 20;
 constexpr int kGrpcBackends = 10;
-
-template <typename F>
-bool Eventually(F done, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) {
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return done();
-}
 
 struct Replica {
   RunningServer server;

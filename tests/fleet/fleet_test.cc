@@ -20,6 +20,7 @@
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/etcd_cluster.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
@@ -29,6 +30,7 @@ namespace {
 
 using ::aside::testing::Context;
 using ::aside::testing::EtcdCluster;
+using ::aside::testing::Eventually;
 using ::aside::testing::RunningServer;
 using ::aside::testing::TempDir;
 using ::testing::HasSubstr;
@@ -38,19 +40,6 @@ constexpr char kToken[] = "fleet-admin-token";
 // other's LoadView.
 constexpr char kReportToken[] = "fleet-report-token-0123";
 constexpr char kPrefix[] = "/aside-fleet/";
-
-// Waits (bounded) for `done`, polling every 20 ms.
-template <typename F>
-bool Eventually(F done, absl::Duration timeout = absl::Seconds(15)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) {
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return done();
-}
 
 v1::Group MakeGroup(const std::string& name, std::vector<int> ports) {
   v1::Group g;

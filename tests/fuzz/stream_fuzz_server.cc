@@ -113,4 +113,10 @@ std::vector<std::string> SplitMessages(const uint8_t* data, size_t size,
   return out;
 }
 
+std::unique_ptr<grpc::ClientContext> FuzzContext() {
+  auto c = std::make_unique<grpc::ClientContext>();
+  c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return c;
+}
+
 }  // namespace aside::fuzz

@@ -25,6 +25,30 @@ std::shared_ptr<grpc::Channel> StreamFuzzChannel();
 std::vector<std::string> SplitMessages(const uint8_t* data, size_t size,
                                        size_t max);
 
+// A client context with a 5 s deadline.
+std::unique_ptr<grpc::ClientContext> FuzzContext();
+
+// Writes the requests `data` holds (up to 16; bytes that do not parse as a
+// Request are skipped) on a bidirectional `stream`, half-closes, reads and
+// drops what comes back, and traps when the service never ended the
+// half-closed stream (its deadline passed instead).
+template <typename Request, typename Response, typename Stream>
+void SendFuzzedRequests(Stream& stream, const uint8_t* data, size_t size) {
+  for (const std::string& bytes : SplitMessages(data, size, 16)) {
+    Request request;
+    if (request.ParseFromString(bytes) && !stream.Write(request)) {
+      break;
+    }
+  }
+  stream.WritesDone();
+  Response response;
+  while (stream.Read(&response)) {
+  }
+  if (stream.Finish().error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    __builtin_trap();
+  }
+}
+
 }  // namespace aside::fuzz
 
 #endif  // ASIDE_TESTS_FUZZ_STREAM_FUZZ_SERVER_H_

@@ -27,36 +27,16 @@ AggregatedDiscoveryService::Stub& Stub() {
   return *stub;
 }
 
-std::unique_ptr<grpc::ClientContext> Context() {
-  auto c = std::make_unique<grpc::ClientContext>();
-  c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  return c;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   {
-    auto context = Context();
+    auto context = aside::fuzz::FuzzContext();
     auto stream = Stub().StreamAggregatedResources(context.get());
-    for (const std::string& bytes :
-         aside::fuzz::SplitMessages(data, size, 16)) {
-      DiscoveryRequest request;
-      if (request.ParseFromString(bytes) && !stream->Write(request)) {
-        break;
-      }
-    }
-    stream->WritesDone();
-    // The service ends the stream once it has handled every request before
-    // the half-close; what it answered is read and dropped.
-    DiscoveryResponse response;
-    while (stream->Read(&response)) {
-    }
-    if (stream->Finish().error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      __builtin_trap();  // the service did not end a half-closed stream
-    }
+    aside::fuzz::SendFuzzedRequests<DiscoveryRequest, DiscoveryResponse>(
+        *stream, data, size);
   }
-  auto context = Context();
+  auto context = aside::fuzz::FuzzContext();
   auto stream = Stub().StreamAggregatedResources(context.get());
   DiscoveryRequest request;
   request.set_type_url(aside::server::xds::kListenerType);
