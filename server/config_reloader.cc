@@ -86,7 +86,7 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a,
   check(a.tls_require_client_cert == b.tls_require_client_cert,
         "tls.require_client_cert");
   check(a.session_key_file == b.session_key_file, "session_key_file");
-  check(a.fleet_load == b.fleet_load, "fleet");
+  check(a.fleet == b.fleet && a.fleet_load == b.fleet_load, "fleet");
   check(a.dns_servers == b.dns_servers, "discovery.dns_servers");
   check(a.grpclb_client_stats_report_interval ==
             b.grpclb_client_stats_report_interval,

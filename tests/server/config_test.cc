@@ -308,6 +308,12 @@ TEST(ConfigTest, RestartOnlyChangesNameTheKeysButNotLiveOnes) {
   EXPECT_THAT(RestartOnlyChanges(a, c),
               ::testing::ElementsAre("listen", "limits.max_groups",
                                      "health.merge_window"));
+  // Both halves of the fleet block: membership and the load view.
+  ASSERT_OK_AND_ASSIGN(ServerConfig d, Parse("fleet: {member_ttl: 9s}\n"));
+  EXPECT_THAT(RestartOnlyChanges(a, d), ::testing::ElementsAre("fleet"));
+  ASSERT_OK_AND_ASSIGN(ServerConfig e,
+                       Parse("fleet: {load_share_interval: 2s}\n"));
+  EXPECT_THAT(RestartOnlyChanges(a, e), ::testing::ElementsAre("fleet"));
 }
 
 TEST(ConfigTest, Durations) {
