@@ -92,6 +92,7 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a,
             b.grpclb_client_stats_report_interval,
         "grpclb.client_stats_report_interval");
   check(a.grpclb_max_servers == b.grpclb_max_servers, "grpclb.max_servers");
+  check(a.store == b.store, "store");
   return out;
 }
 

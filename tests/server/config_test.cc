@@ -314,6 +314,10 @@ TEST(ConfigTest, RestartOnlyChangesNameTheKeysButNotLiveOnes) {
   ASSERT_OK_AND_ASSIGN(ServerConfig e,
                        Parse("fleet: {load_share_interval: 2s}\n"));
   EXPECT_THAT(RestartOnlyChanges(a, e), ::testing::ElementsAre("fleet"));
+  ASSERT_OK_AND_ASSIGN(
+      ServerConfig f,
+      Parse("store: {type: etcd, etcd: {endpoints: [127.0.0.1:2379]}}\n"));
+  EXPECT_THAT(RestartOnlyChanges(a, f), ::testing::ElementsAre("store"));
 }
 
 TEST(ConfigTest, Durations) {
