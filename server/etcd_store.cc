@@ -246,23 +246,79 @@ void EtcdStore::Follow(std::optional<int64_t> revision, FeedHandlers handlers) {
   {
     aside::MutexLock lock(&mu_);
     revision_ = revision;
-    need_snapshot_ = !revision.has_value();
     SetUp(revision.has_value());
     if (revision.has_value() && revision_gauge_ != nullptr) {
       revision_gauge_->Set(static_cast<double>(*revision));
     }
   }
-  thread_ = std::thread([this] { Run(); });
+  follower_ = std::make_unique<etcd::Follower>(
+      client_.get(), groups_prefix_,
+      etcd::Follower::Handlers{
+          .snapshot = [this] { return TakeSnapshot(); },
+          .on_events = [this](etcd::WatchBatch b) { Deliver(std::move(b)); },
+          .on_unavailable =
+              [this](const absl::Status& s) {
+                Log(LogLevel::kWarn, "store.unavailable",
+                    {{"store", location_},
+                     {"error", std::string(s.message())},
+                     {"action", "serving the last state; retrying"}});
+              },
+          .on_compacted =
+              [this](int64_t compact_revision) {
+                Log(LogLevel::kWarn, "store.compacted",
+                    {{"store", location_},
+                     {"compact_revision", absl::StrCat(compact_revision)},
+                     {"action", "reloading a snapshot"}});
+                NoteError("compacted",
+                          absl::StrCat("history compacted at revision ",
+                                       compact_revision));
+              },
+          .on_disconnected =
+              [this](const absl::Status& s) {
+                bool was_up = false;
+                {
+                  aside::MutexLock lock(&mu_);
+                  was_up = up_;
+                }
+                if (was_up) {
+                  Log(LogLevel::kWarn, "store.watch_lost",
+                      {{"store", location_},
+                       {"error", std::string(s.message())},
+                       {"action", "serving the last state; resuming"}});
+                }
+                NoteError("watch", std::string(s.message()));
+              },
+          .on_connected =
+              [this](bool up) {
+                aside::MutexLock lock(&mu_);
+                if (up != up_) {
+                  Log(up ? LogLevel::kInfo : LogLevel::kWarn,
+                      up ? "store.up" : "store.down", {{"store", location_}});
+                }
+                SetUp(up);
+              }});
+  follower_->Start(revision);
 }
 
 void EtcdStore::StopFollowing() {
-  {
-    aside::MutexLock lock(&mu_);
-    stopping_ = true;
+  if (follower_ != nullptr) {
+    follower_->Stop();
   }
-  if (thread_.joinable()) {
-    thread_.join();
+}
+
+absl::StatusOr<int64_t> EtcdStore::TakeSnapshot() {
+  ASIDE_ASSIGN_OR_RETURN(StoreSnapshot s, Load());
+  handlers_.on_snapshot(s);
+  Log(LogLevel::kInfo, "store.synced",
+      {{"store", location_},
+       {"revision", absl::StrCat(s.revision)},
+       {"groups", absl::StrCat(s.groups.size())}});
+  aside::MutexLock lock(&mu_);
+  revision_ = s.revision;
+  if (revision_gauge_ != nullptr) {
+    revision_gauge_->Set(static_cast<double>(s.revision));
   }
+  return s.revision;
 }
 
 void EtcdStore::Deliver(etcd::WatchBatch batch) {
@@ -297,117 +353,6 @@ void EtcdStore::Deliver(etcd::WatchBatch batch) {
   revision_ = batch.revision;
   if (revision_gauge_ != nullptr) {
     revision_gauge_->Set(static_cast<double>(batch.revision));
-  }
-}
-
-void EtcdStore::Run() {
-  absl::Duration backoff = absl::Milliseconds(250);
-  std::string logged_error;
-  while (true) {
-    bool snapshot = false;
-    {
-      aside::MutexLock lock(&mu_);
-      if (stopping_) {
-        break;
-      }
-      snapshot = need_snapshot_;
-    }
-    if (snapshot) {
-      absl::StatusOr<StoreSnapshot> s = Load();
-      if (!s.ok()) {
-        if (s.status().message() != logged_error) {
-          logged_error = std::string(s.status().message());
-          Log(LogLevel::kWarn, "store.unavailable",
-              {{"store", location_},
-               {"error", logged_error},
-               {"action", "serving the last state; retrying"}});
-        }
-        aside::MutexLock lock(&mu_);
-        mu_.AwaitWithTimeout(
-            [this] {
-              mu_.AssertHeld();
-              return stopping_;
-            },
-            backoff);
-        backoff = std::min(backoff * 2, absl::Seconds(5));
-        continue;
-      }
-      backoff = absl::Milliseconds(250);
-      logged_error.clear();
-      handlers_.on_snapshot(*s);
-      Log(LogLevel::kInfo, "store.synced",
-          {{"store", location_},
-           {"revision", absl::StrCat(s->revision)},
-           {"groups", absl::StrCat(s->groups.size())}});
-      aside::MutexLock lock(&mu_);
-      revision_ = s->revision;
-      need_snapshot_ = false;
-      if (revision_gauge_ != nullptr) {
-        revision_gauge_->Set(static_cast<double>(s->revision));
-      }
-    }
-    int64_t from = 0;
-    {
-      aside::MutexLock lock(&mu_);
-      from = *revision_ + 1;
-    }
-    std::unique_ptr<etcd::Watch> watch = client_->WatchPrefix(
-        {.prefix = groups_prefix_, .start_revision = from},
-        {.on_events = [this](etcd::WatchBatch b) { Deliver(std::move(b)); },
-         .on_compacted =
-             [this](int64_t compact_revision) {
-               Log(LogLevel::kWarn, "store.compacted",
-                   {{"store", location_},
-                    {"compact_revision", absl::StrCat(compact_revision)},
-                    {"action", "reloading a snapshot"}});
-               NoteError("compacted",
-                         absl::StrCat("history compacted at revision ",
-                                      compact_revision));
-               aside::MutexLock lock(&mu_);
-               need_snapshot_ = true;
-             },
-         .on_disconnected =
-             [this](const absl::Status& s) {
-               bool was_up = false;
-               {
-                 aside::MutexLock lock(&mu_);
-                 was_up = up_;
-               }
-               if (was_up) {
-                 Log(LogLevel::kWarn, "store.watch_lost",
-                     {{"store", location_},
-                      {"error", std::string(s.message())},
-                      {"action", "serving the last state; resuming"}});
-               }
-               NoteError("watch", std::string(s.message()));
-             }});
-    {
-      aside::MutexLock lock(&mu_);
-      watch_ = std::move(watch);
-      // Refresh the up state every second until a snapshot is needed.
-      while (!stopping_ && !need_snapshot_) {
-        const bool up = watch_->connected();
-        if (up != up_) {
-          Log(up ? LogLevel::kInfo : LogLevel::kWarn,
-              up ? "store.up" : "store.down", {{"store", location_}});
-        }
-        SetUp(up);
-        mu_.AwaitWithTimeout(
-            [this] {
-              mu_.AssertHeld();
-              return stopping_ || need_snapshot_;
-            },
-            absl::Seconds(1));
-      }
-      SetUp(false);
-      watch = std::move(watch_);
-    }
-    watch.reset();  // joins the watch's thread (outside mu_)
-  }
-  std::unique_ptr<etcd::Watch> watch;
-  {
-    aside::MutexLock lock(&mu_);
-    watch = std::move(watch_);
   }
 }
 

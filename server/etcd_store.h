@@ -11,31 +11,29 @@
 // change one group at once cannot both win: the loser gets ABORTED and
 // writes nothing. A write returns once etcd committed it.
 //
-// Follow runs one thread that loads a snapshot when it has none (retrying
-// with backoff while etcd is down, logging why), then watches the prefix
-// from the snapshot's revision + 1 and hands the changes over in revision
-// order. The watch resumes on another member by itself; when the history it
-// needs was compacted the thread loads a fresh snapshot and watches again
-// from there. A value that does not parse is logged
-// (store.bad_value naming the key and revision), counted in
-// aside_store_errors_total{kind="bad_value"} and reported as a bad_value
-// change; the rest is served.
+// Follow follows the groups/ prefix with an etcd::Follower
+// (server/etcd/etcd_follower.h): a snapshot when it has none (retrying with
+// backoff while etcd is down, logging why), then a watch from the
+// snapshot's revision + 1 whose changes are handed over in revision order;
+// a fresh snapshot when the history the watch needs was compacted. A value that
+// does not parse is logged (store.bad_value naming the key and revision),
+// counted in aside_store_errors_total{kind="bad_value"} and reported as a
+// bad_value change; the rest is served.
 //
-// Threads: any method from any thread; the feed handlers run on the follow
-// thread or the watch's thread, never both at once (the watch is stopped
-// before a snapshot is loaded and started after it was handed over).
+// Threads: any method from any thread; the feed handlers run on the
+// follower's threads, never both at once.
 #ifndef ASIDE_SERVER_ETCD_STORE_H_
 #define ASIDE_SERVER_ETCD_STORE_H_
 
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "lib/sync.h"
 #include "server/config.h"
 #include "server/etcd/etcd_client.h"
+#include "server/etcd/etcd_follower.h"
 #include "server/metrics.h"
 #include "server/store.h"
 
@@ -83,7 +81,8 @@ class EtcdStore final : public Store {
   EtcdStore(std::unique_ptr<etcd::EtcdClient> client, std::string prefix,
             Metrics* metrics);
 
-  void Run();
+  // Loads a snapshot and hands it over (on the follower's thread).
+  absl::StatusOr<int64_t> TakeSnapshot();
   // An error from the client, as the store reports it: UNAVAILABLE (also
   // for timeouts) naming every endpoint, other codes kept.
   absl::Status Failed(absl::string_view what, const absl::Status& s);
@@ -99,18 +98,15 @@ class EtcdStore final : public Store {
   Metrics* const metrics_;
   prometheus::Gauge* up_gauge_ = nullptr;
   prometheus::Gauge* revision_gauge_ = nullptr;
-  // Set by Follow before the thread starts; read-only after.
+  // Set by Follow before the follower starts; read-only after.
   FeedHandlers handlers_;
+  std::unique_ptr<etcd::Follower> follower_;
 
   mutable aside::Mutex mu_;
   std::optional<int64_t> revision_ ABSL_GUARDED_BY(mu_);
-  bool need_snapshot_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool up_ ABSL_GUARDED_BY(mu_) = false;
-  std::unique_ptr<etcd::Watch> watch_ ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   absl::Time last_error_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  std::thread thread_;
 };
 
 }  // namespace aside::server

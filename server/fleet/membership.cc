@@ -38,48 +38,44 @@ void Membership::Start(std::string address) {
     started_ = true;
     address_ = std::move(address);
   }
-  follower_ = std::make_unique<PrefixFollower>(
+  follower_ = FollowPrefix(
       client_, members_prefix_,
-      PrefixFollower::Handlers{
-          .on_snapshot =
-              [this](std::vector<etcd::KeyValue> kvs, int64_t) {
-                {
-                  aside::MutexLock lock(&mu_);
-                  absl::flat_hash_map<std::string, Entry> before =
-                      std::move(members_);
-                  members_.clear();
-                  for (const etcd::KeyValue& kv : kvs) {
-                    ApplyPut(kv);
-                    // Keep the age of a lease already known.
-                    auto it =
-                        members_.find(kv.key.substr(members_prefix_.size()));
-                    auto old =
-                        before.find(kv.key.substr(members_prefix_.size()));
-                    if (it != members_.end() && old != before.end() &&
-                        old->second.lease == it->second.lease) {
-                      it->second.lease_seen = old->second.lease_seen;
-                    }
-                  }
-                  synced_ = true;
-                }
-                Notify();
-              },
-          .on_events =
-              [this](const etcd::WatchBatch& batch) {
-                {
-                  aside::MutexLock lock(&mu_);
-                  for (const etcd::Event& e : batch.events) {
-                    if (e.type == etcd::Event::Type::kPut) {
-                      ApplyPut(e.kv);
-                    } else {
-                      members_.erase(e.kv.key.substr(members_prefix_.size()));
-                    }
-                  }
-                }
-                if (!batch.events.empty()) {
-                  Notify();
-                }
-              }});
+      /*on_snapshot=*/
+      [this](std::vector<etcd::KeyValue> kvs, int64_t) {
+        {
+          aside::MutexLock lock(&mu_);
+          absl::flat_hash_map<std::string, Entry> before = std::move(members_);
+          members_.clear();
+          for (const etcd::KeyValue& kv : kvs) {
+            ApplyPut(kv);
+            // Keep the age of a lease already known.
+            auto it = members_.find(kv.key.substr(members_prefix_.size()));
+            auto old = before.find(kv.key.substr(members_prefix_.size()));
+            if (it != members_.end() && old != before.end() &&
+                old->second.lease == it->second.lease) {
+              it->second.lease_seen = old->second.lease_seen;
+            }
+          }
+          synced_ = true;
+        }
+        Notify();
+      },
+      /*on_events=*/
+      [this](const etcd::WatchBatch& batch) {
+        {
+          aside::MutexLock lock(&mu_);
+          for (const etcd::Event& e : batch.events) {
+            if (e.type == etcd::Event::Type::kPut) {
+              ApplyPut(e.kv);
+            } else {
+              members_.erase(e.kv.key.substr(members_prefix_.size()));
+            }
+          }
+        }
+        if (!batch.events.empty()) {
+          Notify();
+        }
+      });
   follower_->Start();
   thread_ = std::thread([this] { Run(); });
 }

@@ -121,7 +121,7 @@ class Membership {
   std::vector<std::function<void(const std::vector<Member>&)>> subscribers_
       ABSL_GUARDED_BY(notify_mu_);
 
-  std::unique_ptr<PrefixFollower> follower_;
+  std::unique_ptr<etcd::Follower> follower_;
   std::thread thread_;
 };
 

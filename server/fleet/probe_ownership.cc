@@ -53,37 +53,35 @@ ProbeOwnership::ProbeOwnership(etcd::EtcdClient* client, std::string prefix,
 ProbeOwnership::~ProbeOwnership() { Stop(); }
 
 void ProbeOwnership::Start() {
-  follower_ = std::make_unique<PrefixFollower>(
+  follower_ = FollowPrefix(
       client_, health_prefix_,
-      PrefixFollower::Handlers{
-          .on_snapshot =
-              [this](std::vector<etcd::KeyValue> kvs, int64_t) {
-                absl::flat_hash_set<uint64_t> present;
-                for (const etcd::KeyValue& kv : kvs) {
-                  if (auto key = ParseHealthKey(health_prefix_, kv.key)) {
-                    present.insert(*key);
-                  }
-                  ApplyRecord(kv);
-                }
-                aside::MutexLock lock(&mu_);
-                absl::erase_if(published_, [&](const auto& entry) {
-                  return !present.contains(entry.first);
-                });
-              },
-          .on_events =
-              [this](const etcd::WatchBatch& batch) {
-                for (const etcd::Event& e : batch.events) {
-                  if (e.type == etcd::Event::Type::kPut) {
-                    ApplyRecord(e.kv);
-                  } else if (auto key =
-                                 ParseHealthKey(health_prefix_, e.kv.key)) {
-                    // The owner's lease ended: keep the state applied until
-                    // the new owner publishes.
-                    aside::MutexLock lock(&mu_);
-                    published_.erase(*key);
-                  }
-                }
-              }});
+      /*on_snapshot=*/
+      [this](std::vector<etcd::KeyValue> kvs, int64_t) {
+        absl::flat_hash_set<uint64_t> present;
+        for (const etcd::KeyValue& kv : kvs) {
+          if (auto key = ParseHealthKey(health_prefix_, kv.key)) {
+            present.insert(*key);
+          }
+          ApplyRecord(kv);
+        }
+        aside::MutexLock lock(&mu_);
+        absl::erase_if(published_, [&](const auto& entry) {
+          return !present.contains(entry.first);
+        });
+      },
+      /*on_events=*/
+      [this](const etcd::WatchBatch& batch) {
+        for (const etcd::Event& e : batch.events) {
+          if (e.type == etcd::Event::Type::kPut) {
+            ApplyRecord(e.kv);
+          } else if (auto key = ParseHealthKey(health_prefix_, e.kv.key)) {
+            // The owner's lease ended: keep the state applied until
+            // the new owner publishes.
+            aside::MutexLock lock(&mu_);
+            published_.erase(*key);
+          }
+        }
+      });
   follower_->Start();
   publisher_ = std::thread([this] { PublishLoop(); });
 }

@@ -124,7 +124,7 @@ class ProbeOwnership {
   std::vector<std::pair<uint64_t, uint64_t>> takeover_sample_
       ABSL_GUARDED_BY(mu_);
 
-  std::unique_ptr<PrefixFollower> follower_;
+  std::unique_ptr<etcd::Follower> follower_;
   std::thread publisher_;
 };
 
