@@ -117,6 +117,9 @@ struct ServerConfig {
   // Watch streams open from one peer IP address at once; more are answered
   // RESOURCE_EXHAUSTED.
   uint32_t max_watch_streams_per_peer = 10000;
+  // grpclb, xDS ADS and LRS streams one peer IP address may hold open at
+  // once, each service counted apart; more are answered RESOURCE_EXHAUSTED.
+  uint32_t max_balancer_streams_per_peer = 10000;
   // Global cap on probes in flight.
   uint32_t max_concurrent_probes = 1000;
   // Health flips within this window go out as one table update.

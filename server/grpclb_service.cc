@@ -160,6 +160,15 @@ class GrpclbService::Stream final
                                 "server is shutting down"));
       return;
     }
+    if (service_->stream_limit_ != nullptr) {
+      grpc::Status refused =
+          service_->stream_limit_->Acquire(context_->peer(), &counted_peer_);
+      if (!refused.ok()) {
+        aside::MutexLock lock(&mu_);
+        FinishLocked(refused);
+        return;
+      }
+    }
     StartRead(&request_);
   }
 
@@ -219,6 +228,9 @@ class GrpclbService::Stream final
       if (service_->metrics_ != nullptr) {
         service_->metrics_->grpclb_streams.Decrement();
       }
+    }
+    if (service_->stream_limit_ != nullptr) {
+      service_->stream_limit_->Release(counted_peer_);
     }
     {
       aside::MutexLock lock(&service_->mu_);
@@ -400,6 +412,8 @@ class GrpclbService::Stream final
 
   GrpclbService* const service_;
   grpc::CallbackServerContext* const context_;
+  // The address counted against the per-peer stream limit.
+  std::string counted_peer_;
   lb::LoadBalanceRequest request_;
   // Set once by the reading side (under mu_) before any listener or writer
   // uses it; other threads read it under mu_.
@@ -482,6 +496,11 @@ void GrpclbService::Ticker() {
       s->Recheck();
     }
   }
+}
+
+void GrpclbService::LimitStreamsPerPeer(uint32_t max) {
+  stream_limit_ = std::make_unique<PeerStreamLimit>(
+      "max_balancer_streams_per_peer", "grpclb streams", max, metrics_);
 }
 
 }  // namespace aside::server

@@ -41,6 +41,7 @@
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
 #include "server/metrics.h"
+#include "server/peer_stream_limit.h"
 #include "server/report_auth.h"
 
 namespace aside::server {
@@ -68,6 +69,10 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
                           grpc::lb::v1::LoadBalanceResponse>*
   BalanceLoad(grpc::CallbackServerContext* context) override;
 
+  // Caps the streams one client address may hold open (0: no cap)
+  // (limits.max_balancer_streams_per_peer). Before the server starts.
+  void LimitStreamsPerPeer(uint32_t max);
+
   // Ends every stream with UNAVAILABLE.
   void Shutdown();
   size_t streams() const;
@@ -75,6 +80,7 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   uint32_t streams_for(const std::string& group) const;
 
  private:
+  std::unique_ptr<PeerStreamLimit> stream_limit_;
   class Stream;
   friend class Stream;
 

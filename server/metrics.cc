@@ -240,7 +240,8 @@ Metrics::Metrics()
   build_info.Add({{"version", ASIDE_VERSION}}).Set(1);
   // Present at zero, so that an alert on their rate sees the first refusal.
   for (const char* limit :
-       {"max_watch_streams_per_peer", "watch_stall_timeout", "max_groups"}) {
+       {"max_watch_streams_per_peer", "max_balancer_streams_per_peer",
+        "watch_stall_timeout", "max_groups"}) {
     limit_refused.Add({{"limit", limit}});
   }
 }

@@ -313,6 +313,10 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->lrs_service_ = std::make_unique<xds::LrsService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval, server->report_auth_.get());
+  server->grpclb_service_->LimitStreamsPerPeer(
+      cfg.max_balancer_streams_per_peer);
+  server->ads_service_->LimitStreamsPerPeer(cfg.max_balancer_streams_per_peer);
+  server->lrs_service_->LimitStreamsPerPeer(cfg.max_balancer_streams_per_peer);
   server->health_service_ =
       std::make_unique<HealthService>(server->groups_.get());
   if (!cfg.health_listen.empty()) {

@@ -68,10 +68,19 @@ class AdsService::Stream final
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "ads"}}).Increment();
     }
+    grpc::Status refused;
+    if (!shutting_down && service_->stream_limit_ != nullptr) {
+      refused =
+          service_->stream_limit_->Acquire(context_->peer(), &counted_peer_);
+    }
     aside::MutexLock lock(&mu_);
     if (shutting_down) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 "server is shutting down"));
+      return;
+    }
+    if (!refused.ok()) {
+      FinishLocked(refused);
       return;
     }
     StartRead(&request_);
@@ -115,6 +124,9 @@ class AdsService::Stream final
   void OnDone() override {
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "ads"}}).Decrement();
+    }
+    if (service_->stream_limit_ != nullptr) {
+      service_->stream_limit_->Release(counted_peer_);
     }
     {
       aside::MutexLock lock(&service_->mu_);
@@ -341,6 +353,8 @@ class AdsService::Stream final
 
   AdsService* const service_;
   grpc::CallbackServerContext* const context_;
+  // The address counted against the per-peer stream limit.
+  std::string counted_peer_;
 
   aside::Mutex mu_;
   discovery::DiscoveryRequest request_ ABSL_GUARDED_BY(mu_);
@@ -498,6 +512,11 @@ void AdsService::Ticker() {
     mu_.Lock();
   }
   mu_.Unlock();
+}
+
+void AdsService::LimitStreamsPerPeer(uint32_t max) {
+  stream_limit_ = std::make_unique<PeerStreamLimit>(
+      "max_balancer_streams_per_peer", "ADS streams", max, metrics_);
 }
 
 }  // namespace aside::server::xds

@@ -39,6 +39,7 @@
 #include "lib/sync.h"
 #include "server/group_registry.h"
 #include "server/metrics.h"
+#include "server/peer_stream_limit.h"
 #include "server/xds/resource_cache.h"
 
 namespace aside::server::xds {
@@ -55,11 +56,16 @@ class AdsService final : public envoy::service::discovery::v3::
                           envoy::service::discovery::v3::DiscoveryResponse>*
   StreamAggregatedResources(grpc::CallbackServerContext* context) override;
 
+  // Caps the streams one client address may hold open (0: no cap)
+  // (limits.max_balancer_streams_per_peer). Before the server starts.
+  void LimitStreamsPerPeer(uint32_t max);
+
   // Ends every stream with UNAVAILABLE.
   void Shutdown();
   size_t streams() const;
 
  private:
+  std::unique_ptr<PeerStreamLimit> stream_limit_;
   class Stream;
   friend class Stream;
   // Hears every publication of the groups some stream uses.

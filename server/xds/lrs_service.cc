@@ -46,6 +46,14 @@ class LrsService::Stream final
       FinishLocked(refusal);
       return;
     }
+    if (service_->stream_limit_ != nullptr) {
+      grpc::Status refused =
+          service_->stream_limit_->Acquire(context_->peer(), &counted_peer_);
+      if (!refused.ok()) {
+        FinishLocked(refused);
+        return;
+      }
+    }
     StartRead(&request_);
   }
 
@@ -84,6 +92,9 @@ class LrsService::Stream final
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Decrement();
     }
+    if (service_->stream_limit_ != nullptr) {
+      service_->stream_limit_->Release(counted_peer_);
+    }
     {
       aside::MutexLock lock(&service_->mu_);
       service_->streams_.erase(this);
@@ -109,6 +120,8 @@ class LrsService::Stream final
 
   LrsService* const service_;
   grpc::CallbackServerContext* const context_;
+  // The address counted against the per-peer stream limit.
+  std::string counted_peer_;
   aside::Mutex mu_;
   lrs::LoadStatsRequest request_ ABSL_GUARDED_BY(mu_);
   lrs::LoadStatsResponse response_ ABSL_GUARDED_BY(mu_);
@@ -194,6 +207,11 @@ size_t LrsService::Apply(const std::string& reporter,
     }
   }
   return accepted;
+}
+
+void LrsService::LimitStreamsPerPeer(uint32_t max) {
+  stream_limit_ = std::make_unique<PeerStreamLimit>(
+      "max_balancer_streams_per_peer", "LRS streams", max, metrics_);
 }
 
 }  // namespace aside::server::xds

@@ -20,6 +20,7 @@
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
 #include "server/metrics.h"
+#include "server/peer_stream_limit.h"
 #include "server/report_auth.h"
 
 namespace aside::server::xds {
@@ -36,6 +37,10 @@ class LrsService final : public envoy::service::load_stats::v3::
                           envoy::service::load_stats::v3::LoadStatsResponse>*
   StreamLoadStats(grpc::CallbackServerContext* context) override;
 
+  // Caps the streams one client address may hold open (0: no cap)
+  // (limits.max_balancer_streams_per_peer). Before the server starts.
+  void LimitStreamsPerPeer(uint32_t max);
+
   // Ends every stream with UNAVAILABLE.
   void Shutdown();
 
@@ -46,6 +51,7 @@ class LrsService final : public envoy::service::load_stats::v3::
                const ReportAuth::Reporter& source = {"anonymous", ""});
 
  private:
+  std::unique_ptr<PeerStreamLimit> stream_limit_;
   class Stream;
   friend class Stream;
 

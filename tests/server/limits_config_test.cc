@@ -22,6 +22,7 @@ TEST(LimitsConfigTest, Defaults) {
   EXPECT_EQ(c.max_ping_strikes, 2u);
   EXPECT_EQ(c.max_metadata_bytes, 8192u);
   EXPECT_EQ(c.max_watch_streams_per_peer, 10000u);
+  EXPECT_EQ(c.max_balancer_streams_per_peer, 10000u);
 }
 
 TEST(LimitsConfigTest, AcceptedValues) {
@@ -32,6 +33,7 @@ TEST(LimitsConfigTest, AcceptedValues) {
   max_ping_strikes: 0
   max_metadata_bytes: 16384
   max_watch_streams_per_peer: 3
+  max_balancer_streams_per_peer: 4
 )",
                                                    "aside.yaml"));
   EXPECT_EQ(c.max_connection_age, absl::ZeroDuration());  // off
@@ -40,6 +42,7 @@ TEST(LimitsConfigTest, AcceptedValues) {
   EXPECT_EQ(c.max_ping_strikes, 0u);
   EXPECT_EQ(c.max_metadata_bytes, 16384u);
   EXPECT_EQ(c.max_watch_streams_per_peer, 3u);
+  EXPECT_EQ(c.max_balancer_streams_per_peer, 4u);
 }
 
 struct BadLimit {
@@ -66,6 +69,8 @@ TEST(LimitsConfigTest, BadValuesNameFileLineAndKey) {
       {"max_watch_streams_per_peer: 0",
        "limits.max_watch_streams_per_peer: 0 out of range 1..1000000"},
       {"max_watch_streams_per_peer: -5", "limits.max_watch_streams_per_peer"},
+      {"max_balancer_streams_per_peer: 0",
+       "limits.max_balancer_streams_per_peer: 0 out of range 1..1000000"},
       {"max_streams_per_peer: 5", "limits.max_streams_per_peer: unknown key"},
   };
   for (const BadLimit& c : cases) {
@@ -84,12 +89,14 @@ TEST(LimitsConfigTest, ChangesNeedARestart) {
   ASSERT_OK_AND_ASSIGN(
       ServerConfig b,
       ParseConfig("limits: {max_ping_strikes: 5, max_watch_streams_per_peer: "
-                  "7, handshake_timeout: 2s}\n",
+                  "7, handshake_timeout: 2s, max_balancer_streams_per_peer: "
+                  "9}\n",
                   "aside.yaml"));
   const std::vector<std::string> keys = RestartOnlyChanges(a, b);
   EXPECT_THAT(keys, Contains("limits.max_ping_strikes"));
   EXPECT_THAT(keys, Contains("limits.max_watch_streams_per_peer"));
   EXPECT_THAT(keys, Contains("limits.handshake_timeout"));
+  EXPECT_THAT(keys, Contains("limits.max_balancer_streams_per_peer"));
 }
 
 }  // namespace
