@@ -37,6 +37,20 @@ using ::testing::Not;
 
 constexpr char kToken[] = "status-page-test-token-0123456789";
 
+// A google.protobuf.Struct filled inside Debian's libprotobuf (built without
+// sanitizers) faults when code built with -fsanitize=thread reads its map
+// (a lookup or a plain iteration; a ten-line program reproduces it), so
+// the tests that read the snapshot as a Struct do not run under TSan. The
+// server side of the page still does, in the other tests here.
+#if defined(__SANITIZE_THREAD__)
+#define SKIP_STRUCT_READS_UNDER_TSAN() \
+  GTEST_SKIP() << "protobuf Map from an uninstrumented libprotobuf"
+#else
+#define SKIP_STRUCT_READS_UNDER_TSAN() \
+  do {                                 \
+  } while (false)
+#endif
+
 // The first element of `list` whose `key` is `value` (null if none).
 const Struct* FindBy(const ListValue& list, const std::string& key,
                      const std::string& value) {
@@ -171,6 +185,7 @@ class StatusPageTest : public ::testing::Test {
 };
 
 TEST_F(StatusPageTest, SnapshotShowsGroupsBackendsTargetsAndStore) {
+  SKIP_STRUCT_READS_UNDER_TSAN();
   StartServer();
   const Struct s = AwaitSnapshot([&](const Struct& s) {
     return HealthIs(addresses_[0], "healthy")(s) &&
@@ -223,6 +238,7 @@ TEST_F(StatusPageTest, SnapshotShowsGroupsBackendsTargetsAndStore) {
 }
 
 TEST_F(StatusPageTest, KilledBackendTurnsUnhealthyWithTheProbeReason) {
+  SKIP_STRUCT_READS_UNDER_TSAN();
   StartServer();
   AwaitSnapshot(HealthIs(addresses_[1], "healthy"));
   backends_[1]->Stop();
@@ -241,6 +257,7 @@ TEST_F(StatusPageTest, KilledBackendTurnsUnhealthyWithTheProbeReason) {
 }
 
 TEST_F(StatusPageTest, CountsPicksAndWatchSubscribers) {
+  SKIP_STRUCT_READS_UNDER_TSAN();
   StartServer();
   auto channel =
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
