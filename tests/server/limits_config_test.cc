@@ -22,6 +22,8 @@ TEST(LimitsConfigTest, Defaults) {
   EXPECT_EQ(c.max_ping_strikes, 2u);
   EXPECT_EQ(c.max_metadata_bytes, 8192u);
   EXPECT_EQ(c.max_watch_streams_per_peer, 10000u);
+  EXPECT_EQ(c.max_connections, 0u);  // the open-file limit's budget
+  EXPECT_EQ(c.max_connections_per_peer, 1024u);
 }
 
 TEST(LimitsConfigTest, AcceptedValues) {
@@ -32,6 +34,8 @@ TEST(LimitsConfigTest, AcceptedValues) {
   max_ping_strikes: 0
   max_metadata_bytes: 16384
   max_watch_streams_per_peer: 3
+  max_connections: 5000
+  max_connections_per_peer: 0
 )",
                                                    "aside.yaml"));
   EXPECT_EQ(c.max_connection_age, absl::ZeroDuration());  // off
@@ -40,6 +44,8 @@ TEST(LimitsConfigTest, AcceptedValues) {
   EXPECT_EQ(c.max_ping_strikes, 0u);
   EXPECT_EQ(c.max_metadata_bytes, 16384u);
   EXPECT_EQ(c.max_watch_streams_per_peer, 3u);
+  EXPECT_EQ(c.max_connections, 5000u);
+  EXPECT_EQ(c.max_connections_per_peer, 0u);  // off
 }
 
 struct BadLimit {
@@ -67,6 +73,12 @@ TEST(LimitsConfigTest, BadValuesNameFileLineAndKey) {
        "limits.max_watch_streams_per_peer: 0 out of range 1..1000000"},
       {"max_watch_streams_per_peer: -5", "limits.max_watch_streams_per_peer"},
       {"max_streams_per_peer: 5", "limits.max_streams_per_peer: unknown key"},
+      {"max_connections: 0",
+       "limits.max_connections: 0 out of range 1..10000000"},
+      {"max_connections: lots", "limits.max_connections"},
+      {"max_connections_per_peer: 10000001",
+       "limits.max_connections_per_peer: 10000001 out of range 0..10000000"},
+      {"max_connections_per_peer: -1", "limits.max_connections_per_peer"},
   };
   for (const BadLimit& c : cases) {
     absl::StatusOr<ServerConfig> parsed =
@@ -84,12 +96,15 @@ TEST(LimitsConfigTest, ChangesNeedARestart) {
   ASSERT_OK_AND_ASSIGN(
       ServerConfig b,
       ParseConfig("limits: {max_ping_strikes: 5, max_watch_streams_per_peer: "
-                  "7, handshake_timeout: 2s}\n",
+                  "7, handshake_timeout: 2s, max_connections: 100, "
+                  "max_connections_per_peer: 10}\n",
                   "aside.yaml"));
   const std::vector<std::string> keys = RestartOnlyChanges(a, b);
   EXPECT_THAT(keys, Contains("limits.max_ping_strikes"));
   EXPECT_THAT(keys, Contains("limits.max_watch_streams_per_peer"));
   EXPECT_THAT(keys, Contains("limits.handshake_timeout"));
+  EXPECT_THAT(keys, Contains("limits.max_connections"));
+  EXPECT_THAT(keys, Contains("limits.max_connections_per_peer"));
 }
 
 }  // namespace
