@@ -329,7 +329,6 @@ void ConnectionGate::Loop::AcceptFrom(int listener, Clock::time_point now) {
       const int taken = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (taken >= 0) {
         close(taken);
-        refused_total_.Increment();
       }
       spare_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
       continue;
@@ -381,9 +380,10 @@ void ConnectionGate::Loop::Admit(int fd, int listener,
 
 void ConnectionGate::Loop::Refuse(int fd, const std::string& peer,
                                   PeerAdmission::Refusal why) {
-  close(fd);
   const bool total = why == PeerAdmission::Refusal::kTotal;
+  // Counted before the peer can see the close.
   (total ? refused_total_ : refused_peer_).Increment();
+  close(fd);
   const int k = total ? 0 : 1;
   const Clock::time_point now = Clock::now();
   if (now - last_warning_[k] < kWarnInterval) {
