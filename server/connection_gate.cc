@@ -106,7 +106,6 @@ absl::StatusOr<Targets> Resolve(const Address& a) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_ADDRCONFIG;
   addrinfo* list = nullptr;
   if (const int rc = getaddrinfo(a.host.c_str(), nullptr, &hints, &list);
       rc != 0) {

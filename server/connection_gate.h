@@ -31,7 +31,9 @@
 // aside_limit_refused_total{limit="max_connections"|
 // "max_connections_per_peer"} (server/metrics.h).
 //
-// One thread (epoll). Cost per connection: a hash-map entry, one epoll
+// Thread-safety: Bind, Start and Stop from one owner thread; everything
+// else lives on the gate's own thread (epoll), which shares no state.
+// Cost per connection: a hash-map entry, one epoll
 // registration while waiting and one getsockopt per second once handed off.
 #ifndef ASIDE_SERVER_CONNECTION_GATE_H_
 #define ASIDE_SERVER_CONNECTION_GATE_H_

@@ -480,9 +480,11 @@ absl::Status AsideServer::Start() {
   Log(LogLevel::kInfo, "grpc.listening",
       {{"address", config_.listen},
        {"port", absl::StrCat(grpc_port_)},
-       {"max_connections", absl::StrCat(max_connections_)},
+       {"max_connections", gate_ == nullptr ? std::string("none")
+                                            : absl::StrCat(max_connections_)},
        {"max_connections_per_peer",
-        absl::StrCat(config_.max_connections_per_peer)},
+        gate_ == nullptr ? std::string("none")
+                         : absl::StrCat(config_.max_connections_per_peer)},
        {"tls", config_.tls_cert_file.empty() ? "off" : "on"},
        {"replica_id", replica_id_}});
   StartLoadViewPeers();
