@@ -312,18 +312,26 @@ void ConnectionGate::Loop::AcceptFrom(int listener, Clock::time_point now) {
       continue;
     }
     m_.grpc_accept_errors.Increment();
+    const bool out_of_files = e == EMFILE || e == ENFILE;
+    const bool evict = out_of_files && !pending_.empty();
     if (now - last_accept_warning_ >= kWarnInterval) {
       last_accept_warning_ = now;
       Log(LogLevel::kWarn, "grpc.accept_error",
           {{"error", Errno(e)},
-           {"action", e == EMFILE || e == ENFILE
-                          ? "closing the waiting connection"
-                          : "retrying in 10ms"}});
+           {"action", evict          ? "closing the oldest silent connection"
+                      : out_of_files ? "closing the new connection"
+                                     : "retrying in 10ms"}});
     }
-    if ((e == EMFILE || e == ENFILE) && spare_ >= 0) {
-      // Out of descriptors: give up the spare to take the connection off
-      // the queue and close it, so that the listener does not stay
-      // readable (and the peer learns at once).
+    if (evict) {
+      // Out of descriptors before the cap (something else holds them): a
+      // silent connection makes room, as at the cap.
+      ClosePending(pending_.begin(), Close::kEvicted);
+      continue;
+    }
+    if (out_of_files && spare_ >= 0) {
+      // Nothing to evict: give up the spare to take the connection off the
+      // queue and close it, so that the listener does not stay readable
+      // (and the peer learns at once).
       close(spare_);
       const int taken = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (taken >= 0) {

@@ -21,9 +21,11 @@
 //   descriptor no longer holds that socket is gone (checked every second,
 //   before a refusal at most every 100 ms, and when accept returns the
 //   descriptor number again).
-// - Accept errors never stop the loop: on EMFILE or ENFILE a spare
-//   descriptor is closed to accept and close the waiting connection, then
-//   reopened; on other errors accepting pauses for 10 ms.
+// - Accept errors never stop the loop: on EMFILE or ENFILE (descriptors
+//   gone before the cap) the oldest waiting connection is closed to make
+//   room, or with none waiting a spare descriptor is closed to accept and
+//   close the new connection, then reopened; on other errors accepting
+//   pauses for 10 ms.
 //
 // Metrics: aside_grpc_connections{state="pending"|"active"},
 // aside_grpc_connections_closed_total{reason="evicted"|"handshake_timeout"|

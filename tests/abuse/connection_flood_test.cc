@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -255,6 +256,67 @@ TEST(ConnectionFloodTest, PastThePerPeerCapOneAddressIsRefusedUntilItCloses) {
     }
   }
   EXPECT_TRUE(admitted);
+}
+
+// Descriptors running out before limits.max_connections (here: the file
+// limit lowered under the running server) do not stop the port: silent
+// connections make room.
+TEST(ConnectionFloodTest,
+     OutOfDescriptorsBeforeTheCapSilentConnectionsMakeRoom) {
+  if (!RaiseOwnFileLimit(4096)) {
+    GTEST_SKIP() << "needs 4096 open files in the test process";
+  }
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(
+      RunningServer server,
+      StartServer(dir.path() + "/state",
+                  {"--config", dir.WriteFile("aside.yaml", kConfig)}));
+  // 100 descriptors more than the server holds now.
+  int open_now = 0;
+  for (const auto& e : std::filesystem::directory_iterator(
+           absl::StrCat("/proc/", server.process->pid(), "/fd"))) {
+    (void)e;
+    ++open_now;
+  }
+  const rlimit low{.rlim_cur = static_cast<rlim_t>(open_now + 100),
+                   .rlim_max = static_cast<rlim_t>(open_now + 100)};
+  ASSERT_EQ(prlimit(server.process->pid(), RLIMIT_NOFILE, &low, nullptr), 0)
+      << std::strerror(errno);
+
+  std::vector<int> silent;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = ConnectFrom("127.0.0.2", server.grpc_port);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    silent.push_back(fd);
+  }
+  for (int fd : silent) {
+    pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
+    poll(&p, 1, 5000);
+  }
+  // A new client gets in: its connection takes a silent one's place.
+  auto fresh = NewStub(server.grpc_port);
+  const grpc::Status s = Pick(*fresh);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  for (int fd : silent) {
+    close(fd);
+  }
+  server.process->ReadAvailable();
+  bool logged = false;
+  for (const std::string& line : server.process->stderr_lines()) {
+    logged =
+        logged || line.find("event=grpc.accept_error") != std::string::npos;
+  }
+  EXPECT_TRUE(logged);
+  // Once the flood is gone the metrics port has descriptors again.
+  double errors = -1;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
+       errors <= 0 && absl::Now() < deadline;) {
+    errors = Scraped(server.metrics_port, "aside_grpc_accept_errors_total");
+    if (errors <= 0) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  EXPECT_GT(errors, 0);
 }
 
 TEST(ConnectionFloodTest, ASilentConnectionIsClosedAtTheHandshakeTimeout) {
