@@ -120,6 +120,12 @@ struct ServerConfig {
   // grpclb, xDS ADS and LRS streams one peer IP address may hold open at
   // once, each service counted apart; more are answered RESOURCE_EXHAUSTED.
   uint32_t max_balancer_streams_per_peer = 10000;
+  // Connections on the gRPC port (server/connection_gate.h), in total and
+  // per peer (an IPv4 address, an IPv6 /64; 0: no per-peer cap). 0 total:
+  // the open-file limit less a reserve (ConnectionBudgetFor); a larger
+  // value is lowered to that at start.
+  uint32_t max_connections = 0;
+  uint32_t max_connections_per_peer = 1024;
   // Global cap on probes in flight.
   uint32_t max_concurrent_probes = 1000;
   // Health flips within this window go out as one table update.

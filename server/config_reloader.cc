@@ -77,6 +77,9 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a,
         "limits.max_watch_streams_per_peer");
   check(a.max_balancer_streams_per_peer == b.max_balancer_streams_per_peer,
         "limits.max_balancer_streams_per_peer");
+  check(a.max_connections == b.max_connections, "limits.max_connections");
+  check(a.max_connections_per_peer == b.max_connections_per_peer,
+        "limits.max_connections_per_peer");
   check(a.max_concurrent_probes == b.max_concurrent_probes,
         "health.max_concurrent_probes");
   check(a.health_merge_window == b.health_merge_window, "health.merge_window");

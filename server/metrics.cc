@@ -115,9 +115,27 @@ Metrics::Metrics()
                           .Register(*registry_)),
       limit_refused(prometheus::BuildCounter()
                         .Name("aside_limit_refused_total")
-                        .Help("Requests and streams refused or ended because "
-                              "a limit was reached, by limit.")
+                        .Help("Requests, streams and connections refused or "
+                              "ended because a limit was reached, by limit.")
                         .Register(*registry_)),
+      grpc_connections(prometheus::BuildGauge()
+                           .Name("aside_grpc_connections")
+                           .Help("Connections on the gRPC port by state "
+                                 "(pending: accepted, not yet sending; "
+                                 "active: handed to gRPC).")
+                           .Register(*registry_)),
+      grpc_connections_closed(
+          prometheus::BuildCounter()
+              .Name("aside_grpc_connections_closed_total")
+              .Help("Connections on the gRPC port closed before sending a "
+                    "byte, by reason (evicted, handshake_timeout, hung_up).")
+              .Register(*registry_)),
+      grpc_accept_errors(prometheus::BuildCounter()
+                             .Name("aside_grpc_accept_errors_total")
+                             .Help("Failed accepts on the gRPC port (EMFILE, "
+                                   "ENFILE, ...); accepting goes on.")
+                             .Register(*registry_)
+                             .Add({})),
       internal_errors(prometheus::BuildCounter()
                           .Name("aside_internal_errors_total")
                           .Help("Internal errors that were survived.")
@@ -241,7 +259,8 @@ Metrics::Metrics()
   // Present at zero, so that an alert on their rate sees the first refusal.
   for (const char* limit :
        {"max_watch_streams_per_peer", "max_balancer_streams_per_peer",
-        "watch_stall_timeout", "max_groups"}) {
+        "watch_stall_timeout", "max_groups", "max_connections",
+        "max_connections_per_peer"}) {
     limit_refused.Add({{"limit", limit}});
   }
 }

@@ -88,8 +88,15 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& admin_mutations;
   // Requests and streams refused (or ended) because a limit was reached,
   // by the limit's config key without `limits.` (max_watch_streams_per_peer,
-  // watch_stall_timeout, max_groups).
+  // watch_stall_timeout, max_groups, max_connections,
+  // max_connections_per_peer).
   prometheus::Family<prometheus::Counter>& limit_refused;
+  // The gRPC port's accept loop (server/connection_gate.h): connections by
+  // state (pending, active), silent ones closed by reason (evicted,
+  // handshake_timeout, hung_up), failed accepts.
+  prometheus::Family<prometheus::Gauge>& grpc_connections;
+  prometheus::Family<prometheus::Counter>& grpc_connections_closed;
+  prometheus::Counter& grpc_accept_errors;
   // Survivable internal errors (bugs that are logged and counted).
   prometheus::Counter& internal_errors;
   // xDS: ADS and LRS streams open (by service: ads, lrs); discovery

@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
+#include <sys/resource.h>
 
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -18,6 +20,7 @@
 #include "lib/status_macros.h"
 #include "proto/convert.h"
 #include "server/admin_convert.h"
+#include "server/connection_gate.h"
 #include "server/etcd_store.h"
 #include "server/http2_limits.h"
 #include "server/log.h"
@@ -69,6 +72,16 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+// The soft open-file limit now (main raised it to the hard limit).
+uint64_t OpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 ||
+      limit.rlim_cur == RLIM_INFINITY) {
+    return uint64_t{1} << 20;
+  }
+  return limit.rlim_cur;
 }
 
 // 16 random hex digits, new at every start.
@@ -408,7 +421,37 @@ absl::Status AsideServer::Start() {
   ASIDE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                          Credentials());
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.listen, credentials, &grpc_port_);
+  // TCP connections come through the gate (connection caps, silent
+  // connections kept away from gRPC); a unix socket is gRPC's own.
+  std::unique_ptr<ConnectionGate> gate;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor;
+  if (absl::StartsWith(config_.listen, "unix:")) {
+    builder.AddListeningPort(config_.listen, credentials, &grpc_port_);
+  } else {
+    const ConnectionBudget budget =
+        ConnectionBudgetFor(config_.max_connections, OpenFileLimit());
+    if (budget.lowered) {
+      Log(LogLevel::kWarn, "limits.max_connections_lowered",
+          {{"configured", absl::StrCat(config_.max_connections)},
+           {"now", absl::StrCat(budget.max_connections)},
+           {"open_files", absl::StrCat(OpenFileLimit())},
+           {"reason",
+            "the open-file limit less a reserve for probes, the health and "
+            "metrics ports and the store"}});
+    }
+    ASIDE_ASSIGN_OR_RETURN(
+        gate, ConnectionGate::Bind(
+                  config_.listen,
+                  {.max_connections = budget.max_connections,
+                   .max_connections_per_peer = config_.max_connections_per_peer,
+                   .handshake_timeout = config_.handshake_timeout,
+                   .metrics = &metrics_}));
+    grpc_port_ = gate->port();
+    max_connections_ = budget.max_connections;
+    acceptor = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+        credentials);
+  }
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(config_.max_receive_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
@@ -434,9 +477,18 @@ absl::Status AsideServer::Start() {
     return absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", config_.listen));
   }
+  if (gate != nullptr) {
+    gate->Start(std::move(acceptor));
+    gate_ = std::move(gate);
+  }
   Log(LogLevel::kInfo, "grpc.listening",
       {{"address", config_.listen},
        {"port", absl::StrCat(grpc_port_)},
+       {"max_connections", gate_ == nullptr ? std::string("none")
+                                            : absl::StrCat(max_connections_)},
+       {"max_connections_per_peer",
+        gate_ == nullptr ? std::string("none")
+                         : absl::StrCat(config_.max_connections_per_peer)},
        {"tls", config_.tls_cert_file.empty() ? "off" : "on"},
        {"replica_id", replica_id_}});
   StartLoadViewPeers();
@@ -595,6 +647,10 @@ void AsideServer::Shutdown(absl::Duration grace) {
   const auto deadline =
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(absl::ToInt64Milliseconds(grace));
+  // No connection reaches gRPC once it shuts down; waiting ones are closed.
+  if (gate_ != nullptr) {
+    gate_->Stop();
+  }
   if (server_ != nullptr) {
     server_->Shutdown(deadline);
   }

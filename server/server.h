@@ -14,6 +14,7 @@
 #include "server/admin_auth.h"
 #include "server/admin_service.h"
 #include "server/config.h"
+#include "server/connection_gate.h"
 #include "server/discovery/dns_discovery.h"
 #include "server/fleet/membership.h"
 #include "server/fleet/probe_ownership.h"
@@ -127,6 +128,10 @@ class AsideServer {
   std::unique_ptr<LoadViewService> load_view_service_;
   std::unique_ptr<LoadViewPeers> load_view_peers_;
   std::unique_ptr<grpc::Server> server_;
+  // The gRPC port's accept loop (null on a unix socket): stopped before
+  // server_ shuts down.
+  std::unique_ptr<ConnectionGate> gate_;
+  uint32_t max_connections_ = 0;  // the effective cap; 0: none (unix)
   std::unique_ptr<grpc::Server> health_server_;
   int grpc_port_ = 0;
   int metrics_port_ = 0;

@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "lib/address.h"
 #include "lib/sync.h"
+#include "server/http/peer_admission.h"
 
 namespace aside::server {
 namespace {
@@ -273,7 +274,8 @@ class HttpServer::Impl {
   // the io_context (only after an abnormal stop) can still unregister.
   HttpMetrics metrics_;
   absl::flat_hash_set<Connection*> connections_;
-  absl::flat_hash_map<std::string, uint32_t> per_peer_;
+  PeerAdmission admission_{options_.max_connections,
+                           options_.max_connections_per_peer};
   bool stopping_ = false;
   std::chrono::steady_clock::duration backoff_ = kFirstAcceptBackoff;
   WarnLimiter accept_warnings_;
@@ -643,24 +645,18 @@ void HttpServer::Impl::OnAccept(const beast::error_code& ec,
   if (peer_ec) {
     return;  // already gone; the socket closes with this scope
   }
-  asio::ip::address address = remote.address();
-  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
-    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+  std::string peer = PeerKey(remote.data(), remote.size());
+  switch (admission_.Check(peer)) {
+    case PeerAdmission::Refusal::kTotal:
+      Reject(socket, RejectReason::kTotalLimit, peer);
+      return;
+    case PeerAdmission::Refusal::kPerPeer:
+      Reject(socket, RejectReason::kPeerLimit, peer);
+      return;
+    case PeerAdmission::Refusal::kNone:
+      break;
   }
-  std::string peer = address.to_string();
-  if (connections_.size() >= options_.max_connections) {
-    Reject(socket, RejectReason::kTotalLimit, peer);
-    return;
-  }
-  auto [slot, inserted] = per_peer_.try_emplace(peer, 0);
-  if (slot->second >= options_.max_connections_per_peer) {
-    if (inserted) {
-      per_peer_.erase(slot);  // a cap of 0
-    }
-    Reject(socket, RejectReason::kPeerLimit, peer);
-    return;
-  }
-  ++slot->second;
+  admission_.Add(peer);
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   auto connection =
@@ -692,10 +688,7 @@ void HttpServer::Impl::Reject(tcp::socket& socket, RejectReason reason,
 void HttpServer::Impl::Released(Connection* connection, const std::string& peer,
                                 CloseReason reason) {
   connections_.erase(connection);
-  auto it = per_peer_.find(peer);
-  if (it != per_peer_.end() && --it->second == 0) {
-    per_peer_.erase(it);
-  }
+  admission_.Remove(peer);
   open_.fetch_sub(1, std::memory_order_relaxed);
   metrics_.Closed(reason);
 }

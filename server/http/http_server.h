@@ -17,9 +17,10 @@
 //   a response must be written within `write_timeout`. Headers above
 //   `max_header_bytes` get 431, malformed ones 400, and the connection is
 //   closed. At most `max_connections` connections in total and
-//   `max_connections_per_peer` per peer IP address (IPv4-mapped IPv6
-//   counts as IPv4); a connection beyond either cap is answered with a
-//   best-effort 503 and closed at once, without reading from it.
+//   `max_connections_per_peer` per peer (server/http/peer_admission.h: an
+//   IPv4 address, an IPv6 /64; 0 is no cap); a connection beyond either cap
+//   is answered with a best-effort 503 and closed at once, without reading
+//   from it.
 // - The acceptor never stops: accept errors (EMFILE, ENFILE, ENOBUFS, ...)
 //   are logged and counted, and accepting resumes after a backoff (10 ms
 //   doubling to 1 s while the errors last).

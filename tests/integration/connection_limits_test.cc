@@ -1,8 +1,8 @@
 // Connections that never speak cannot lock real clients out: the server
 // raises its open-files limit at start, and closes a connection that has
-// not finished its handshake within limits.handshake_timeout. (Not covered:
-// a hard limit so low that silent connections exhaust it; gRPC 1.51 then
-// stops accepting on the port, see docs/operations.md.)
+// not finished its handshake within limits.handshake_timeout. (A file
+// limit so low that silent connections would exhaust it:
+// tests/abuse/connection_flood_test.cc.)
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>

@@ -5,14 +5,12 @@
 namespace aside::testing {
 
 absl::StatusOr<RunningServer> StartServer(const std::string& state_dir,
-                                          std::vector<std::string> extra) {
-  std::vector<std::string> argv = {BinDir() + "/aside-server",
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--metrics",
-                                   "127.0.0.1:0",
-                                   "--state-dir",
-                                   state_dir};
+                                          std::vector<std::string> extra,
+                                          std::vector<std::string> wrapper) {
+  std::vector<std::string> argv = std::move(wrapper);
+  argv.insert(argv.end(),
+              {BinDir() + "/aside-server", "--listen", "127.0.0.1:0",
+               "--metrics", "127.0.0.1:0", "--state-dir", state_dir});
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto process = Process::Start(argv);
   if (!process.ok()) {

@@ -26,9 +26,11 @@ struct RunningServer {
 
 // Starts build/bin/aside-server with --listen 127.0.0.1:0 (unless `extra`
 // sets it), --metrics 127.0.0.1:0 and --state-dir <state_dir>, plus `extra`,
-// and waits (bounded) until it reports it has started.
-absl::StatusOr<RunningServer> StartServer(const std::string& state_dir,
-                                          std::vector<std::string> extra);
+// and waits (bounded) until it reports it has started. `wrapper` runs the
+// server ({"/usr/bin/prlimit", "--nofile=1024:1024"}) when not empty.
+absl::StatusOr<RunningServer> StartServer(
+    const std::string& state_dir, std::vector<std::string> extra,
+    std::vector<std::string> wrapper = {});
 
 // A client context with a 10 s deadline and, if given, a bearer token.
 std::unique_ptr<grpc::ClientContext> Context(const std::string& token = "");

@@ -23,6 +23,8 @@ TEST(LimitsConfigTest, Defaults) {
   EXPECT_EQ(c.max_metadata_bytes, 8192u);
   EXPECT_EQ(c.max_watch_streams_per_peer, 10000u);
   EXPECT_EQ(c.max_balancer_streams_per_peer, 10000u);
+  EXPECT_EQ(c.max_connections, 0u);  // the open-file limit's budget
+  EXPECT_EQ(c.max_connections_per_peer, 1024u);
 }
 
 TEST(LimitsConfigTest, AcceptedValues) {
@@ -34,6 +36,8 @@ TEST(LimitsConfigTest, AcceptedValues) {
   max_metadata_bytes: 16384
   max_watch_streams_per_peer: 3
   max_balancer_streams_per_peer: 4
+  max_connections: 5000
+  max_connections_per_peer: 0
 )",
                                                    "aside.yaml"));
   EXPECT_EQ(c.max_connection_age, absl::ZeroDuration());  // off
@@ -43,6 +47,8 @@ TEST(LimitsConfigTest, AcceptedValues) {
   EXPECT_EQ(c.max_metadata_bytes, 16384u);
   EXPECT_EQ(c.max_watch_streams_per_peer, 3u);
   EXPECT_EQ(c.max_balancer_streams_per_peer, 4u);
+  EXPECT_EQ(c.max_connections, 5000u);
+  EXPECT_EQ(c.max_connections_per_peer, 0u);  // off
 }
 
 struct BadLimit {
@@ -72,6 +78,12 @@ TEST(LimitsConfigTest, BadValuesNameFileLineAndKey) {
       {"max_balancer_streams_per_peer: 0",
        "limits.max_balancer_streams_per_peer: 0 out of range 1..1000000"},
       {"max_streams_per_peer: 5", "limits.max_streams_per_peer: unknown key"},
+      {"max_connections: 0",
+       "limits.max_connections: 0 out of range 1..10000000"},
+      {"max_connections: lots", "limits.max_connections"},
+      {"max_connections_per_peer: 10000001",
+       "limits.max_connections_per_peer: 10000001 out of range 0..10000000"},
+      {"max_connections_per_peer: -1", "limits.max_connections_per_peer"},
   };
   for (const BadLimit& c : cases) {
     absl::StatusOr<ServerConfig> parsed =
@@ -90,13 +102,15 @@ TEST(LimitsConfigTest, ChangesNeedARestart) {
       ServerConfig b,
       ParseConfig("limits: {max_ping_strikes: 5, max_watch_streams_per_peer: "
                   "7, handshake_timeout: 2s, max_balancer_streams_per_peer: "
-                  "9}\n",
+                  "9, max_connections: 100, max_connections_per_peer: 10}\n",
                   "aside.yaml"));
   const std::vector<std::string> keys = RestartOnlyChanges(a, b);
   EXPECT_THAT(keys, Contains("limits.max_ping_strikes"));
   EXPECT_THAT(keys, Contains("limits.max_watch_streams_per_peer"));
   EXPECT_THAT(keys, Contains("limits.handshake_timeout"));
   EXPECT_THAT(keys, Contains("limits.max_balancer_streams_per_peer"));
+  EXPECT_THAT(keys, Contains("limits.max_connections"));
+  EXPECT_THAT(keys, Contains("limits.max_connections_per_peer"));
 }
 
 }  // namespace
