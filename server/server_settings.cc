@@ -504,15 +504,15 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
                   &out->shutdown_grace);
   }
   if (const YAML::Node l = root["limits"]; l) {
-    if (r.CheckMap(l, "limits",
-                   {"max_receive_message_bytes", "max_concurrent_streams",
-                    "max_groups", "max_state_bytes", "watch_stall_timeout",
-                    "load_window", "handshake_timeout", "max_connection_age",
-                    "max_connection_age_grace", "min_ping_interval",
-                    "max_ping_strikes", "max_metadata_bytes",
-                    "max_watch_streams_per_peer",
-                    "max_balancer_streams_per_peer", "max_connections",
-                    "max_connections_per_peer"})) {
+    if (r.CheckMap(
+            l, "limits",
+            {"max_receive_message_bytes", "max_concurrent_streams",
+             "max_groups", "max_state_bytes", "watch_stall_timeout",
+             "load_window", "handshake_timeout", "max_connection_age",
+             "max_connection_age_grace", "min_ping_interval",
+             "max_ping_strikes", "max_metadata_bytes",
+             "max_watch_streams_per_peer", "max_balancer_streams_per_peer",
+             "max_connections", "max_connections_per_peer"})) {
       ReadAbuseLimits(r, l, out);
       if (l["handshake_timeout"]) {
         absl::Duration d;
