@@ -52,28 +52,85 @@ grpc::ByteBuffer EncodeAbsent(const std::string& group, uint64_t generation,
 }  // namespace
 
 // One Watch call. Thread-safe: publications arrive on publishing threads,
-// write completions on gRPC's threads, group (re)appearances on the thread
-// that added the group; everything below serialises on mu_.
+// completions on the hub thread of the stream's completion queue, group
+// (re)appearances on the thread that added the group; everything below
+// serialises on mu_.
+//
+// Life: constructed to request a call (Request); the request's completion
+// starts it (Start: validation, peer cap, subscription, first writes); at
+// most one write and one Finish are in flight; the done notification
+// unsubscribes it and takes it out of the hub; it is deleted once that
+// notification and every operation it started have completed. All of a
+// stream's completions arrive on one thread, so the deletion is decided
+// there without a race.
 //
 // Each requested name is an Entry. A name without a group (unknown at
 // subscription, or deleted since) is reported once with GroupRemoved and
 // stays in the stream, `absent`: when the registry adds a group of that
 // name, the hub has the stream look it up again (Reattach), listen to it
 // and send its full table.
-class WatchHub::Stream final
-    : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
-      public Group::Listener {
+class WatchHub::Stream final : public Group::Listener {
  public:
-  Stream(WatchHub* hub, grpc::CallbackServerContext* context)
-      : hub_(hub), context_(context) {}
+  // A completion-queue tag: which operation of which stream completed.
+  struct Op {
+    enum Kind { kRequest, kWrite, kFinish, kDone };
+    Stream* stream;
+    Kind kind;
+  };
 
-  void Start(const grpc::ByteBuffer& request) {
+  // Counted in the hub's alive_ (the caller holds the hub's mu_).
+  Stream(WatchHub* hub, grpc::ServerCompletionQueue* cq)
+      : hub_(hub), cq_(cq), writer_(&context_) {}
+  ~Stream() override {
+    aside::MutexLock lock(&hub_->mu_);
+    --hub_->alive_;
+  }
+
+  void Request(const Requester& request) {
+    context_.AsyncNotifyWhenDone(&done_op_);
+    request(&context_, &request_, &writer_, cq_, &request_op_);
+  }
+
+  // On the queue's thread.
+  void Complete(Op::Kind kind, bool ok) {
+    bool release = false;
+    switch (kind) {
+      case Op::kRequest:
+        if (!ok) {
+          // The server is shutting down; the call never started, and gRPC
+          // sends no done notification for it.
+          delete this;
+          return;
+        }
+        hub_->RequestCall(cq_);
+        Start();
+        return;
+      case Op::kWrite:
+        release = OnWriteDone(ok);
+        break;
+      case Op::kFinish: {
+        aside::MutexLock lock(&mu_);
+        finishing_ = false;
+        release = ReleasableLocked();
+        break;
+      }
+      case Op::kDone:
+        release = OnDone();
+        break;
+    }
+    if (release) {
+      delete this;
+    }
+  }
+
+  void Start() {
     grpc::Status error;
     std::vector<GroupPtr> groups;
     {
       aside::MutexLock lock(&mu_);
       v1::WatchRequest req;
-      error = ValidateLocked(request, &req);
+      error = ValidateLocked(request_, &req);
+      request_.Clear();
       for (const Entry& e : entries_) {
         if (e.group != nullptr) {
           groups.push_back(e.group);
@@ -87,7 +144,7 @@ class WatchHub::Stream final
                              "server is shutting down");
       }
       if (error.ok()) {
-        error = hub_->CountPeerLocked(context_->peer(), &peer_);
+        error = hub_->CountPeerLocked(context_.peer(), &peer_);
       }
       hub_->streams_.insert(this);
     }
@@ -150,29 +207,36 @@ class WatchHub::Stream final
     WriteNextLocked();
   }
 
-  void OnWriteDone(bool ok) override {
+  // The write completed: the next one starts. True when the stream may
+  // go.
+  bool OnWriteDone(bool ok) {
     aside::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
-      return;
+    } else {
+      WriteNextLocked();
     }
-    WriteNextLocked();
+    return ReleasableLocked();
   }
 
-  void OnCancel() override {
-    aside::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::CANCELLED);
-  }
-
-  void OnDone() override {
+  // The call is over (finished, or cancelled by the peer, a deadline, the
+  // connection's end or the server): no more writes. True when the stream
+  // may go.
+  bool OnDone() {
+    {
+      aside::MutexLock lock(&mu_);
+      finished_ = true;
+    }
     Unsubscribe();
     {
       aside::MutexLock lock(&hub_->mu_);
       hub_->streams_.erase(this);
       hub_->UncountPeerLocked(peer_);
     }
-    delete this;
+    aside::MutexLock lock(&mu_);
+    done_ = true;
+    return ReleasableLocked();
   }
 
   // Janitor: ends the stream if a write has been stuck for too long.
@@ -181,7 +245,7 @@ class WatchHub::Stream final
     if (writing_ && !finished_ &&
         now - write_started_ > absl::ToInt64Nanoseconds(limit)) {
       Log(LogLevel::kWarn, "watch.stalled",
-          {{"peer", context_->peer()},
+          {{"peer", context_.peer()},
            {"stalled_for",
             absl::FormatDuration(absl::Nanoseconds(now - write_started_))}});
       if (hub_->metrics_ != nullptr) {
@@ -421,7 +485,7 @@ class WatchHub::Stream final
       next_ = (next_ + step + 1) % entries_.size();
       writing_ = true;
       write_started_ = now;
-      StartWrite(&buffer_);
+      writer_.Write(buffer_, &write_op_);
       return;
     }
   }
@@ -432,7 +496,13 @@ class WatchHub::Stream final
       return;
     }
     finished_ = true;
-    Finish(status);
+    finishing_ = true;
+    writer_.Finish(status, &finish_op_);
+  }
+
+  // Whether the done notification and every started operation completed.
+  bool ReleasableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return done_ && !writing_ && !finishing_;
   }
 
   // Finishes even with a write stuck in flow control: the status is queued
@@ -442,7 +512,7 @@ class WatchHub::Stream final
     const bool stuck = writing_;
     FinishLocked(status);
     if (stuck) {
-      context_->TryCancel();
+      context_.TryCancel();
     }
   }
 
@@ -467,7 +537,15 @@ class WatchHub::Stream final
   }
 
   WatchHub* const hub_;
-  grpc::CallbackServerContext* const context_;
+  grpc::ServerCompletionQueue* const cq_;
+  Op request_op_{this, Op::kRequest};
+  Op write_op_{this, Op::kWrite};
+  Op finish_op_{this, Op::kFinish};
+  Op done_op_{this, Op::kDone};
+  grpc::ServerContext context_;
+  // The request; read once, in Start, on the queue's thread.
+  grpc::ByteBuffer request_;
+  grpc::ServerAsyncWriter<grpc::ByteBuffer> writer_;
   // The peer this stream is counted against (empty: not counted). Written
   // once in Start, under the hub's mu_, read under it in OnDone.
   std::string peer_ ABSL_GUARDED_BY(hub_->mu_);
@@ -479,6 +557,8 @@ class WatchHub::Stream final
   grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish in flight
+  bool done_ ABSL_GUARDED_BY(mu_) = false;       // done notification came
   bool subscribed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t write_started_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -496,7 +576,7 @@ WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
 WatchHub::~WatchHub() {
   // Waits for an announcement in progress, which holds mu_ at times.
   groups_->RemoveObserver(this);
-  Shutdown();
+  StopServing();
   {
     aside::MutexLock lock(&mu_);
     stop_janitor_ = true;  // wakes the janitor as the lock is released
@@ -504,11 +584,69 @@ WatchHub::~WatchHub() {
   janitor_.join();
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchHub::Start(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  auto* stream = new Stream(this, context);
-  stream->Start(*request);
-  return stream;
+void WatchHub::AddCompletionQueues(grpc::ServerBuilder& builder, int threads) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    queues_.push_back(builder.AddCompletionQueue());
+  }
+}
+
+void WatchHub::Serve(Requester request) {
+  request_ = std::move(request);
+  for (const auto& cq : queues_) {
+    RequestCall(cq.get());
+    pollers_.emplace_back([cq = cq.get()] { Poll(cq); });
+  }
+}
+
+void WatchHub::RequestCall(grpc::ServerCompletionQueue* cq) {
+  aside::MutexLock lock(&mu_);
+  if (stopping_) {
+    return;
+  }
+  ++alive_;
+  (new Stream(this, cq))->Request(request_);
+}
+
+void WatchHub::Poll(grpc::ServerCompletionQueue* cq) {
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq->Next(&tag, &ok)) {
+    auto* op = static_cast<Stream::Op*>(tag);
+    op->stream->Complete(op->kind, ok);
+  }
+}
+
+void WatchHub::StopServing() {
+  Shutdown();
+  {
+    aside::MutexLock lock(&mu_);
+    stopping_ = true;
+    // The server's shutdown ended every call and failed every request, so
+    // each stream's last completion is on its way; the pollers delete them.
+    if (!pollers_.empty() && !mu_.AwaitWithTimeout(
+                                 [this] {
+                                   mu_.AssertHeld();
+                                   return alive_ == 0;
+                                 },
+                                 absl::Seconds(10))) {
+      Log(LogLevel::kError, "watch.stop_serving",
+          {{"streams_left", absl::StrCat(alive_)}});
+    }
+  }
+  for (const auto& cq : queues_) {
+    cq->Shutdown();
+  }
+  if (pollers_.empty()) {
+    // Never served: nothing but the queues' own shutdown to drain.
+    for (const auto& cq : queues_) {
+      Poll(cq.get());
+    }
+  }
+  for (std::thread& t : pollers_) {
+    t.join();
+  }
+  pollers_.clear();
+  queues_.clear();
 }
 
 void WatchHub::Shutdown() {

@@ -9,6 +9,12 @@
 // its groups. A stream whose write has not completed for `stall_timeout`
 // is ended with RESOURCE_EXHAUSTED. Shutdown ends streams with UNAVAILABLE.
 //
+// Watch is served on gRPC's completion-queue API: the hub owns its
+// completion queues, each polled by one thread of its own, which accepts
+// calls and handles every write completion of its streams inline (the
+// callback API hands each completion to another thread, a context switch
+// and a wake-up per stream write). Writes start on the publishing thread.
+//
 // Groups are independent (see the Watch rpc in lookaside.proto): a name the
 // registry does not have, at subscription or after a deletion, gets one
 // GroupRemoved (cause NOT_FOUND or DELETED) and the stream keeps serving the
@@ -26,12 +32,16 @@
 #define ASIDE_SERVER_WATCH_H_
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/async_stream.h>
 
 #include <cstddef>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
@@ -42,6 +52,8 @@
 namespace aside::server {
 
 inline constexpr int kMaxWatchGroups = 256;
+// Completion queues (one thread each) Watch is served on.
+inline constexpr int kWatchThreads = 1;
 
 // Tracks live Watch streams: ends stalled ones, attaches groups that appear
 // after a stream asked for them, ends all at shutdown. Observes `groups`
@@ -55,9 +67,23 @@ class WatchHub : private GroupRegistry::Observer {
            absl::Duration stall_timeout, uint32_t max_streams_per_peer = 0);
   ~WatchHub() override;
 
-  // Creates the reactor for one Watch call.
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(
-      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request);
+  // Asks gRPC for one Watch call on `cq`, announced with `tag` there (the
+  // generated RequestWatch of the service's raw async Watch method).
+  using Requester = std::function<void(
+      grpc::ServerContext* context, grpc::ByteBuffer* request,
+      grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer,
+      grpc::ServerCompletionQueue* cq, void* tag)>;
+
+  // Before the server is built: adds the hub's completion queues.
+  void AddCompletionQueues(grpc::ServerBuilder& builder,
+                           int threads = kWatchThreads);
+  // Once the server has started: starts one thread per queue, each with a
+  // call requested.
+  void Serve(Requester request);
+  // Once the server has shut down (its calls are ended): ends the streams
+  // still open, waits for them to go, shuts the queues down, drains them
+  // and joins their threads. Idempotent; the destructor does it too.
+  void StopServing();
 
   // Ends every stream with UNAVAILABLE and stops accepting new ones.
   void Shutdown();
@@ -79,6 +105,10 @@ class WatchHub : private GroupRegistry::Observer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends stalled streams, every min(1 s, stall_timeout / 4).
   void Janitor();
+  // Requests the next call on `cq` (unless StopServing has begun).
+  void RequestCall(grpc::ServerCompletionQueue* cq);
+  // Runs the completions of `cq` until it is shut down and drained.
+  static void Poll(grpc::ServerCompletionQueue* cq);
 
   GroupRegistry* const groups_;
   Metrics* const metrics_;
@@ -94,6 +124,17 @@ class WatchHub : private GroupRegistry::Observer {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_janitor_ ABSL_GUARDED_BY(mu_) = false;
   std::thread janitor_;
+
+  // Serving: the queues and their threads (set up before the server runs,
+  // torn down by StopServing on the thread that owns the hub).
+  Requester request_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::vector<std::thread> pollers_;
+  // Stream objects alive, requested calls included: the queues are shut
+  // down only once none is left, so that no operation starts on a queue
+  // that is shut down.
+  size_t alive_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace aside::server
