@@ -51,6 +51,13 @@ grpc::ByteBuffer EncodeAbsent(const std::string& group, uint64_t generation,
 
 }  // namespace
 
+// A completion-queue tag: which operation of which stream completed.
+struct WatchHub::Op {
+  enum Kind { kRequest, kWrite, kFinish, kDone };
+  Stream* stream;
+  Kind kind;
+};
+
 // One Watch call. Thread-safe: publications arrive on publishing threads,
 // completions on the hub thread of the stream's completion queue, group
 // (re)appearances on the thread that added the group; everything below
@@ -71,16 +78,9 @@ grpc::ByteBuffer EncodeAbsent(const std::string& group, uint64_t generation,
 // and send its full table.
 class WatchHub::Stream final : public Group::Listener {
  public:
-  // A completion-queue tag: which operation of which stream completed.
-  struct Op {
-    enum Kind { kRequest, kWrite, kFinish, kDone };
-    Stream* stream;
-    Kind kind;
-  };
-
   // Counted in the hub's alive_ (the caller holds the hub's mu_).
-  Stream(WatchHub* hub, grpc::ServerCompletionQueue* cq)
-      : hub_(hub), cq_(cq), writer_(&context_) {}
+  Stream(WatchHub* hub, Shard* shard)
+      : hub_(hub), shard_(shard), writer_(&context_) {}
   ~Stream() override {
     aside::MutexLock lock(&hub_->mu_);
     --hub_->alive_;
@@ -88,7 +88,7 @@ class WatchHub::Stream final : public Group::Listener {
 
   void Request(const Requester& request) {
     context_.AsyncNotifyWhenDone(&done_op_);
-    request(&context_, &request_, &writer_, cq_, &request_op_);
+    request(&context_, &request_, &writer_, shard_->cq.get(), &request_op_);
   }
 
   // On the queue's thread.
@@ -102,7 +102,7 @@ class WatchHub::Stream final : public Group::Listener {
           delete this;
           return;
         }
-        hub_->RequestCall(cq_);
+        hub_->RequestCall(shard_);
         Start();
         return;
       case Op::kWrite:
@@ -194,7 +194,7 @@ class WatchHub::Stream final : public Group::Listener {
         }
       }
     }
-    WriteNextLocked();
+    KickLocked();
   }
 
   void OnRemoved(Group& group, uint64_t generation) override {
@@ -204,7 +204,7 @@ class WatchHub::Stream final : public Group::Listener {
         MarkAbsentLocked(e, v1::GroupRemoved::CAUSE_DELETED, generation);
       }
     }
-    WriteNextLocked();
+    KickLocked();
   }
 
   // The write completed: the next one starts. True when the stream may
@@ -320,7 +320,7 @@ class WatchHub::Stream final : public Group::Listener {
                              g->table()->generation());
           }
         }
-        WriteNextLocked();
+        KickLocked();
       }
     }
     if (undo) {
@@ -331,6 +331,15 @@ class WatchHub::Stream final : public Group::Listener {
     for (const GroupPtr& g : previous) {
       Unlisten(*g);
     }
+  }
+
+  // On the shard's thread, taken off its ready list: starts the next write.
+  // True when the stream may go.
+  bool RunReady() {
+    aside::MutexLock lock(&mu_);
+    queued_ = false;
+    WriteNextLocked();
+    return ReleasableLocked();
   }
 
   void Shutdown() {
@@ -500,9 +509,20 @@ class WatchHub::Stream final : public Group::Listener {
     writer_.Finish(status, &finish_op_);
   }
 
-  // Whether the done notification and every started operation completed.
+  // Whether the done notification and every started operation completed,
+  // and the shard's thread holds no reference.
   bool ReleasableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return done_ && !writing_ && !finishing_;
+    return done_ && !writing_ && !finishing_ && !queued_;
+  }
+
+  // Off the shard's thread: has that thread start the next write, if one
+  // is due and none is in flight.
+  void KickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || !subscribed_ || queued_) {
+      return;
+    }
+    queued_ = true;
+    Ready(shard_, this);
   }
 
   // Finishes even with a write stuck in flow control: the status is queued
@@ -537,7 +557,7 @@ class WatchHub::Stream final : public Group::Listener {
   }
 
   WatchHub* const hub_;
-  grpc::ServerCompletionQueue* const cq_;
+  Shard* const shard_;
   Op request_op_{this, Op::kRequest};
   Op write_op_{this, Op::kWrite};
   Op finish_op_{this, Op::kFinish};
@@ -559,6 +579,7 @@ class WatchHub::Stream final : public Group::Listener {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish in flight
   bool done_ ABSL_GUARDED_BY(mu_) = false;       // done notification came
+  bool queued_ ABSL_GUARDED_BY(mu_) = false;     // on the shard's ready list
   bool subscribed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t write_started_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -586,32 +607,64 @@ WatchHub::~WatchHub() {
 
 void WatchHub::AddCompletionQueues(grpc::ServerBuilder& builder, int threads) {
   for (int i = 0; i < std::max(1, threads); ++i) {
-    queues_.push_back(builder.AddCompletionQueue());
+    auto shard = std::make_unique<Shard>();
+    shard->cq = builder.AddCompletionQueue();
+    shards_.push_back(std::move(shard));
   }
 }
 
 void WatchHub::Serve(Requester request) {
   request_ = std::move(request);
-  for (const auto& cq : queues_) {
-    RequestCall(cq.get());
-    pollers_.emplace_back([cq = cq.get()] { Poll(cq); });
+  serving_ = true;
+  for (const auto& shard : shards_) {
+    RequestCall(shard.get());
+    shard->thread = std::thread([shard = shard.get()] { Poll(shard); });
   }
 }
 
-void WatchHub::RequestCall(grpc::ServerCompletionQueue* cq) {
+void WatchHub::RequestCall(Shard* shard) {
   aside::MutexLock lock(&mu_);
   if (stopping_) {
     return;
   }
   ++alive_;
-  (new Stream(this, cq))->Request(request_);
+  (new Stream(this, shard))->Request(request_);
 }
 
-void WatchHub::Poll(grpc::ServerCompletionQueue* cq) {
+void WatchHub::Ready(Shard* shard, Stream* stream) {
+  aside::MutexLock lock(&shard->mu);
+  shard->ready.push_back(stream);
+  if (!shard->armed) {
+    shard->armed = true;
+    // Fires at once, on the shard's thread: one wake-up for every stream
+    // queued until then.
+    shard->wake.Set(shard->cq.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), shard);
+  }
+}
+
+void WatchHub::RunReady(Shard* shard) {
+  std::vector<Stream*> ready;
+  {
+    aside::MutexLock lock(&shard->mu);
+    ready.swap(shard->ready);
+    shard->armed = false;
+  }
+  for (Stream* s : ready) {
+    if (s->RunReady()) {
+      delete s;
+    }
+  }
+}
+
+void WatchHub::Poll(Shard* shard) {
   void* tag = nullptr;
   bool ok = false;
-  while (cq->Next(&tag, &ok)) {
-    auto* op = static_cast<Stream::Op*>(tag);
+  while (shard->cq->Next(&tag, &ok)) {
+    if (tag == shard) {
+      RunReady(shard);
+      continue;
+    }
+    auto* op = static_cast<Op*>(tag);
     op->stream->Complete(op->kind, ok);
   }
 }
@@ -622,31 +675,30 @@ void WatchHub::StopServing() {
     aside::MutexLock lock(&mu_);
     stopping_ = true;
     // The server's shutdown ended every call and failed every request, so
-    // each stream's last completion is on its way; the pollers delete them.
-    if (!pollers_.empty() && !mu_.AwaitWithTimeout(
-                                 [this] {
-                                   mu_.AssertHeld();
-                                   return alive_ == 0;
-                                 },
-                                 absl::Seconds(10))) {
+    // each stream's last completion is on its way; the shards' threads
+    // delete them.
+    if (serving_ && !mu_.AwaitWithTimeout(
+                        [this] {
+                          mu_.AssertHeld();
+                          return alive_ == 0;
+                        },
+                        absl::Seconds(10))) {
       Log(LogLevel::kError, "watch.stop_serving",
           {{"streams_left", absl::StrCat(alive_)}});
     }
   }
-  for (const auto& cq : queues_) {
-    cq->Shutdown();
+  for (const auto& shard : shards_) {
+    shard->cq->Shutdown();
   }
-  if (pollers_.empty()) {
-    // Never served: nothing but the queues' own shutdown to drain.
-    for (const auto& cq : queues_) {
-      Poll(cq.get());
+  for (const auto& shard : shards_) {
+    if (shard->thread.joinable()) {
+      shard->thread.join();
+    } else {
+      Poll(shard.get());  // never served: drains the queue's shutdown
     }
   }
-  for (std::thread& t : pollers_) {
-    t.join();
-  }
-  pollers_.clear();
-  queues_.clear();
+  shards_.clear();
+  serving_ = false;
 }
 
 void WatchHub::Shutdown() {

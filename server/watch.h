@@ -11,9 +11,10 @@
 //
 // Watch is served on gRPC's completion-queue API: the hub owns its
 // completion queues, each polled by one thread of its own, which accepts
-// calls and handles every write completion of its streams inline (the
-// callback API hands each completion to another thread, a context switch
-// and a wake-up per stream write). Writes start on the publishing thread.
+// calls and starts and completes every write of its streams (the callback
+// API hands each completion to another thread, a context switch and a
+// wake-up per stream write). A publication only queues the streams that
+// have a write to start and wakes the queue's thread once.
 //
 // Groups are independent (see the Watch rpc in lookaside.proto): a name the
 // registry does not have, at subscription or after a deletion, gets one
@@ -31,6 +32,7 @@
 #ifndef ASIDE_SERVER_WATCH_H_
 #define ASIDE_SERVER_WATCH_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/async_stream.h>
 
@@ -92,6 +94,7 @@ class WatchHub : private GroupRegistry::Observer {
  private:
   class Stream;
   friend class Stream;
+  struct Op;
 
   // GroupRegistry::Observer: attaches the group to the streams waiting for
   // its name. On the adding thread, with the registry's observers_mu_ held.
@@ -105,10 +108,25 @@ class WatchHub : private GroupRegistry::Observer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends stalled streams, every min(1 s, stall_timeout / 4).
   void Janitor();
-  // Requests the next call on `cq` (unless StopServing has begun).
-  void RequestCall(grpc::ServerCompletionQueue* cq);
-  // Runs the completions of `cq` until it is shut down and drained.
-  static void Poll(grpc::ServerCompletionQueue* cq);
+  // One completion queue, its thread, and the streams waiting for that
+  // thread to start their next write.
+  struct Shard {
+    std::unique_ptr<grpc::ServerCompletionQueue> cq;
+    std::thread thread;
+    aside::Mutex mu;  // taken under a stream's mu_; takes nothing
+    std::vector<Stream*> ready ABSL_GUARDED_BY(mu);
+    bool armed ABSL_GUARDED_BY(mu) = false;  // `wake` is set
+    grpc::Alarm wake;
+  };
+  // Requests the next call on `shard` (unless StopServing has begun).
+  void RequestCall(Shard* shard);
+  // Queues `stream` for the shard's thread, waking it if need be.
+  static void Ready(Shard* shard, Stream* stream);
+  // Runs the completions of `shard` until its queue is shut down and
+  // drained.
+  static void Poll(Shard* shard);
+  // On the shard's thread: starts the queued streams' writes.
+  static void RunReady(Shard* shard);
 
   GroupRegistry* const groups_;
   Metrics* const metrics_;
@@ -128,8 +146,8 @@ class WatchHub : private GroupRegistry::Observer {
   // Serving: the queues and their threads (set up before the server runs,
   // torn down by StopServing on the thread that owns the hub).
   Requester request_;
-  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
-  std::vector<std::thread> pollers_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  bool serving_ = false;
   // Stream objects alive, requested calls included: the queues are shut
   // down only once none is left, so that no operation starts on a queue
   // that is shut down.
