@@ -452,32 +452,37 @@ class WatchHub::Stream final : public Group::Listener {
       const GroupMetrics* gm =
           e.group != nullptr ? e.group->metrics() : nullptr;
       prometheus::Counter* kind = nullptr;
+      // The message: gRPC copies it (a reference to its slices) as the
+      // write starts, so the shared encodings are written in place.
+      grpc::ByteBuffer own;
+      const grpc::ByteBuffer* message = &own;
+      std::shared_ptr<const EncodedUpdate> update;
       if (e.absent) {
         if (e.absent_sent) {
           continue;
         }
-        buffer_ = EncodeAbsent(e.name, e.removed_generation, e.cause,
-                               hub_->groups_->server_id());
+        own = EncodeAbsent(e.name, e.removed_generation, e.cause,
+                           hub_->groups_->server_id());
         e.absent_sent = true;
         e.sent = 0;
         e.known = 0;
         kind = gm != nullptr ? gm->watch_removed : nullptr;
       } else {
-        std::shared_ptr<const EncodedUpdate> update = e.group->Encoded();
+        update = e.group->Encoded();
         if (update->generation == e.sent) {
           continue;
         }
         if (e.sent == 0 && e.known != 0 && e.known == update->generation) {
-          buffer_ = EncodeUnchanged(e.group->name(), update->generation,
-                                    e.group->server_id());
+          own = EncodeUnchanged(e.group->name(), update->generation,
+                                e.group->server_id());
           kind = gm != nullptr ? gm->watch_unchanged : nullptr;
         } else if (update->delta.has_value() && update->base_generation != 0 &&
                    update->base_generation ==
                        (e.sent != 0 ? e.sent : e.known)) {
-          buffer_ = *update->delta;
+          message = &*update->delta;
           kind = gm != nullptr ? gm->watch_delta : nullptr;
         } else {
-          buffer_ = update->full();
+          message = &update->full();
           kind = gm != nullptr ? gm->watch_full : nullptr;
         }
         e.sent = update->generation;
@@ -494,7 +499,7 @@ class WatchHub::Stream final : public Group::Listener {
       next_ = (next_ + step + 1) % entries_.size();
       writing_ = true;
       write_started_ = now;
-      writer_.Write(buffer_, &write_op_);
+      writer_.Write(*message, &write_op_);
       return;
     }
   }
@@ -574,7 +579,6 @@ class WatchHub::Stream final : public Group::Listener {
   // Entries that are absent (read by the hub without mu_).
   std::atomic<size_t> absent_count_{0};
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
-  grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish in flight
