@@ -54,8 +54,9 @@
 namespace aside::server {
 
 inline constexpr int kMaxWatchGroups = 256;
-// Completion queues (one thread each) Watch is served on.
-inline constexpr int kWatchThreads = 1;
+// Completion queues (one thread each) Watch is served on: two measured
+// cheaper per stream than one on two cores (bench/README.md, "Fan-out").
+inline constexpr int kWatchThreads = 2;
 
 // Tracks live Watch streams: ends stalled ones, attaches groups that appear
 // after a stream asked for them, ends all at shutdown. Observes `groups`
