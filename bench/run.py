@@ -210,13 +210,44 @@ def fanout_channels(subscribers):
     return max(min(subscribers, 20), -(-subscribers // 100))
 
 
-def fanout_once(args, target, pid, token, group, subscribers, changes):
-    return run_json_line(
-        [os.path.join(args.bin_dir, "fanout_load"), "--target", target,
-         "--token", token, "--group", group, "--subscribers",
-         str(subscribers), "--changes", str(changes), "--server-pid",
-         str(pid), "--channels", str(fanout_channels(subscribers))],
-        timeout=900)
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def fanout_once(args, target, pid, token, group, subscribers, changes,
+                rss=False):
+    """One fanout_load run. With `rss`, also the server's memory per
+    stream: its peak RSS during the run (streams open) less its RSS before,
+    over the streams (polled every 20 ms from /proc)."""
+    before = peak = rss_kib(pid) if rss else 0
+    stop = threading.Event()
+
+    def poll():
+        nonlocal peak
+        while not stop.wait(0.02):
+            peak = max(peak, rss_kib(pid))
+
+    poller = threading.Thread(target=poll, daemon=True)
+    if rss:
+        poller.start()
+    try:
+        r = run_json_line(
+            [os.path.join(args.bin_dir, "fanout_load"), "--target", target,
+             "--token", token, "--group", group, "--subscribers",
+             str(subscribers), "--changes", str(changes), "--server-pid",
+             str(pid), "--channels", str(fanout_channels(subscribers))],
+            timeout=900)
+    finally:
+        stop.set()
+        if rss:
+            poller.join()
+    if rss:
+        r["rss_per_stream_kib"] = (peak - before) / subscribers
+    return r
 
 
 def run_fanout(args, out_dir):
@@ -255,29 +286,38 @@ def run_fanout(args, out_dir):
                                 f"fanout-{subscribers}", subscribers, changes)
                 show("aside", r)
                 results.append(r)
-            for n in floor_sizes:
-                for rep in range(reps):
-                    a = fanout_once(args, server.target, server.pid, token,
-                                    f"fanout-{n}-{rep}", n, changes)
-                    show("aside", a)
-                    floor = FloorServer(args.bin_dir, a["update_bytes"])
-                    try:
-                        f = fanout_once(args, floor.target, floor.pid, token,
-                                        "fanout", n, changes)
-                    finally:
-                        floor.stop()
-                    show("floor", f)
-                    if rep == 0:
-                        results.append(a)
-                    pairs.append({
-                        "subscribers": n, "aside": a, "floor": f,
-                        "cpu_ratio": a["cpu_per_stream_update_us"] /
-                        f["cpu_per_stream_update_us"],
-                        "p99_ratio": a["last_p99_ms"] / f["last_p99_ms"]})
-                    log(f"    ratio: CPU {pairs[-1]['cpu_ratio']:.2f}x, "
-                        f"last-subscriber p99 {pairs[-1]['p99_ratio']:.2f}x")
         finally:
             server.stop()
+        # Each pair starts fresh servers, so that the memory a run's
+        # streams take is not served from what earlier runs freed.
+        for n in floor_sizes:
+            for rep in range(reps):
+                server = Server(args.bin_dir,
+                                os.path.join(tmp, f"state-{n}-{rep}"),
+                                ["--admin-token-file", tokens, "--config",
+                                 config])
+                try:
+                    a = fanout_once(args, server.target, server.pid, token,
+                                    f"fanout-{n}-{rep}", n, changes, rss=True)
+                finally:
+                    server.stop()
+                show("aside", a)
+                floor = FloorServer(args.bin_dir, a["update_bytes"])
+                try:
+                    f = fanout_once(args, floor.target, floor.pid, token,
+                                    "fanout", n, changes, rss=True)
+                finally:
+                    floor.stop()
+                show("floor", f)
+                if rep == 0:
+                    results.append(a)
+                pairs.append({
+                    "subscribers": n, "aside": a, "floor": f,
+                    "cpu_ratio": a["cpu_per_stream_update_us"] /
+                    f["cpu_per_stream_update_us"],
+                    "p99_ratio": a["last_p99_ms"] / f["last_p99_ms"]})
+                log(f"    ratio: CPU {pairs[-1]['cpu_ratio']:.2f}x, "
+                    f"last-subscriber p99 {pairs[-1]['p99_ratio']:.2f}x")
     floor_summary = {}
     for n in floor_sizes:
         mine = [p for p in pairs if p["subscribers"] == n]
@@ -286,7 +326,7 @@ def run_fanout(args, out_dir):
             for key in ("cpu_ratio", "p99_ratio")}
         for who in ("aside", "floor"):
             for key in ("cpu_per_stream_update_us", "last_p99_ms",
-                        "cpu_per_update_us"):
+                        "cpu_per_update_us", "rss_per_stream_kib"):
                 floor_summary[str(n)][f"{who}_{key}"] = spread(
                     [p[who][key] for p in mine])
     write_json(os.path.join(out_dir, "fanout.json"),
@@ -573,6 +613,17 @@ def summarize(out_dir):
                 f"{fmt_spread(p99, '×')}",
                 f"{fmt(p99 and p99['median'])}×",
                 p99 is not None and p99["median"] <= 1.0)
+            mem, fmem = (fl.get("aside_rss_per_stream_kib"),
+                         fl.get("floor_rss_per_stream_kib"))
+            if mem:
+                row("fanout", f"server memory per Watch stream, {int(n)} "
+                    "streams (peak RSS growth during the run / streams)",
+                    "≤ 32 KiB",
+                    f"{fmt_spread(mem, ' KiB')} vs "
+                    f"{fmt_spread(fmem, ' KiB')}",
+                    f"{fmt(ratio(mem['median'], fmem and fmem['median']))}× "
+                    "floor",
+                    f"{fmt(mem['median'] / 32)}×", mem["median"] <= 32)
         by = {r["subscribers"]: r for r in fan["runs"]}
         big, one = by.get(1000), by.get(1)
         if big and one and "cpu_per_update_us" in one:
