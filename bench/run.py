@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import re
+import select
 import shutil
 import signal
 import statistics
@@ -210,13 +211,176 @@ def fanout_channels(subscribers):
     return max(min(subscribers, 20), -(-subscribers // 100))
 
 
-def fanout_once(args, target, pid, token, group, subscribers, changes):
-    return run_json_line(
-        [os.path.join(args.bin_dir, "fanout_load"), "--target", target,
-         "--token", token, "--group", group, "--subscribers",
-         str(subscribers), "--changes", str(changes), "--server-pid",
-         str(pid), "--channels", str(fanout_channels(subscribers))],
-        timeout=900)
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def fanout_once(args, target, pid, token, group, subscribers, changes,
+                rss=False):
+    """One fanout_load run. With `rss`, also the server's memory per
+    stream: its peak RSS during the run (streams open) less its RSS before,
+    over the streams (polled every 20 ms from /proc)."""
+    before = peak = rss_kib(pid) if rss else 0
+    stop = threading.Event()
+
+    def poll():
+        nonlocal peak
+        while not stop.wait(0.02):
+            peak = max(peak, rss_kib(pid))
+
+    poller = threading.Thread(target=poll, daemon=True)
+    if rss:
+        poller.start()
+    try:
+        r = run_json_line(
+            [os.path.join(args.bin_dir, "fanout_load"), "--target", target,
+             "--token", token, "--group", group, "--subscribers",
+             str(subscribers), "--changes", str(changes), "--server-pid",
+             str(pid), "--channels", str(fanout_channels(subscribers))],
+            timeout=900)
+    finally:
+        stop.set()
+        if rss:
+            poller.join()
+    if rss:
+        r["rss_per_stream_kib"] = (peak - before) / subscribers
+    return r
+
+
+def read_json(proc, timeout=180):
+    """The next line of `proc`'s stdout as JSON, within `timeout` s."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline() if ready else ""
+    if not line:
+        raise RuntimeError(f"{os.path.basename(proc.args[0])}: no output "
+                           f"(exit {proc.poll()})")
+    return json.loads(line)
+
+
+def fanout_procs_once(args, target, pid, token, procs, per, changes):
+    """`procs` fanout_load processes of `per` streams each on one server:
+    one drives the changes in step with the others (--coordinate,
+    --observe). Server memory per idle stream (RSS with every stream open
+    and holding the first table, less RSS before any), CPU per stream per
+    update over all streams, and the last subscriber of all processes."""
+    tool = os.path.join(args.bin_dir, "fanout_load")
+    common = ["--target", target, "--group", "fanout-procs",
+              "--subscribers", str(per), "--channels",
+              str(fanout_channels(per))]
+    before = rss_kib(pid)
+    started = []
+
+    def start(extra):
+        p = subprocess.Popen([tool, *common, *extra], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        started.append(p)
+        return p
+
+    try:
+        driver = start(["--token", token, "--changes", str(changes),
+                        "--server-pid", str(pid), "--coordinate"])
+        read_json(driver)
+        observers = [start(["--observe"]) for _ in range(procs - 1)]
+        for o in observers:
+            read_json(o)
+        idle = rss_kib(pid)
+        driver.stdin.write("go\n")
+        driver.stdin.flush()
+        last = []
+        for _ in range(changes):
+            c = read_json(driver)
+            for o in observers:
+                o.stdin.write(f"{c['generation']}\n")
+                o.stdin.flush()
+            ends = [c["last_ns"]] + [read_json(o)["last_ns"]
+                                     for o in observers]
+            last.append((max(ends) - c["t0_ns"]) / 1e6)
+            driver.stdin.write("next\n")
+            driver.stdin.flush()
+        final = read_json(driver)
+        for o in observers:
+            o.stdin.write("stop\n")
+            o.stdin.flush()
+    finally:
+        for p in started:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    streams = procs * per
+    last.sort()
+    return {
+        "streams": streams, "processes": procs, "changes": changes,
+        "rss_per_idle_stream_kib": (idle - before) / streams,
+        "cpu_per_stream_update_us":
+            final["server_cpu_s"] * 1e6 / (streams * changes),
+        "last_p50_ms": last[len(last) // 2],
+        "last_p99_ms": last[min(len(last) - 1, int(0.99 * len(last)))],
+        "update_bytes": final["update_bytes"],
+    }
+
+
+def run_fanout_procs(args, out_dir):
+    """--fanout-procs: 10 000 Watch streams on one replica from 10
+    subscriber processes of 1000, against the floor, alternating pairs."""
+    procs, per, changes, reps = 10, 1000, 10, 2
+    log(f"== fanout-procs: {procs} subscriber processes x {per} streams on "
+        f"one server, {changes} changes, {reps} alternating pairs with the "
+        "floor")
+    token = "bench-fanout-admin-token"
+    pairs = []
+
+    def show(who, r):
+        log(f"  {who}: {r['streams']} streams: idle RSS "
+            f"{r['rss_per_idle_stream_kib']:.1f} KiB per stream; CPU "
+            f"{r['cpu_per_stream_update_us']:.2f} us per stream per update; "
+            f"last subscriber p50 {r['last_p50_ms']:.1f} ms, p99 "
+            f"{r['last_p99_ms']:.1f} ms")
+
+    with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
+        tokens = os.path.join(tmp, "tokens")
+        with open(tokens, "w") as f:
+            f.write(f"{token} admin\n")
+        config = os.path.join(tmp, "aside.yaml")
+        with open(config, "w") as f:
+            f.write("limits: {max_watch_streams_per_peer: 100000}\n")
+        for rep in range(reps):
+            server = Server(args.bin_dir, os.path.join(tmp, f"state-{rep}"),
+                            ["--admin-token-file", tokens, "--config",
+                             config])
+            try:
+                a = fanout_procs_once(args, server.target, server.pid, token,
+                                      procs, per, changes)
+            finally:
+                server.stop()
+            show("aside", a)
+            floor = FloorServer(args.bin_dir, a["update_bytes"])
+            try:
+                f = fanout_procs_once(args, floor.target, floor.pid, token,
+                                      procs, per, changes)
+            finally:
+                floor.stop()
+            show("floor", f)
+            pairs.append({"aside": a, "floor": f,
+                          "cpu_ratio": a["cpu_per_stream_update_us"] /
+                          f["cpu_per_stream_update_us"],
+                          "p99_ratio": a["last_p99_ms"] / f["last_p99_ms"]})
+            log(f"    ratio: CPU {pairs[-1]['cpu_ratio']:.2f}x, "
+                f"last-subscriber p99 {pairs[-1]['p99_ratio']:.2f}x")
+    summary = {key: spread([p[key] for p in pairs])
+               for key in ("cpu_ratio", "p99_ratio")}
+    for who in ("aside", "floor"):
+        for key in ("cpu_per_stream_update_us", "last_p50_ms", "last_p99_ms",
+                    "rss_per_idle_stream_kib"):
+            summary[f"{who}_{key}"] = spread([p[who][key] for p in pairs])
+    write_json(os.path.join(out_dir, "fanout_procs.json"),
+               {"processes": procs, "streams_per_process": per,
+                "changes": changes, "pairs": pairs, "summary": summary})
 
 
 def run_fanout(args, out_dir):
@@ -255,29 +419,38 @@ def run_fanout(args, out_dir):
                                 f"fanout-{subscribers}", subscribers, changes)
                 show("aside", r)
                 results.append(r)
-            for n in floor_sizes:
-                for rep in range(reps):
-                    a = fanout_once(args, server.target, server.pid, token,
-                                    f"fanout-{n}-{rep}", n, changes)
-                    show("aside", a)
-                    floor = FloorServer(args.bin_dir, a["update_bytes"])
-                    try:
-                        f = fanout_once(args, floor.target, floor.pid, token,
-                                        "fanout", n, changes)
-                    finally:
-                        floor.stop()
-                    show("floor", f)
-                    if rep == 0:
-                        results.append(a)
-                    pairs.append({
-                        "subscribers": n, "aside": a, "floor": f,
-                        "cpu_ratio": a["cpu_per_stream_update_us"] /
-                        f["cpu_per_stream_update_us"],
-                        "p99_ratio": a["last_p99_ms"] / f["last_p99_ms"]})
-                    log(f"    ratio: CPU {pairs[-1]['cpu_ratio']:.2f}x, "
-                        f"last-subscriber p99 {pairs[-1]['p99_ratio']:.2f}x")
         finally:
             server.stop()
+        # Each pair starts fresh servers, so that the memory a run's
+        # streams take is not served from what earlier runs freed.
+        for n in floor_sizes:
+            for rep in range(reps):
+                server = Server(args.bin_dir,
+                                os.path.join(tmp, f"state-{n}-{rep}"),
+                                ["--admin-token-file", tokens, "--config",
+                                 config])
+                try:
+                    a = fanout_once(args, server.target, server.pid, token,
+                                    f"fanout-{n}-{rep}", n, changes, rss=True)
+                finally:
+                    server.stop()
+                show("aside", a)
+                floor = FloorServer(args.bin_dir, a["update_bytes"])
+                try:
+                    f = fanout_once(args, floor.target, floor.pid, token,
+                                    "fanout", n, changes, rss=True)
+                finally:
+                    floor.stop()
+                show("floor", f)
+                if rep == 0:
+                    results.append(a)
+                pairs.append({
+                    "subscribers": n, "aside": a, "floor": f,
+                    "cpu_ratio": a["cpu_per_stream_update_us"] /
+                    f["cpu_per_stream_update_us"],
+                    "p99_ratio": a["last_p99_ms"] / f["last_p99_ms"]})
+                log(f"    ratio: CPU {pairs[-1]['cpu_ratio']:.2f}x, "
+                    f"last-subscriber p99 {pairs[-1]['p99_ratio']:.2f}x")
     floor_summary = {}
     for n in floor_sizes:
         mine = [p for p in pairs if p["subscribers"] == n]
@@ -286,12 +459,14 @@ def run_fanout(args, out_dir):
             for key in ("cpu_ratio", "p99_ratio")}
         for who in ("aside", "floor"):
             for key in ("cpu_per_stream_update_us", "last_p99_ms",
-                        "cpu_per_update_us"):
+                        "cpu_per_update_us", "rss_per_stream_kib"):
                 floor_summary[str(n)][f"{who}_{key}"] = spread(
                     [p[who][key] for p in mine])
     write_json(os.path.join(out_dir, "fanout.json"),
                {"changes": changes, "runs": results, "floor_pairs": pairs,
                 "floor": floor_summary})
+    if getattr(args, "fanout_procs", False) and not args.quick:
+        run_fanout_procs(args, out_dir)
 
 
 def run_probe(args, out_dir):
@@ -573,6 +748,44 @@ def summarize(out_dir):
                 f"{fmt_spread(p99, '×')}",
                 f"{fmt(p99 and p99['median'])}×",
                 p99 is not None and p99["median"] <= 1.0)
+            mem, fmem = (fl.get("aside_rss_per_stream_kib"),
+                         fl.get("floor_rss_per_stream_kib"))
+            if mem:
+                row("fanout", f"server memory per Watch stream, {int(n)} "
+                    "streams (peak RSS growth during the run / streams)",
+                    "≤ 32 KiB",
+                    f"{fmt_spread(mem, ' KiB')} vs "
+                    f"{fmt_spread(fmem, ' KiB')}",
+                    f"{fmt(ratio(mem['median'], fmem and fmem['median']))}× "
+                    "floor",
+                    f"{fmt(mem['median'] / 32)}×", mem["median"] <= 32)
+        procs = load(os.path.join(out_dir, "fanout_procs.json"))
+        if procs:
+            ps = procs["summary"]
+            streams = procs["processes"] * procs["streams_per_process"]
+            where = (f"{streams} streams from {procs['processes']} "
+                     "subscriber processes")
+            cpu = ps["cpu_ratio"]
+            row("fanout", f"server CPU per stream per update, {where}, vs "
+                "the floor", "≤ 0.7× floor",
+                f"{fmt_spread(ps['aside_cpu_per_stream_update_us'], ' µs')} "
+                f"vs {fmt_spread(ps['floor_cpu_per_stream_update_us'], ' µs')}",
+                fmt_spread(cpu, "×"), f"{fmt(cpu['median'] / 0.7)}×",
+                cpu["median"] <= 0.7)
+            p99 = ps["p99_ratio"]
+            row("fanout", f"last-subscriber p50 / p99, {where}, vs the floor",
+                "p99 ≤ 1.0× floor",
+                f"{fmt_spread(ps['aside_last_p50_ms'], ' ms')} / "
+                f"{fmt_spread(ps['aside_last_p99_ms'], ' ms')} vs "
+                f"{fmt_spread(ps['floor_last_p99_ms'], ' ms')}",
+                fmt_spread(p99, "×"), f"{fmt(p99['median'])}×",
+                p99["median"] <= 1.0)
+            mem = ps["aside_rss_per_idle_stream_kib"]
+            row("fanout", f"server memory per idle Watch stream, {where}",
+                "≤ 32 KiB",
+                f"{fmt_spread(mem, ' KiB')} vs "
+                f"{fmt_spread(ps['floor_rss_per_idle_stream_kib'], ' KiB')}",
+                "—", f"{fmt(mem['median'] / 32)}×", mem["median"] <= 32)
         by = {r["subscribers"]: r for r in fan["runs"]}
         big, one = by.get(1000), by.get(1)
         if big and one and "cpu_per_update_us" in one:
@@ -960,6 +1173,10 @@ def main():
                         default=bool(os.environ.get("BENCH_QUICK")))
     parser.add_argument("--only", default=",".join(PARTS),
                         help="comma-separated parts: " + ",".join(PARTS))
+    parser.add_argument("--fanout-procs", action="store_true",
+                        help="with the fanout part, not in quick mode: "
+                        "10 000 Watch streams from 10 subscriber processes "
+                        "against the floor (fanout_procs.json)")
     parser.add_argument("--summary-only", action="store_true",
                         help="summarise the JSON already in --out-dir")
     args = parser.parse_args()

@@ -198,9 +198,12 @@ void LoadBalancerService::HandleReport(const ReportAuth::Reporter& reporter,
   }
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* LoadBalancerService::Watch(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return watch_->Start(context, request);
+WatchHub::Requester LoadBalancerService::WatchRequester() {
+  return [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
+                grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer,
+                grpc::ServerCompletionQueue* cq, void* tag) {
+    RequestWatch(context, request, writer, cq, cq, tag);
+  };
 }
 
 grpc::ServerUnaryReactor* LoadBalancerService::Pick(

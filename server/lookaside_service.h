@@ -28,10 +28,12 @@ inline constexpr int kMaxLoadsPerReport = 10000;
 inline constexpr int kMaxRejectedListed = 1000;
 inline constexpr absl::Duration kReportInterval = absl::Seconds(1);
 
-// Watch is a raw method: its updates are pre-encoded byte buffers shared by
-// every subscriber (see server/watch.h).
+// Watch is a raw method on the completion-queue API: its updates are
+// pre-encoded byte buffers shared by every subscriber, written by the
+// WatchHub's own threads (see server/watch.h). The other methods are
+// callback methods.
 using LoadBalancerServiceBase = v1::LoadBalancer::WithCallbackMethod_Pick<
-    v1::LoadBalancer::WithRawCallbackMethod_Watch<
+    v1::LoadBalancer::WithRawMethod_Watch<
         v1::LoadBalancer::WithCallbackMethod_ReportLoad<
             v1::LoadBalancer::Service>>>;
 
@@ -44,9 +46,9 @@ class LoadBalancerService final : public LoadBalancerServiceBase {
                       LoadAggregator* loads,
                       const ReportAuth* report_auth = nullptr);
 
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(
-      grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request) override;
+  // Asks gRPC for Watch calls on the hub's completion queues (for
+  // WatchHub::Serve).
+  WatchHub::Requester WatchRequester();
 
   grpc::ServerUnaryReactor* Pick(grpc::CallbackServerContext* context,
                                  const v1::PickRequest* request,

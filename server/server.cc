@@ -471,6 +471,7 @@ absl::Status AsideServer::Start() {
     interceptors.push_back(std::make_unique<ParseErrorInterceptorFactory>());
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
+  watch_hub_->AddCompletionQueues(builder);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || grpc_port_ == 0) {
     server_.reset();
@@ -491,6 +492,7 @@ absl::Status AsideServer::Start() {
                          : absl::StrCat(config_.max_connections_per_peer)},
        {"tls", config_.tls_cert_file.empty() ? "off" : "on"},
        {"replica_id", replica_id_}});
+  watch_hub_->Serve(lb_service_->WatchRequester());
   StartLoadViewPeers();
   auto fail = [&](absl::Status s) {
     Shutdown(absl::ZeroDuration());
@@ -653,6 +655,9 @@ void AsideServer::Shutdown(absl::Duration grace) {
   }
   if (server_ != nullptr) {
     server_->Shutdown(deadline);
+  }
+  if (watch_hub_ != nullptr) {
+    watch_hub_->StopServing();  // after the server's calls have ended
   }
   if (health_server_ != nullptr) {
     health_server_->Shutdown(deadline);

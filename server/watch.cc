@@ -51,29 +51,86 @@ grpc::ByteBuffer EncodeAbsent(const std::string& group, uint64_t generation,
 
 }  // namespace
 
+// A completion-queue tag: which operation of which stream completed.
+struct WatchHub::Op {
+  enum Kind { kRequest, kWrite, kFinish, kDone };
+  Stream* stream;
+  Kind kind;
+};
+
 // One Watch call. Thread-safe: publications arrive on publishing threads,
-// write completions on gRPC's threads, group (re)appearances on the thread
-// that added the group; everything below serialises on mu_.
+// completions on the hub thread of the stream's completion queue, group
+// (re)appearances on the thread that added the group; everything below
+// serialises on mu_.
+//
+// Life: constructed to request a call (Request); the request's completion
+// starts it (Start: validation, peer cap, subscription, first writes); at
+// most one write and one Finish are in flight; the done notification
+// unsubscribes it and takes it out of the hub; it is deleted once that
+// notification and every operation it started have completed. All of a
+// stream's completions arrive on one thread, so the deletion is decided
+// there without a race.
 //
 // Each requested name is an Entry. A name without a group (unknown at
 // subscription, or deleted since) is reported once with GroupRemoved and
 // stays in the stream, `absent`: when the registry adds a group of that
 // name, the hub has the stream look it up again (Reattach), listen to it
 // and send its full table.
-class WatchHub::Stream final
-    : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
-      public Group::Listener {
+class WatchHub::Stream final : public Group::Listener {
  public:
-  Stream(WatchHub* hub, grpc::CallbackServerContext* context)
-      : hub_(hub), context_(context) {}
+  // Counted in the hub's alive_ (the caller holds the hub's mu_).
+  Stream(WatchHub* hub, Shard* shard)
+      : hub_(hub), shard_(shard), writer_(&context_) {}
+  ~Stream() override {
+    aside::MutexLock lock(&hub_->mu_);
+    --hub_->alive_;
+  }
 
-  void Start(const grpc::ByteBuffer& request) {
+  void Request(const Requester& request) {
+    context_.AsyncNotifyWhenDone(&done_op_);
+    request(&context_, &request_, &writer_, shard_->cq.get(), &request_op_);
+  }
+
+  // On the queue's thread.
+  void Complete(Op::Kind kind, bool ok) {
+    bool release = false;
+    switch (kind) {
+      case Op::kRequest:
+        if (!ok) {
+          // The server is shutting down; the call never started, and gRPC
+          // sends no done notification for it.
+          delete this;
+          return;
+        }
+        hub_->RequestCall(shard_);
+        Start();
+        return;
+      case Op::kWrite:
+        release = OnWriteDone(ok);
+        break;
+      case Op::kFinish: {
+        aside::MutexLock lock(&mu_);
+        finishing_ = false;
+        release = ReleasableLocked();
+        break;
+      }
+      case Op::kDone:
+        release = OnDone();
+        break;
+    }
+    if (release) {
+      delete this;
+    }
+  }
+
+  void Start() {
     grpc::Status error;
     std::vector<GroupPtr> groups;
     {
       aside::MutexLock lock(&mu_);
       v1::WatchRequest req;
-      error = ValidateLocked(request, &req);
+      error = ValidateLocked(request_, &req);
+      request_.Clear();
       for (const Entry& e : entries_) {
         if (e.group != nullptr) {
           groups.push_back(e.group);
@@ -87,7 +144,7 @@ class WatchHub::Stream final
                              "server is shutting down");
       }
       if (error.ok()) {
-        error = hub_->CountPeerLocked(context_->peer(), &peer_);
+        error = hub_->CountPeerLocked(context_.peer(), &peer_);
       }
       hub_->streams_.insert(this);
     }
@@ -137,7 +194,7 @@ class WatchHub::Stream final
         }
       }
     }
-    WriteNextLocked();
+    KickLocked();
   }
 
   void OnRemoved(Group& group, uint64_t generation) override {
@@ -147,32 +204,39 @@ class WatchHub::Stream final
         MarkAbsentLocked(e, v1::GroupRemoved::CAUSE_DELETED, generation);
       }
     }
-    WriteNextLocked();
+    KickLocked();
   }
 
-  void OnWriteDone(bool ok) override {
+  // The write completed: the next one starts. True when the stream may
+  // go.
+  bool OnWriteDone(bool ok) {
     aside::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
-      return;
+    } else {
+      WriteNextLocked();
     }
-    WriteNextLocked();
+    return ReleasableLocked();
   }
 
-  void OnCancel() override {
-    aside::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::CANCELLED);
-  }
-
-  void OnDone() override {
+  // The call is over (finished, or cancelled by the peer, a deadline, the
+  // connection's end or the server): no more writes. True when the stream
+  // may go.
+  bool OnDone() {
+    {
+      aside::MutexLock lock(&mu_);
+      finished_ = true;
+    }
     Unsubscribe();
     {
       aside::MutexLock lock(&hub_->mu_);
       hub_->streams_.erase(this);
       hub_->UncountPeerLocked(peer_);
     }
-    delete this;
+    aside::MutexLock lock(&mu_);
+    done_ = true;
+    return ReleasableLocked();
   }
 
   // Janitor: ends the stream if a write has been stuck for too long.
@@ -181,7 +245,7 @@ class WatchHub::Stream final
     if (writing_ && !finished_ &&
         now - write_started_ > absl::ToInt64Nanoseconds(limit)) {
       Log(LogLevel::kWarn, "watch.stalled",
-          {{"peer", context_->peer()},
+          {{"peer", context_.peer()},
            {"stalled_for",
             absl::FormatDuration(absl::Nanoseconds(now - write_started_))}});
       if (hub_->metrics_ != nullptr) {
@@ -256,7 +320,7 @@ class WatchHub::Stream final
                              g->table()->generation());
           }
         }
-        WriteNextLocked();
+        KickLocked();
       }
     }
     if (undo) {
@@ -267,6 +331,15 @@ class WatchHub::Stream final
     for (const GroupPtr& g : previous) {
       Unlisten(*g);
     }
+  }
+
+  // On the shard's thread, taken off its ready list: starts the next write.
+  // True when the stream may go.
+  bool RunReady() {
+    aside::MutexLock lock(&mu_);
+    queued_ = false;
+    WriteNextLocked();
+    return ReleasableLocked();
   }
 
   void Shutdown() {
@@ -379,32 +452,37 @@ class WatchHub::Stream final
       const GroupMetrics* gm =
           e.group != nullptr ? e.group->metrics() : nullptr;
       prometheus::Counter* kind = nullptr;
+      // The message: gRPC copies it (a reference to its slices) as the
+      // write starts, so the shared encodings are written in place.
+      grpc::ByteBuffer own;
+      const grpc::ByteBuffer* message = &own;
+      std::shared_ptr<const EncodedUpdate> update;
       if (e.absent) {
         if (e.absent_sent) {
           continue;
         }
-        buffer_ = EncodeAbsent(e.name, e.removed_generation, e.cause,
-                               hub_->groups_->server_id());
+        own = EncodeAbsent(e.name, e.removed_generation, e.cause,
+                           hub_->groups_->server_id());
         e.absent_sent = true;
         e.sent = 0;
         e.known = 0;
         kind = gm != nullptr ? gm->watch_removed : nullptr;
       } else {
-        std::shared_ptr<const EncodedUpdate> update = e.group->Encoded();
+        update = e.group->Encoded();
         if (update->generation == e.sent) {
           continue;
         }
         if (e.sent == 0 && e.known != 0 && e.known == update->generation) {
-          buffer_ = EncodeUnchanged(e.group->name(), update->generation,
-                                    e.group->server_id());
+          own = EncodeUnchanged(e.group->name(), update->generation,
+                                e.group->server_id());
           kind = gm != nullptr ? gm->watch_unchanged : nullptr;
         } else if (update->delta.has_value() && update->base_generation != 0 &&
                    update->base_generation ==
                        (e.sent != 0 ? e.sent : e.known)) {
-          buffer_ = *update->delta;
+          message = &*update->delta;
           kind = gm != nullptr ? gm->watch_delta : nullptr;
         } else {
-          buffer_ = update->full();
+          message = &update->full();
           kind = gm != nullptr ? gm->watch_full : nullptr;
         }
         e.sent = update->generation;
@@ -421,7 +499,7 @@ class WatchHub::Stream final
       next_ = (next_ + step + 1) % entries_.size();
       writing_ = true;
       write_started_ = now;
-      StartWrite(&buffer_);
+      writer_.Write(*message, &write_op_);
       return;
     }
   }
@@ -432,7 +510,24 @@ class WatchHub::Stream final
       return;
     }
     finished_ = true;
-    Finish(status);
+    finishing_ = true;
+    writer_.Finish(status, &finish_op_);
+  }
+
+  // Whether the done notification and every started operation completed,
+  // and the shard's thread holds no reference.
+  bool ReleasableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return done_ && !writing_ && !finishing_ && !queued_;
+  }
+
+  // Off the shard's thread: has that thread start the next write, if one
+  // is due and none is in flight.
+  void KickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || !subscribed_ || queued_) {
+      return;
+    }
+    queued_ = true;
+    Ready(shard_, this);
   }
 
   // Finishes even with a write stuck in flow control: the status is queued
@@ -442,7 +537,7 @@ class WatchHub::Stream final
     const bool stuck = writing_;
     FinishLocked(status);
     if (stuck) {
-      context_->TryCancel();
+      context_.TryCancel();
     }
   }
 
@@ -467,7 +562,15 @@ class WatchHub::Stream final
   }
 
   WatchHub* const hub_;
-  grpc::CallbackServerContext* const context_;
+  Shard* const shard_;
+  Op request_op_{this, Op::kRequest};
+  Op write_op_{this, Op::kWrite};
+  Op finish_op_{this, Op::kFinish};
+  Op done_op_{this, Op::kDone};
+  grpc::ServerContext context_;
+  // The request; read once, in Start, on the queue's thread.
+  grpc::ByteBuffer request_;
+  grpc::ServerAsyncWriter<grpc::ByteBuffer> writer_;
   // The peer this stream is counted against (empty: not counted). Written
   // once in Start, under the hub's mu_, read under it in OnDone.
   std::string peer_ ABSL_GUARDED_BY(hub_->mu_);
@@ -476,9 +579,11 @@ class WatchHub::Stream final
   // Entries that are absent (read by the hub without mu_).
   std::atomic<size_t> absent_count_{0};
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
-  grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish in flight
+  bool done_ ABSL_GUARDED_BY(mu_) = false;       // done notification came
+  bool queued_ ABSL_GUARDED_BY(mu_) = false;     // on the shard's ready list
   bool subscribed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t write_started_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -496,7 +601,7 @@ WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
 WatchHub::~WatchHub() {
   // Waits for an announcement in progress, which holds mu_ at times.
   groups_->RemoveObserver(this);
-  Shutdown();
+  StopServing();
   {
     aside::MutexLock lock(&mu_);
     stop_janitor_ = true;  // wakes the janitor as the lock is released
@@ -504,11 +609,100 @@ WatchHub::~WatchHub() {
   janitor_.join();
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchHub::Start(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  auto* stream = new Stream(this, context);
-  stream->Start(*request);
-  return stream;
+void WatchHub::AddCompletionQueues(grpc::ServerBuilder& builder, int threads) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    auto shard = std::make_unique<Shard>();
+    shard->cq = builder.AddCompletionQueue();
+    shards_.push_back(std::move(shard));
+  }
+}
+
+void WatchHub::Serve(Requester request) {
+  request_ = std::move(request);
+  serving_ = true;
+  for (const auto& shard : shards_) {
+    RequestCall(shard.get());
+    shard->thread = std::thread([shard = shard.get()] { Poll(shard); });
+  }
+}
+
+void WatchHub::RequestCall(Shard* shard) {
+  aside::MutexLock lock(&mu_);
+  if (stopping_) {
+    return;
+  }
+  ++alive_;
+  (new Stream(this, shard))->Request(request_);
+}
+
+void WatchHub::Ready(Shard* shard, Stream* stream) {
+  aside::MutexLock lock(&shard->mu);
+  shard->ready.push_back(stream);
+  if (!shard->armed) {
+    shard->armed = true;
+    // Fires at once, on the shard's thread: one wake-up for every stream
+    // queued until then.
+    shard->wake.Set(shard->cq.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), shard);
+  }
+}
+
+void WatchHub::RunReady(Shard* shard) {
+  std::vector<Stream*> ready;
+  {
+    aside::MutexLock lock(&shard->mu);
+    ready.swap(shard->ready);
+    shard->armed = false;
+  }
+  for (Stream* s : ready) {
+    if (s->RunReady()) {
+      delete s;
+    }
+  }
+}
+
+void WatchHub::Poll(Shard* shard) {
+  void* tag = nullptr;
+  bool ok = false;
+  while (shard->cq->Next(&tag, &ok)) {
+    if (tag == shard) {
+      RunReady(shard);
+      continue;
+    }
+    auto* op = static_cast<Op*>(tag);
+    op->stream->Complete(op->kind, ok);
+  }
+}
+
+void WatchHub::StopServing() {
+  Shutdown();
+  {
+    aside::MutexLock lock(&mu_);
+    stopping_ = true;
+    // The server's shutdown ended every call and failed every request, so
+    // each stream's last completion is on its way; the shards' threads
+    // delete them.
+    if (serving_ && !mu_.AwaitWithTimeout(
+                        [this] {
+                          mu_.AssertHeld();
+                          return alive_ == 0;
+                        },
+                        absl::Seconds(10))) {
+      Log(LogLevel::kError, "watch.stop_serving",
+          {{"streams_left", absl::StrCat(alive_)}});
+    }
+  }
+  for (const auto& shard : shards_) {
+    shard->cq->Shutdown();
+  }
+  for (const auto& shard : shards_) {
+    if (shard->thread.joinable()) {
+      shard->thread.join();
+    } else {
+      Poll(shard.get());  // never served: drains the queue's shutdown
+    }
+  }
+  shards_.clear();
+  serving_ = false;
 }
 
 void WatchHub::Shutdown() {

@@ -9,6 +9,13 @@
 // its groups. A stream whose write has not completed for `stall_timeout`
 // is ended with RESOURCE_EXHAUSTED. Shutdown ends streams with UNAVAILABLE.
 //
+// Watch is served on gRPC's completion-queue API: the hub owns its
+// completion queues, each polled by one thread of its own, which accepts
+// calls and starts and completes every write of its streams (the callback
+// API hands each completion to another thread, a context switch and a
+// wake-up per stream write). A publication only queues the streams that
+// have a write to start and wakes the queue's thread once.
+//
 // Groups are independent (see the Watch rpc in lookaside.proto): a name the
 // registry does not have, at subscription or after a deletion, gets one
 // GroupRemoved (cause NOT_FOUND or DELETED) and the stream keeps serving the
@@ -25,13 +32,18 @@
 #ifndef ASIDE_SERVER_WATCH_H_
 #define ASIDE_SERVER_WATCH_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/async_stream.h>
 
 #include <cstddef>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
@@ -42,6 +54,9 @@
 namespace aside::server {
 
 inline constexpr int kMaxWatchGroups = 256;
+// Completion queues (one thread each) Watch is served on: two measured
+// cheaper per stream than one on two cores (bench/README.md, "Fan-out").
+inline constexpr int kWatchThreads = 2;
 
 // Tracks live Watch streams: ends stalled ones, attaches groups that appear
 // after a stream asked for them, ends all at shutdown. Observes `groups`
@@ -55,9 +70,23 @@ class WatchHub : private GroupRegistry::Observer {
            absl::Duration stall_timeout, uint32_t max_streams_per_peer = 0);
   ~WatchHub() override;
 
-  // Creates the reactor for one Watch call.
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(
-      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request);
+  // Asks gRPC for one Watch call on `cq`, announced with `tag` there (the
+  // generated RequestWatch of the service's raw async Watch method).
+  using Requester = std::function<void(
+      grpc::ServerContext* context, grpc::ByteBuffer* request,
+      grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer,
+      grpc::ServerCompletionQueue* cq, void* tag)>;
+
+  // Before the server is built: adds the hub's completion queues.
+  void AddCompletionQueues(grpc::ServerBuilder& builder,
+                           int threads = kWatchThreads);
+  // Once the server has started: starts one thread per queue, each with a
+  // call requested.
+  void Serve(Requester request);
+  // Once the server has shut down (its calls are ended): ends the streams
+  // still open, waits for them to go, shuts the queues down, drains them
+  // and joins their threads. Idempotent; the destructor does it too.
+  void StopServing();
 
   // Ends every stream with UNAVAILABLE and stops accepting new ones.
   void Shutdown();
@@ -66,6 +95,7 @@ class WatchHub : private GroupRegistry::Observer {
  private:
   class Stream;
   friend class Stream;
+  struct Op;
 
   // GroupRegistry::Observer: attaches the group to the streams waiting for
   // its name. On the adding thread, with the registry's observers_mu_ held.
@@ -79,6 +109,25 @@ class WatchHub : private GroupRegistry::Observer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends stalled streams, every min(1 s, stall_timeout / 4).
   void Janitor();
+  // One completion queue, its thread, and the streams waiting for that
+  // thread to start their next write.
+  struct Shard {
+    std::unique_ptr<grpc::ServerCompletionQueue> cq;
+    std::thread thread;
+    aside::Mutex mu;  // taken under a stream's mu_; takes nothing
+    std::vector<Stream*> ready ABSL_GUARDED_BY(mu);
+    bool armed ABSL_GUARDED_BY(mu) = false;  // `wake` is set
+    grpc::Alarm wake;
+  };
+  // Requests the next call on `shard` (unless StopServing has begun).
+  void RequestCall(Shard* shard);
+  // Queues `stream` for the shard's thread, waking it if need be.
+  static void Ready(Shard* shard, Stream* stream);
+  // Runs the completions of `shard` until its queue is shut down and
+  // drained.
+  static void Poll(Shard* shard);
+  // On the shard's thread: starts the queued streams' writes.
+  static void RunReady(Shard* shard);
 
   GroupRegistry* const groups_;
   Metrics* const metrics_;
@@ -94,6 +143,17 @@ class WatchHub : private GroupRegistry::Observer {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_janitor_ ABSL_GUARDED_BY(mu_) = false;
   std::thread janitor_;
+
+  // Serving: the queues and their threads (set up before the server runs,
+  // torn down by StopServing on the thread that owns the hub).
+  Requester request_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  bool serving_ = false;
+  // Stream objects alive, requested calls included: the queues are shut
+  // down only once none is left, so that no operation starts on a queue
+  // that is shut down.
+  size_t alive_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace aside::server

@@ -4,8 +4,20 @@
 //
 //   fanout_load --target 127.0.0.1:50051 --token TOKEN --subscribers 1000
 //               --changes 30 --server-pid PID [--channels 20]
+//
+// Several processes can share one run (many subscribers on one server):
+// one drives with --coordinate, the others only subscribe with --observe.
+// Both print {"ready":true} once every stream holds the first table. The
+// driver then waits for a line on stdin before its first change, prints
+// {"generation":G,"t0_ns":T,"last_ns":L} after each change (steady-clock
+// nanoseconds: when the change was made, when its own last subscriber
+// had it) and waits for a line before it reads the server's CPU and goes
+// on. An observer answers each generation G read from stdin with
+// {"generation":G,"last_ns":L} once all its streams hold G, and ends on
+// "stop" or end of input.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +44,10 @@ ABSL_FLAG(int, subscribers, 100, "Watch streams");
 ABSL_FLAG(int, changes, 20, "changes to publish");
 ABSL_FLAG(int, channels, 20, "channels the streams share");
 ABSL_FLAG(int, server_pid, 0, "the server's pid, for its CPU time");
+ABSL_FLAG(bool, coordinate, false,
+          "drive the changes in step with observers (see the header)");
+ABSL_FLAG(bool, observe, false,
+          "only subscribe to --group and report arrivals (see the header)");
 
 namespace {
 
@@ -49,6 +65,8 @@ struct Options {
   int changes = 20;
   int channels = 20;
   int server_pid = 0;
+  bool coordinate = false;
+  bool observe = false;
 };
 
 // One Watch stream; remembers when each generation arrived.
@@ -133,6 +151,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   o->changes = absl::GetFlag(FLAGS_changes);
   o->channels = absl::GetFlag(FLAGS_channels);
   o->server_pid = absl::GetFlag(FLAGS_server_pid);
+  o->coordinate = absl::GetFlag(FLAGS_coordinate);
+  o->observe = absl::GetFlag(FLAGS_observe);
   return o->subscribers > 0 && o->changes > 0 && o->channels > 0;
 }
 
@@ -173,6 +193,32 @@ void WaitAll(std::vector<std::unique_ptr<Subscriber>>& subs,
   }
 }
 
+int64_t SteadyNanos(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             t.time_since_epoch())
+      .count();
+}
+
+// When the last of `subs` had `generation`.
+int64_t LastArrival(std::vector<std::unique_ptr<Subscriber>>& subs,
+                    uint64_t generation) {
+  Clock::time_point last = Clock::time_point::min();
+  for (auto& sub : subs) {
+    last = std::max(last, sub->ArrivalOf(generation));
+  }
+  return SteadyNanos(last);
+}
+
+// A line from the run's coordinator; false at end of input.
+bool ReadLine(std::string* line) {
+  return static_cast<bool>(std::getline(std::cin, *line));
+}
+
+void PrintLine(const std::string& json) {
+  std::printf("%s\n", json.c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -183,8 +229,8 @@ int main(int argc, char** argv) {
   }
   auto admin = aside::v1::Admin::NewStub(
       grpc::CreateChannel(o.target, grpc::InsecureChannelCredentials()));
-  // A group of 100 backends, created fresh.
-  {
+  // A group of 100 backends, created fresh (by the driver).
+  if (!o.observe) {
     aside::v1::DeleteGroupRequest del;
     del.set_name(o.group);
     aside::v1::DeleteGroupResponse deleted;
@@ -216,7 +262,25 @@ int main(int argc, char** argv) {
     subs.push_back(std::make_unique<Subscriber>(
         stubs[static_cast<size_t>(i) % stubs.size()].get(), o.group));
   }
-  WaitAll(subs, 1, std::chrono::seconds(60), "first table");
+  WaitAll(subs, 1, std::chrono::seconds(120), "first table");
+  std::string line;
+  if (o.observe) {
+    PrintLine("{\"ready\":true}");
+    while (ReadLine(&line) && line != "stop") {
+      const uint64_t generation = std::stoull(line);
+      WaitAll(subs, generation, std::chrono::seconds(120),
+              absl::StrCat("generation ", generation));
+      PrintLine(absl::StrCat("{\"generation\":", generation, ",\"last_ns\":",
+                             LastArrival(subs, generation), "}"));
+    }
+    std::_Exit(0);  // see Fail
+  }
+  if (o.coordinate) {
+    PrintLine("{\"ready\":true}");
+    if (!ReadLine(&line)) {
+      Fail("coordinator went away");
+    }
+  }
   aside::bench::Samples last_subscriber;
   aside::bench::Samples median_subscriber;
   double cpu = 0;
@@ -235,6 +299,14 @@ int main(int argc, char** argv) {
     }
     WaitAll(subs, g.generation(), std::chrono::seconds(60),
             absl::StrCat("change ", k));
+    if (o.coordinate) {
+      PrintLine(absl::StrCat(
+          "{\"generation\":", g.generation(), ",\"t0_ns\":", SteadyNanos(t0),
+          ",\"last_ns\":", LastArrival(subs, g.generation()), "}"));
+      if (!ReadLine(&line)) {
+        Fail("coordinator went away");
+      }
+    }
     if (o.server_pid > 0) {
       cpu += aside::bench::ProcessCpuSeconds(o.server_pid) - cpu_before;
     }

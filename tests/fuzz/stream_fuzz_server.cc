@@ -76,10 +76,12 @@ Services* Start() {
   builder.RegisterService(s->ads.get());
   builder.RegisterService(s->grpclb.get());
   builder.RegisterService(s->lb.get());
+  s->watch->AddCompletionQueues(builder);
   s->server = builder.BuildAndStart();
   if (s->server == nullptr || s->port == 0) {
     std::abort();
   }
+  s->watch->Serve(s->lb->WatchRequester());
   return s;
 }
 

@@ -619,5 +619,49 @@ TEST(WatchSlowReaderTest, NeverReadingIsBoundedAndEndedAndHarmsNoOne) {
   server->Wait();
 }
 
+// A connection past limits.max_connection_age gets a GOAWAY; once the grace
+// has passed the connection closes and its Watch streams end, leaving the
+// hub (the stub then resumes on a new connection).
+TEST(WatchConnectionAgeTest, StreamsEndWhenTheConnectionIsRetired) {
+  aside::testing::TempDir dir;
+  absl::StatusOr<ServerConfig> config =
+      ParseConfig(absl::StrCat("state_dir: ", dir.path(), "/state\n",
+                               "listen: 127.0.0.1:0\nmetrics: \"\"\n",
+                               "limits: {max_connection_age: 1s, "
+                               "max_connection_age_grace: 100ms}\n"),
+                  "t.yaml");
+  ASSERT_OK(config);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<AsideServer> server,
+                       AsideServer::Create(*config));
+  ASSERT_OK(server->Start());
+  auto stub = v1::LoadBalancer::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
+                          grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(20));
+  v1::WatchRequest request;
+  request.add_groups("absent");  // answered once, then the stream waits
+  auto reader = stub->Watch(&context, request);
+  v1::GroupUpdate update;
+  ASSERT_TRUE(reader->Read(&update));
+  EXPECT_TRUE(update.has_removed());
+  EXPECT_EQ(server->watch_hub().streams(), 1u);
+  while (reader->Read(&update)) {
+  }
+  const grpc::Status status = reader->Finish();
+  EXPECT_NE(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << "the stream outlived its connection's age";
+  EXPECT_NE(status.error_code(), grpc::StatusCode::OK);
+  // The server learns of the end on its own thread: poll (bounded).
+  for (const absl::Time until = absl::Now() + absl::Seconds(10);
+       server->watch_hub().streams() != 0 && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(server->watch_hub().streams(), 0u);
+  server->Shutdown(absl::Seconds(1));
+  server->Wait();
+}
+
 }  // namespace
 }  // namespace aside::server
