@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/credentials.h"
+#include "client/pick_clock.h"
 
 namespace aside {
 
@@ -42,6 +43,7 @@ std::shared_ptr<BackendStats> Client::NewStats(
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
+  client_internal::CalibratePickTsc();
   if (options.targets.empty()) {
     return absl::InvalidArgumentError(
         "targets: at least one server is required");
