@@ -22,10 +22,13 @@ absl::StatusOr<TableConstPtr> Table::Create(TableSpec spec,
     return absl::InvalidArgumentError(absl::StrCat(
         "panic_threshold: ", spec.panic_threshold, " out of range 0..100"));
   }
-  std::sort(spec.members.begin(), spec.members.end(),
-            [](const Member& a, const Member& b) {
-              return a.backend.address < b.backend.address;
-            });
+  auto by_address = [](const Member& a, const Member& b) {
+    return a.backend.address < b.backend.address;
+  };
+  // A spec built from a table (the stub applying a delta) is sorted already.
+  if (!std::is_sorted(spec.members.begin(), spec.members.end(), by_address)) {
+    std::sort(spec.members.begin(), spec.members.end(), by_address);
+  }
   for (size_t i = 0; i < spec.members.size(); ++i) {
     const Member& m = spec.members[i];
     if (m.weight > kMaxWeight) {
