@@ -228,6 +228,22 @@ std::shared_ptr<grpc::Channel> Client::MakeChannel(
   return grpc::CreateCustomChannel(target, credentials_, args);
 }
 
+client_internal::SharedChannels::Lease Client::LeaseChannel(
+    const std::string& target) const {
+  if (!options_.share_connections) {
+    return client_internal::SharedChannels::Unshared(MakeChannel(target));
+  }
+  // Everything MakeChannel's channel depends on besides the target.
+  const TlsOptions& tls = options_.tls;
+  const std::string key =
+      absl::StrCat(target, "\n", tls.enabled, "\n", tls.ca_file, "\n",
+                   tls.cert_file, "\n", tls.key_file, "\n", tls.server_name,
+                   "\n", absl::ToInt64Milliseconds(tls.reload_interval));
+  return client_internal::SharedChannels::Process().Acquire(
+      key, options_.streams_per_connection,
+      [this, &target] { return MakeChannel(target); });
+}
+
 void Client::RetainChannels() {
   absl::flat_hash_set<std::string> live;
   for (ClientGroup* g : AllGroups()) {

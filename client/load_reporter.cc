@@ -62,6 +62,7 @@ void Client::ReportLoop(int64_t start_nanos) {
   int64_t next_report = start_nanos + interval;
   int64_t next_attempt = 0;
   std::unique_ptr<grpc::ClientContext> context;
+  client_internal::SharedChannels::Lease lease;
   std::unique_ptr<v1::LoadBalancer::Stub> stub;
   std::unique_ptr<grpc::ClientWriter<v1::LoadReport>> writer;
   v1::ReportLoadResponse response;
@@ -77,6 +78,12 @@ void Client::ReportLoop(int64_t start_nanos) {
     writer.reset();
     stub.reset();
     context.reset();
+    return status;
+  };
+  auto fail = [&]() -> grpc::Status {
+    const grpc::Status status = close();
+    lease.Failed();  // the next attempt gets a fresh connection
+    lease = {};
     return status;
   };
   while (true) {
@@ -120,7 +127,8 @@ void Client::ReportLoop(int64_t start_nanos) {
         target = options_.targets[target_index_ % options_.targets.size()];
         report_context_ = context.get();
       }
-      stub = v1::LoadBalancer::NewStub(MakeChannel(target));
+      lease = LeaseChannel(target);
+      stub = v1::LoadBalancer::NewStub(lease.channel());
       response.Clear();
       writer = stub->ReportLoad(context.get(), &response);
       writes_ok = 0;
@@ -141,7 +149,7 @@ void Client::ReportLoop(int64_t start_nanos) {
       }
       continue;
     }
-    const grpc::Status status = close();
+    const grpc::Status status = fail();
     const absl::Duration delay = backoff.Next();
     next_attempt = clock_->NowNanos() + absl::ToInt64Nanoseconds(delay);
     const bool unimplemented =

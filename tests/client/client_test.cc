@@ -727,6 +727,32 @@ TEST(ClientTest, RoundRobinCallsAreReportedFromEveryThread) {
   EXPECT_EQ(next->loads(0).in_flight(), 0u);
 }
 
+// The Watch streams of several Clients in one process with the same target
+// ride one connection, up to streams_per_connection streams each.
+TEST(ClientTest, ClientsOfOneProcessShareConnections) {
+  for (size_t per_connection : {size_t{100}, size_t{1}}) {
+    FakeServer fake;
+    fake.Start();
+    fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+    std::vector<std::unique_ptr<Client>> clients;
+    for (int i = 0; i < 3; ++i) {
+      ClientOptions options = FastOptions(fake.target());
+      options.streams_per_connection = per_connection;
+      ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+      ASSERT_TRUE(
+          client->Group("web")->WaitForGeneration(1, absl::Seconds(10)));
+      clients.push_back(std::move(client));
+    }
+    EXPECT_EQ(fake.service.watch_peers().size(), per_connection == 1 ? 3u : 1u)
+        << "streams_per_connection " << per_connection;
+    // Every client picks from its own table.
+    for (auto& client : clients) {
+      ASSERT_OK_AND_ASSIGN(PickHandle pick, client->Group("web")->Pick());
+      EXPECT_EQ(pick.address(), "127.0.0.1:8001");
+    }
+  }
+}
+
 // On the system clock a latency is never measured short; a policy that
 // reads latency gets it exactly and feeds its estimates, the others count
 // the call and report its latency without touching the estimates.
