@@ -24,8 +24,8 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
