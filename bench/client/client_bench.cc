@@ -178,6 +178,26 @@ void BM_TscNow(benchmark::State& state) {
 }
 BENCHMARK(BM_TscNow)->Threads(1)->Threads(2);
 
+// What an exactly timed pick cannot go below: the selector on the rr table
+// and the two time stamps a latency needs (start and Done).
+void BM_SelectorPickTwoStamps(benchmark::State& state) {
+  client_internal::CalibratePickTsc();
+  if (!client_internal::g_pick_tsc.usable) {
+    state.SkipWithError("no safe TSC on this machine");
+    return;
+  }
+  TableConstPtr table = Get().client->Group("rr")->table();
+  uint32_t index = 0;
+  for (auto _ : state) {
+    const int64_t start = client_internal::TscNanos();
+    PickRequest request;
+    benchmark::DoNotOptimize(
+        table->Pick(request, absl::Span<uint32_t>(&index, 1)));
+    benchmark::DoNotOptimize(client_internal::TscNanos() - start);
+  }
+}
+BENCHMARK(BM_SelectorPickTwoStamps)->Threads(1)->Threads(2);
+
 // A (TSC, CLOCK_MONOTONIC) reading taken as close together as possible:
 // the tightest bracket of a few tries, so that a preemption between the
 // reads does not count as clock error.
