@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/credentials.h"
+#include "client/pick_clock.h"
 
 namespace aside {
 
@@ -42,6 +43,7 @@ std::shared_ptr<BackendStats> Client::NewStats(
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
+  client_internal::CalibratePickTsc();
   if (options.targets.empty()) {
     return absl::InvalidArgumentError(
         "targets: at least one server is required");
@@ -224,6 +226,22 @@ std::shared_ptr<grpc::Channel> Client::MakeChannel(
   args.SetMaxReceiveMessageSize(64 << 20);
   ApplyTlsArgs(options_.tls, &args);
   return grpc::CreateCustomChannel(target, credentials_, args);
+}
+
+client_internal::SharedChannels::Lease Client::LeaseChannel(
+    const std::string& target) const {
+  if (!options_.share_connections) {
+    return client_internal::SharedChannels::Unshared(MakeChannel(target));
+  }
+  // Everything MakeChannel's channel depends on besides the target.
+  const TlsOptions& tls = options_.tls;
+  const std::string key =
+      absl::StrCat(target, "\n", tls.enabled, "\n", tls.ca_file, "\n",
+                   tls.cert_file, "\n", tls.key_file, "\n", tls.server_name,
+                   "\n", absl::ToInt64Milliseconds(tls.reload_interval));
+  return client_internal::SharedChannels::Process().Acquire(
+      key, options_.streams_per_connection,
+      [this, &target] { return MakeChannel(target); });
 }
 
 void Client::RetainChannels() {

@@ -50,6 +50,7 @@
 #include "client/client_group.h"
 #include "client/client_options.h"
 #include "client/pick_handle.h"
+#include "client/shared_channels.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
 
@@ -116,6 +117,10 @@ class Client {
   // report is due one interval later.
   void ReportLoop(int64_t start_nanos);
   std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) const;
+  // A lease on a connection to `target` for one stream: shared with the
+  // process's other stubs (options_.share_connections) or its own.
+  client_internal::SharedChannels::Lease LeaseChannel(
+      const std::string& target) const;
   void Log(absl::string_view line) const;
   // Counters for one backend, with this client's local ejection settings.
   std::shared_ptr<client_internal::BackendStats> NewStats(

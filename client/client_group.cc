@@ -56,6 +56,35 @@ bool ReadsLatency(const PolicyConfig& policy) {
           p->p2c.load == P2cParams::Load::kPeakEwma);
 }
 
+// Whether `policy` picks by in-flight counts (p2c; sticky and locality by
+// their child's): its picks count in the members' BackendLoad.
+bool ReadsInFlight(const PolicyConfig& policy) {
+  const PolicyConfig* p = &policy;
+  if (p->kind == PolicyKind::kSticky || p->kind == PolicyKind::kLocality)
+      [[unlikely]] {
+    p = &p->child_or_default();
+  }
+  return p->kind == PolicyKind::kP2c;
+}
+
+// Counts one call started, in the calling thread's counters.
+void CountStarted(client_internal::BackendStats* stats) {
+  client_internal::SlotCounters* own =
+      stats->slot != client_internal::kNoCounterSlot
+          ? client_internal::LocalCounters(stats->slot)
+          : nullptr;
+  if (own != nullptr) [[likely]] {
+    client_internal::OwnAdd(own->started, 1);
+  } else {
+    stats->started.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void SetPolicyFlags(GroupSnapshot* snapshot) {
+  snapshot->reads_latency = ReadsLatency(snapshot->table->policy());
+  snapshot->reads_in_flight = ReadsInFlight(snapshot->table->policy());
+}
+
 }  // namespace
 
 ClientGroup::ClientGroup(Client* client, std::string name,
@@ -90,6 +119,7 @@ ClientGroup::ClientGroup(Client* client, std::string name,
       aside::MutexLock lock(&mu_);
       snapshot->table = fallback_;
       snapshot->fallback = true;
+      SetPolicyFlags(snapshot.get());
       for (const Member& m : fallback_->members()) {
         auto stats = client_->NewStats(m.backend.address);
         stats_.emplace(m.backend.address, stats);
@@ -142,12 +172,18 @@ absl::StatusOr<aside::PickHandle> ClientGroup::PickFrom(
   const GroupSnapshot* snapshot = hold->snapshot.get();
   const Table& table = *snapshot->table;
   // One clock read serves the load models and the call's start time: on
-  // the system clock, an exact one only for a policy that reads latency
-  // (pick_clock.h).
-  const bool exact = pick_clock_ != nullptr || ReadsLatency(table.policy());
-  const int64_t now = pick_clock_ != nullptr ? pick_clock_->NowNanos()
-                      : exact                ? client_internal::ExactNanos()
-                                             : client_internal::CoarseNanos();
+  // the system clock, the TSC where it is safe, else an exact read only for
+  // a policy that reads latency (pick_clock.h).
+  const bool exact = pick_clock_ != nullptr || snapshot->reads_latency;
+  int64_t now;
+  if (pick_clock_ != nullptr) [[unlikely]] {
+    now = pick_clock_->NowNanos();
+  } else if (client_internal::g_pick_tsc.usable) [[likely]] {
+    now = client_internal::TscNanos();
+  } else {
+    now =
+        exact ? client_internal::ExactNanos() : client_internal::CoarseNanos();
+  }
   uint32_t index = 0;
   PickRequest request;
   request.key = key;
@@ -160,10 +196,14 @@ absl::StatusOr<aside::PickHandle> ClientGroup::PickFrom(
     index = AvoidEjected(*snapshot, request, index, now);
   }
   const Member& member = table.member(index);
-  member.load->Start();
+  client_internal::BackendStats* stats = snapshot->stats[index].get();
+  CountStarted(stats);
+  if (snapshot->reads_in_flight) {
+    member.load->Start();
+  }
   ++hold->taken;
-  return aside::PickHandle(hold, &member, snapshot->stats[index].get(),
-                           pick_clock_, now, exact);
+  return aside::PickHandle(hold, &member, stats, pick_clock_, now, exact,
+                           snapshot->reads_in_flight);
 }
 
 uint32_t ClientGroup::AvoidEjected(const GroupSnapshot& snapshot,
@@ -261,6 +301,7 @@ void ClientGroup::PublishTable(TableConstPtr table,
                                const std::string& server_id) {
   auto snapshot = std::make_shared<GroupSnapshot>();
   snapshot->table = table;
+  SetPolicyFlags(snapshot.get());
   {
     aside::MutexLock lock(&mu_);
     absl::flat_hash_set<absl::string_view> present;
@@ -276,7 +317,7 @@ void ClientGroup::PublishTable(TableConstPtr table,
     // counted has been reported.
     absl::erase_if(stats_, [&](const auto& entry) {
       return !present.contains(entry.first) &&
-             entry.second->requests.load(std::memory_order_relaxed) ==
+             entry.second->Totals().requests ==
                  entry.second->reported_requests.load(
                      std::memory_order_relaxed);
     });

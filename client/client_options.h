@@ -59,6 +59,14 @@ struct ClientOptions {
   // fail. 0 turns it off.
   uint32_t local_ejection_failures = 3;
   absl::Duration local_ejection_time = absl::Seconds(1);
+  // The Watch and ReportLoad streams of every Client in the process with
+  // the same target and TLS settings share one connection per
+  // `streams_per_connection` streams (client/shared_channels.h), so that
+  // a server's writes to them coalesce; at most the server's
+  // limits.max_concurrent_streams (100 by default). false: each Client
+  // opens its own.
+  bool share_connections = true;
+  size_t streams_per_connection = 100;
   // Channels to backends (Client::channels()).
   ChannelPoolOptions backend_channels;
   // Where the stub logs (rejected tables, connection changes); null means

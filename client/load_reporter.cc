@@ -23,18 +23,11 @@ bool Client::CollectReport(v1::LoadReport* report,
     if (!g->name_status_.ok()) {
       continue;
     }
-    TableConstPtr table = g->table();
     aside::MutexLock lock(&g->mu_);
     for (const auto& [address, stats] : g->stats_) {
-      int64_t in_flight = 0;
-      if (table != nullptr) {
-        const int64_t index = table->Find(address);
-        if (index >= 0) {
-          in_flight = std::max<int64_t>(
-              0, table->member(static_cast<uint32_t>(index)).load->in_flight());
-        }
-      }
-      const uint64_t requests = stats->requests.load(std::memory_order_relaxed);
+      const client_internal::CounterTotals totals = stats->Totals();
+      const int64_t in_flight = std::max<int64_t>(totals.in_flight, 0);
+      const uint64_t requests = totals.requests;
       if (requests ==
               stats->reported_requests.load(std::memory_order_relaxed) &&
           in_flight == 0) {
@@ -43,14 +36,11 @@ bool Client::CollectReport(v1::LoadReport* report,
       v1::BackendLoad* load = report->add_loads();
       load->set_group(g->name_);
       load->set_address(address);
-      const uint64_t failures = stats->failures.load(std::memory_order_relaxed);
       load->set_requests(requests);
-      load->set_failures(std::min(failures, requests));
-      // The gap first (acquire), then every latency it was taken from.
-      const uint64_t gap =
-          stats->first_byte_gap_sum_nanos.load(std::memory_order_acquire);
-      const uint64_t latency =
-          stats->latency_sum_nanos.load(std::memory_order_relaxed);
+      load->set_failures(std::min(totals.failures, requests));
+      // Totals() read the gap before every latency it was taken from.
+      const uint64_t gap = totals.first_byte_gap_sum_nanos;
+      const uint64_t latency = totals.latency_sum_nanos;
       ToProto(absl::Nanoseconds(static_cast<int64_t>(latency)),
               load->mutable_latency_sum());
       ToProto(absl::Nanoseconds(
@@ -72,6 +62,7 @@ void Client::ReportLoop(int64_t start_nanos) {
   int64_t next_report = start_nanos + interval;
   int64_t next_attempt = 0;
   std::unique_ptr<grpc::ClientContext> context;
+  client_internal::SharedChannels::Lease lease;
   std::unique_ptr<v1::LoadBalancer::Stub> stub;
   std::unique_ptr<grpc::ClientWriter<v1::LoadReport>> writer;
   v1::ReportLoadResponse response;
@@ -87,6 +78,12 @@ void Client::ReportLoop(int64_t start_nanos) {
     writer.reset();
     stub.reset();
     context.reset();
+    return status;
+  };
+  auto fail = [&]() -> grpc::Status {
+    const grpc::Status status = close();
+    lease.Failed();  // the next attempt gets a fresh connection
+    lease = {};
     return status;
   };
   while (true) {
@@ -130,7 +127,8 @@ void Client::ReportLoop(int64_t start_nanos) {
         target = options_.targets[target_index_ % options_.targets.size()];
         report_context_ = context.get();
       }
-      stub = v1::LoadBalancer::NewStub(MakeChannel(target));
+      lease = LeaseChannel(target);
+      stub = v1::LoadBalancer::NewStub(lease.channel());
       response.Clear();
       writer = stub->ReportLoad(context.get(), &response);
       writes_ok = 0;
@@ -151,7 +149,7 @@ void Client::ReportLoop(int64_t start_nanos) {
       }
       continue;
     }
-    const grpc::Status status = close();
+    const grpc::Status status = fail();
     const absl::Duration delay = backoff.Next();
     next_attempt = clock_->NowNanos() + absl::ToInt64Nanoseconds(delay);
     const bool unimplemented =

@@ -41,6 +41,20 @@ void RetireHold(SnapshotHold* hold) noexcept {
   }
 }
 
+CounterTotals BackendStats::Totals() const {
+  CounterTotals t = SumCounterSlot(slot);
+  // The shared gap before the latencies it was taken from, as above.
+  t.first_byte_gap_sum_nanos +=
+      first_byte_gap_sum_nanos.load(std::memory_order_acquire);
+  t.latency_sum_nanos += latency_sum_nanos.load(std::memory_order_relaxed);
+  t.failures += failures.load(std::memory_order_relaxed);
+  const uint64_t finished = requests.load(std::memory_order_relaxed);
+  t.requests += finished;
+  t.in_flight +=
+      static_cast<int64_t>(started.load(std::memory_order_relaxed) - finished);
+  return t;
+}
+
 }  // namespace client_internal
 
 PickHandle& PickHandle::operator=(PickHandle&& other) noexcept {
@@ -58,6 +72,7 @@ PickHandle& PickHandle::operator=(PickHandle&& other) noexcept {
     start_nanos_ = other.start_nanos_;
     first_byte_nanos_ = other.first_byte_nanos_;
     exact_start_ = other.exact_start_;
+    shared_in_flight_ = other.shared_in_flight_;
     done_ = other.done_;
     other.hold_ = nullptr;
     other.member_ = nullptr;
@@ -111,17 +126,42 @@ void PickHandle::Record(bool ok, int64_t latency_nanos) noexcept {
                                     : latency_nanos;
   completion.ok = ok;
   if (exact_start_) {
-    member_->load->Finish(completion, hold_->snapshot->table->load_model());
-  } else {
+    const LoadModel& model = hold_->snapshot->table->load_model();
+    if (shared_in_flight_) {
+      member_->load->Finish(completion, model);
+    } else {
+      member_->load->Observe(completion, model);
+    }
+  } else if (shared_in_flight_) {
     member_->load->Finish(ok);
   }
-  stats_->requests.fetch_add(1, std::memory_order_relaxed);
-  stats_->latency_sum_nanos.fetch_add(static_cast<uint64_t>(latency_nanos),
-                                      std::memory_order_relaxed);
-  if (completion.first_byte_nanos < latency_nanos) {
-    stats_->first_byte_gap_sum_nanos.fetch_add(
-        static_cast<uint64_t>(latency_nanos - completion.first_byte_nanos),
-        std::memory_order_release);
+  const uint64_t latency = static_cast<uint64_t>(latency_nanos);
+  const uint64_t gap =
+      static_cast<uint64_t>(latency_nanos - completion.first_byte_nanos);
+  client_internal::SlotCounters* own =
+      stats_->slot != client_internal::kNoCounterSlot
+          ? client_internal::LocalCounters(stats_->slot)
+          : nullptr;
+  if (own != nullptr) [[likely]] {
+    using client_internal::OwnAdd;
+    OwnAdd(own->requests, 1);
+    OwnAdd(own->latency_sum_nanos, latency);
+    if (gap != 0) {
+      OwnAdd(own->first_byte_gap_sum_nanos, gap, std::memory_order_release);
+    }
+    if (!ok) {
+      OwnAdd(own->failures, 1);
+    }
+  } else {
+    stats_->requests.fetch_add(1, std::memory_order_relaxed);
+    stats_->latency_sum_nanos.fetch_add(latency, std::memory_order_relaxed);
+    if (gap != 0) {
+      stats_->first_byte_gap_sum_nanos.fetch_add(gap,
+                                                 std::memory_order_release);
+    }
+    if (!ok) {
+      stats_->failures.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   if (ok) {
     if (stats_->consecutive_failures.load(std::memory_order_relaxed) != 0) {
@@ -131,7 +171,6 @@ void PickHandle::Record(bool ok, int64_t latency_nanos) noexcept {
       stats_->ejected_until_nanos.store(0, std::memory_order_relaxed);
     }
   } else {
-    stats_->failures.fetch_add(1, std::memory_order_relaxed);
     const uint32_t consecutive =
         stats_->consecutive_failures.fetch_add(1, std::memory_order_relaxed) +
         1;

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "client/pick_clock.h"
+#include "client/thread_counters.h"
 #include "lib/backend.h"
 #include "lib/clock.h"
 #include "lib/table.h"
@@ -26,10 +27,22 @@ namespace aside {
 namespace client_internal {
 
 // What the stub counts for one backend of one group: the load reports'
-// cumulative counters. Written by PickHandle::Done on any thread (relaxed
-// atomics), read by the reporter thread.
+// cumulative counters. Written by PickHandle::Done on any thread, into
+// that thread's own counters for `slot` (thread_counters.h: no locked
+// instruction), or into the shared atomics below when the slot is
+// kNoCounterSlot or the thread is exiting; read by the reporter thread
+// (Totals()).
 struct BackendStats {
+  BackendStats() = default;
+  BackendStats(const BackendStats&) = delete;
+  BackendStats& operator=(const BackendStats&) = delete;
+  ~BackendStats() { ReleaseCounterSlot(slot); }
+
+  // The per-thread counters plus the shared ones.
+  CounterTotals Totals() const;
+
   std::string address;
+  const uint32_t slot = AcquireCounterSlot();
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> latency_sum_nanos{0};
@@ -39,6 +52,8 @@ struct BackendStats {
   // Added with release after latency_sum_nanos, read with acquire before
   // it (the load reporter), so the difference is never negative.
   std::atomic<uint64_t> first_byte_gap_sum_nanos{0};
+  // Calls picked (in flight: started - requests).
+  std::atomic<uint64_t> started{0};
   std::atomic<uint32_t> consecutive_failures{0};
   // Local ejection (ClientOptions): the time on the client's Clock
   // (ClientOptions::clock, in its NowNanos() units) until which picks avoid
@@ -55,6 +70,11 @@ struct BackendStats {
 // What a pick reads: immutable, published as one object.
 struct GroupSnapshot {
   TableConstPtr table;  // null: no table and no fallback yet
+  // Whether the table's policy picks by latency estimates (p2c peak_ewma,
+  // least_time) and by in-flight counts (p2c), its child's for sticky and
+  // locality.
+  bool reads_latency = false;
+  bool reads_in_flight = false;
   // Per table member (same index).
   std::vector<std::shared_ptr<BackendStats>> stats;
   bool fallback = false;
@@ -105,7 +125,14 @@ void RetireHold(SnapshotHold* hold) noexcept;
 // address(), locality() and metadata() stay valid, after Done() too. Done()
 // records once; later calls do nothing. One thread uses a PickHandle at a time,
 // any thread (an async completion) may call Done(); Done costs a clock
-// read and a few relaxed atomics.
+// read (RDTSC where the TSC is safe, pick_clock.h) and, for a policy that
+// reads neither in-flight counts nor latency estimates, no locked
+// instruction: the report's counts (calls started and finished, failures,
+// latency sums) go to the calling thread's own counters
+// (thread_counters.h). A policy that reads in-flight counts (p2c) also
+// keeps them in the member's BackendLoad, which is then exact at every
+// pick; otherwise BackendLoad's counts do not include the stub's calls
+// (the load report's do).
 class PickHandle {
  public:
   PickHandle(PickHandle&& other) noexcept
@@ -116,6 +143,7 @@ class PickHandle {
         start_nanos_(other.start_nanos_),
         first_byte_nanos_(other.first_byte_nanos_),
         exact_start_(other.exact_start_),
+        shared_in_flight_(other.shared_in_flight_),
         done_(other.done_) {
     other.hold_ = nullptr;
     other.member_ = nullptr;
@@ -151,17 +179,23 @@ class PickHandle {
   friend class ClientGroup;
   PickHandle(client_internal::SnapshotHold* hold, const Member* member,
              client_internal::BackendStats* stats, const Clock* clock,
-             int64_t start_nanos, bool exact_start) noexcept
+             int64_t start_nanos, bool exact_start,
+             bool shared_in_flight) noexcept
       : hold_(hold),
         member_(member),
         stats_(stats),
         clock_(clock),
         start_nanos_(start_nanos),
-        exact_start_(exact_start) {}
-  // Now on the client's clock (null: the system clock, read exactly).
+        exact_start_(exact_start),
+        shared_in_flight_(shared_in_flight) {}
+  // Now on the client's clock (null: the system clock, read exactly: the
+  // TSC where it is safe).
   int64_t Now() const noexcept {
-    return clock_ == nullptr ? client_internal::ExactNanos()
-                             : clock_->NowNanos();
+    if (clock_ != nullptr) [[unlikely]] {
+      return clock_->NowNanos();
+    }
+    return client_internal::g_pick_tsc.usable ? client_internal::TscNanos()
+                                              : client_internal::ExactNanos();
   }
   void Record(bool ok, int64_t latency_nanos) noexcept;
 
@@ -172,9 +206,13 @@ class PickHandle {
   const Clock* clock_ = nullptr;  // null: the system clock
   int64_t start_nanos_ = 0;
   int64_t first_byte_nanos_ = -1;  // from start; -1 until FirstByte()
-  // False when start_nanos_ is a lower bound (pick_clock.h): the call then
-  // feeds counts and reports, not the latency estimates.
+  // Whether the call feeds the member's latency estimates: its policy
+  // reads them, or the client runs on an injected clock (a start stamp
+  // that may be a lower bound, pick_clock.h, never does).
   bool exact_start_ = true;
+  // Whether the pick also counted the call in the member's BackendLoad
+  // (its policy reads in-flight counts).
+  bool shared_in_flight_ = true;
   bool done_ = false;
 };
 

@@ -135,7 +135,8 @@ void Client::WatchLoop() {
     }
     request.set_subscriber(reporter_);
 
-    auto stub = v1::LoadBalancer::NewStub(MakeChannel(target));
+    client_internal::SharedChannels::Lease lease = LeaseChannel(target);
+    auto stub = v1::LoadBalancer::NewStub(lease.channel());
     grpc::ClientContext context;
     {
       aside::MutexLock lock(&mu_);
@@ -186,7 +187,9 @@ void Client::WatchLoop() {
       continue;
     }
     // The server ends a stream only on errors (absent groups are reported
-    // inside it); any end, even OK, is a disconnection and backs off.
+    // inside it); any end, even OK, is a disconnection and backs off, and
+    // the next attempt gets a fresh connection.
+    lease.Failed();
     const std::string error = absl::StrCat(target, ": ", StatusText(status));
     const absl::Duration delay = backoff.Next();
     if (connected || delivered) {

@@ -23,20 +23,33 @@ absl::string_view OutcomeName(WatchedTable::Outcome outcome) {
   return "unknown";
 }
 
+TableSpec WatchedTable::HeldSpec() const {
+  TableSpec spec;
+  spec.group = table_->group();
+  spec.generation = table_->generation();
+  spec.policy = table_->policy();
+  spec.panic_threshold = table_->panic_threshold();
+  spec.session_key = table_->session_key();
+  spec.zone_weights = table_->zone_weights();
+  // Table::Create's `ready && !drained` gives the same result again, and
+  // it sets `eligible` and `load` afresh.
+  spec.members = table_->members();
+  return spec;
+}
+
 WatchedTable::Result WatchedTable::Build(TableSpec spec,
                                          const std::string& server_id) {
-  TableSpec kept = spec;
+  const uint64_t generation = spec.generation;
   absl::StatusOr<TableConstPtr> table =
       Table::Create(std::move(spec), table_.get(), loads_);
   if (!table.ok()) {
     ++rejected_;
     return {Outcome::kRejected,
-            absl::InvalidArgumentError(absl::StrCat(
-                "group '", group_, "' generation ", kept.generation,
-                ": table rejected: ", table.status().message()))};
+            absl::InvalidArgumentError(
+                absl::StrCat("group '", group_, "' generation ", generation,
+                             ": table rejected: ", table.status().message()))};
   }
   table_ = *std::move(table);
-  spec_ = std::move(kept);
   server_id_ = server_id;
   return {Outcome::kApplied, absl::OkStatus()};
 }
@@ -93,7 +106,7 @@ WatchedTable::Result WatchedTable::Apply(const v1::GroupUpdate& update) {
       if (update.generation() == generation()) {
         return {Outcome::kUnchanged, absl::OkStatus()};
       }
-      TableSpec spec = spec_;
+      TableSpec spec = HeldSpec();
       if (absl::Status s = ApplyDelta(delta, update.generation(), &spec);
           !s.ok()) {
         return reject(s.message());

@@ -17,7 +17,9 @@
 //
 // Not thread-safe: owned by the stub's watcher thread. Apply() of a full
 // table costs a Table::Create (hash rings are shared with the previous table
-// when members and weights are unchanged).
+// when members and weights are unchanged). A delta applies to a copy of the
+// held table's members, sorted by address already: no sort, one copy of the
+// member list, and the Table::Create of the result.
 #ifndef ASIDE_CLIENT_WATCHED_TABLE_H_
 #define ASIDE_CLIENT_WATCHED_TABLE_H_
 
@@ -61,13 +63,14 @@ class WatchedTable {
 
  private:
   Result Build(TableSpec spec, const std::string& server_id);
+  // What table_ was built from, for a delta to apply to: its members (the
+  // fields Table::Create derives are derived again the same way) and
+  // settings.
+  TableSpec HeldSpec() const;
 
   const std::string group_;
   LoadTracker* const loads_;
   TableConstPtr table_;
-  // What table_ was built from (before Table::Create derived eligibility),
-  // the base deltas apply to.
-  TableSpec spec_;
   std::string server_id_;
   uint64_t rejected_ = 0;
 };

@@ -22,10 +22,13 @@ absl::StatusOr<TableConstPtr> Table::Create(TableSpec spec,
     return absl::InvalidArgumentError(absl::StrCat(
         "panic_threshold: ", spec.panic_threshold, " out of range 0..100"));
   }
-  std::sort(spec.members.begin(), spec.members.end(),
-            [](const Member& a, const Member& b) {
-              return a.backend.address < b.backend.address;
-            });
+  auto by_address = [](const Member& a, const Member& b) {
+    return a.backend.address < b.backend.address;
+  };
+  // A spec built from a table (the stub applying a delta) is sorted already.
+  if (!std::is_sorted(spec.members.begin(), spec.members.end(), by_address)) {
+    std::sort(spec.members.begin(), spec.members.end(), by_address);
+  }
   for (size_t i = 0; i < spec.members.size(); ++i) {
     const Member& m = spec.members[i];
     if (m.weight > kMaxWeight) {
@@ -45,6 +48,13 @@ absl::StatusOr<TableConstPtr> Table::Create(TableSpec spec,
   }
 
   LoadTracker private_tracker;
+  // The previous table's loads, from the same tracker, are taken over by
+  // address (both member lists are sorted) rather than looked up again.
+  const Table* reuse =
+      (loads != nullptr && previous != nullptr && previous->tracker_ == loads)
+          ? previous
+          : nullptr;
+  const LoadTracker* tracker = loads;
   if (loads == nullptr) {
     loads = &private_tracker;
   }
@@ -65,17 +75,34 @@ absl::StatusOr<TableConstPtr> Table::Create(TableSpec spec,
   table->all_indexes_.resize(n);
   std::iota(table->all_indexes_.begin(), table->all_indexes_.end(), 0u);
 
+  table->tracker_ = tracker;
   uint32_t active = 0;
   uint32_t ready_active = 0;
   uint32_t ready = 0;
+  size_t in_previous = 0;
   for (Member& m : table->members_) {
     const bool is_active = m.weight > 0 && !m.backend.drained;
     m.ready = m.ready && !m.backend.drained;
     active += is_active ? 1 : 0;
     ready += m.ready ? 1 : 0;
     ready_active += (is_active && m.ready) ? 1 : 0;
-    table->load_refs_.push_back(loads->GetOrCreate(m.backend.address));
-    m.load = table->load_refs_.back().get();
+    std::shared_ptr<BackendLoad> load;
+    if (reuse != nullptr) {
+      const std::vector<Member>& before = reuse->members_;
+      while (in_previous < before.size() &&
+             before[in_previous].backend.address < m.backend.address) {
+        ++in_previous;
+      }
+      if (in_previous < before.size() &&
+          before[in_previous].backend.address == m.backend.address) {
+        load = reuse->load_refs_[in_previous];
+      }
+    }
+    if (load == nullptr) {
+      load = loads->GetOrCreate(m.backend.address);
+    }
+    m.load = load.get();
+    table->load_refs_.push_back(std::move(load));
   }
   table->active_count_ = active;
   table->ready_count_ = ready;

@@ -135,6 +135,9 @@ class Table {
   std::vector<uint8_t> eligible_;
   std::vector<ZoneWeight> zone_weights_;
   std::vector<std::shared_ptr<BackendLoad>> load_refs_;
+  // The tracker load_refs_ came from (null: a private one), so that the
+  // next table from the same tracker can take them over without a lookup.
+  const LoadTracker* tracker_ = nullptr;
   std::vector<uint32_t> all_indexes_;
   bool panic_ = false;
   uint32_t ready_count_ = 0;

@@ -397,11 +397,14 @@ absl::StatusOr<TableSpec> FromProto(absl::string_view group,
 
 absl::Status ApplyDelta(const v1::TableDelta& pb, uint64_t generation,
                         TableSpec* spec) {
-  // Index the held members by address.
-  std::sort(spec->members.begin(), spec->members.end(),
-            [](const Member& a, const Member& b) {
-              return a.backend.address < b.backend.address;
-            });
+  // Index the held members by address (sorted already when they come from a
+  // Table).
+  auto by_address = [](const Member& a, const Member& b) {
+    return a.backend.address < b.backend.address;
+  };
+  if (!std::is_sorted(spec->members.begin(), spec->members.end(), by_address)) {
+    std::sort(spec->members.begin(), spec->members.end(), by_address);
+  }
   auto find = [&](absl::string_view address) {
     auto it =
         std::lower_bound(spec->members.begin(), spec->members.end(), address,
@@ -412,15 +415,21 @@ absl::Status ApplyDelta(const v1::TableDelta& pb, uint64_t generation,
                ? it
                : spec->members.end();
   };
-  std::vector<uint8_t> gone(spec->members.size(), 0);
+  // Indexes of the removed members, ascending once sorted.
+  std::vector<size_t> gone;
+  gone.reserve(static_cast<size_t>(pb.removed_size()));
   for (int i = 0; i < pb.removed_size(); ++i) {
     auto it = find(pb.removed(i));
     if (it == spec->members.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "delta.removed[", i, "]: ", pb.removed(i), " is not in the table"));
     }
-    gone[static_cast<size_t>(it - spec->members.begin())] = 1;
+    gone.push_back(static_cast<size_t>(it - spec->members.begin()));
   }
+  std::sort(gone.begin(), gone.end());
+  auto is_gone = [&](size_t index) {
+    return std::binary_search(gone.begin(), gone.end(), index);
+  };
   std::vector<Member> added;
   std::vector<std::string> upserted;
   upserted.reserve(static_cast<size_t>(pb.upserted_size()));
@@ -431,7 +440,7 @@ absl::Status ApplyDelta(const v1::TableDelta& pb, uint64_t generation,
     upserted.push_back(m.backend.address);
     auto it = find(m.backend.address);
     if (it != spec->members.end() &&
-        !gone[static_cast<size_t>(it - spec->members.begin())]) {
+        !is_gone(static_cast<size_t>(it - spec->members.begin()))) {
       *it = std::move(m);
     } else {
       added.push_back(std::move(m));
@@ -443,17 +452,30 @@ absl::Status ApplyDelta(const v1::TableDelta& pb, uint64_t generation,
     return absl::InvalidArgumentError(
         absl::StrCat("delta.upserted: backend ", *dup, " is listed twice"));
   }
-  std::vector<Member> members;
-  members.reserve(spec->members.size() + added.size());
-  for (size_t i = 0; i < spec->members.size(); ++i) {
-    if (!gone[i]) {
-      members.push_back(std::move(spec->members[i]));
+  if (!gone.empty()) {
+    // Close the gaps in one pass of moves.
+    size_t out = gone.front();
+    size_t next_gone = 0;
+    for (size_t i = gone.front(); i < spec->members.size(); ++i) {
+      if (next_gone < gone.size() && gone[next_gone] == i) {
+        ++next_gone;
+        continue;
+      }
+      spec->members[out++] = std::move(spec->members[i]);
     }
+    spec->members.resize(out);
   }
-  for (Member& m : added) {
-    members.push_back(std::move(m));
+  if (!added.empty()) {
+    std::sort(added.begin(), added.end(), by_address);
+    const size_t held = spec->members.size();
+    spec->members.reserve(held + added.size());
+    for (Member& m : added) {
+      spec->members.push_back(std::move(m));
+    }
+    std::inplace_merge(spec->members.begin(),
+                       spec->members.begin() + static_cast<ptrdiff_t>(held),
+                       spec->members.end(), by_address);
   }
-  spec->members = std::move(members);
   if (pb.has_policy()) {
     ASIDE_ASSIGN_OR_RETURN(spec->policy,
                            FromProto("delta.policy", pb.policy()));

@@ -8,6 +8,11 @@
 //   on a group whose table came over a real Watch stream, against
 //   BM_TableSelectorPick*, the lib selector alone on the same table (the
 //   target: Pick + Done within 2x of it).
+// - BM_TscNow against BM_ClockNow: the stub's time stamp where the TSC is
+//   safe (client/pick_clock.h) against a vDSO CLOCK_MONOTONIC read;
+//   BM_TscAccuracy/<ms>: a TSC-derived duration against CLOCK_MONOTONIC's
+//   over the same interval (counters err_ns, the largest difference over
+//   the iterations, and err_ppm, that over the interval).
 // Allocations are counted with a replaced global operator new and
 // reported per pick (counter allocs_per_op); the steady-state pick path
 // must not allocate.
@@ -20,11 +25,13 @@
 #include <memory>
 #include <new>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bench/batch_percentiles.h"
 #include "client/client.h"
+#include "client/pick_clock.h"
 #include "lib/snapshot_cell.h"
 #include "tests/client/fake_lookaside.h"
 
@@ -158,6 +165,93 @@ void BM_ClockNow(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ClockNow)->Threads(1)->Threads(2);
+
+void BM_TscNow(benchmark::State& state) {
+  client_internal::CalibratePickTsc();
+  if (!client_internal::g_pick_tsc.usable) {
+    state.SkipWithError("no safe TSC on this machine");
+    return;
+  }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(client_internal::TscNanos());
+  }
+}
+BENCHMARK(BM_TscNow)->Threads(1)->Threads(2);
+
+// What an exactly timed pick cannot go below: the selector on the rr table
+// and the two time stamps a latency needs (start and Done).
+void BM_SelectorPickTwoStamps(benchmark::State& state) {
+  client_internal::CalibratePickTsc();
+  if (!client_internal::g_pick_tsc.usable) {
+    state.SkipWithError("no safe TSC on this machine");
+    return;
+  }
+  TableConstPtr table = Get().client->Group("rr")->table();
+  uint32_t index = 0;
+  for (auto _ : state) {
+    const int64_t start = client_internal::TscNanos();
+    PickRequest request;
+    benchmark::DoNotOptimize(
+        table->Pick(request, absl::Span<uint32_t>(&index, 1)));
+    benchmark::DoNotOptimize(client_internal::TscNanos() - start);
+  }
+}
+BENCHMARK(BM_SelectorPickTwoStamps)->Threads(1)->Threads(2);
+
+// A (TSC, CLOCK_MONOTONIC) reading taken as close together as possible:
+// the tightest bracket of a few tries, so that a preemption between the
+// reads does not count as clock error.
+std::pair<int64_t, int64_t> ClockPair() {
+  int64_t best = INT64_MAX;
+  std::pair<int64_t, int64_t> pair;
+  for (int i = 0; i < 8; ++i) {
+    const int64_t before = client_internal::TscNanos();
+    const int64_t mono = MonotonicNanos();
+    const int64_t after = client_internal::TscNanos();
+    if (after - before < best) {
+      best = after - before;
+      pair = {before + (after - before) / 2, mono};
+    }
+  }
+  return pair;
+}
+
+// Each iteration sleeps range(0) ms and compares the two clocks' idea of
+// how long that took.
+void BM_TscAccuracy(benchmark::State& state) {
+  client_internal::CalibratePickTsc();
+  if (!client_internal::g_pick_tsc.usable) {
+    state.SkipWithError("no safe TSC on this machine");
+    return;
+  }
+  const auto interval = std::chrono::milliseconds(state.range(0));
+  int64_t worst = 0;
+  for (auto _ : state) {
+    const auto [tsc0, mono0] = ClockPair();
+    std::this_thread::sleep_for(interval);
+    const auto [tsc1, mono1] = ClockPair();
+    const int64_t err = (tsc1 - tsc0) - (mono1 - mono0);
+    if (std::abs(err) > std::abs(worst)) {
+      worst = err;
+    }
+  }
+  state.counters["err_ns"] = static_cast<double>(worst);
+  state.counters["err_ppm"] =
+      1e6 * static_cast<double>(worst) /
+      static_cast<double>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(interval)
+              .count());
+}
+BENCHMARK(BM_TscAccuracy)
+    ->Arg(1)
+    ->Arg(10)
+    ->Arg(100)
+    ->Iterations(5)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TscAccuracy)
+    ->Arg(1000)
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
 
 void PickLoop(benchmark::State& state, const char* group_name, bool done) {
   ClientGroup* group = Get().client->Group(group_name);

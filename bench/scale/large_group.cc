@@ -132,7 +132,9 @@ void LargeGroup(size_t n, int reps, double min_seconds) {
     int applies = 0;
     const auto apply_start = Clock::now();
     do {
-      WatchedTable held("big", nullptr);
+      // As a stub holds it: with the group's load tracker.
+      LoadTracker loads;
+      WatchedTable held("big", &loads);
       v1::GroupUpdate full;
       full.ParseFromString(full_bytes);
       if (held.Apply(full).outcome != WatchedTable::Outcome::kApplied) {

@@ -439,6 +439,16 @@ TEST(ClientTest, NegativeLocalEjectionTimeIsRejected) {
                        HasSubstr("local_ejection_time")));
 }
 
+// A full table of p2c (pending), a policy that reads in-flight counts: its
+// picks count in the members' BackendLoad (pick_handle.h).
+v1::GroupUpdate FullP2c(
+    const std::string& group, uint64_t generation,
+    const std::vector<std::pair<std::string, uint32_t>>& backends) {
+  v1::GroupUpdate u = Full(group, generation, backends);
+  u.mutable_full()->mutable_policy()->mutable_p2c();
+  return u;
+}
+
 TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   FakeServer fake;
   fake.Start();
@@ -448,7 +458,7 @@ TEST(ClientTest, DoneFeedsTheLoadModelAndTheNextReport) {
   options.locality.zone = "z1";
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
   ClientGroup* web = client->Group("web");
-  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  fake.service.Push(FullP2c("web", 1, {{"127.0.0.1:8001", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
 
   {
@@ -621,7 +631,7 @@ TEST(ClientTest, HandlesOutliveTheirTableAndTheThreadThatPicked) {
   fake.Start();
   ASSERT_OK_AND_ASSIGN(auto client, Client::Create(FastOptions(fake.target())));
   ClientGroup* web = client->Group("web");
-  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  fake.service.Push(FullP2c("web", 1, {{"127.0.0.1:8001", 100}}));
   ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
 
   aside::Mutex mu;
@@ -646,7 +656,7 @@ TEST(ClientTest, HandlesOutliveTheirTableAndTheThreadThatPicked) {
     picker.join();
     // A new table (the same backend, so its load carries over): the
     // picker's hold on the previous one is retired with handles still out.
-    fake.service.Push(Full("web", g, {{"127.0.0.1:8001", 100 + g}}));
+    fake.service.Push(FullP2c("web", g, {{"127.0.0.1:8001", 100 + g}}));
     ASSERT_TRUE(web->WaitForGeneration(g, absl::Seconds(10)));
   }
   ASSERT_NE(first_load, nullptr);
@@ -666,6 +676,81 @@ TEST(ClientTest, HandlesOutliveTheirTableAndTheThreadThatPicked) {
   });
   finisher.join();
   EXPECT_EQ(first_load->in_flight(), 0);
+}
+
+// A policy that reads no in-flight counts (round robin) counts its calls in
+// per-thread counters: the report sums every thread's, including those of
+// a thread that exited and of handles finished on another thread.
+TEST(ClientTest, RoundRobinCallsAreReportedFromEveryThread) {
+  FakeServer fake;
+  fake.Start();
+  FakeClock clock;
+  ClientOptions options = FastOptions(fake.target());
+  options.clock = &clock;
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+  ASSERT_TRUE(web->WaitForGeneration(1, absl::Seconds(10)));
+
+  std::vector<PickHandle> handed_over;
+  std::thread picker([&] {
+    for (int i = 0; i < 5; ++i) {
+      absl::StatusOr<PickHandle> pick = web->Pick();
+      ASSERT_TRUE(pick.ok()) << pick.status();
+      if (i < 2) {
+        pick->Done(i == 0);  // one success, one failure, on this thread
+      } else {
+        handed_over.push_back(*std::move(pick));
+      }
+    }
+  });
+  picker.join();  // its counters are folded into the process's at exit
+  ASSERT_EQ(handed_over.size(), 3u);
+  handed_over[0].Done(true);  // finished on another thread
+  clock.Advance(options.report_interval);
+  const std::optional<v1::LoadReport> report =
+      fake.service.AwaitReport([](const v1::LoadReport& r) {
+        return r.loads_size() > 0 && r.loads(0).requests() == 3;
+      });
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->loads(0).requests(), 3u);
+  EXPECT_EQ(report->loads(0).failures(), 1u);
+  EXPECT_EQ(report->loads(0).in_flight(), 2u);
+  handed_over.clear();  // abandoned: recorded as failures
+  clock.Advance(options.report_interval);
+  const std::optional<v1::LoadReport> next =
+      fake.service.AwaitReport([](const v1::LoadReport& r) {
+        return r.loads_size() > 0 && r.loads(0).requests() == 5;
+      });
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->loads(0).failures(), 3u);
+  EXPECT_EQ(next->loads(0).in_flight(), 0u);
+}
+
+// The Watch streams of several Clients in one process with the same target
+// ride one connection, up to streams_per_connection streams each.
+TEST(ClientTest, ClientsOfOneProcessShareConnections) {
+  for (size_t per_connection : {size_t{100}, size_t{1}}) {
+    FakeServer fake;
+    fake.Start();
+    fake.service.Push(Full("web", 1, {{"127.0.0.1:8001", 100}}));
+    std::vector<std::unique_ptr<Client>> clients;
+    for (int i = 0; i < 3; ++i) {
+      ClientOptions options = FastOptions(fake.target());
+      options.streams_per_connection = per_connection;
+      ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+      ASSERT_TRUE(
+          client->Group("web")->WaitForGeneration(1, absl::Seconds(10)));
+      clients.push_back(std::move(client));
+    }
+    EXPECT_EQ(fake.service.watch_peers().size(), per_connection == 1 ? 3u : 1u)
+        << "streams_per_connection " << per_connection;
+    // Every client picks from its own table.
+    for (auto& client : clients) {
+      ASSERT_OK_AND_ASSIGN(PickHandle pick, client->Group("web")->Pick());
+      EXPECT_EQ(pick.address(), "127.0.0.1:8001");
+    }
+  }
 }
 
 // On the system clock a latency is never measured short; a policy that
@@ -704,7 +789,9 @@ TEST(ClientTest, SystemClockTimingFollowsThePolicy) {
   ASSERT_NE(rr, nullptr);
   ASSERT_NE(p2c, nullptr);
   EXPECT_FALSE(rr->has_rtt_sample());
-  EXPECT_EQ(rr->requests(), 1u);
+  // Round robin reads no in-flight counts: the call is counted in the
+  // stub's own counters (the report below), not in the shared load.
+  EXPECT_EQ(rr->requests(), 0u);
   EXPECT_EQ(rr->in_flight(), 0);
   EXPECT_TRUE(p2c->has_rtt_sample());
   const LoadModel model = client->Group("peak")->table()->load_model();

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,12 @@ class FakeLookaside final : public v1::LoadBalancer::Service {
   int watch_calls() const {
     aside::MutexLock lock(&mu_);
     return watch_calls_;
+  }
+  // The distinct peers (client address and port: one per connection) that
+  // opened Watch streams.
+  std::set<std::string> watch_peers() const {
+    aside::MutexLock lock(&mu_);
+    return watch_peers_;
   }
   std::vector<v1::LoadReport> reports() const {
     aside::MutexLock lock(&mu_);
@@ -72,6 +79,7 @@ class FakeLookaside final : public v1::LoadBalancer::Service {
     {
       aside::MutexLock lock(&mu_);
       ++watch_calls_;
+      watch_peers_.insert(context->peer());
     }
     while (!context->IsCancelled()) {
       std::vector<v1::GroupUpdate> batch;
@@ -124,6 +132,7 @@ class FakeLookaside final : public v1::LoadBalancer::Service {
   std::vector<v1::LoadReport> reports_;
   grpc::Status report_status_;
   int watch_calls_ = 0;
+  std::set<std::string> watch_peers_;
   bool stopped_ = false;
 };
 

@@ -80,6 +80,58 @@ TEST(WatchedTableTest, AppliesAFullTableThenDeltas) {
   EXPECT_EQ(t.table()->policy().kind, PolicyKind::kRoundRobin);
 }
 
+// A delta applies to the held table's members (sorted by address, no
+// sort): removals and additions anywhere in the order, upserts in place,
+// and the members it does not name keep what they had (weight, readiness,
+// drain).
+TEST(WatchedTableTest, DeltasKeepEveryOtherMemberAsItWas) {
+  LoadTracker loads;
+  WatchedTable t("web", &loads);
+  v1::GroupUpdate full = Full(1);
+  full.mutable_full()->clear_backends();
+  auto* list = full.mutable_full()->mutable_backends();
+  for (const char* address : {"10.0.0.9:80", "10.0.0.3:80", "10.0.0.7:80",
+                              "10.0.0.1:80", "10.0.0.5:80"}) {
+    AddBackend(list, address, 100);
+  }
+  (*list)[2].set_ready(false);                      // 10.0.0.7
+  (*list)[4].mutable_backend()->set_drained(true);  // 10.0.0.5
+  ASSERT_EQ(t.Apply(full).outcome, Outcome::kApplied);
+
+  v1::GroupUpdate d = Delta(1, 2);
+  d.mutable_delta()->add_removed("10.0.0.3:80");
+  d.mutable_delta()->add_removed("10.0.0.9:80");
+  AddBackend(d.mutable_delta()->mutable_upserted(), "10.0.0.8:80", 20);
+  AddBackend(d.mutable_delta()->mutable_upserted(), "10.0.0.0:80", 30);
+  AddBackend(d.mutable_delta()->mutable_upserted(), "10.0.0.4:80", 40);
+  AddBackend(d.mutable_delta()->mutable_upserted(), "10.0.0.1:80", 50);
+  const auto r = t.Apply(d);
+  ASSERT_EQ(r.outcome, Outcome::kApplied) << r.error;
+  std::vector<std::string> addresses;
+  for (const Member& m : t.table()->members()) {
+    addresses.push_back(m.backend.address);
+  }
+  EXPECT_THAT(addresses, ::testing::ElementsAre("10.0.0.0:80", "10.0.0.1:80",
+                                                "10.0.0.4:80", "10.0.0.5:80",
+                                                "10.0.0.7:80", "10.0.0.8:80"));
+  const Table& table = *t.table();
+  EXPECT_EQ(table.member(1).weight, 50u);  // upserted in place
+  EXPECT_TRUE(table.member(3).backend.drained);
+  EXPECT_FALSE(table.eligible(3));
+  EXPECT_FALSE(table.member(4).ready);
+  EXPECT_FALSE(table.eligible(4));
+  EXPECT_EQ(table.member(4).weight, 100u);
+  EXPECT_EQ(table.eligible_count(), 4u);
+
+  // A further delta leaves the drained and unready members as they were.
+  v1::GroupUpdate again = Delta(2, 3);
+  AddBackend(again.mutable_delta()->mutable_upserted(), "10.0.0.8:80", 25);
+  ASSERT_EQ(t.Apply(again).outcome, Outcome::kApplied);
+  EXPECT_FALSE(t.table()->eligible(3));
+  EXPECT_FALSE(t.table()->eligible(4));
+  EXPECT_EQ(t.table()->member(5).weight, 25u);
+}
+
 TEST(WatchedTableTest, LoadSurvivesATableSwap) {
   LoadTracker loads;
   WatchedTable t("web", &loads);

@@ -118,5 +118,32 @@ TEST(TableTest, LoadSurvivesRebuildsThroughTheTracker) {
   EXPECT_EQ(t2->member(0).load->in_flight(), 1);
 }
 
+// A rebuild from the previous table takes its loads over by address,
+// members added or removed around them; a table built with another tracker
+// takes its loads from that tracker, whatever the previous table holds.
+TEST(TableTest, RebuildTakesOverLoadsOnlyFromTheSameTracker) {
+  LoadTracker tracker;
+  TableSpec spec;
+  spec.members = {MakeMember("10.0.0.3:80"), MakeMember("10.0.0.1:80"),
+                  MakeMember("10.0.0.5:80")};
+  ASSERT_OK_AND_ASSIGN(TableConstPtr t1,
+                       Table::Create(spec, nullptr, &tracker));
+  TableSpec next;
+  next.members = {MakeMember("10.0.0.0:80"), MakeMember("10.0.0.5:80"),
+                  MakeMember("10.0.0.4:80"), MakeMember("10.0.0.1:80")};
+  ASSERT_OK_AND_ASSIGN(TableConstPtr t2,
+                       Table::Create(next, t1.get(), &tracker));
+  ASSERT_EQ(t2->size(), 4u);
+  EXPECT_EQ(t2->member(1).load, t1->member(0).load);  // 10.0.0.1
+  EXPECT_EQ(t2->member(3).load, t1->member(2).load);  // 10.0.0.5
+  EXPECT_EQ(t2->member(0).load, tracker.GetOrCreate("10.0.0.0:80").get());
+  EXPECT_EQ(t2->member(2).load, tracker.GetOrCreate("10.0.0.4:80").get());
+
+  LoadTracker other;
+  ASSERT_OK_AND_ASSIGN(TableConstPtr t3, Table::Create(next, t2.get(), &other));
+  EXPECT_EQ(t3->member(1).load, other.GetOrCreate("10.0.0.1:80").get());
+  EXPECT_NE(t3->member(1).load, t2->member(1).load);
+}
+
 }  // namespace
 }  // namespace aside
