@@ -98,13 +98,23 @@ class KetamaRing {
 
  private:
   KetamaRing() = default;
+  // Index of the first point whose hash is >= `hash` (size() past the
+  // end).
+  size_t LowerBound(uint32_t hash) const noexcept;
+  // Writes into `ring` (keys_ allocated, size_ set) this ring's points less
+  // `gone`, with positions mapped through `old_to_new`, plus `fresh` (both
+  // sorted), and its index.
+  void MergeInto(KetamaRing& ring, absl::Span<const uint32_t> old_to_new,
+                 absl::Span<const uint64_t> gone,
+                 absl::Span<const uint64_t> fresh) const;
   // Sizes the bucket index for `n` points (about two points per bucket).
   void SizeIndex(uint64_t n);
   // Fills index_ from the sorted keys_.
   void BuildIndex();
   // Sorts `generated` (n keys in position order; `top` counts them by the
-  // top 8 bits of the hash, shifted by one) into keys_ and builds index_.
-  void SortAndIndex(std::unique_ptr<uint64_t[]> generated, size_t n,
+  // top 8 bits of the hash, shifted by one) into keys_ and builds index_;
+  // `generated` is scratch, overwritten.
+  void SortAndIndex(uint64_t* generated, size_t n,
                     std::array<uint32_t, 257>& top);
 
   uint32_t points_per_weight_ = 160;

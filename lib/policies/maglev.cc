@@ -91,6 +91,9 @@ std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
   struct Entry {
     uint64_t next;  // the permutation's current slot
     uint64_t skip;
+    uint64_t skip2;  // 2, 3 and 4 × skip, modulo the table size
+    uint64_t skip3;
+    uint64_t skip4;
     uint64_t target;  // the round at which this entry takes its next turn,
                       // scaled by its weight
     uint64_t weight;
@@ -107,7 +110,9 @@ std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
         Hash64(nodes[pos].address, kMaglevOffsetSeed) % table_size;
     const uint64_t skip =
         Hash64(nodes[pos].address, kMaglevSkipSeed) % (table_size - 1) + 1;
-    entries.push_back({offset, skip, 0, nodes[pos].weight, pos});
+    entries.push_back({offset, skip, 2 * skip % table_size,
+                       3 * skip % table_size, 4 * skip % table_size, 0,
+                       nodes[pos].weight, pos});
     max_weight = std::max<uint64_t>(max_weight, nodes[pos].weight);
   }
   if (entries.empty()) {
@@ -117,7 +122,14 @@ std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
   // Occupancy as a bitmap: the probes (~M ln M of them) test bits in a few
   // KiB that stay in L1 instead of the table itself.
   std::vector<uint64_t> taken((table_size + 63) / 64, 0);
-  auto is_taken = [&](uint64_t c) { return (taken[c >> 6] >> (c & 63)) & 1; };
+  auto is_taken = [&](uint64_t c) -> unsigned {
+    return (taken[c >> 6] >> (c & 63)) & 1;
+  };
+  // a + b modulo the table size, for a, b < table_size.
+  auto add_mod = [table_size](uint64_t a, uint64_t b) {
+    const uint64_t c = a + b;
+    return c >= table_size ? c - table_size : c;
+  };
   uint64_t filled = 0;
   for (uint64_t round = 0; filled < table_size; ++round) {
     for (Entry& e : entries) {
@@ -127,20 +139,26 @@ std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
         continue;
       }
       e.target += max_weight;
-      uint64_t c = e.next;
-      while (is_taken(c)) {
-        c += e.skip;
-        if (c >= table_size) {
-          c -= table_size;
+      // Four slots of the permutation per step, each computed from the
+      // first alone so that the probes do not wait on one another's
+      // modulo; the first free one of the four (in permutation order) is
+      // taken. Early in the fill the first step nearly always finds one, so
+      // the loop's exit is predictable.
+      uint64_t c;
+      for (uint64_t c0 = e.next;; c0 = add_mod(c0, e.skip4)) {
+        const uint64_t cs[4] = {c0, add_mod(c0, e.skip), add_mod(c0, e.skip2),
+                                add_mod(c0, e.skip3)};
+        const unsigned free = (is_taken(cs[0]) | is_taken(cs[1]) << 1 |
+                               is_taken(cs[2]) << 2 | is_taken(cs[3]) << 3) ^
+                              0xf;
+        if (free != 0) {
+          c = cs[__builtin_ctz(free)];
+          break;
         }
       }
       table[c] = e.position;
       taken[c >> 6] |= uint64_t{1} << (c & 63);
-      c += e.skip;
-      if (c >= table_size) {
-        c -= table_size;
-      }
-      e.next = c;
+      e.next = add_mod(c, e.skip);
       if (++filled == table_size) {
         break;
       }
