@@ -119,8 +119,7 @@ void ManyGroups(size_t groups, size_t backends, int reps) {
       serve.Add(Seconds(s2, Clock::now()));
       (*server)->Shutdown(absl::Seconds(1));
       (*server)->Wait();
-      // Not destroyed: removing G groups' Prometheus children costs O(G^2)
-      // (see "Removing a group" in bench/README.md); the process exits soon.
+      // Not destroyed: the process exits soon.
       (void)server->release();
     }
     // RSS and ListGroups on a registry of its own.

@@ -25,7 +25,9 @@
 //
 // Build: O(points) (radix sort); pick: O(1) expected (a bucket index over the
 // top bits of the hash, then a short scan), from any thread, lock-free, no
-// allocation. Memory: 8 bytes per point plus ~2 bytes per point of index.
+// allocation. Memory: 8 bytes per point plus ~2 bytes per point of index; a
+// thread that builds rings keeps a scratch buffer of up to 2 MiB (the
+// largest ring it built, up to 256 Ki points) across builds.
 #ifndef ASIDE_LIB_POLICIES_KETAMA_H_
 #define ASIDE_LIB_POLICIES_KETAMA_H_
 
