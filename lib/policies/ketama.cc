@@ -304,6 +304,8 @@ void KetamaRing::MergeInto(KetamaRing& ring,
   constexpr uint32_t kGone = ~uint32_t{0};
   constexpr uint64_t kHashBits = ~uint64_t{0xffffffff};
   const uint64_t* const keys = keys_.get();
+  // Raw pointers: the per-key loop below has no bounds checks to pay.
+  const uint32_t* const remap = old_to_new.data();
   // Where each dropped point is (keys are unique but for a node whose chain
   // repeats a hash: equal keys are adjacent, taken in turn).
   std::vector<size_t> gone_at(gone.size());
@@ -342,7 +344,7 @@ void KetamaRing::MergeInto(KetamaRing& ring,
                                  f < fresh.size() ? insert_at[f] : size_);
     for (; i < next; ++i) {
       const uint64_t key = keys[i];
-      *out++ = (key & kHashBits) | old_to_new[static_cast<uint32_t>(key)];
+      *out++ = (key & kHashBits) | remap[static_cast<uint32_t>(key)];
     }
     if (f < fresh.size() && insert_at[f] == i) {
       *out++ = fresh[f++];
@@ -355,12 +357,12 @@ void KetamaRing::MergeInto(KetamaRing& ring,
   }
   // The bucket index: the previous one shifted by the points added and
   // dropped before each bucket, when the ring keeps its index size.
-  ring.SizeIndex(ring.size_);
-  if (ring.index_.size() != index_.size()) {
+  if (IndexShift(ring.size_) != shift_) {
     ring.BuildIndex();
     return;
   }
-  std::copy(index_.begin(), index_.end(), ring.index_.begin());
+  ring.shift_ = shift_;
+  ring.index_ = index_;
   const uint32_t bucket_shift = 32 + shift_;
   uint32_t* const index = ring.index_.data();
   const size_t buckets = index_.size();
@@ -399,13 +401,17 @@ size_t KetamaRing::LowerBound(uint32_t hash) const noexcept {
   return i;
 }
 
-void KetamaRing::SizeIndex(uint64_t n) {
+uint32_t KetamaRing::IndexShift(uint64_t n) {
   uint32_t bits = 1;
   while ((uint64_t{1} << bits) < n / 2 && bits < 24) {
     ++bits;
   }
-  shift_ = 32 - bits;
-  index_.assign((size_t{1} << bits) + 1, 0);
+  return 32 - bits;
+}
+
+void KetamaRing::SizeIndex(uint64_t n) {
+  shift_ = IndexShift(n);
+  index_.assign((size_t{1} << (32 - shift_)) + 1, 0);
 }
 
 void KetamaRing::BuildIndex() {

@@ -109,6 +109,8 @@ class KetamaRing {
   void MergeInto(KetamaRing& ring, absl::Span<const uint32_t> old_to_new,
                  absl::Span<const uint64_t> gone,
                  absl::Span<const uint64_t> fresh) const;
+  // The shift_ of a ring of `n` points (about two points per bucket).
+  static uint32_t IndexShift(uint64_t n);
   // Sizes the bucket index for `n` points (about two points per bucket).
   void SizeIndex(uint64_t n);
   // Fills index_ from the sorted keys_.
