@@ -16,41 +16,6 @@
 
 namespace aside::server {
 
-GroupMetrics::GroupMetrics(Metrics* m, const std::string& group)
-    : metrics(m),
-      picks_ok(&m->picks.Add({{"group", group}, {"result", "ok"}})),
-      picks_unavailable(
-          &m->picks.Add({{"group", group}, {"result", "unavailable"}})),
-      picks_invalid(&m->picks.Add({{"group", group}, {"result", "invalid"}})),
-      ready(&m->group_backends.Add({{"group", group}, {"state", "ready"}})),
-      total(&m->group_backends.Add({{"group", group}, {"state", "total"}})),
-      panic(&m->group_panic.Add({{"group", group}})),
-      generation(&m->group_generation.Add({{"group", group}})),
-      rebuilds(&m->table_rebuilds.Add({{"group", group}})),
-      watch_subscribers(&m->watch_subscribers.Add({{"group", group}})),
-      watch_full(&m->watch_updates.Add({{"group", group}, {"kind", "full"}})),
-      watch_delta(&m->watch_updates.Add({{"group", group}, {"kind", "delta"}})),
-      watch_unchanged(
-          &m->watch_updates.Add({{"group", group}, {"kind", "unchanged"}})),
-      watch_removed(
-          &m->watch_updates.Add({{"group", group}, {"kind", "removed"}})) {}
-
-GroupMetrics::~GroupMetrics() {
-  metrics->picks.Remove(picks_ok);
-  metrics->picks.Remove(picks_unavailable);
-  metrics->picks.Remove(picks_invalid);
-  metrics->group_backends.Remove(ready);
-  metrics->group_backends.Remove(total);
-  metrics->group_panic.Remove(panic);
-  metrics->group_generation.Remove(generation);
-  metrics->table_rebuilds.Remove(rebuilds);
-  metrics->watch_subscribers.Remove(watch_subscribers);
-  for (prometheus::Counter* c :
-       {watch_full, watch_delta, watch_unchanged, watch_removed}) {
-    metrics->watch_updates.Remove(c);
-  }
-}
-
 Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
              std::shared_ptr<GroupMetrics> group_metrics,
              std::shared_ptr<const std::string> session_key,
@@ -482,7 +447,7 @@ std::shared_ptr<GroupMetrics> GroupRegistry::MetricsFor(
   std::weak_ptr<GroupMetrics>& slot = metrics_by_name_[name];
   std::shared_ptr<GroupMetrics> existing = slot.lock();
   if (existing == nullptr) {
-    existing = std::make_shared<GroupMetrics>(metrics_, name);
+    existing = std::make_shared<GroupMetrics>(&metrics_->group_series(), name);
     slot = existing;
   }
   // Forget names whose metrics are gone, once the map has doubled since

@@ -31,6 +31,7 @@
 #include "lib/table.h"
 #include "server/group_map.h"
 #include "server/group_member_state.h"
+#include "server/group_metrics.h"
 #include "server/health/health_registry.h"
 #include "server/health/outlier_detector.h"
 #include "server/metrics.h"
@@ -67,33 +68,6 @@ class GenerationSource {
 // Writes a change to durable storage before it is published; receives the
 // generation the change will be published with. An error aborts the change.
 using Persist = std::function<absl::Status(uint64_t generation)>;
-
-// Per-group Prometheus children, resolved once so the pick path does no
-// label lookups. Shared by every Group object of one name (a deleted group
-// may still serve in-flight picks while a new one of the same name starts);
-// the children are removed when the last holder goes away.
-struct GroupMetrics {
-  GroupMetrics(Metrics* metrics, const std::string& group);
-  ~GroupMetrics();
-  GroupMetrics(const GroupMetrics&) = delete;
-  GroupMetrics& operator=(const GroupMetrics&) = delete;
-
-  Metrics* const metrics;
-  prometheus::Counter* picks_ok = nullptr;
-  prometheus::Counter* picks_unavailable = nullptr;
-  prometheus::Counter* picks_invalid = nullptr;
-  prometheus::Gauge* ready = nullptr;
-  prometheus::Gauge* total = nullptr;
-  prometheus::Gauge* panic = nullptr;
-  prometheus::Gauge* generation = nullptr;
-  prometheus::Counter* rebuilds = nullptr;
-  // Watch: subscribers, and updates sent by kind.
-  prometheus::Gauge* watch_subscribers = nullptr;
-  prometheus::Counter* watch_full = nullptr;
-  prometheus::Counter* watch_delta = nullptr;
-  prometheus::Counter* watch_unchanged = nullptr;
-  prometheus::Counter* watch_removed = nullptr;
-};
 
 class DnsDiscovery;
 class HealthRegistry;

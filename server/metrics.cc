@@ -30,46 +30,17 @@ Metrics::Metrics()
                      .Name("aside_build_info")
                      .Help("Build information; the value is always 1.")
                      .Register(*registry_)),
-      picks(prometheus::BuildCounter()
-                .Name("aside_picks_total")
-                .Help("Pick RPCs by group and result.")
-                .Register(*registry_)),
       pick_duration(prometheus::BuildHistogram()
                         .Name("aside_pick_duration_seconds")
                         .Help("Time to handle a Pick RPC inside the server.")
                         .Register(*registry_)
                         .Add({}, LatencyBuckets())),
-      group_backends(prometheus::BuildGauge()
-                         .Name("aside_group_backends")
-                         .Help("Backends of a group by state (ready, total).")
-                         .Register(*registry_)),
-      group_panic(prometheus::BuildGauge()
-                      .Name("aside_group_panic")
-                      .Help("1 while fewer backends than the panic threshold "
-                            "are ready and picks use all of them.")
-                      .Register(*registry_)),
-      group_generation(prometheus::BuildGauge()
-                           .Name("aside_table_generation")
-                           .Help("Generation of a group's current table.")
-                           .Register(*registry_)),
-      table_rebuilds(prometheus::BuildCounter()
-                         .Name("aside_table_rebuilds_total")
-                         .Help("Tables built, by group.")
-                         .Register(*registry_)),
       table_rebuild_duration(
           prometheus::BuildHistogram()
               .Name("aside_table_rebuild_duration_seconds")
               .Help("Time to build a group's table and selector.")
               .Register(*registry_)
               .Add({}, LatencyBuckets())),
-      watch_subscribers(prometheus::BuildGauge()
-                            .Name("aside_watch_subscribers")
-                            .Help("Watch streams subscribed to a group.")
-                            .Register(*registry_)),
-      watch_updates(prometheus::BuildCounter()
-                        .Name("aside_watch_updates_total")
-                        .Help("Watch updates sent, by group and kind.")
-                        .Register(*registry_)),
       watch_fanout(prometheus::BuildHistogram()
                        .Name("aside_watch_fanout_seconds")
                        .Help("Time from a table's publication to the start "
@@ -303,8 +274,37 @@ void Metrics::StopServing() {
 }
 
 std::string Metrics::Render() const {
+  std::vector<prometheus::MetricFamily> registered = registry_->Collect();
+  std::vector<GroupSeries::Anchored> groups = group_series_.CollectAnchored();
+  std::vector<prometheus::MetricFamily> all;
+  all.reserve(registered.size() + groups.size());
+  std::vector<bool> placed(groups.size(), false);
+  // Each group family goes right after the family it follows (which may be
+  // another group family), so the exposition keeps one order.
+  auto place_after = [&](const std::string& name, auto& self) -> void {
+    for (size_t i = 0; i < groups.size(); ++i) {
+      if (!placed[i] && groups[i].after == name) {
+        placed[i] = true;
+        const std::string own = groups[i].family.name;
+        if (!groups[i].family.metric.empty()) {
+          all.push_back(std::move(groups[i].family));
+        }
+        self(own, self);
+      }
+    }
+  };
+  for (prometheus::MetricFamily& family : registered) {
+    const std::string name = family.name;
+    all.push_back(std::move(family));
+    place_after(name, place_after);
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (!placed[i] && !groups[i].family.metric.empty()) {
+      all.push_back(std::move(groups[i].family));
+    }
+  }
   prometheus::TextSerializer serializer;
-  return serializer.Serialize(registry_->Collect());
+  return serializer.Serialize(all);
 }
 
 }  // namespace aside::server

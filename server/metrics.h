@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/group_metrics.h"
 #include "server/http/http_server.h"
 
 namespace aside::server {
@@ -51,24 +52,15 @@ class Metrics {
   std::string Render() const;
 
   prometheus::Family<prometheus::Gauge>& build_info;
-  // Picks by group and result (ok, unavailable, not_found, invalid).
-  prometheus::Family<prometheus::Counter>& picks;
-  // Pick RPC handling time, server side.
+  // The per-group series: picks by group and result, backends by state,
+  // panic, table generation, rebuilds, Watch subscribers and updates by
+  // kind (server/group_metrics.h). Rendered with the families below.
+  GroupSeries& group_series() { return group_series_; }
+  // Pick RPC handling time, server side, and table rebuilds' duration.
   prometheus::Histogram& pick_duration;
-  // Backends of a group by state ("ready", "total").
-  prometheus::Family<prometheus::Gauge>& group_backends;
-  // 1 while a group is in panic mode.
-  prometheus::Family<prometheus::Gauge>& group_panic;
-  // Generation of a group's current table.
-  prometheus::Family<prometheus::Gauge>& group_generation;
-  // Table rebuilds and their duration.
-  prometheus::Family<prometheus::Counter>& table_rebuilds;
   prometheus::Histogram& table_rebuild_duration;
-  // Watch streams by group, updates sent by group and kind (full, delta,
-  // unchanged, removed), and the time from a publication to the write that
-  // carries it.
-  prometheus::Family<prometheus::Gauge>& watch_subscribers;
-  prometheus::Family<prometheus::Counter>& watch_updates;
+  // The time from a publication to the write that carries it to a Watch
+  // subscriber.
   prometheus::Histogram& watch_fanout;
   // Load observations received (ReportLoad and grpclb), by result.
   prometheus::Family<prometheus::Counter>& load_reports;
@@ -139,6 +131,7 @@ class Metrics {
   prometheus::Histogram& fleet_takeover_seconds;
 
  private:
+  GroupSeries group_series_;
   std::unique_ptr<HttpServer> http_;
 };
 

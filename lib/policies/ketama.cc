@@ -33,6 +33,27 @@ absl::StatusOr<uint64_t> PointCount(absl::Span<const KetamaNode> nodes,
   return points;
 }
 
+// Scratch kept per thread for the points of rings up to this size (2 MiB).
+constexpr size_t kKeptScratchPoints = size_t{1} << 18;
+
+// A buffer of at least `n` points: the thread's kept scratch, or `own` for a
+// ring larger than kKeptScratchPoints.
+uint64_t* ScratchPoints(size_t n, std::unique_ptr<uint64_t[]>& own) {
+  if (n > kKeptScratchPoints) {
+    own.reset(new uint64_t[n]);
+    return own.get();
+  }
+  thread_local std::unique_ptr<uint64_t[]> kept;
+  thread_local size_t kept_size = 0;
+  if (kept_size < n) {
+    // Grown to the largest ring this thread built, at least 4096 points.
+    kept_size = std::max<size_t>({n, kept_size * 2, 4096});
+    kept_size = std::min(kept_size, kKeptScratchPoints);
+    kept.reset(new uint64_t[kept_size]);
+  }
+  return kept.get();
+}
+
 // Appends the points of node `position` to `keys`.
 void AppendPoints(const KetamaNode& node, uint32_t position,
                   uint32_t points_per_weight, std::vector<uint64_t>& keys) {
@@ -152,7 +173,11 @@ absl::StatusOr<std::shared_ptr<const KetamaRing>> KetamaRing::Build(
   }
   auto ring = std::shared_ptr<KetamaRing>(new KetamaRing());
   ring->points_per_weight_ = points_per_weight;
-  std::unique_ptr<uint64_t[]> generated(new uint64_t[*points]);
+  // The points in position order are scratch: a buffer kept by the thread
+  // across builds (fresh pages cost more than the sort itself), up to
+  // kKeptScratchPoints; larger rings get one of their own.
+  std::unique_ptr<uint64_t[]> own;
+  uint64_t* generated = ScratchPoints(*points, own);
   // Counts of the top 8 bits of the hash, for the sort's first pass.
   std::array<uint32_t, 257> counts{};
   // Each point depends on the previous one of its node: generate four
@@ -169,7 +194,7 @@ absl::StatusOr<std::shared_ptr<const KetamaRing>> KetamaRing::Build(
     for (size_t g = 0; g < group; ++g) {
       base[g] = KetamaBaseHash(nodes[first + g].address);
       count[g] = uint64_t{nodes[first + g].weight} * points_per_weight;
-      out[g] = generated.get() + offset;
+      out[g] = generated + offset;
       offset += count[g];
       common = std::min(common, count[g]);
     }
@@ -196,7 +221,7 @@ absl::StatusOr<std::shared_ptr<const KetamaRing>> KetamaRing::Build(
       }
     }
   }
-  ring->SortAndIndex(std::move(generated), *points, counts);
+  ring->SortAndIndex(generated, *points, counts);
   return std::shared_ptr<const KetamaRing>(std::move(ring));
 }
 
@@ -250,40 +275,143 @@ absl::StatusOr<std::shared_ptr<const KetamaRing>> KetamaRing::Update(
   }
   std::sort(fresh.begin(), fresh.end());
 
+  // The points to drop: those of removed and re-weighted nodes, generated
+  // again with their old positions.
+  std::vector<uint64_t> gone;
+  for (uint32_t pos = 0; pos < old_nodes.size(); ++pos) {
+    if (old_to_new[pos] == kGone) {
+      AppendPoints(old_nodes[pos], pos, previous.points_per_weight_, gone);
+    }
+  }
+  if (gone.size() * 4 > previous.size_ ||
+      previous.size_ - gone.size() + fresh.size() != *points) {
+    return Build(new_nodes, points_per_weight);
+  }
+  std::sort(gone.begin(), gone.end());
+
   auto ring = std::shared_ptr<KetamaRing>(new KetamaRing());
   ring->points_per_weight_ = points_per_weight;
   ring->size_ = *points;
   ring->keys_.reset(new uint64_t[ring->size_]);
-  uint64_t* out = ring->keys_.get();
-  const uint64_t* f = fresh.data();
-  const uint64_t* const f_end = f + fresh.size();
-  for (size_t i = 0; i < previous.size_; ++i) {
-    const uint64_t key = previous.keys_[i];
-    const uint32_t pos = old_to_new[static_cast<uint32_t>(key)];
-    if (pos == kGone) {
-      continue;
-    }
-    // Positions keep their relative order, so remapped keys stay sorted.
-    const uint64_t remapped = (key & ~uint64_t{0xffffffff}) | pos;
-    while (f != f_end && *f < remapped) {
-      *out++ = *f++;
-    }
-    *out++ = remapped;
-  }
-  while (f != f_end) {
-    *out++ = *f++;
-  }
-  ring->BuildIndex();
+  previous.MergeInto(*ring, old_to_new, gone, fresh);
   return std::shared_ptr<const KetamaRing>(std::move(ring));
 }
 
-void KetamaRing::SizeIndex(uint64_t n) {
+void KetamaRing::MergeInto(KetamaRing& ring,
+                           absl::Span<const uint32_t> old_to_new,
+                           absl::Span<const uint64_t> gone,
+                           absl::Span<const uint64_t> fresh) const {
+  constexpr uint32_t kGone = ~uint32_t{0};
+  constexpr uint64_t kHashBits = ~uint64_t{0xffffffff};
+  const uint64_t* const keys = keys_.get();
+  // Raw pointers: the per-key loop below has no bounds checks to pay.
+  const uint32_t* const remap = old_to_new.data();
+  // Where each dropped point is (keys are unique but for a node whose chain
+  // repeats a hash: equal keys are adjacent, taken in turn).
+  std::vector<size_t> gone_at(gone.size());
+  for (size_t g = 0; g < gone.size(); ++g) {
+    size_t i = g > 0 && gone[g] == gone[g - 1]
+                   ? gone_at[g - 1] + 1
+                   : LowerBound(static_cast<uint32_t>(gone[g] >> 32));
+    while (keys[i] < gone[g]) {
+      ++i;
+    }
+    gone_at[g] = i;
+  }
+  // Where each new point goes: before the first kept point ordered after
+  // it once its position is remapped (positions keep their relative order,
+  // so remapped keys stay sorted).
+  std::vector<size_t> insert_at(fresh.size());
+  for (size_t f = 0; f < fresh.size(); ++f) {
+    size_t i = LowerBound(static_cast<uint32_t>(fresh[f] >> 32));
+    while (i < size_ && (keys[i] & kHashBits) == (fresh[f] & kHashBits)) {
+      const uint32_t pos = old_to_new[static_cast<uint32_t>(keys[i])];
+      if (pos != kGone && ((keys[i] & kHashBits) | pos) > fresh[f]) {
+        break;
+      }
+      ++i;
+    }
+    insert_at[f] = i;
+  }
+  // Runs of kept points between those events are remapped without a
+  // branch.
+  uint64_t* out = ring.keys_.get();
+  size_t i = 0;
+  size_t g = 0;
+  size_t f = 0;
+  for (;;) {
+    const size_t next = std::min(g < gone.size() ? gone_at[g] : size_,
+                                 f < fresh.size() ? insert_at[f] : size_);
+    for (; i < next; ++i) {
+      const uint64_t key = keys[i];
+      *out++ = (key & kHashBits) | remap[static_cast<uint32_t>(key)];
+    }
+    if (f < fresh.size() && insert_at[f] == i) {
+      *out++ = fresh[f++];
+    } else if (g < gone.size() && gone_at[g] == i) {
+      ++i;
+      ++g;
+    } else {
+      break;  // i == size_, every event taken
+    }
+  }
+  // The bucket index: the previous one shifted by the points added and
+  // dropped before each bucket, when the ring keeps its index size.
+  if (IndexShift(ring.size_) != shift_) {
+    ring.BuildIndex();
+    return;
+  }
+  ring.shift_ = shift_;
+  ring.index_ = index_;
+  const uint32_t bucket_shift = 32 + shift_;
+  uint32_t* const index = ring.index_.data();
+  const size_t buckets = index_.size();
+  size_t b = 0;
+  int64_t delta = 0;
+  g = 0;
+  f = 0;
+  while (g < gone.size() || f < fresh.size()) {
+    const bool add =
+        g == gone.size() || (f < fresh.size() && fresh[f] < gone[g]);
+    const size_t at = (add ? fresh[f] : gone[g]) >> bucket_shift;
+    for (; b <= at; ++b) {
+      index[b] = static_cast<uint32_t>(index[b] + delta);
+    }
+    if (add) {
+      ++delta;
+      ++f;
+    } else {
+      --delta;
+      ++g;
+    }
+  }
+  for (; b < buckets; ++b) {
+    index[b] = static_cast<uint32_t>(index[b] + delta);
+  }
+}
+
+size_t KetamaRing::LowerBound(uint32_t hash) const noexcept {
+  const uint32_t b = hash >> shift_;
+  size_t i = index_[b];
+  const size_t end = index_[b + 1];
+  const uint64_t key = static_cast<uint64_t>(hash) << 32;
+  while (i < end && keys_[i] < key) {
+    ++i;
+  }
+  return i;
+}
+
+uint32_t KetamaRing::IndexShift(uint64_t n) {
   uint32_t bits = 1;
   while ((uint64_t{1} << bits) < n / 2 && bits < 24) {
     ++bits;
   }
-  shift_ = 32 - bits;
-  index_.assign((size_t{1} << bits) + 1, 0);
+  return 32 - bits;
+}
+
+void KetamaRing::SizeIndex(uint64_t n) {
+  shift_ = IndexShift(n);
+  index_.assign((size_t{1} << (32 - shift_)) + 1, 0);
 }
 
 void KetamaRing::BuildIndex() {
@@ -299,56 +427,92 @@ void KetamaRing::BuildIndex() {
   }
 }
 
-void KetamaRing::SortAndIndex(std::unique_ptr<uint64_t[]> generated, size_t n,
+void KetamaRing::SortAndIndex(uint64_t* generated, size_t n,
                               std::array<uint32_t, 257>& top) {
   // A two-level counting sort on the hash, most significant bits first: 8
-  // bits (256 write streams), then 9 bits inside each of those ranges (which
-  // stay in cache). The hashes are uniform, so what is left unsorted is
-  // ~n / 2^17 runs of ~1 key: a final insertion pass over the nearly sorted
-  // array finishes it. Every pass is stable and keys are in position order
-  // to begin with, and the final pass compares whole keys, so equal hashes
-  // end in position order.
-  std::unique_ptr<uint64_t[]> tmp(new uint64_t[n]);
+  // bits (256 write streams) from `generated` into keys_, then, inside each
+  // of those ranges (which stay in cache), the index's remaining bits, so
+  // that the second level's counts are the bucket index itself. The hashes
+  // are uniform, so what is left unsorted is runs of about two keys (one
+  // index bucket): a bubble pass and an insertion pass over the range
+  // finish it. Every pass is stable and keys are in position order to
+  // begin with, and the final pass compares whole keys, so equal hashes end
+  // in position order.
+  size_ = n;
+  keys_.reset(new uint64_t[n]);
+  SizeIndex(n);
+  const uint32_t bits = 32 - shift_;
+  if (bits <= 8) {
+    std::copy(generated, generated + n, keys_.get());
+    std::sort(keys_.get(), keys_.get() + n);
+    BuildIndex();
+    return;
+  }
   for (size_t b = 1; b < top.size(); ++b) {
     top[b] += top[b - 1];
   }
-  std::array<uint32_t, 256> cursor;
-  std::copy(top.begin(), top.end() - 1, cursor.begin());
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t key = generated[i];
-    tmp[cursor[key >> 56]++] = key;
+  uint64_t* const keys = keys_.get();
+  {
+    std::array<uint32_t, 256> cursor;
+    std::copy(top.begin(), top.end() - 1, cursor.begin());
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t key = generated[i];
+      keys[cursor[key >> 56]++] = key;
+    }
   }
-  std::array<uint32_t, 513> sub;
+  const uint32_t sub_bits = bits - 8;
+  const uint64_t sub_mask = (uint64_t{1} << sub_bits) - 1;
+  const uint32_t bucket_shift = 32 + shift_;  // key >> it: the bucket
+  std::vector<uint32_t> cursor(size_t{1} << sub_bits);
+  uint32_t* const index = index_.data();
   for (size_t t = 0; t < 256; ++t) {
     const uint32_t lo = top[t];
     const uint32_t hi = top[t + 1];
-    sub.fill(0);
+    // Bucket (t, s) is index_[base + s]; its count goes to the next entry
+    // first, and the prefix sums move each start into place. `generated`
+    // is free again: it takes this range's keys back to scatter them.
+    uint32_t* const starts = index + (t << sub_bits);
     for (uint32_t i = lo; i < hi; ++i) {
-      ++sub[((tmp[i] >> 47) & 511) + 1];
+      const uint64_t key = keys[i];
+      generated[i] = key;
+      ++starts[((key >> bucket_shift) & sub_mask) + 1];
     }
     uint32_t sum = lo;
-    for (size_t b = 0; b < 512; ++b) {
-      const uint32_t c = sub[b + 1];
-      sub[b] = sum;
+    for (size_t b = 0; b <= sub_mask; ++b) {
+      const uint32_t c = starts[b + 1];
+      starts[b] = sum;
+      cursor[b] = sum;
       sum += c;
     }
     for (uint32_t i = lo; i < hi; ++i) {
-      generated[sub[(tmp[i] >> 47) & 511]++] = tmp[i];
+      const uint64_t key = generated[i];
+      keys[cursor[(key >> bucket_shift) & sub_mask]++] = key;
+    }
+    if (hi - lo < 2) {
+      continue;
+    }
+    // The range is sorted by bucket, about two keys each, in random order
+    // within one: a branch-free bubble pass (which sorts every bucket of
+    // two) and then an insertion pass, which has little left to move, so
+    // its branches are predictable. Both while the range is in cache.
+    uint64_t carry = keys[lo];
+    for (uint32_t i = lo + 1; i < hi; ++i) {
+      const uint64_t x = keys[i];
+      keys[i - 1] = std::min(carry, x);
+      carry = std::max(carry, x);
+    }
+    keys[hi - 1] = carry;
+    for (uint32_t i = lo + 1; i < hi; ++i) {
+      const uint64_t x = keys[i];
+      uint32_t j = i;
+      while (j > lo && keys[j - 1] > x) {
+        keys[j] = keys[j - 1];
+        --j;
+      }
+      keys[j] = x;
     }
   }
-  uint64_t* k = generated.get();
-  for (size_t i = 1; i < n; ++i) {
-    const uint64_t x = k[i];
-    size_t j = i;
-    while (j > 0 && k[j - 1] > x) {
-      k[j] = k[j - 1];
-      --j;
-    }
-    k[j] = x;
-  }
-  keys_ = std::move(generated);
-  size_ = n;
-  BuildIndex();
+  index[index_.size() - 1] = static_cast<uint32_t>(n);
 }
 
 absl::StatusOr<std::unique_ptr<const Selector>> BuildKetamaSelector(

@@ -25,7 +25,9 @@
 //
 // Build: O(points) (radix sort); pick: O(1) expected (a bucket index over the
 // top bits of the hash, then a short scan), from any thread, lock-free, no
-// allocation. Memory: 8 bytes per point plus ~2 bytes per point of index.
+// allocation. Memory: 8 bytes per point plus ~2 bytes per point of index; a
+// thread that builds rings keeps a scratch buffer of up to 2 MiB (the
+// largest ring it built, up to 256 Ki points) across builds.
 #ifndef ASIDE_LIB_POLICIES_KETAMA_H_
 #define ASIDE_LIB_POLICIES_KETAMA_H_
 
@@ -98,13 +100,25 @@ class KetamaRing {
 
  private:
   KetamaRing() = default;
+  // Index of the first point whose hash is >= `hash` (size() past the
+  // end).
+  size_t LowerBound(uint32_t hash) const noexcept;
+  // Writes into `ring` (keys_ allocated, size_ set) this ring's points less
+  // `gone`, with positions mapped through `old_to_new`, plus `fresh` (both
+  // sorted), and its index.
+  void MergeInto(KetamaRing& ring, absl::Span<const uint32_t> old_to_new,
+                 absl::Span<const uint64_t> gone,
+                 absl::Span<const uint64_t> fresh) const;
+  // The shift_ of a ring of `n` points (about two points per bucket).
+  static uint32_t IndexShift(uint64_t n);
   // Sizes the bucket index for `n` points (about two points per bucket).
   void SizeIndex(uint64_t n);
   // Fills index_ from the sorted keys_.
   void BuildIndex();
   // Sorts `generated` (n keys in position order; `top` counts them by the
-  // top 8 bits of the hash, shifted by one) into keys_ and builds index_.
-  void SortAndIndex(std::unique_ptr<uint64_t[]> generated, size_t n,
+  // top 8 bits of the hash, shifted by one) into keys_ and builds index_;
+  // `generated` is scratch, overwritten.
+  void SortAndIndex(uint64_t* generated, size_t n,
                     std::array<uint32_t, 257>& top);
 
   uint32_t points_per_weight_ = 160;

@@ -1,6 +1,9 @@
 #include "lib/policies/maglev.h"
 
 #include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "lib/hash.h"
@@ -80,6 +83,107 @@ class MaglevSelector final : public Selector {
   std::shared_ptr<const MaglevTable> lookup_;
 };
 
+// The end of a population: the free slots listed, each turn taking the
+// entry's first free slot in its permutation by arithmetic instead of by
+// probing.
+class LateFill {
+ public:
+  static constexpr uint64_t kNoInverse = ~uint64_t{0};
+
+  explicit LateFill(uint64_t table_size)
+      : size_(table_size),
+        inverse_size_(1.0 / static_cast<double>(table_size)),
+        threshold(std::max<uint64_t>(
+            16, static_cast<uint64_t>(
+                    std::sqrt(static_cast<double>(table_size) / 2)))) {}
+
+  // Whether Take can serve an entry with `skip` (`inverse` caches skip^-1,
+  // or kNoInverse when the table size is not a prime and skip shares a
+  // factor with it). Lists the free slots of `taken` on first use.
+  bool Ready(uint64_t skip, uint64_t& inverse,
+             const std::vector<uint64_t>& taken) {
+    if (!listed_) {
+      listed_ = true;
+      for (uint64_t c = 0; c < size_; ++c) {
+        if (((taken[c >> 6] >> (c & 63)) & 1) == 0) {
+          free_.push_back(c);
+        }
+      }
+    }
+    if (inverse == 0) {
+      inverse = Inverse(skip);
+    }
+    return inverse != kNoInverse;
+  }
+  // The first free slot of the permutation next, next + skip, ... (at least
+  // one is free), taken out of the list.
+  uint64_t Take(uint64_t next, uint64_t inverse) {
+    size_t best = 0;
+    uint64_t best_k = size_;
+    for (size_t i = 0; i < free_.size(); ++i) {
+      const uint64_t d =
+          free_[i] >= next ? free_[i] - next : free_[i] + size_ - next;
+      const uint64_t k = MulMod(d, inverse);
+      best = k < best_k ? i : best;
+      best_k = k < best_k ? k : best_k;
+    }
+    const uint64_t c = free_[best];
+    free_[best] = free_.back();
+    free_.pop_back();
+    return c;
+  }
+  // Takes slot `c`, found by probing, out of the list (if listed).
+  void Erase(uint64_t c) {
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i] == c) {
+        free_[i] = free_.back();
+        free_.pop_back();
+        return;
+      }
+    }
+  }
+
+ private:
+  // a × b modulo the table size, for a, b below it (< 2^23, so the product
+  // is exact in a double's mantissa and the quotient off by at most one).
+  uint64_t MulMod(uint64_t a, uint64_t b) const {
+    const uint64_t x = a * b;
+    const uint64_t q =
+        static_cast<uint64_t>(static_cast<double>(x) * inverse_size_);
+    int64_t r = static_cast<int64_t>(x - q * size_);
+    r += r < 0 ? static_cast<int64_t>(size_) : 0;
+    r -= r >= static_cast<int64_t>(size_) ? static_cast<int64_t>(size_) : 0;
+    return static_cast<uint64_t>(r);
+  }
+  // skip^-1 modulo the table size, by the extended Euclidean algorithm;
+  // kNoInverse when they share a factor.
+  uint64_t Inverse(uint64_t skip) const {
+    int64_t r0 = static_cast<int64_t>(size_);
+    int64_t r1 = static_cast<int64_t>(skip);
+    int64_t t0 = 0;
+    int64_t t1 = 1;
+    while (r1 != 0) {
+      const int64_t q = r0 / r1;
+      std::tie(r0, r1) = std::make_pair(r1, r0 - q * r1);
+      std::tie(t0, t1) = std::make_pair(t1, t0 - q * t1);
+    }
+    if (r0 != 1) {
+      return kNoInverse;
+    }
+    return static_cast<uint64_t>(t0 < 0 ? t0 + static_cast<int64_t>(size_)
+                                        : t0);
+  }
+
+  const uint64_t size_;
+  const double inverse_size_;
+  bool listed_ = false;
+  std::vector<uint64_t> free_;
+
+ public:
+  // Free slots at or below which the list is used.
+  const uint64_t threshold;
+};
+
 }  // namespace
 
 std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
@@ -91,8 +195,12 @@ std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
   struct Entry {
     uint64_t next;  // the permutation's current slot
     uint64_t skip;
-    uint64_t target;  // the round at which this entry takes its next turn,
-                      // scaled by its weight
+    uint64_t skip2;  // 2, 3 and 4 × skip, modulo the table size
+    uint64_t skip3;
+    uint64_t skip4;
+    uint64_t inverse;  // skip^-1 modulo the table size; 0 until needed
+    uint64_t target;   // the round at which this entry takes its next turn,
+                       // scaled by its weight
     uint64_t weight;
     uint32_t position;
   };
@@ -107,7 +215,9 @@ std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
         Hash64(nodes[pos].address, kMaglevOffsetSeed) % table_size;
     const uint64_t skip =
         Hash64(nodes[pos].address, kMaglevSkipSeed) % (table_size - 1) + 1;
-    entries.push_back({offset, skip, 0, nodes[pos].weight, pos});
+    entries.push_back({offset, skip, 2 * skip % table_size,
+                       3 * skip % table_size, 4 * skip % table_size, 0, 0,
+                       nodes[pos].weight, pos});
     max_weight = std::max<uint64_t>(max_weight, nodes[pos].weight);
   }
   if (entries.empty()) {
@@ -117,7 +227,37 @@ std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
   // Occupancy as a bitmap: the probes (~M ln M of them) test bits in a few
   // KiB that stay in L1 instead of the table itself.
   std::vector<uint64_t> taken((table_size + 63) / 64, 0);
-  auto is_taken = [&](uint64_t c) { return (taken[c >> 6] >> (c & 63)) & 1; };
+  auto is_taken = [&](uint64_t c) -> unsigned {
+    return (taken[c >> 6] >> (c & 63)) & 1;
+  };
+  // a + b modulo the table size, for a, b < table_size.
+  auto add_mod = [table_size](uint64_t a, uint64_t b) {
+    const uint64_t c = a + b;
+    return c >= table_size ? c - table_size : c;
+  };
+  // Four slots of the permutation per step, each computed from the first
+  // alone so that the probes do not wait on one another's modulo; the first
+  // free one of the four (in permutation order) is taken. Early in the fill
+  // the first step nearly always finds one, so the loop's exit is
+  // predictable.
+  auto probe = [&](const Entry& e) {
+    for (uint64_t c0 = e.next;; c0 = add_mod(c0, e.skip4)) {
+      const uint64_t cs[4] = {c0, add_mod(c0, e.skip), add_mod(c0, e.skip2),
+                              add_mod(c0, e.skip3)};
+      const unsigned free = (is_taken(cs[0]) | is_taken(cs[1]) << 1 |
+                             is_taken(cs[2]) << 2 | is_taken(cs[3]) << 3) ^
+                            0xf;
+      if (free != 0) {
+        return cs[__builtin_ctz(free)];
+      }
+    }
+  };
+  // The last few slots: probing would take table_size / free probes per
+  // slot; with the free slots listed, an entry's first one in its
+  // permutation is the one with the smallest step count k, where
+  // slot = next + k × skip, so k = (slot - next) × skip^-1 (the table size
+  // is a prime): O(free) per slot. Worth it below sqrt(table_size / 2).
+  LateFill late(table_size);
   uint64_t filled = 0;
   for (uint64_t round = 0; filled < table_size; ++round) {
     for (Entry& e : entries) {
@@ -127,20 +267,22 @@ std::vector<uint32_t> MaglevPopulate(absl::Span<const MaglevNode> nodes,
         continue;
       }
       e.target += max_weight;
-      uint64_t c = e.next;
-      while (is_taken(c)) {
-        c += e.skip;
-        if (c >= table_size) {
-          c -= table_size;
-        }
+      // Four slots of the permutation per step, each computed from the
+      // first alone so that the probes do not wait on one another's
+      // modulo; the first free one of the four (in permutation order) is
+      // taken. Early in the fill the first step nearly always finds one, so
+      // the loop's exit is predictable.
+      uint64_t c;
+      if (table_size - filled <= late.threshold &&
+          late.Ready(e.skip, e.inverse, taken)) {
+        c = late.Take(e.next, e.inverse);
+      } else {
+        c = probe(e);
+        late.Erase(c);
       }
       table[c] = e.position;
       taken[c >> 6] |= uint64_t{1} << (c & 63);
-      c += e.skip;
-      if (c >= table_size) {
-        c -= table_size;
-      }
-      e.next = c;
+      e.next = add_mod(c, e.skip);
       if (++filled == table_size) {
         break;
       }

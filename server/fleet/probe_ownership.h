@@ -6,9 +6,9 @@
 // membership change moves only the departed or arriving replica's share.
 // The registry asks Owns() for each target (FleetHooks) and re-evaluates on
 // every membership change; a target this replica does not own is not probed
-// here, and one that becomes owned is probed at its next due time (within
-// one interval) starting from its current state, which is the last state
-// published for it: no flap to UNKNOWN.
+// here (it waits outside the probe schedule, costing nothing), and one that
+// becomes owned is probed at once, starting from its current state, which
+// is the last state published for it: no flap to UNKNOWN.
 //
 // Publishing: the owner writes each health *transition* of its targets
 // (state and consecutive counts) to <prefix>health/<key> (fleet_records.h)

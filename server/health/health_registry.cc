@@ -264,6 +264,13 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       const bool owned = !hooks_.owned ||
                          hooks_.owned(target->fleet_key, target->spec.timeout);
       const bool was = target->owned.exchange(owned, std::memory_order_acq_rel);
+      if (was != owned) {
+        // Posted under the lock, after the flag: the prober acts on the
+        // flag's latest value, in order with Add and Remove.
+        if (prober_ != nullptr) {
+          prober_->OwnershipChanged(target->id);
+        }
+      }
       if (!owned) {
         continue;
       }

@@ -30,9 +30,9 @@
 //
 // Fleet ownership (DESIGN.md §11; server/fleet/probe_ownership.h). With
 // FleetHooks set, each target carries an "owned" flag from hooks.owned: a
-// target this replica does not own stays in the probe schedule but its
-// probes are skipped (no socket, no result), so when it becomes owned it is
-// probed at its next due time, within one interval. ApplyFleetState sets
+// target this replica does not own waits outside the probe schedule (no
+// timer, no socket, no result), and when it becomes owned it is due at
+// once. ApplyFleetState sets
 // the state another replica's probes published (for targets not owned
 // here). Without hooks every target is owned: each replica probes all.
 #ifndef ASIDE_SERVER_HEALTH_HEALTH_REGISTRY_H_

@@ -62,12 +62,19 @@ struct GrpcCall;
 struct ProbeState {
   bool removed = false;
   bool in_flight = false;
+  // Not in the schedule: another replica owns the target (fleet
+  // ownership). Set only while no probe is in flight; a target that stops
+  // being owned during a probe leaves the schedule when it ends
+  // (park_pending).
+  bool parked = false;
+  bool park_pending = false;
   HealthCheckSpec::Kind kind = HealthCheckSpec::Kind::kTcp;
   uint64_t op_seq = 0;  // the probe in flight (or the last one)
   int64_t started = 0;
   std::unique_ptr<SocketOp> op;
   std::shared_ptr<Target> target;
   tcp::endpoint endpoint;
+  ProbeScheduler::Timing timing;
 
   // Cold.
   std::string http_request;
@@ -120,6 +127,15 @@ class Prober::Impl {
 
   void Remove(uint64_t id) {
     asio::post(io_, [this, id] { RemoveNow(id); });
+  }
+
+  void OwnershipChanged(uint64_t id) {
+    asio::post(io_, [this, id] {
+      auto it = probes_.find(id);
+      if (it != probes_.end() && !stopping_) {
+        FollowOwnership(*it->second);
+      }
+    });
   }
 
   void Post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
@@ -201,12 +217,47 @@ class Prober::Impl {
     timing.jitter = target->spec.jitter;
     // gRPC calls end at their own deadline.
     timing.track_timeout = target->spec.kind != HealthCheckSpec::Kind::kGrpc;
+    state->timing = timing;
     state->target = std::move(target);
     const uint64_t id = state->target->id;
     probes_[id] = state;
+    if (!state->target->owned.load(std::memory_order_acquire)) {
+      state->parked = true;  // another replica probes it
+      return;
+    }
     actions_.clear();
     scheduler_.Add(id, timing, MonotonicNanos(), actions_);
     Carry();
+  }
+
+  // Puts the target in the schedule (due at once) or takes it out, as its
+  // owned flag says. A probe in flight keeps its slot until it ends:
+  // re-adding the id while the scheduler still holds its slot would leave
+  // two probes of one target.
+  void FollowOwnership(ProbeState& state) {
+    if (state.removed) {
+      return;
+    }
+    const uint64_t id = state.target->id;
+    if (!state.target->owned.load(std::memory_order_acquire)) {
+      if (state.parked) {
+        return;
+      }
+      if (state.in_flight) {
+        state.park_pending = true;
+        return;
+      }
+      scheduler_.Remove(id);
+      state.parked = true;
+      return;
+    }
+    state.park_pending = false;
+    if (state.parked) {
+      state.parked = false;
+      actions_.clear();
+      scheduler_.Add(id, state.timing, MonotonicNanos(), actions_);
+      Carry();
+    }
   }
 
   void RemoveNow(uint64_t id) {
@@ -301,10 +352,11 @@ class Prober::Impl {
     state->started = MonotonicNanos();
     const uint64_t seq = ++state->op_seq;
     if (!state->target->owned.load(std::memory_order_acquire)) {
-      // Another replica probes it (fleet ownership): keep its place in the
-      // schedule, so that it is probed at its next due time once owned here,
-      // but send nothing. Posted, like FailSoon, so that actions_ is not
-      // reentered.
+      // Another replica probes it (fleet ownership; the flag changed before
+      // OwnershipChanged reached this thread): send nothing, and take it out
+      // of the schedule as the probe ends. Posted, like FailSoon, so that
+      // actions_ is not reentered.
+      state->park_pending = true;
       asio::post(io_, [this, state, seq] {
         Finish(state, seq, ProbeResult{}, /*report=*/false);
       });
@@ -518,6 +570,10 @@ class Prober::Impl {
     actions_.clear();
     scheduler_.Finished(state->target->id, now, actions_);
     Carry();
+    if (state->park_pending) {
+      state->park_pending = false;
+      FollowOwnership(*state);
+    }
   }
 
   const ResultSink sink_;
@@ -567,6 +623,9 @@ void Prober::Add(std::shared_ptr<Target> target) {
   impl_->Add(std::move(target));
 }
 void Prober::Remove(uint64_t target_id) { impl_->Remove(target_id); }
+void Prober::OwnershipChanged(uint64_t target_id) {
+  impl_->OwnershipChanged(target_id);
+}
 void Prober::Post(std::function<void()> fn) { impl_->Post(std::move(fn)); }
 void Prober::Shutdown() { impl_->Shutdown(); }
 absl::Duration Prober::CpuTime() const { return impl_->CpuTime(); }

@@ -54,8 +54,14 @@ class Prober {
                                                         ResultSink sink);
   ~Prober();  // Shutdown()
 
-  // Starts probing `target` (its kind is not none) at once.
+  // Starts probing `target` (its kind is not none) at once; a target this
+  // replica does not own (target->owned, fleet ownership) waits outside the
+  // schedule instead, costing nothing, until OwnershipChanged.
   void Add(std::shared_ptr<Target> target);
+  // `target->owned` of the target changed: one no longer owned leaves the
+  // schedule (after its probe in flight, if any); one now owned is due at
+  // once.
+  void OwnershipChanged(uint64_t target_id);
   // Stops probing the target; a probe in flight is cancelled.
   void Remove(uint64_t target_id);
   // Runs `fn` on the prober thread.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -146,6 +147,43 @@ TEST(HealthRegistryTest, NewTargetIsProbedImmediately) {
   // Not an interval (1 h) later: at once.
   EXPECT_LT(MonotonicNanos() - start, absl::ToInt64Nanoseconds(kWait));
   EXPECT_EQ(h.state(), HealthState::kHealthy);
+}
+
+TEST(HealthRegistryTest, TargetNotOwnedIsNotProbedAndIsProbedAtOnceWhenOwned) {
+  FakeBackend other(FakeBackend::Mode::kAcceptClose);
+  FakeBackend mine(FakeBackend::Mode::kAcceptClose);
+  ASSERT_OK_AND_ASSIGN(uint16_t other_port, other.Listen());
+  ASSERT_OK_AND_ASSIGN(uint16_t mine_port, mine.Listen());
+  RegistryUnderTest r;
+  ProbeRecorder recorder(*r.registry);
+  // Another replica owns `other` until told otherwise; this one owns
+  // `mine`.
+  std::atomic<bool> own_other{false};
+  const std::string other_address = Loopback(other_port);
+  r.registry->SetFleetHooks({.owned = [&](uint64_t, absl::Duration timeout) {
+    // `other` is the target with a 3 s timeout.
+    return timeout != absl::Seconds(3) || own_other.load();
+  }});
+  HealthCheckSpec other_spec = ProbeSpec(Kind::kTcp, absl::Hours(1));
+  other_spec.timeout = absl::Seconds(3);
+  ASSERT_OK_AND_ASSIGN(HealthHandle o,
+                       r.registry->Acquire(other_address, other_spec, "web"));
+  ASSERT_OK_AND_ASSIGN(
+      HealthHandle m,
+      r.registry->Acquire(Loopback(mine_port),
+                          ProbeSpec(Kind::kTcp, absl::Hours(1)), "web"));
+  // Probes start in the order targets were added: once `mine` was probed,
+  // `other` would have been too.
+  ASSERT_OK(recorder.WaitForResult(m.target_id(), 1, kWait).status());
+  EXPECT_EQ(other.accepted(), 0u);
+  EXPECT_EQ(o.state(), HealthState::kUnknown);
+  // Taken over: probed at once, not an interval (1 h) later.
+  own_other = true;
+  r.registry->ReevaluateOwnership();
+  ASSERT_OK_AND_ASSIGN(ProbeEvent first,
+                       recorder.WaitForResult(o.target_id(), 1, kWait));
+  EXPECT_TRUE(first.result.success) << first.result.reason;
+  EXPECT_TRUE(other.WaitForAccepted(1, kWait));
 }
 
 TEST(HealthRegistryTest, UnknownCountsAsReadyUnlessAFirstProbeIsRequired) {

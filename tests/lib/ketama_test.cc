@@ -395,6 +395,52 @@ TEST(KetamaTest, ChangedMembersUpdateTheRingToWhatAFullBuildGives) {
   }
 }
 
+TEST(KetamaTest, AnUpdatedRingAndItsIndexEqualAFullBuild) {
+  // Large enough for a 17-bit index, which an update shifts instead of
+  // rebuilding: a backend added, removed, re-weighted; and a ring growing
+  // past 2^18 points, whose index doubles.
+  for (const size_t count : {size_t{1002}, size_t{1640}}) {
+    std::vector<std::string> addresses;
+    for (size_t i = 0; i < count; ++i) {
+      addresses.push_back(testing::TestAddress(i));  // in address order
+    }
+    auto nodes_of = [&](size_t skip_a, size_t skip_b, uint32_t weight_of_5) {
+      std::vector<KetamaNode> nodes;
+      for (size_t i = 0; i < addresses.size(); ++i) {
+        if (i != skip_a && i != skip_b) {
+          nodes.push_back({addresses[i], i == 5 ? weight_of_5 : 1u});
+        }
+      }
+      return nodes;
+    };
+    const std::vector<KetamaNode> before = nodes_of(17, count - 1, 1);
+    ASSERT_OK_AND_ASSIGN(auto ring, KetamaRing::Build(before, 160));
+    for (const std::vector<KetamaNode>& after :
+         {nodes_of(300, count - 1, 1), nodes_of(17, count - 1, 3),
+          nodes_of(17, 300, 2), nodes_of(count, count, 1),
+          nodes_of(17, count - 1, 500)}) {
+      ASSERT_OK_AND_ASSIGN(auto updated,
+                           KetamaRing::Update(*ring, before, after, 160));
+      ASSERT_OK_AND_ASSIGN(auto full, KetamaRing::Build(after, 160));
+      ASSERT_EQ(updated->size(), full->size());
+      for (size_t i = 0; i < full->size(); ++i) {
+        ASSERT_EQ(updated->hash_at(i), full->hash_at(i)) << i;
+        ASSERT_EQ(updated->position_at(i), full->position_at(i)) << i;
+      }
+      FastRng rng(5);
+      for (int i = 0; i < 100000; ++i) {
+        const uint32_t h = static_cast<uint32_t>(rng.Next());
+        ASSERT_EQ(updated->Find(h), full->Find(h)) << h;
+      }
+      for (size_t i = 0; i < full->size(); i += 7) {
+        const uint32_t h = full->hash_at(i);
+        ASSERT_EQ(updated->Find(h), full->Find(h)) << h;
+        ASSERT_EQ(updated->Find(h + 1), full->Find(h + 1)) << h;
+      }
+    }
+  }
+}
+
 TEST(KetamaTest, PointsPerWeightIsHonoured) {
   TableConstPtr ten = Make(SeedNodes({1, 2}), 10);
   EXPECT_EQ(KetamaRingForTest(ten->selector())->size(), 30u);

@@ -107,6 +107,52 @@ TEST(MaglevTest, IsDeterministicAcrossBuildsAndProcesses) {
       << std::hex << Hash64("key-0", kMaglevKeySeed);
 }
 
+// The population as the Maglev paper states it, one probe at a time, with
+// this implementation's weighted turns.
+std::vector<uint32_t> NaivePopulate(const std::vector<MaglevNode>& nodes,
+                                    uint64_t m) {
+  struct Entry {
+    uint64_t next, skip, target, weight;
+    uint32_t position;
+  };
+  std::vector<Entry> entries;
+  uint64_t max_weight = 0;
+  for (uint32_t pos = 0; pos < nodes.size(); ++pos) {
+    if (nodes[pos].weight == 0) continue;
+    entries.push_back(
+        {Hash64(nodes[pos].address, kMaglevOffsetSeed) % m,
+         Hash64(nodes[pos].address, kMaglevSkipSeed) % (m - 1) + 1, 0,
+         nodes[pos].weight, pos});
+    max_weight = std::max<uint64_t>(max_weight, nodes[pos].weight);
+  }
+  std::vector<uint32_t> table(m, ~uint32_t{0});
+  uint64_t filled = 0;
+  for (uint64_t round = 0; filled < m; ++round) {
+    for (Entry& e : entries) {
+      if (round * e.weight < e.target) continue;
+      e.target += max_weight;
+      while (table[e.next] != ~uint32_t{0}) e.next = (e.next + e.skip) % m;
+      table[e.next] = e.position;
+      e.next = (e.next + e.skip) % m;
+      if (++filled == m) break;
+    }
+  }
+  return table;
+}
+
+TEST(MaglevTest, PopulationEqualsTheOneProbeAtATimeReference) {
+  for (const uint64_t m : {uint64_t{101}, uint64_t{1009}, uint64_t{65537}}) {
+    for (const size_t n : {size_t{1}, size_t{7}, size_t{100}}) {
+      std::vector<MaglevNode> nodes = Nodes(n);
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        nodes[i].weight = 1 + static_cast<uint32_t>(i % 3);
+      }
+      EXPECT_EQ(MaglevPopulate(nodes, m), NaivePopulate(nodes, m))
+          << m << " slots, " << n << " backends";
+    }
+  }
+}
+
 TEST(MaglevTest, RemovingABackendMovesFewOtherKeys) {
   TableConstPtr ten = Make({.weights = std::vector<uint32_t>(10, 1)});
   TableOptions nine_options{.weights = std::vector<uint32_t>(10, 1)};
