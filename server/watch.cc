@@ -11,7 +11,6 @@
 #include "lib/clock.h"
 #include "lib/sync.h"
 #include "server/log.h"
-#include "server/report_auth.h"
 
 namespace aside::server {
 namespace {
@@ -144,7 +143,7 @@ class WatchHub::Stream final : public Group::Listener {
                              "server is shutting down");
       }
       if (error.ok()) {
-        error = hub_->CountPeerLocked(context_.peer(), &peer_);
+        error = hub_->peer_limit_.Acquire(context_.peer(), &peer_);
       }
       hub_->streams_.insert(this);
     }
@@ -232,7 +231,7 @@ class WatchHub::Stream final : public Group::Listener {
     {
       aside::MutexLock lock(&hub_->mu_);
       hub_->streams_.erase(this);
-      hub_->UncountPeerLocked(peer_);
+      hub_->peer_limit_.Release(peer_);
     }
     aside::MutexLock lock(&mu_);
     done_ = true;
@@ -593,7 +592,8 @@ WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
     : groups_(groups),
       metrics_(metrics),
       stall_timeout_(stall_timeout),
-      max_streams_per_peer_(max_streams_per_peer) {
+      peer_limit_("max_watch_streams_per_peer", "Watch streams",
+                  max_streams_per_peer, metrics) {
   groups_->AddObserver(this);
   janitor_ = std::thread([this] { Janitor(); });
 }
@@ -712,38 +712,6 @@ void WatchHub::Shutdown() {
   // Holding mu_ keeps every stream alive (OnDone erases under mu_).
   for (Stream* s : streams_) {
     s->Shutdown();
-  }
-}
-
-grpc::Status WatchHub::CountPeerLocked(const std::string& peer,
-                                       std::string* counted) {
-  if (max_streams_per_peer_ == 0) {
-    return grpc::Status::OK;
-  }
-  std::string host = ReportAuth::PeerHost(peer);
-  uint32_t& open = per_peer_[host];
-  if (open >= max_streams_per_peer_) {
-    if (metrics_ != nullptr) {
-      metrics_->limit_refused.Add({{"limit", "max_watch_streams_per_peer"}})
-          .Increment();
-    }
-    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
-            absl::StrCat("limits.max_watch_streams_per_peer: ", host,
-                         " already has ", open, " Watch streams open (at most ",
-                         max_streams_per_peer_, ")")};
-  }
-  ++open;
-  *counted = std::move(host);
-  return grpc::Status::OK;
-}
-
-void WatchHub::UncountPeerLocked(const std::string& counted) {
-  if (counted.empty()) {
-    return;
-  }
-  auto it = per_peer_.find(counted);
-  if (it != per_peer_.end() && --it->second == 0) {
-    per_peer_.erase(it);
   }
 }
 

@@ -38,7 +38,6 @@
 
 #include <cstddef>
 #include <functional>
-#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -50,6 +49,7 @@
 #include "lib/sync.h"
 #include "server/group_registry.h"
 #include "server/metrics.h"
+#include "server/peer_stream_limit.h"
 
 namespace aside::server {
 
@@ -100,13 +100,6 @@ class WatchHub : private GroupRegistry::Observer {
   // GroupRegistry::Observer: attaches the group to the streams waiting for
   // its name. On the adding thread, with the registry's observers_mu_ held.
   void OnAdded(const GroupPtr& group) override;
-  // Counts a new stream from `peer` (a gRPC peer string) against its cap:
-  // OK and the peer's host in `counted`, or RESOURCE_EXHAUSTED. The
-  // count is given back by UncountPeerLocked(counted).
-  grpc::Status CountPeerLocked(const std::string& peer, std::string* counted)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UncountPeerLocked(const std::string& counted)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends stalled streams, every min(1 s, stall_timeout / 4).
   void Janitor();
   // One completion queue, its thread, and the streams waiting for that
@@ -132,14 +125,13 @@ class WatchHub : private GroupRegistry::Observer {
   GroupRegistry* const groups_;
   Metrics* const metrics_;
   const absl::Duration stall_timeout_;
-  const uint32_t max_streams_per_peer_;
+  // limits.max_watch_streams_per_peer.
+  PeerStreamLimit peer_limit_;
 
   // Guards the stream set and the janitor's stop flag; holding it keeps
   // every listed stream alive (OnDone erases under it).
   mutable aside::Mutex mu_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
-  // Streams counted against each peer's cap, by peer IP address.
-  std::map<std::string, uint32_t> per_peer_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_janitor_ ABSL_GUARDED_BY(mu_) = false;
   std::thread janitor_;
