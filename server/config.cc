@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/field_error.h"
+#include "lib/status_macros.h"
 #include "proto/yaml/group_yaml.h"
 #include "proto/yaml/yaml_reader.h"
 #include "server/admin_convert.h"
@@ -165,7 +166,7 @@ absl::StatusOr<ServerConfig> ParseConfig(absl::string_view text,
   return config;
 }
 
-absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path) {
+absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open config file"));
@@ -184,7 +185,12 @@ absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path) {
   if (in.bad()) {
     return absl::InternalError(absl::StrCat(path, ": read error"));
   }
-  return ParseConfig(buffer.str(), path);
+  return buffer.str();
+}
+
+absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path) {
+  ASIDE_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path));
+  return ParseConfig(text, path);
 }
 
 }  // namespace aside::server

@@ -202,6 +202,10 @@ struct ServerConfig {
   std::vector<int> group_lines;
 };
 
+// Reads a config file's bytes, refusing one past yaml::kMaxYamlBytes
+// before reading it.
+absl::StatusOr<std::string> ReadConfigFile(const std::string& path);
+
 // Loads and validates a config file. On failure the status message lists
 // every error found, one per line.
 absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path);

@@ -1,8 +1,6 @@
 #include "server/config_reloader.h"
 
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,19 +11,6 @@ namespace aside::server {
 namespace {
 
 // The file's content, or an error naming it.
-absl::StatusOr<std::string> ReadContent(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open config file"));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) {
-    return absl::InternalError(absl::StrCat(path, ": read error"));
-  }
-  return buffer.str();
-}
-
 // What the last read saw when it failed: distinct from any file content (a
 // file holds no NUL-prefixed text that is also an error message), so one
 // missing file is reported once, not every interval.
@@ -117,9 +102,13 @@ ConfigReloader::~ConfigReloader() { Stop(); }
 void ConfigReloader::Start() {
   {
     aside::MutexLock lock(&reload_mu_);
-    absl::StatusOr<std::string> content = ReadContent(options_.path);
-    last_content_ =
-        content.ok() ? *std::move(content) : ReadErrorMarker(content.status());
+    if (options_.started_from.has_value()) {
+      last_content_ = *options_.started_from;
+    } else {
+      absl::StatusOr<std::string> content = ReadConfigFile(options_.path);
+      last_content_ = content.ok() ? *std::move(content)
+                                   : ReadErrorMarker(content.status());
+    }
     have_content_ = true;
   }
   watcher_ = std::thread([this] { Watch(); });
@@ -153,7 +142,7 @@ void ConfigReloader::Watch() {
         continue;
       }
     }
-    absl::StatusOr<std::string> content = ReadContent(options_.path);
+    absl::StatusOr<std::string> content = ReadConfigFile(options_.path);
     std::string seen =
         content.ok() ? *std::move(content) : ReadErrorMarker(content.status());
     aside::MutexLock lock(&reload_mu_);
@@ -165,7 +154,7 @@ void ConfigReloader::Watch() {
 }
 
 absl::Status ConfigReloader::Reload(absl::string_view trigger) {
-  absl::StatusOr<std::string> content = ReadContent(options_.path);
+  absl::StatusOr<std::string> content = ReadConfigFile(options_.path);
   aside::MutexLock lock(&reload_mu_);
   return ReloadLocked(
       content.ok() ? *std::move(content) : ReadErrorMarker(content.status()),

@@ -27,6 +27,7 @@
 #define ASIDE_SERVER_CONFIG_RELOADER_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,6 +59,10 @@ class ConfigReloader {
     // Applied to every loaded config before it is compared and applied
     // (the command line's overrides, which win over the file).
     std::function<void(ServerConfig&)> adjust;
+    // The bytes the running config was parsed from. A change made after
+    // they were read, even before Start, is then seen as a change; without
+    // them Start reads the file, and a change made before it is missed.
+    std::optional<std::string> started_from;
   };
 
   // `running` is the config the server started with (after `adjust`).
@@ -67,8 +72,8 @@ class ConfigReloader {
   ConfigReloader(const ConfigReloader&) = delete;
   ConfigReloader& operator=(const ConfigReloader&) = delete;
 
-  // Starts following the file (it is read once here, as the content the
-  // server started with).
+  // Starts following the file, from Options::started_from (or the file as
+  // it is now).
   void Start();
   // Stops following the file; waits for a reload in progress. Idempotent.
   void Stop();

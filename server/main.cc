@@ -125,10 +125,15 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  // The file's bytes are read once: the reloader compares later contents
+  // with these, so an edit made while the server starts is not missed.
+  absl::StatusOr<std::string> config_text = config_file.empty()
+                                                ? std::string(kEmbeddedConfig)
+                                                : ReadConfigFile(config_file);
   absl::StatusOr<ServerConfig> config =
-      config_file.empty()
-          ? ParseConfig(kEmbeddedConfig, "<embedded aside.yaml>")
-          : LoadConfigFile(config_file);
+      !config_text.ok()     ? absl::StatusOr<ServerConfig>(config_text.status())
+      : config_file.empty() ? ParseConfig(*config_text, "<embedded aside.yaml>")
+                            : ParseConfig(*config_text, config_file);
   if (!config.ok()) {
     std::cerr << config.status().message() << "\n";
     return 1;
@@ -262,7 +267,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<ConfigReloader> reloader;
   if (!config_file.empty()) {
     reloader = std::make_unique<ConfigReloader>(
-        ConfigReloader::Options{.path = config_file, .adjust = apply_flags},
+        ConfigReloader::Options{.path = config_file,
+                                .adjust = apply_flags,
+                                .started_from = *std::move(config_text)},
         started_with, &(*server)->groups(), &(*server)->metrics());
     reloader->Start();
   }

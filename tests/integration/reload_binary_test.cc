@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -143,6 +144,15 @@ class ReloadTest : public ::testing::Test {
     channel_ = grpc::CreateChannel(server_.target(),
                                    grpc::InsecureChannelCredentials());
     stub_ = v1::LoadBalancer::NewStub(channel_);
+  }
+
+  // A failure shows what the server logged.
+  void TearDown() override {
+    if (HasFailure() && server_.process != nullptr) {
+      server_.process->Signal(SIGTERM);
+      server_.process->DrainStderr(absl::Seconds(10));
+      std::cerr << "server log:\n" << server_.process->StderrText();
+    }
   }
 
   TempDir dir_;
