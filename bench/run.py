@@ -421,7 +421,9 @@ def run_fanout_rate(args, out_dir):
     def show(who, r):
         steps = ", ".join(
             f"{s['rate']:g}/s {s['lag_early_ms']:.0f}->{s['lag_late_ms']:.0f}"
-            f" ms" for s in r["steps"])
+            f" ms, {s['bytes_per_message']:.0f} B/msg"
+            f"{'' if s['bounded'] else ' (not bounded)'}"
+            for s in r["steps"])
         log(f"  {who}: sustained {r['sustained_rate']:g}/s "
             f"(last-subscriber lag, first->last quarter: {steps})")
 
@@ -457,9 +459,11 @@ def run_fanout_rate(args, out_dir):
             finally:
                 floor.stop()
             show("floor", run["floor"])
-            run["ratio"] = (run["aside"]["sustained_rate"] /
-                            max(run["floor"]["sustained_rate"], 1e-9))
-            log(f"    ratio: sustained rate {run['ratio']:.2f}x the floor's")
+            fr = run["floor"]["sustained_rate"]
+            run["ratio"] = (run["aside"]["sustained_rate"] / fr if fr > 0
+                            else None)
+            log(f"    ratio: sustained rate "
+                f"{fmt(run['ratio'], 'x', 2)} the floor's")
             runs.append(run)
     summary = {"ratio": spread([r["ratio"] for r in runs])}
     for who in ("aside", "aside_tmpfs", "aside_1_stream", "floor"):
@@ -998,6 +1002,31 @@ def summarize(out_dir):
             row("fanout", "fixed cost per update (1 stream: Admin drain, "
                 "commit, rebuild, encode, one write)", "—",
                 fmt(one["cpu_per_update_us"], " µs"), None, None, None)
+
+    rate = load(os.path.join(out_dir, "fanout_rate.json"))
+    if rate:
+        rs = rate["summary"]
+        ratio = rs["ratio"]
+        row("fanout", f"sustained update rate, {rate['streams']} streams "
+            "(open loop, bounded last-subscriber lag), vs the floor",
+            "—",
+            f"{fmt_spread(rs['aside_sustained_rate'], '/s')} vs "
+            f"{fmt_spread(rs['floor_sustained_rate'], '/s')} (state on "
+            f"tmpfs {fmt_spread(rs['aside_tmpfs_sustained_rate'], '/s')}"
+            f", 1 stream "
+            f"{fmt_spread(rs['aside_1_stream_sustained_rate'], '/s')})",
+            fmt_spread(ratio, "×") if ratio else "n/a", None, None)
+    stall = load(os.path.join(out_dir, "fanout_stall.json"))
+    if stall:
+        ss = stall["summary"]
+        row("fanout", f"server memory per stalled Watch stream "
+            f"({stall['streams']} that never grant window, 8 s of "
+            "changes) vs an idle one", "bounded",
+            f"{fmt_spread(ss['stalled_last_kib'], ' KiB')} vs idle "
+            f"{fmt_spread(ss['idle_kib_per_stream'], ' KiB')}; second "
+            f"half growth {fmt_spread(ss['growth_second_half'], '×')}",
+            fmt_spread(ss["stalled_vs_idle"], "×"), None,
+            ss["growth_second_half"]["max"] <= 1.05)
 
     probe = load(os.path.join(out_dir, "probe.json"))
     if probe:
