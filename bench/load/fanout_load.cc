@@ -67,7 +67,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kUsage[] =
     "usage: fanout_load --target HOST:PORT --token T --subscribers N "
-    "--changes K --server-pid PID [--channels C]\n";
+    "--changes K --server-pid PID [--channels C] [--rates R1,R2,... "
+    "--step-seconds S]\n";
 
 struct Options {
   std::string target = "127.0.0.1:50051";
@@ -291,13 +292,14 @@ double Median(std::vector<double> v) {
 // generation, or a later one, less when the change was due), its median
 // over the first and the last quarter of the step's changes, p99 and max;
 // the Admin reply's lag the same way; the server's CPU per second of the
-// step. A step is bounded when every change was sent on schedule (fewer
-// than --max-in-flight replies outstanding), every stream held the last
-// change within 30 s of the step's end, the last quarter's median lag is
-// at most twice the first quarter's or 20 ms more (an absolute slack for
-// lags of a few ms, where a 2x swing is noise), and the step's median lag
-// is under a second. A step that is not bounded is run once more (a pause
-// of the machine can fail one) and the run ends when that fails too.
+// step, and what the streams received. A step is bounded when every
+// change was sent on schedule (fewer than kMaxInFlight replies outstanding),
+// every stream held the last change within 30 s of the step's end, the last
+// quarter's median lag is at most twice the first quarter's or 20 ms more (an
+// absolute slack for lags of a few ms, where a 2x swing is noise), and the
+// step's median lag is under a second. A step that is not bounded is run once
+// more (a pause of the machine can fail one) and the run ends when that fails
+// too.
 int RunRates(const Options& o, aside::v1::Admin::Stub* admin,
              std::vector<std::unique_ptr<Subscriber>>& subs) {
   constexpr int kMaxInFlight = 2000;
