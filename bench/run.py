@@ -383,6 +383,201 @@ def run_fanout_procs(args, out_dir):
                 "changes": changes, "pairs": pairs, "summary": summary})
 
 
+FANOUT_RATES = (10, 20, 50, 100, 150, 200, 300, 500, 1000, 2000)
+
+
+def fanout_rate_once(args, target, pid, token, group, subscribers):
+    """fanout_load --rates: changes sent open loop at each rate in turn
+    for 3 s; one JSON line per step, then the highest bounded rate."""
+    out = subprocess.run(
+        [os.path.join(args.bin_dir, "fanout_load"), "--target", target,
+         "--token", token, "--group", group, "--subscribers",
+         str(subscribers), "--channels", str(fanout_channels(subscribers)),
+         "--server-pid", str(pid), "--step-seconds", "3", "--rates",
+         ",".join(str(r) for r in FANOUT_RATES)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"fanout_load --rates exited {out.returncode}: "
+                           f"{out.stderr.strip()[-500:]}")
+    lines = [json.loads(line) for line in out.stdout.splitlines()
+             if line.startswith("{")]
+    return {"steps": [x for x in lines if "rate" in x], **lines[-1]}
+
+
+def run_fanout_rate(args, out_dir):
+    """--fanout-rate: the update rate one replica sustains with 1000 Watch
+    streams (20 channels, as the fan-out part), against the floor; also
+    Aside with its state on tmpfs (the SQLite commit's fsync nearly free)
+    and Aside with one stream (the Admin write path without the fan-out),
+    to say what bounds the rate. Alternating repetitions, fresh servers."""
+    reps, n = 2, 1000
+    log(f"== fanout-rate: changes at {', '.join(map(str, FANOUT_RATES))}/s, "
+        f"3 s each, open loop, to {n} Watch streams; highest rate with "
+        f"bounded lag; {reps} alternating repetitions with the floor")
+    token = "bench-fanout-admin-token"
+    runs = []
+
+    def show(who, r):
+        steps = ", ".join(
+            f"{s['rate']:g}/s {s['lag_early_ms']:.0f}->{s['lag_late_ms']:.0f}"
+            f" ms, {s['bytes_per_message']:.0f} B/msg"
+            f"{'' if s['bounded'] else ' (not bounded)'}"
+            for s in r["steps"])
+        log(f"  {who}: sustained {r['sustained_rate']:g}/s "
+            f"(last-subscriber lag, first->last quarter: {steps})")
+
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="aside-bench-",
+                                        dir=shm) as fast:
+        tokens = os.path.join(tmp, "tokens")
+        with open(tokens, "w") as f:
+            f.write(f"{token} admin\n")
+        config = os.path.join(tmp, "aside.yaml")
+        with open(config, "w") as f:
+            f.write("limits: {max_watch_streams_per_peer: 100000}\n")
+        extra = ["--admin-token-file", tokens, "--config", config]
+        for rep in range(reps):
+            run = {}
+            for who, state, streams in (
+                    ("aside", os.path.join(tmp, f"state-{rep}"), n),
+                    ("aside_tmpfs", os.path.join(fast, f"state-{rep}"), n),
+                    ("aside_1_stream", os.path.join(tmp, f"one-{rep}"), 1)):
+                server = Server(args.bin_dir, state, extra)
+                try:
+                    run[who] = fanout_rate_once(args, server.target,
+                                                server.pid, token,
+                                                f"rate-{rep}", streams)
+                finally:
+                    server.stop()
+                show(who, run[who])
+            floor = FloorServer(args.bin_dir, run["aside"]["update_bytes"])
+            try:
+                run["floor"] = fanout_rate_once(args, floor.target, floor.pid,
+                                                token, "fanout", n)
+            finally:
+                floor.stop()
+            show("floor", run["floor"])
+            fr = run["floor"]["sustained_rate"]
+            run["ratio"] = (run["aside"]["sustained_rate"] / fr if fr > 0
+                            else None)
+            log(f"    ratio: sustained rate "
+                f"{fmt(run['ratio'], 'x', 2)} the floor's")
+            runs.append(run)
+    summary = {"ratio": spread([r["ratio"] for r in runs])}
+    for who in ("aside", "aside_tmpfs", "aside_1_stream", "floor"):
+        summary[f"{who}_sustained_rate"] = spread(
+            [r[who]["sustained_rate"] for r in runs])
+    write_json(os.path.join(out_dir, "fanout_rate.json"),
+               {"streams": n, "rates": FANOUT_RATES, "step_seconds": 3,
+                "runs": runs, "summary": summary})
+
+
+def fanout_stall_once(args, server, token, streams, seconds=8.0,
+                      tick=0.25):
+    """`streams` idle Watch streams (fanout_load), then as many that never
+    grant flow-control window (tests/abuse/h2_attack.py window_stall, 500
+    streams per attacker), with a change every `tick` s to all of them;
+    the server's RSS per stalled stream every `tick` s for `seconds` s."""
+    attack = os.path.join(ROOT, "tests", "abuse", "h2_attack.py")
+    # The attacker needs Debian's python3-h2 (hpack, hyperframe), which a
+    # python3 other than the system's may not see.
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") \
+        else sys.executable
+    before = rss_kib(server.pid)
+    started = []
+    try:
+        driver = subprocess.Popen(
+            [os.path.join(args.bin_dir, "fanout_load"), "--target",
+             server.target, "--token", token, "--group", "web",
+             "--subscribers", str(streams), "--channels",
+             str(fanout_channels(streams)), "--changes",
+             str(int(seconds / tick)), "--coordinate"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        started.append(driver)
+        read_json(driver)
+        idle = rss_kib(server.pid)
+        t0 = time.monotonic()
+        for _ in range(streams // 500):
+            started.append(subprocess.Popen(
+                [python, attack, "127.0.0.1", str(server.port),
+                 "window_stall", str(seconds + 3)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        series = []
+        # One second for the attackers to open their streams, then a
+        # change per tick while sampling.
+        while time.monotonic() < t0 + 1.0:
+            time.sleep(tick / 5)
+        driver.stdin.write("go\n")
+        driver.stdin.flush()
+        for i in range(int(seconds / tick)):
+            read_json(driver)
+            series.append({"t_s": round(time.monotonic() - t0, 2),
+                           "kib_per_stream":
+                           (rss_kib(server.pid) - idle) / streams})
+            time.sleep(max(0.0, t0 + 1.0 + (i + 1) * tick -
+                           time.monotonic()))
+            driver.stdin.write("next\n")
+            driver.stdin.flush()
+        read_json(driver)
+    finally:
+        for p in started:
+            try:
+                p.wait(timeout=seconds + 30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    values = [x["kib_per_stream"] for x in series]
+    return {"streams": streams,
+            "idle_kib_per_stream": (idle - before) / streams,
+            "stalled_first_kib": values[0], "stalled_last_kib": values[-1],
+            "stalled_max_kib": max(values),
+            "growth": values[-1] / values[0] if values[0] > 0 else None,
+            # Over the second half alone, after the allocator has settled.
+            "growth_second_half": values[-1] / values[len(values) // 2]
+            if values[len(values) // 2] > 0 else None,
+            "series": series}
+
+
+def run_fanout_stall(args, out_dir):
+    """--fanout-stall: 1000 stalled Watch streams on a server with the
+    shipped limits cost bounded memory: RSS per stalled stream over 8 s of
+    changes (flat = bounded), against 1000 idle streams' in the same run."""
+    reps, n = 2, 1000
+    log(f"== fanout-stall: {n} idle Watch streams, then {n} that never "
+        f"grant window, a change every 0.25 s for 8 s; {reps} repetitions")
+    token = "bench-fanout-admin-token"
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
+        tokens = os.path.join(tmp, "tokens")
+        with open(tokens, "w") as f:
+            f.write(f"{token} admin\n")
+        for rep in range(reps):
+            server = Server(args.bin_dir, os.path.join(tmp, f"state-{rep}"),
+                            ["--admin-token-file", tokens])
+            try:
+                r = fanout_stall_once(args, server, token, n)
+            finally:
+                server.stop()
+            log(f"  idle {r['idle_kib_per_stream']:.1f} KiB per stream; "
+                f"stalled {r['stalled_first_kib']:.1f} KiB per stream at "
+                f"{r['series'][0]['t_s']} s, {r['stalled_last_kib']:.1f} at "
+                f"{r['series'][-1]['t_s']} s (max "
+                f"{r['stalled_max_kib']:.1f}; last/first "
+                f"{r['growth']:.2f}x, over the second half "
+                f"{r['growth_second_half']:.3f}x)")
+            runs.append(r)
+    summary = {key: spread([r[key] for r in runs])
+               for key in ("idle_kib_per_stream", "stalled_first_kib",
+                           "stalled_last_kib", "stalled_max_kib", "growth",
+                           "growth_second_half")}
+    summary["stalled_vs_idle"] = spread(
+        [r["stalled_last_kib"] / r["idle_kib_per_stream"] for r in runs])
+    write_json(os.path.join(out_dir, "fanout_stall.json"),
+               {"streams": n, "runs": runs, "summary": summary})
+
+
 def run_fanout(args, out_dir):
     changes = 10 if args.quick else 40
     reps = 2 if args.quick else 3
@@ -467,6 +662,10 @@ def run_fanout(args, out_dir):
                 "floor": floor_summary})
     if getattr(args, "fanout_procs", False) and not args.quick:
         run_fanout_procs(args, out_dir)
+    if getattr(args, "fanout_rate", False) and not args.quick:
+        run_fanout_rate(args, out_dir)
+    if getattr(args, "fanout_stall", False) and not args.quick:
+        run_fanout_stall(args, out_dir)
 
 
 def run_probe(args, out_dir):
@@ -803,6 +1002,31 @@ def summarize(out_dir):
             row("fanout", "fixed cost per update (1 stream: Admin drain, "
                 "commit, rebuild, encode, one write)", "—",
                 fmt(one["cpu_per_update_us"], " µs"), None, None, None)
+
+    rate = load(os.path.join(out_dir, "fanout_rate.json"))
+    if rate:
+        rs = rate["summary"]
+        ratio = rs["ratio"]
+        row("fanout", f"sustained update rate, {rate['streams']} streams "
+            "(open loop, bounded last-subscriber lag), vs the floor",
+            "—",
+            f"{fmt_spread(rs['aside_sustained_rate'], '/s')} vs "
+            f"{fmt_spread(rs['floor_sustained_rate'], '/s')} (state on "
+            f"tmpfs {fmt_spread(rs['aside_tmpfs_sustained_rate'], '/s')}"
+            f", 1 stream "
+            f"{fmt_spread(rs['aside_1_stream_sustained_rate'], '/s')})",
+            fmt_spread(ratio, "×") if ratio else "n/a", None, None)
+    stall = load(os.path.join(out_dir, "fanout_stall.json"))
+    if stall:
+        ss = stall["summary"]
+        row("fanout", f"server memory per stalled Watch stream "
+            f"({stall['streams']} that never grant window, 8 s of "
+            "changes) vs an idle one", "bounded",
+            f"{fmt_spread(ss['stalled_last_kib'], ' KiB')} vs idle "
+            f"{fmt_spread(ss['idle_kib_per_stream'], ' KiB')}; second "
+            f"half growth {fmt_spread(ss['growth_second_half'], '×')}",
+            fmt_spread(ss["stalled_vs_idle"], "×"), None,
+            ss["growth_second_half"]["max"] <= 1.05)
 
     probe = load(os.path.join(out_dir, "probe.json"))
     if probe:
@@ -1202,6 +1426,15 @@ def main():
                         help="with the fanout part, not in quick mode: "
                         "10 000 Watch streams from 10 subscriber processes "
                         "against the floor (fanout_procs.json)")
+    parser.add_argument("--fanout-rate", action="store_true",
+                        help="with the fanout part, not in quick mode: the "
+                        "update rate one replica sustains to 1000 Watch "
+                        "streams, against the floor (fanout_rate.json)")
+    parser.add_argument("--fanout-stall", action="store_true",
+                        help="with the fanout part, not in quick mode: "
+                        "server memory of 1000 Watch streams that never "
+                        "grant window, against 1000 idle ones "
+                        "(fanout_stall.json)")
     parser.add_argument("--summary-only", action="store_true",
                         help="summarise the JSON already in --out-dir")
     args = parser.parse_args()

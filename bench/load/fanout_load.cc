@@ -15,6 +15,14 @@
 // on. An observer answers each generation G read from stdin with
 // {"generation":G,"last_ns":L} once all its streams hold G, and ends on
 // "stop" or end of input.
+//
+// With --rates R1,R2,... it measures instead the update rate the server
+// sustains: for each rate in turn, for --step-seconds, changes are sent
+// open loop at that rate (each at its scheduled time, asynchronously, not
+// waiting for the fan-out or for the Admin reply), then it waits until
+// every stream holds the last one. One JSON line per step (see RunRates),
+// then {"sustained_rate":R}; it stops at the first step that is not
+// bounded.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -23,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +57,9 @@ ABSL_FLAG(bool, coordinate, false,
           "drive the changes in step with observers (see the header)");
 ABSL_FLAG(bool, observe, false,
           "only subscribe to --group and report arrivals (see the header)");
+ABSL_FLAG(std::string, rates, "",
+          "changes per second, comma-separated: measure the sustained rate");
+ABSL_FLAG(double, step_seconds, 3, "seconds per rate with --rates");
 
 namespace {
 
@@ -55,7 +67,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kUsage[] =
     "usage: fanout_load --target HOST:PORT --token T --subscribers N "
-    "--changes K --server-pid PID [--channels C]\n";
+    "--changes K --server-pid PID [--channels C] [--rates R1,R2,... "
+    "--step-seconds S]\n";
 
 struct Options {
   std::string target = "127.0.0.1:50051";
@@ -67,6 +80,8 @@ struct Options {
   int server_pid = 0;
   bool coordinate = false;
   bool observe = false;
+  std::vector<double> rates;
+  double step_seconds = 3;
 };
 
 // One Watch stream; remembers when each generation arrived.
@@ -89,6 +104,9 @@ class Subscriber final
       arrivals_.emplace_back(update_.generation(), Clock::now());
     }
     bytes_.store(update_.ByteSizeLong(), std::memory_order_relaxed);
+    received_bytes_.fetch_add(update_.ByteSizeLong(),
+                              std::memory_order_relaxed);
+    received_.fetch_add(1, std::memory_order_relaxed);
     latest_.store(update_.generation(), std::memory_order_release);
     StartRead(&update_);
   }
@@ -102,6 +120,13 @@ class Subscriber final
   uint64_t latest() const { return latest_.load(std::memory_order_acquire); }
   // Serialised size of the latest update.
   size_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  // Updates received so far, and their serialised bytes.
+  uint64_t received() const {
+    return received_.load(std::memory_order_relaxed);
+  }
+  uint64_t received_bytes() const {
+    return received_bytes_.load(std::memory_order_relaxed);
+  }
 
   // When the first update at or past `generation` arrived.
   Clock::time_point ArrivalOf(uint64_t generation) {
@@ -112,6 +137,13 @@ class Subscriber final
       }
     }
     return Clock::time_point::max();
+  }
+
+  // Every (generation, arrival) so far, in arrival order (generations only
+  // grow on one stream).
+  std::vector<std::pair<uint64_t, Clock::time_point>> Arrivals() {
+    aside::MutexLock lock(&mu_);
+    return arrivals_;
   }
 
   void Cancel() { context_.TryCancel(); }
@@ -130,6 +162,8 @@ class Subscriber final
   aside::v1::GroupUpdate update_;
   std::atomic<uint64_t> latest_{0};
   std::atomic<size_t> bytes_{0};
+  std::atomic<uint64_t> received_{0};
+  std::atomic<uint64_t> received_bytes_{0};
   aside::Mutex mu_;
   std::vector<std::pair<uint64_t, Clock::time_point>> arrivals_
       ABSL_GUARDED_BY(mu_);
@@ -153,7 +187,16 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   o->server_pid = absl::GetFlag(FLAGS_server_pid);
   o->coordinate = absl::GetFlag(FLAGS_coordinate);
   o->observe = absl::GetFlag(FLAGS_observe);
-  return o->subscribers > 0 && o->changes > 0 && o->channels > 0;
+  o->step_seconds = absl::GetFlag(FLAGS_step_seconds);
+  std::stringstream rates(absl::GetFlag(FLAGS_rates));
+  for (std::string r; std::getline(rates, r, ',');) {
+    o->rates.push_back(std::stod(r));
+    if (o->rates.back() <= 0) {
+      return false;
+    }
+  }
+  return o->step_seconds > 0 && o->subscribers > 0 && o->changes > 0 &&
+         o->channels > 0;
 }
 
 std::unique_ptr<grpc::ClientContext> AdminContext(const Options& o) {
@@ -219,6 +262,218 @@ void PrintLine(const std::string& json) {
   std::fflush(stdout);
 }
 
+// One change sent by RunRates: when it was due, when its reply came, and
+// the generation it made.
+struct RateChange {
+  grpc::ClientContext context;
+  aside::v1::DrainBackendsRequest request;
+  aside::v1::Group response;
+  Clock::time_point due;
+  Clock::time_point replied;
+  size_t index = 0;  // in sending order
+  std::atomic<bool> done{false};
+  bool ok = false;
+};
+
+double Millis(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) {
+    return 0;
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The sustained update rate (see the header). Per step: the last
+// subscriber's lag per change (when the last stream held the change's
+// generation, or a later one, less when the change was due), its median
+// over the first and the last quarter of the step's changes, p99 and max;
+// the Admin reply's lag the same way; the server's CPU per second of the
+// step, and what the streams received. A step is bounded when every
+// change was sent on schedule (fewer than kMaxInFlight replies outstanding),
+// every stream held the last change within 30 s of the step's end, the last
+// quarter's median lag is at most twice the first quarter's or 20 ms more (an
+// absolute slack for lags of a few ms, where a 2x swing is noise), and the
+// step's median lag is under a second. A step that is not bounded is run once
+// more (a pause of the machine can fail one) and the run ends when that fails
+// too.
+int RunRates(const Options& o, aside::v1::Admin::Stub* admin,
+             std::vector<std::unique_ptr<Subscriber>>& subs) {
+  constexpr int kMaxInFlight = 2000;
+  int change = 0;
+  double sustained = 0;
+  int attempt = 1;
+  for (size_t step = 0; step < o.rates.size();) {
+    const double rate = o.rates[step];
+    const int n = std::max(4, static_cast<int>(rate * o.step_seconds));
+    std::vector<std::unique_ptr<RateChange>> sent;
+    std::atomic<int> in_flight{0};
+    bool saturated = false;
+    const double cpu_before =
+        o.server_pid > 0 ? aside::bench::ProcessCpuSeconds(o.server_pid) : 0;
+    uint64_t messages_before = 0;
+    uint64_t bytes_before = 0;
+    for (auto& sub : subs) {
+      messages_before += sub->received();
+      bytes_before += sub->received_bytes();
+    }
+    const auto start = Clock::now();
+    const auto period = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(1.0 / rate));
+    for (int k = 0; k < n; ++k, ++change) {
+      auto c = std::make_unique<RateChange>();
+      c->due = start + k * period;
+      c->index = static_cast<size_t>(k);
+      std::this_thread::sleep_until(c->due);
+      if (in_flight.load(std::memory_order_relaxed) >= kMaxInFlight) {
+        saturated = true;
+        break;
+      }
+      c->request.set_group(o.group);
+      c->request.add_addresses(
+          absl::StrCat("10.9.0.", change % 100 + 1, ":8080"));
+      c->request.set_drained((change / 100) % 2 == 0);
+      c->context.set_deadline(std::chrono::system_clock::now() +
+                              std::chrono::seconds(60));
+      c->context.AddMetadata("authorization", "Bearer " + o.token);
+      RateChange* raw = c.get();
+      in_flight.fetch_add(1, std::memory_order_relaxed);
+      admin->async()->DrainBackends(
+          &raw->context, &raw->request, &raw->response,
+          [raw, &in_flight](grpc::Status s) {
+            raw->replied = Clock::now();
+            raw->ok = s.ok();
+            in_flight.fetch_sub(1, std::memory_order_relaxed);
+            raw->done.store(true, std::memory_order_release);
+          });
+      sent.push_back(std::move(c));
+    }
+    const auto sent_end = Clock::now();
+    // Every reply, then every stream at the newest generation (bounded).
+    const auto deadline = sent_end + std::chrono::seconds(30);
+    bool fanned_out = true;
+    uint64_t newest = 0;
+    for (auto& c : sent) {
+      while (!c->done.load(std::memory_order_acquire)) {
+        if (Clock::now() > deadline) {
+          Fail(absl::StrCat("rate ", rate,
+                            ": Admin replies outstanding 30 s "
+                            "after the step"));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      if (!c->ok) {
+        Fail(absl::StrCat("rate ", rate, ": a drain failed"));
+      }
+      newest = std::max<uint64_t>(newest, c->response.generation());
+    }
+    for (auto& sub : subs) {
+      while (sub->latest() < newest && Clock::now() < deadline) {
+        if (sub->done()) {
+          Fail("a stream ended: " + sub->status().error_message());
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      fanned_out = fanned_out && sub->latest() >= newest;
+    }
+    const auto settled = Clock::now();
+    // What the streams received: with every change written to every stream
+    // one message per change per stream; fewer when writes were coalesced.
+    uint64_t messages = 0;
+    uint64_t bytes = 0;
+    for (auto& sub : subs) {
+      messages += sub->received();
+      bytes += sub->received_bytes();
+    }
+    messages -= messages_before;
+    bytes -= bytes_before;
+    const double cpu =
+        o.server_pid > 0
+            ? aside::bench::ProcessCpuSeconds(o.server_pid) - cpu_before
+            : 0;
+    // The last arrival of each change's generation over all streams: per
+    // stream, a merge of its arrivals with the changes in generation order.
+    std::vector<RateChange*> by_generation;
+    for (auto& c : sent) {
+      by_generation.push_back(c.get());
+    }
+    std::sort(by_generation.begin(), by_generation.end(),
+              [](const RateChange* a, const RateChange* b) {
+                return a->response.generation() < b->response.generation();
+              });
+    std::vector<Clock::time_point> last(by_generation.size(),
+                                        Clock::time_point::min());
+    for (auto& sub : subs) {
+      const auto arrivals = sub->Arrivals();
+      size_t a = 0;
+      for (size_t i = 0; i < by_generation.size(); ++i) {
+        const uint64_t g = by_generation[i]->response.generation();
+        while (a < arrivals.size() && arrivals[a].first < g) {
+          ++a;
+        }
+        last[i] =
+            std::max(last[i], a < arrivals.size() ? arrivals[a].second
+                                                  : Clock::time_point::max());
+      }
+    }
+    std::vector<double> lag(sent.size());  // in sending order
+    std::vector<double> reply(sent.size());
+    for (size_t i = 0; i < by_generation.size(); ++i) {
+      RateChange* c = by_generation[i];
+      const size_t k = c->index;
+      lag[k] =
+          last[i] == Clock::time_point::max() ? 1e9 : Millis(last[i] - c->due);
+      reply[k] = Millis(c->replied - c->due);
+    }
+    const size_t q = std::max<size_t>(1, lag.size() / 4);
+    auto quarter = [&](const std::vector<double>& v, bool late) {
+      return Median(late ? std::vector<double>(v.end() - q, v.end())
+                         : std::vector<double>(v.begin(), v.begin() + q));
+    };
+    const double early = quarter(lag, false);
+    const double late = quarter(lag, true);
+    std::vector<double> sorted = lag;
+    std::sort(sorted.begin(), sorted.end());
+    const bool bounded = !saturated && fanned_out &&
+                         late <= std::max(2 * early, early + 20) &&
+                         sorted[sorted.size() / 2] < 1000;
+    const double seconds =
+        std::chrono::duration<double>(sent_end - start).count();
+    PrintLine(absl::StrCat(
+        "{\"rate\":", rate, ",\"attempt\":", attempt, ",\"changes\":",
+        sent.size(), ",\"sent_per_s\":", sent.size() / std::max(seconds, 1e-9),
+        ",\"saturated\":", saturated ? "true" : "false",
+        ",\"fanned_out\":", fanned_out ? "true" : "false",
+        ",\"lag_early_ms\":", early, ",\"lag_late_ms\":", late,
+        ",\"lag_p50_ms\":", sorted[sorted.size() / 2], ",\"lag_p99_ms\":",
+        sorted[std::min(sorted.size() - 1, sorted.size() * 99 / 100)],
+        ",\"lag_max_ms\":", sorted.back(), ",\"reply_early_ms\":",
+        quarter(reply, false), ",\"reply_late_ms\":", quarter(reply, true),
+        ",\"settle_ms\":", Millis(settled - sent_end), ",\"server_cpu_per_s\":",
+        cpu / std::chrono::duration<double>(settled - start).count(),
+        ",\"messages_per_change_per_stream\":",
+        static_cast<double>(messages) /
+            static_cast<double>(std::max<size_t>(1, sent.size() * subs.size())),
+        ",\"bytes_per_message\":",
+        static_cast<double>(bytes) /
+            static_cast<double>(std::max<uint64_t>(1, messages)),
+        ",\"bounded\":", bounded ? "true" : "false", "}"));
+    if (bounded) {
+      sustained = rate;
+      ++step;
+      attempt = 1;
+    } else if (++attempt > 2) {
+      break;
+    }
+  }
+  PrintLine(absl::StrCat("{\"sustained_rate\":", sustained,
+                         ",\"update_bytes\":", subs.front()->bytes(), "}"));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -263,6 +518,10 @@ int main(int argc, char** argv) {
         stubs[static_cast<size_t>(i) % stubs.size()].get(), o.group));
   }
   WaitAll(subs, 1, std::chrono::seconds(120), "first table");
+  if (!o.rates.empty()) {
+    const int rc = RunRates(o, admin.get(), subs);
+    std::_Exit(rc);  // see Fail
+  }
   std::string line;
   if (o.observe) {
     PrintLine("{\"ready\":true}");
