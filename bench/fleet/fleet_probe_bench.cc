@@ -45,6 +45,8 @@ ABSL_FLAG(int, member_ttl_s, 2, "fleet.member_ttl in seconds");
 ABSL_FLAG(int, cpu_targets, 10000,
           "targets of the CPU comparison (100 backends x N/100 check "
           "specs, 1 s interval); 0 skips it");
+ABSL_FLAG(int, cpu_settle_s, 8,
+          "seconds between creating the CPU part's groups and its window");
 ABSL_FLAG(bool, probe_fleets, true,
           "run the probes and takeover parts (false: only the CPU part)");
 
@@ -273,7 +275,9 @@ class Bench {
           fleet[0].admin->CreateGroup(Context().get(), req, &created);
       if (!st.ok()) return absl::InternalError(st.error_message());
     }
-    absl::SleepFor(absl::Seconds(8));  // settle: membership, first probes
+    // Settle: membership, first probes, and the publication of the first
+    // states (one etcd Put per target, spread over the replicas).
+    absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_cpu_settle_s)));
     std::vector<absl::Duration> before;
     std::vector<absl::Duration> prober_before;
     for (Replica& r : fleet) {
@@ -407,6 +411,7 @@ int Run() {
             << ", \"takeover_vs_ttl\": "
             << absl::ToDoubleSeconds(takeover) / ttl
             << ", \"cpu_targets\": " << absl::GetFlag(FLAGS_cpu_targets)
+            << ", \"cpu_settle_s\": " << absl::GetFlag(FLAGS_cpu_settle_s)
             << ", \"cpu_per_replica_1\": "
             << absl::StrFormat("%.4f", cpu1.process)
             << ", \"cpu_per_replica_3\": "
@@ -428,7 +433,8 @@ int Run() {
 constexpr char kUsage[] =
     R"(Usage: fleet_probe_bench [--targets N] [--intervals N]
                          [--interval_ms MS] [--member_ttl_s S]
-                         [--cpu_targets N] [--probe_fleets=false]
+                         [--cpu_targets N] [--cpu_settle_s S]
+                         [--probe_fleets=false]
 
 Starts a 3-member etcd cluster, loopback TCP backends that count probes, and
 fleets of 1, 3 and 5 aside-server replicas; prints, as JSON, probes per
