@@ -114,13 +114,16 @@ absl::StatusOr<Replica> StartReplica(const std::string& dir,
                                      const std::string& name,
                                      const std::string& config) {
   const int port = testing::PickUnusedPort();
+  // Errors only: nothing reads a replica's stderr here, and at 10 000
+  // targets its warnings (each transition to unhealthy is one) could fill
+  // the pipe and block the replica.
   std::vector<std::string> argv = {testing::BinDir() + "/aside-server",
                                    "--listen",
                                    absl::StrCat("127.0.0.1:", port),
                                    "--metrics",
                                    "",
                                    "--log-level",
-                                   "warn",
+                                   "error",
                                    "--health-listen",
                                    "",
                                    "--state-dir",
