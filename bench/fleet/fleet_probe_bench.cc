@@ -8,7 +8,10 @@
 //   takeover: with 3 replicas, SIGKILL one and measure the longest time any
 //           target then goes without a probe, as a ratio of the lease TTL
 //           (the goal: at most TTL + one interval).
+//   cpu:    10 000 targets, one replica alone against each of 3 replicas:
+//           process CPU per replica, and apart from it the prober thread's.
 // Prints one JSON object.
+#include <dirent.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
@@ -42,6 +45,10 @@ ABSL_FLAG(int, member_ttl_s, 2, "fleet.member_ttl in seconds");
 ABSL_FLAG(int, cpu_targets, 10000,
           "targets of the CPU comparison (100 backends x N/100 check "
           "specs, 1 s interval); 0 skips it");
+ABSL_FLAG(int, cpu_settle_s, 8,
+          "seconds between creating the CPU part's groups and its window");
+ABSL_FLAG(bool, probe_fleets, true,
+          "run the probes and takeover parts (false: only the CPU part)");
 
 namespace aside {
 namespace {
@@ -107,13 +114,16 @@ absl::StatusOr<Replica> StartReplica(const std::string& dir,
                                      const std::string& name,
                                      const std::string& config) {
   const int port = testing::PickUnusedPort();
+  // Errors only: nothing reads a replica's stderr here, and at 10 000
+  // targets its warnings (each transition to unhealthy is one) could fill
+  // the pipe and block the replica.
   std::vector<std::string> argv = {testing::BinDir() + "/aside-server",
                                    "--listen",
                                    absl::StrCat("127.0.0.1:", port),
                                    "--metrics",
                                    "",
                                    "--log-level",
-                                   "warn",
+                                   "error",
                                    "--health-listen",
                                    "",
                                    "--state-dir",
@@ -141,19 +151,51 @@ std::unique_ptr<grpc::ClientContext> Context() {
   return c;
 }
 
-// User + system CPU time of process `pid` so far.
-absl::Duration ProcessCpu(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+// User + system CPU time so far from a /proc stat file (a process's or a
+// thread's); `comm` receives the command name.
+absl::Duration StatCpu(const std::string& path, std::string* comm = nullptr) {
+  std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)),
                    std::istreambuf_iterator<char>());
   // Fields after the command name (which may hold spaces) in parentheses.
+  const size_t open = text.find('(');
   const size_t close = text.rfind(')');
-  if (close == std::string::npos) return absl::ZeroDuration();
+  if (open == std::string::npos || close == std::string::npos) {
+    return absl::ZeroDuration();
+  }
+  if (comm != nullptr) *comm = text.substr(open + 1, close - open - 1);
   std::vector<std::string> f = absl::StrSplit(text.substr(close + 2), ' ');
   if (f.size() < 13) return absl::ZeroDuration();
   const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
   return absl::Seconds((std::stod(f[11]) + std::stod(f[12])) / ticks);
 }
+
+absl::Duration ProcessCpu(pid_t pid) {
+  return StatCpu(absl::StrCat("/proc/", pid, "/stat"));
+}
+
+// The CPU of the threads of `pid` named `name` (the health prober's).
+absl::Duration ThreadCpu(pid_t pid, const std::string& name) {
+  const std::string dir = absl::StrCat("/proc/", pid, "/task");
+  absl::Duration total;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return total;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string comm;
+    const absl::Duration cpu =
+        StatCpu(absl::StrCat(dir, "/", e->d_name, "/stat"), &comm);
+    if (comm == name) total += cpu;
+  }
+  closedir(d);
+  return total;
+}
+
+// Mean CPU per replica per second: the whole process, and its prober thread.
+struct ReplicaCpu {
+  double process = 0;
+  double prober = 0;
+};
 
 class Bench {
  public:
@@ -203,8 +245,8 @@ class Bench {
   // in targets / 100 groups whose checks differ in their timeout (so each
   // (backend, group) is a target of its own), every 1 s. Returns the mean
   // CPU per replica per second over a steady 10 s window.
-  absl::StatusOr<double> CpuPerReplica(int n, int targets,
-                                       const std::string& prefix) {
+  absl::StatusOr<ReplicaCpu> CpuPerReplica(int n, int targets,
+                                           const std::string& prefix) {
     const std::string config = dir_.WriteFile(
         absl::StrCat(prefix, ".yaml"),
         absl::StrCat("store:\n  type: etcd\n  etcd:\n    endpoints: [",
@@ -236,22 +278,31 @@ class Bench {
           fleet[0].admin->CreateGroup(Context().get(), req, &created);
       if (!st.ok()) return absl::InternalError(st.error_message());
     }
-    absl::SleepFor(absl::Seconds(8));  // settle: membership, first probes
+    // Settle: membership, first probes, and the publication of the first
+    // states (one etcd Put per target, spread over the replicas).
+    absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_cpu_settle_s)));
     std::vector<absl::Duration> before;
-    for (Replica& r : fleet) before.push_back(ProcessCpu(r.process->pid()));
+    std::vector<absl::Duration> prober_before;
+    for (Replica& r : fleet) {
+      before.push_back(ProcessCpu(r.process->pid()));
+      prober_before.push_back(ThreadCpu(r.process->pid(), "aside-prober"));
+    }
     const absl::Time start = absl::Now();
     absl::SleepFor(absl::Seconds(10));
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    double total = 0;
+    ReplicaCpu total;
     for (size_t i = 0; i < fleet.size(); ++i) {
-      total += absl::ToDoubleSeconds(ProcessCpu(fleet[i].process->pid()) -
-                                     before[i]);
+      const pid_t pid = fleet[i].process->pid();
+      total.process += absl::ToDoubleSeconds(ProcessCpu(pid) - before[i]);
+      total.prober += absl::ToDoubleSeconds(ThreadCpu(pid, "aside-prober") -
+                                            prober_before[i]);
     }
     for (Replica& r : fleet) {
       r.process->Signal(SIGTERM);
       r.process->Wait(absl::Seconds(10));
     }
-    return total / fleet.size() / seconds;
+    const double per = static_cast<double>(fleet.size()) * seconds;
+    return ReplicaCpu{total.process / per, total.prober / per};
   }
 
   // Probes per target per interval over a steady window.
@@ -317,6 +368,7 @@ int Run() {
   std::vector<std::pair<int, double>> rates;
   absl::Duration takeover;
   for (int n : {1, 3, 5}) {
+    if (!absl::GetFlag(FLAGS_probe_fleets)) break;
     auto fleet = bench.Fleet(n, absl::StrCat("bench", n));
     if (!fleet.ok()) {
       std::cerr << "fleet_probe_bench: " << fleet.status() << "\n";
@@ -331,8 +383,8 @@ int Run() {
       r.process->Wait(absl::Seconds(10));
     }
   }
-  double cpu1 = 0;
-  double cpu3 = 0;
+  ReplicaCpu cpu1;
+  ReplicaCpu cpu3;
   if (const int targets = absl::GetFlag(FLAGS_cpu_targets); targets > 0) {
     auto one = bench.CpuPerReplica(1, targets, "cpu1");
     auto three = bench.CpuPerReplica(3, targets, "cpu3");
@@ -362,22 +414,37 @@ int Run() {
             << ", \"takeover_vs_ttl\": "
             << absl::ToDoubleSeconds(takeover) / ttl
             << ", \"cpu_targets\": " << absl::GetFlag(FLAGS_cpu_targets)
-            << ", \"cpu_per_replica_1\": " << absl::StrFormat("%.4f", cpu1)
-            << ", \"cpu_per_replica_3\": " << absl::StrFormat("%.4f", cpu3)
+            << ", \"cpu_settle_s\": " << absl::GetFlag(FLAGS_cpu_settle_s)
+            << ", \"cpu_per_replica_1\": "
+            << absl::StrFormat("%.4f", cpu1.process)
+            << ", \"cpu_per_replica_3\": "
+            << absl::StrFormat("%.4f", cpu3.process)
             << ", \"cpu_ratio_3_vs_1\": "
-            << absl::StrFormat("%.3f", cpu1 > 0 ? cpu3 / cpu1 : 0) << "}\n";
+            << absl::StrFormat(
+                   "%.3f", cpu1.process > 0 ? cpu3.process / cpu1.process : 0)
+            << ", \"prober_cpu_per_replica_1\": "
+            << absl::StrFormat("%.4f", cpu1.prober)
+            << ", \"prober_cpu_per_replica_3\": "
+            << absl::StrFormat("%.4f", cpu3.prober)
+            << ", \"prober_cpu_ratio_3_vs_1\": "
+            << absl::StrFormat("%.3f",
+                               cpu1.prober > 0 ? cpu3.prober / cpu1.prober : 0)
+            << "}\n";
   return 0;
 }
 
 constexpr char kUsage[] =
     R"(Usage: fleet_probe_bench [--targets N] [--intervals N]
                          [--interval_ms MS] [--member_ttl_s S]
+                         [--cpu_targets N] [--cpu_settle_s S]
+                         [--probe_fleets=false]
 
 Starts a 3-member etcd cluster, loopback TCP backends that count probes, and
 fleets of 1, 3 and 5 aside-server replicas; prints, as JSON, probes per
 target per interval for each (and the ratio to one replica), and the
 longest time a target went unprobed after a SIGKILL of one of 3 replicas,
-against the member TTL.
+against the member TTL; then the CPU per replica (the process's and its
+prober thread's) at --cpu_targets targets, 3 replicas against 1.
 )";
 
 }  // namespace
