@@ -69,6 +69,23 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
               : absl::StrCat("group '", group->name_,
                              not_found ? "' not found" : "' was deleted");
       const bool has_table = group->watched_.table() != nullptr;
+      // The server says which status to report (google.rpc.Code values
+      // are absl's); NOT_FOUND when it does not.
+      absl::StatusCode code = absl::StatusCode::kNotFound;
+      if (removed.code() > 0 && removed.code() <= 16) {
+        code = static_cast<absl::StatusCode>(removed.code());
+      }
+      {
+        aside::MutexLock lock(&group->mu_);
+        group->removed_ = true;
+        if (!has_table && group->fallback_ == nullptr) {
+          group->missing_ = absl::Status(
+              code,
+              absl::StrCat(reason, " on aside server(s) ", TargetsText()));
+        }
+      }
+      // Logged once removed() says so, so that whoever reads the line sees
+      // the group's state agree with it.
       Log(absl::StrCat(
           not_found ? "event=group.not_found " : "event=group.removed ", reason,
           has_table
@@ -76,18 +93,6 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
                              " keeps serving")
               : std::string(),
           "; waiting for it on the same stream"));
-      // The server says which status to report (google.rpc.Code values
-      // are absl's); NOT_FOUND when it does not.
-      absl::StatusCode code = absl::StatusCode::kNotFound;
-      if (removed.code() > 0 && removed.code() <= 16) {
-        code = static_cast<absl::StatusCode>(removed.code());
-      }
-      aside::MutexLock lock(&group->mu_);
-      group->removed_ = true;
-      if (!has_table && group->fallback_ == nullptr) {
-        group->missing_ = absl::Status(
-            code, absl::StrCat(reason, " on aside server(s) ", TargetsText()));
-      }
       break;
     }
   }
