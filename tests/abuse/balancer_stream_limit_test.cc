@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "envoy/service/discovery/v3/discovery.grpc.pb.h"
 #include "grpc/lb/v1/load_balancer.grpc.pb.h"
+#include "tests/abuse/scraped_metric.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
@@ -39,25 +40,6 @@ groups:
     health_check: {kind: none}
     backends: [127.0.0.1:9001]
 )";
-
-double RefusedCount(int metrics_port) {
-  absl::StatusOr<HttpResponse> r =
-      HttpGet("127.0.0.1", metrics_port, "/metrics");
-  if (!r.ok()) {
-    return -1;
-  }
-  const std::string series =
-      absl::StrCat("aside_limit_refused_total{limit=\"", kLimit, "\"} ");
-  std::istringstream lines(r->body);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(series, 0) == 0) {
-      double v = -1;
-      return absl::SimpleAtod(line.substr(series.size()), &v) ? v : -1;
-    }
-  }
-  return -1;
-}
 
 // One bidi stream: Open() sends the first request and reads the first
 // answer (false when the server ended the stream instead).
@@ -94,7 +76,7 @@ TEST(BalancerStreamLimitTest, StreamsPastThePerPeerCapAreRefusedAndCounted) {
       RunningServer server,
       StartServer(dir.path() + "/state",
                   {"--config", dir.WriteFile("aside.yaml", kConfig)}));
-  ASSERT_EQ(RefusedCount(server.metrics_port), 0);
+  ASSERT_EQ(LimitRefused(server.metrics_port, kLimit), 0);
   auto channel =
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.grpc_port),
                           grpc::InsecureChannelCredentials());
@@ -147,7 +129,7 @@ TEST(BalancerStreamLimitTest, StreamsPastThePerPeerCapAreRefusedAndCounted) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     EXPECT_THAT(s.error_message(), HasSubstr("ADS streams"));
   }
-  EXPECT_EQ(RefusedCount(server.metrics_port), 2);
+  EXPECT_EQ(LimitRefused(server.metrics_port, kLimit), 2);
 
   // A stream that ends gives its place back (the server learns of the
   // cancellation asynchronously: retried, bounded).

@@ -27,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/abuse/scraped_metric.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
@@ -41,23 +42,6 @@ constexpr char kConfig[] = R"(groups:
     health_check: {kind: none}
     backends: [127.0.0.1:9001]
 )";
-
-// The value of `series` in a /metrics scrape; -1 when absent.
-double Scraped(int port, const std::string& series) {
-  absl::StatusOr<HttpResponse> r = HttpGet("127.0.0.1", port, "/metrics");
-  if (!r.ok()) {
-    return -1;
-  }
-  std::istringstream lines(r->body);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(series + " ", 0) == 0) {
-      double v = -1;
-      return absl::SimpleAtod(line.substr(series.size() + 1), &v) ? v : -1;
-    }
-  }
-  return -1;
-}
 
 // A TCP connection from `source` to 127.0.0.1:`port`, connecting (not
 // waited for); -1 on a local error.
@@ -191,9 +175,10 @@ TEST(ConnectionFloodTest, SilentConnectionsPastTheFileLimitLockNobodyOut) {
   const grpc::Status h = health->Check(Context().get(), hr, &hresp);
   EXPECT_TRUE(h.ok()) << h.error_message();
   // The oldest silent connections made room for the newer ones.
-  EXPECT_GT(Scraped(server.metrics_port,
+  EXPECT_GT(
+      ScrapedMetric(server.metrics_port,
                     "aside_grpc_connections_closed_total{reason=\"evicted\"}"),
-            0);
+      0);
 
   for (int fd : silent) {
     close(fd);
@@ -231,10 +216,11 @@ TEST(ConnectionFloodTest, PastThePerPeerCapOneAddressIsRefusedUntilItCloses) {
   const int ninth = ConnectFrom("127.0.0.2", server.grpc_port);
   EXPECT_FALSE(ServerAnswers(ninth, kWait));
   close(ninth);
-  EXPECT_EQ(Scraped(server.metrics_port,
+  EXPECT_EQ(
+      ScrapedMetric(server.metrics_port,
                     "aside_limit_refused_total{limit=\"max_connections_per_"
                     "peer\"}"),
-            1);
+      1);
   // Another address is not affected.
   auto other = NewStub(server.grpc_port);
   const grpc::Status s = Pick(*other);
@@ -311,7 +297,8 @@ TEST(ConnectionFloodTest,
   double errors = -1;
   for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
        errors <= 0 && absl::Now() < deadline;) {
-    errors = Scraped(server.metrics_port, "aside_grpc_accept_errors_total");
+    errors =
+        ScrapedMetric(server.metrics_port, "aside_grpc_accept_errors_total");
     if (errors <= 0) {
       absl::SleepFor(absl::Milliseconds(50));
     }
@@ -337,7 +324,7 @@ TEST(ConnectionFloodTest, ASilentConnectionIsClosedAtTheHandshakeTimeout) {
   EXPECT_EQ(recv(fd, &byte, 1, 0), 0);  // closed, nothing said
   close(fd);
   EXPECT_EQ(
-      Scraped(
+      ScrapedMetric(
           server.metrics_port,
           "aside_grpc_connections_closed_total{reason=\"handshake_timeout\"}"),
       1);

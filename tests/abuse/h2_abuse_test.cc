@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "aside/v1/lookaside.grpc.pb.h"
+#include "tests/abuse/scraped_metric.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
@@ -58,24 +59,6 @@ int64_t RssKiB(pid_t pid) {
       int64_t kib = 0;
       fields >> kib;
       return kib;
-    }
-  }
-  return -1;
-}
-
-// The value of an unlabelled-or-labelled series in a /metrics scrape, as
-// written (`name{labels}`); -1 when absent.
-double Scraped(int port, const std::string& series) {
-  absl::StatusOr<HttpResponse> r = HttpGet("127.0.0.1", port, "/metrics");
-  if (!r.ok()) {
-    return -1;
-  }
-  std::istringstream lines(r->body);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(series + " ", 0) == 0) {
-      double v = -1;
-      return absl::SimpleAtod(line.substr(series.size() + 1), &v) ? v : -1;
     }
   }
   return -1;
@@ -281,9 +264,10 @@ TEST_F(H2AbuseTest, WatchStreamsThatNeverGrantWindowAreEnded) {
   // 500 Watch streams per run whose tables cannot be sent are ended after
   // limits.watch_stall_timeout (1 s) and counted as refused.
   EXPECT_GE(Field(run.summary, "rst_received"), 450) << run.summary;
-  EXPECT_GE(Scraped(server_.metrics_port,
+  EXPECT_GE(
+      ScrapedMetric(server_.metrics_port,
                     "aside_limit_refused_total{limit=\"watch_stall_timeout\"}"),
-            900);  // both runs
+      900);  // both runs
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
+#include "tests/abuse/scraped_metric.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
@@ -30,25 +31,6 @@ groups:
     health_check: {kind: none}
     backends: [127.0.0.1:9001]
 )";
-
-double Refused(int metrics_port, const std::string& limit) {
-  absl::StatusOr<HttpResponse> r =
-      HttpGet("127.0.0.1", metrics_port, "/metrics");
-  if (!r.ok()) {
-    return -1;
-  }
-  const std::string series =
-      absl::StrCat("aside_limit_refused_total{limit=\"", limit, "\"} ");
-  std::istringstream lines(r->body);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(series, 0) == 0) {
-      double v = -1;
-      return absl::SimpleAtod(line.substr(series.size()), &v) ? v : -1;
-    }
-  }
-  return -1;
-}
 
 // One Watch call on `channel`; open() reads its first update (bounded).
 struct Watch {
@@ -80,7 +62,7 @@ TEST(OverloadTest, WatchStreamsPastThePerPeerCapAreRefusedAndCounted) {
       StartServer(dir.path() + "/state",
                   {"--config", dir.WriteFile("aside.yaml", kConfig), "--listen",
                    "[::]:0"}));
-  ASSERT_EQ(Refused(server.metrics_port, "max_watch_streams_per_peer"), 0);
+  ASSERT_EQ(LimitRefused(server.metrics_port, "max_watch_streams_per_peer"), 0);
   auto stub = v1::LoadBalancer::NewStub(
       Channel(absl::StrCat("127.0.0.1:", server.grpc_port)));
   std::vector<std::unique_ptr<Watch>> open;
@@ -98,7 +80,7 @@ TEST(OverloadTest, WatchStreamsPastThePerPeerCapAreRefusedAndCounted) {
                 HasSubstr("limits.max_watch_streams_per_peer"));
     EXPECT_THAT(s.error_message(), HasSubstr("127.0.0.1"));
   }
-  EXPECT_EQ(Refused(server.metrics_port, "max_watch_streams_per_peer"), 1);
+  EXPECT_EQ(LimitRefused(server.metrics_port, "max_watch_streams_per_peer"), 1);
   // Everything else from that peer is served: its open streams and Pick.
   {
     grpc::ClientContext c;
@@ -170,7 +152,7 @@ TEST(OverloadTest, GroupsPastTheCapAreRefusedAndCounted) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("limits.max_groups"));
-  EXPECT_EQ(Refused(server.metrics_port, "max_groups"), 1);
+  EXPECT_EQ(LimitRefused(server.metrics_port, "max_groups"), 1);
   // The group under the cap is served as before.
   auto lb = v1::LoadBalancer::NewStub(Channel(server.target()));
   v1::PickRequest pick;
