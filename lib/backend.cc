@@ -1,5 +1,6 @@
 #include "lib/backend.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "lib/address.h"
 #include "lib/field_error.h"
@@ -40,12 +41,20 @@ absl::Status ValidateGroupName(absl::string_view name) {
   for (size_t i = 0; i < name.size(); ++i) {
     if (!allowed(name[i], i == 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "group name '", name,
+          "group name '", EchoName(name),
           "' must match [a-z0-9][a-z0-9._-]{0,252} (bad character at ", i,
           ")"));
     }
   }
   return absl::OkStatus();
+}
+
+std::string EchoName(absl::string_view name) {
+  if (name.size() <= kMaxEchoedNameBytes) {
+    return absl::CEscape(name);
+  }
+  return absl::StrCat(absl::CEscape(name.substr(0, kMaxEchoedNameBytes)),
+                      "... (", name.size(), " bytes)");
 }
 
 absl::Status ValidateBackend(absl::string_view field, Backend& backend,

@@ -58,8 +58,17 @@ struct Backend {
   friend bool operator==(const Backend&, const Backend&) = default;
 };
 
-// Validates a group name: [a-z0-9][a-z0-9._-]{0,252}.
+// Validates a group name: [a-z0-9][a-z0-9._-]{0,252}. The error quotes the
+// name through EchoName.
 absl::Status ValidateGroupName(absl::string_view name);
+
+// A name a caller sent, as an error message may echo it: bytes outside
+// printable ASCII escaped as C does (\n, \000, \377; quotes and
+// backslashes too), and past kMaxEchoedNameBytes
+// cut, ending with "... (N bytes)". Names from validated definitions need
+// none of this; names taken from requests do.
+inline constexpr size_t kMaxEchoedNameBytes = 64;
+std::string EchoName(absl::string_view name);
 
 // Validates a backend and canonicalises its address in place. With
 // `allow_hostname` false, the address must be an IP literal. Errors start

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "lib/address.h"
+#include "lib/status_macros.h"
 #include "proto/convert.h"
 #include "server/admin_convert.h"
 #include "server/log.h"
@@ -174,6 +175,9 @@ void AdminService::Describe(const Group& group, bool with_backends,
   const std::shared_ptr<const GroupSpec> snapshot = group.spec_snapshot();
   const GroupSpec& spec = *snapshot;
   GroupSpecToProto(spec, out, with_backends);
+  if (store_ != nullptr && spec.source == GroupSource::kStore) {
+    out->set_store_revision(store_->revision(spec.name));
+  }
   out->set_dns_error(group.dns_error());
   TableConstPtr table = group.table();
   if (with_backends) {
@@ -227,46 +231,87 @@ void AdminService::Describe(const Group& group, bool with_backends,
   }
 }
 
-grpc::Status AdminService::FindMutable(const std::string& name,
-                                       GroupPtr* group) {
+grpc::Status AdminService::CheckMutable(const std::string& name) const {
   if (name.empty()) {
     return Invalid("group: a group name is required");
   }
-  *group = groups_->Find(name);
-  if (*group == nullptr) {
-    if (absl::Status s = ValidateGroupName(name); !s.ok()) {
-      return Invalid(absl::StrCat("group: ", s.message()));
-    }
-    return {grpc::StatusCode::NOT_FOUND,
-            absl::StrCat("group '", name, "' not found")};
+  if (absl::Status s = ValidateGroupName(name); !s.ok()) {
+    return Invalid(absl::StrCat("group: ", s.message()));
   }
-  const GroupSpec spec = (*group)->spec();
-  if (spec.source == GroupSource::kFile) {
+  if (GroupPtr group = groups_->Find(name);
+      group != nullptr && group->spec().source == GroupSource::kFile) {
     return {grpc::StatusCode::FAILED_PRECONDITION,
             absl::StrCat("group '", name, "' is declared in the config file ",
-                         spec.file, "; change it there")};
+                         group->spec().file, "; change it there")};
   }
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::Apply(const GroupPtr& group, GroupSpec spec,
-                                 v1::Group* response) {
-  if (absl::Status s = ValidateGroupSpec(spec); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
+namespace {
+
+absl::Status GroupNotFound(const std::string& name) {
+  return absl::NotFoundError(
+      absl::StrCat("group '", EchoName(name), "' not found"));
+}
+
+}  // namespace
+
+grpc::Status AdminService::Mutate(
+    const std::string& name, int64_t expected_revision,
+    StoreSync::OnConflict on_conflict, const StoreSync::Edit& edit,
+    v1::Group* response, uint64_t* deleted_generation, int64_t* revision) {
+  auto answer = [](const absl::Status& s) {
+    return ToGrpcStatus(ErrorFieldPath(s) ? PrefixFieldPath("group", s) : s);
+  };
   if (store_ == nullptr) {
-    if (absl::Status s = groups_->Update(group, std::move(spec)); !s.ok()) {
-      return ToGrpcStatus(s);
+    // Nothing persisted: the registry is the only copy.
+    if (expected_revision != 0) {
+      return Invalid("expected_revision: nothing is stored (leave it 0)");
     }
-    Describe(*group, true, response);
+    const GroupPtr group = groups_->Find(name);
+    std::optional<GroupSpec> current;
+    if (group != nullptr) {
+      current = group->spec();
+    }
+    absl::StatusOr<std::optional<GroupSpec>> next =
+        edit(current.has_value() ? &*current : nullptr);
+    if (!next.ok()) {
+      return answer(next.status());
+    }
+    absl::Status s;
+    if (!next->has_value()) {
+      s = groups_->Remove(name, [&](uint64_t g) {
+        *deleted_generation = g;
+        return absl::OkStatus();
+      });
+    } else if (group != nullptr) {
+      s = groups_->Update(group, **std::move(next));
+    } else {
+      s = groups_->Add(**std::move(next));
+    }
+    if (!s.ok()) {
+      return answer(s);
+    }
+    if (response != nullptr) {
+      Describe(*groups_->Find(name), true, response);
+    }
     return grpc::Status::OK;
   }
-  absl::StatusOr<GroupPtr> written = store_->Put(std::move(spec));
+  absl::StatusOr<StoreSync::Written> written =
+      store_->Mutate(name, expected_revision, on_conflict, edit);
   if (!written.ok()) {
-    const absl::Status& s = written.status();
-    return ToGrpcStatus(ErrorFieldPath(s) ? PrefixFieldPath("group", s) : s);
+    return answer(written.status());
   }
-  Describe(**written, true, response);
+  if (deleted_generation != nullptr) {
+    *deleted_generation = written->generation;
+  }
+  if (revision != nullptr) {
+    *revision = written->revision;
+  }
+  if (response != nullptr && written->group != nullptr) {
+    Describe(*written->group, true, response);
+    response->set_store_revision(written->revision);
+  }
   return grpc::Status::OK;
 }
 
@@ -281,40 +326,37 @@ grpc::Status AdminService::DoCreateGroup(const v1::CreateGroupRequest& request,
   }
   aside::MutexLock lock(&mutation_mu_);
   const std::string name = spec->name;
-  if (store_ == nullptr) {
-    if (absl::Status s = groups_->Add(*std::move(spec)); !s.ok()) {
-      // A name or alias another group holds names its field, as validation
-      // errors do.
-      return ToGrpcStatus(ErrorFieldPath(s) ? PrefixFieldPath("group", s) : s);
-    }
-    Describe(*groups_->Find(name), true, response);
-    return grpc::Status::OK;
-  }
-  if (groups_->Find(name) != nullptr) {
+  if (groups_->Find(name) != nullptr && store_ == nullptr) {
     return {grpc::StatusCode::ALREADY_EXISTS,
             absl::StrCat("group '", name, "' already exists")};
   }
-  absl::StatusOr<GroupPtr> written = store_->Put(*std::move(spec));
-  if (!written.ok()) {
-    const absl::Status& s = written.status();
-    return ToGrpcStatus(ErrorFieldPath(s) ? PrefixFieldPath("group", s) : s);
+  if (GroupPtr g = groups_->Find(name);
+      g != nullptr && g->spec().source == GroupSource::kFile) {
+    return {grpc::StatusCode::ALREADY_EXISTS,
+            absl::StrCat("group '", name, "' already exists (declared in ",
+                         g->spec().file, ")")};
   }
-  Describe(**written, true, response);
-  return grpc::Status::OK;
+  return Mutate(
+      name, 0, StoreSync::OnConflict::kAbortOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        if (current != nullptr) {
+          return absl::AlreadyExistsError(
+              absl::StrCat("group '", name, "' already exists"));
+        }
+        return std::optional<GroupSpec>(*spec);
+      },
+      response);
 }
 
-grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
-                                         v1::Group* response) {
-  if (!request.has_group()) {
-    return Invalid("group: required");
-  }
-  aside::MutexLock lock(&mutation_mu_);
-  GroupPtr group;
-  if (grpc::Status s = FindMutable(request.group().name(), &group); !s.ok()) {
-    return s;
-  }
+namespace {
+
+// The current definition with the request's fields (its update mask)
+// replaced, converted and validated.
+absl::StatusOr<GroupSpec> MergeUpdate(const GroupSpec& current,
+                                      const v1::UpdateGroupRequest& request) {
   v1::Group merged;
-  GroupSpecToProto(group->spec(), &merged);
+  GroupSpecToProto(current, &merged);
   const v1::Group& in = request.group();
   std::vector<std::string> paths(request.update_mask().paths().begin(),
                                  request.update_mask().paths().end());
@@ -355,44 +397,67 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
       merged.clear_grpclb();
       if (in.has_grpclb()) *merged.mutable_grpclb() = in.grpclb();
     } else {
-      return Invalid(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "update_mask: unknown path '", path,
           "' (allowed: policy, backends, health_check, panic_threshold, "
           "slow_start, outlier_detection, dns, aliases, grpclb)"));
     }
   }
-  absl::StatusOr<GroupSpec> spec = GroupSpecFromProto("group", merged);
-  if (!spec.ok()) {
-    return ToGrpcStatus(spec.status());
+  return GroupSpecFromProto("group", merged);
+}
+
+}  // namespace
+
+grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
+                                         v1::Group* response) {
+  if (!request.has_group()) {
+    return Invalid("group: required");
   }
-  return Apply(group, *std::move(spec), response);
+  const std::string& name = request.group().name();
+  aside::MutexLock lock(&mutation_mu_);
+  if (grpc::Status s = CheckMutable(name); !s.ok()) {
+    return s;
+  }
+  // Replacing fields is not commutative with a concurrent change to them:
+  // a lost race is ABORTED rather than retried.
+  return Mutate(
+      name, request.expected_revision(),
+      StoreSync::OnConflict::kAbortOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        if (current == nullptr) {
+          return GroupNotFound(name);
+        }
+        ASIDE_ASSIGN_OR_RETURN(GroupSpec next, MergeUpdate(*current, request));
+        return std::optional<GroupSpec>(std::move(next));
+      },
+      response);
 }
 
 grpc::Status AdminService::DoDeleteGroup(const v1::DeleteGroupRequest& request,
                                          v1::DeleteGroupResponse* response) {
   aside::MutexLock lock(&mutation_mu_);
-  GroupPtr group;
-  if (grpc::Status s = FindMutable(request.name(), &group); !s.ok()) {
+  if (grpc::Status s = CheckMutable(request.name()); !s.ok()) {
     return s;
   }
   uint64_t generation = 0;
-  if (store_ == nullptr) {
-    if (absl::Status s = groups_->Remove(request.name(),
-                                         [&](uint64_t g) {
-                                           generation = g;
-                                           return absl::OkStatus();
-                                         });
-        !s.ok()) {
-      return ToGrpcStatus(s);
-    }
-  } else {
-    absl::StatusOr<uint64_t> removed = store_->Delete(request.name());
-    if (!removed.ok()) {
-      return ToGrpcStatus(removed.status());
-    }
-    generation = *removed;
+  int64_t revision = 0;
+  grpc::Status status = Mutate(
+      request.name(), request.expected_revision(),
+      StoreSync::OnConflict::kRetryOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        if (current == nullptr) {
+          return GroupNotFound(request.name());
+        }
+        return std::optional<GroupSpec>();
+      },
+      nullptr, &generation, &revision);
+  if (!status.ok()) {
+    return status;
   }
   response->set_generation(generation);
+  response->set_store_revision(revision);
   return grpc::Status::OK;
 }
 
@@ -404,7 +469,7 @@ grpc::Status AdminService::DoGetGroup(const v1::GetGroupRequest& request,
   GroupPtr group = groups_->Find(request.name());
   if (group == nullptr) {
     return {grpc::StatusCode::NOT_FOUND,
-            absl::StrCat("group '", request.name(), "' not found")};
+            absl::StrCat("group '", EchoName(request.name()), "' not found")};
   }
   Describe(*group, true, response);
   return grpc::Status::OK;
@@ -439,39 +504,50 @@ grpc::Status AdminService::DoAddBackends(const v1::AddBackendsRequest& request,
     added.push_back(*std::move(b));
   }
   aside::MutexLock lock(&mutation_mu_);
-  GroupPtr group;
-  if (grpc::Status s = FindMutable(request.group(), &group); !s.ok()) {
+  if (grpc::Status s = CheckMutable(request.group()); !s.ok()) {
     return s;
   }
-  GroupSpec spec = group->spec();
-  // Views into spec.backends, which grows only after the check.
-  absl::flat_hash_set<absl::string_view> present;
-  present.reserve(spec.backends.size() + added.size());
-  for (const Backend& b : spec.backends) {
-    present.insert(b.address);
-  }
-  for (size_t i = 0; i < added.size(); ++i) {
-    if (!present.insert(added[i].address).second) {
-      return {grpc::StatusCode::ALREADY_EXISTS,
-              absl::StrCat("backends[", i, "]: ", added[i].address,
-                           " is already in group '", spec.name, "'")};
-    }
-  }
-  if (spec.backends.size() + added.size() > kMaxBackendsPerGroup) {
-    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
-            absl::StrCat("group '", spec.name, "' would have ",
-                         spec.backends.size() + added.size(),
-                         " backends (at most ", kMaxBackendsPerGroup, ")")};
-  }
-  for (Backend& b : added) {
-    spec.backends.push_back(std::move(b));
-  }
-  return Apply(group, std::move(spec), response);
+  // Adding distinct backends commutes with other changes: a lost race is
+  // retried on the stored value.
+  return Mutate(
+      request.group(), request.expected_revision(),
+      StoreSync::OnConflict::kRetryOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        if (current == nullptr) {
+          return GroupNotFound(request.group());
+        }
+        GroupSpec spec = *current;
+        // Views into spec.backends, which grows only after the check.
+        absl::flat_hash_set<absl::string_view> present;
+        present.reserve(spec.backends.size() + added.size());
+        for (const Backend& b : spec.backends) {
+          present.insert(b.address);
+        }
+        for (size_t i = 0; i < added.size(); ++i) {
+          if (!present.insert(added[i].address).second) {
+            return absl::AlreadyExistsError(
+                absl::StrCat("backends[", i, "]: ", added[i].address,
+                             " is already in group '", spec.name, "'"));
+          }
+        }
+        if (spec.backends.size() + added.size() > kMaxBackendsPerGroup) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("group '", spec.name, "' would have ",
+                           spec.backends.size() + added.size(),
+                           " backends (at most ", kMaxBackendsPerGroup, ")"));
+        }
+        spec.backends.insert(spec.backends.end(), added.begin(), added.end());
+        ASIDE_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+        return std::optional<GroupSpec>(std::move(spec));
+      },
+      response);
 }
 
 grpc::Status AdminService::EditBackends(
     const std::string& group_name,
     const google::protobuf::RepeatedPtrField<std::string>& addresses,
+    int64_t expected_revision,
     const std::function<void(GroupSpec&, std::vector<Backend>::iterator)>& edit,
     v1::Group* response) {
   std::vector<std::string> canonical;
@@ -479,29 +555,39 @@ grpc::Status AdminService::EditBackends(
     return s;
   }
   aside::MutexLock lock(&mutation_mu_);
-  GroupPtr group;
-  if (grpc::Status s = FindMutable(group_name, &group); !s.ok()) {
+  if (grpc::Status s = CheckMutable(group_name); !s.ok()) {
     return s;
   }
-  GroupSpec spec = group->spec();
-  for (const std::string& address : canonical) {
-    auto it =
-        std::find_if(spec.backends.begin(), spec.backends.end(),
-                     [&](const Backend& b) { return b.address == address; });
-    if (it == spec.backends.end()) {
-      return {grpc::StatusCode::NOT_FOUND,
-              absl::StrCat("backend ", address, " is not in group '", spec.name,
-                           "'")};
-    }
-    edit(spec, it);
-  }
-  return Apply(group, std::move(spec), response);
+  // Removing, draining and undraining named backends commute with other
+  // changes: a lost race is retried on the stored value.
+  return Mutate(
+      group_name, expected_revision, StoreSync::OnConflict::kRetryOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        if (current == nullptr) {
+          return GroupNotFound(group_name);
+        }
+        GroupSpec spec = *current;
+        for (const std::string& address : canonical) {
+          auto it = std::find_if(
+              spec.backends.begin(), spec.backends.end(),
+              [&](const Backend& b) { return b.address == address; });
+          if (it == spec.backends.end()) {
+            return absl::NotFoundError(absl::StrCat(
+                "backend ", address, " is not in group '", spec.name, "'"));
+          }
+          edit(spec, it);
+        }
+        ASIDE_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+        return std::optional<GroupSpec>(std::move(spec));
+      },
+      response);
 }
 
 grpc::Status AdminService::DoRemoveBackends(
     const v1::RemoveBackendsRequest& request, v1::Group* response) {
   return EditBackends(
-      request.group(), request.addresses(),
+      request.group(), request.addresses(), request.expected_revision(),
       [](GroupSpec& spec, std::vector<Backend>::iterator it) {
         spec.backends.erase(it);
       },
@@ -512,7 +598,7 @@ grpc::Status AdminService::DoDrainBackends(
     const v1::DrainBackendsRequest& request, v1::Group* response) {
   const bool drained = request.drained();
   return EditBackends(
-      request.group(), request.addresses(),
+      request.group(), request.addresses(), request.expected_revision(),
       [drained](GroupSpec&, std::vector<Backend>::iterator it) {
         it->drained = drained;
       },
@@ -523,7 +609,7 @@ grpc::Status AdminService::DoListTargets(const v1::ListTargetsRequest& request,
                                          v1::ListTargetsResponse* response) {
   if (!request.group().empty() && groups_->Find(request.group()) == nullptr) {
     return {grpc::StatusCode::NOT_FOUND,
-            absl::StrCat("group '", request.group(), "' not found")};
+            absl::StrCat("group '", EchoName(request.group()), "' not found")};
   }
   if (store_ != nullptr) {
     const StoreState state = store_->store().state();

@@ -1,10 +1,13 @@
 // aside.v1.Admin: groups, backends, drains and targets at run time.
 //
-// Every mutation is validated, written to the store (StoreSync: conditioned
-// on the revision this replica last applied, so a change made meanwhile
-// through another replica makes it ABORTED), applied, then acknowledged;
-// mutations are serialised, so a read-modify-write of a group never loses a
-// concurrent change. Groups declared in the config file are
+// Every mutation is a read-modify-write of one group (StoreSync::Mutate):
+// the new definition is computed from the stored one and written on the
+// condition that the store still holds exactly the revision it was computed
+// from, then applied and acknowledged. A lost race is retried on the stored
+// value for changes that commute (add, remove, drain or undrain named
+// backends; delete) and ABORTED for those that replace fields
+// (UpdateGroup) or carry the caller's expected_revision. Mutations through
+// one replica are also serialised here. Groups declared in the config file are
 // read-only here (FAILED_PRECONDITION naming the file).
 //
 // Threads: gRPC's callback threads call the RPC methods concurrently, each
@@ -112,16 +115,27 @@ class AdminService final : public v1::Admin::CallbackService {
                                v1::Group* response);
 
  private:
-  // Finds a group that Admin may change: NOT_FOUND or FAILED_PRECONDITION.
-  grpc::Status FindMutable(const std::string& name, GroupPtr* group);
-  // Applies a new spec to an existing store-owned group.
-  grpc::Status Apply(const GroupPtr& group, GroupSpec spec, v1::Group* response)
+  // INVALID_ARGUMENT for a bad name, FAILED_PRECONDITION for a group the
+  // config file declares; whether the group exists is the edit's to decide
+  // (StoreSync::Mutate reads it from the store when this replica has not
+  // seen it).
+  grpc::Status CheckMutable(const std::string& name) const;
+  // One read-modify-write of a store-owned group (StoreSync::Mutate, or
+  // the registry alone without a store); answers with the group as
+  // published in `response` (unless null), the generation of a delete and
+  // the store revision of the write.
+  grpc::Status Mutate(const std::string& name, int64_t expected_revision,
+                      StoreSync::OnConflict on_conflict,
+                      const StoreSync::Edit& edit, v1::Group* response,
+                      uint64_t* deleted_generation = nullptr,
+                      int64_t* revision = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutation_mu_);
   // Finds each of `addresses` in a store-owned group and applies `edit` to
-  // it (NOT_FOUND naming the first missing one), then applies the result.
+  // it (NOT_FOUND naming the first missing one), then writes the result.
   grpc::Status EditBackends(
       const std::string& group_name,
       const google::protobuf::RepeatedPtrField<std::string>& addresses,
+      int64_t expected_revision,
       const std::function<void(GroupSpec&, std::vector<Backend>::iterator)>&
           edit,
       v1::Group* response);

@@ -37,8 +37,10 @@ void CheckNamespace(
     const GroupSpec& spec = groups[i];
     std::set<size_t> candidates(with_aliases.begin(), with_aliases.end());
     for (const std::string& alias : spec.aliases) {
+      // Group names are lower case; aliases compare folded, as DNS names.
+      const std::string folded = FoldDialedName(alias);
       for (absl::string_view name :
-           {absl::string_view(alias), GrpclbLabel(alias)}) {
+           {absl::string_view(folded), GrpclbLabel(folded)}) {
         if (auto it = by_name.find(name); it != by_name.end()) {
           candidates.insert(it->second);
         }

@@ -41,6 +41,14 @@ struct StoreConfig {
   std::string credentials_file;
   absl::Duration dial_timeout = absl::Seconds(2);
   absl::Duration request_timeout = absl::Seconds(5);
+  // HTTP/2 pings on the connections to the members. etcd refuses pings more
+  // often than its --grpc-keepalive-min-time (default 5 s).
+  absl::Duration keepalive_time = absl::Seconds(10);
+  absl::Duration keepalive_timeout = absl::Seconds(5);
+  // Which member a replica asks first: "spread" (one picked by a hash of
+  // the host name and process id, so replicas spread over the members) or
+  // "listed" (the first one listed).
+  std::string endpoint_order = "spread";
 
   friend bool operator==(const StoreConfig&, const StoreConfig&) = default;
 };

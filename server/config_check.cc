@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "server/admin_auth.h"
 
@@ -178,6 +180,31 @@ absl::Status CheckReferencedFiles(const ServerConfig& config) {
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrJoin(errors, "\n"));
+}
+
+std::vector<std::string> SecretFilesReadableByOthers(
+    const ServerConfig& config) {
+  const std::pair<const std::string*, const char*> files[] = {
+      {&config.admin_token_file, "admin token file"},
+      {&config.session_key_file, "session key file"},
+      {&config.fleet_load.peer_token_file, "fleet peer token file"},
+      {&config.tls_key_file, "TLS private key"},
+      {&config.store.key_file, "etcd client private key"},
+      {&config.store.credentials_file, "etcd credentials file"},
+  };
+  std::vector<std::string> out;
+  for (const auto& [path, what] : files) {
+    struct stat st {};
+    if (path->empty() || stat(path->c_str(), &st) != 0 ||
+        (st.st_mode & S_IROTH) == 0) {
+      continue;
+    }
+    out.push_back(absl::StrFormat(
+        "%s: %s is readable by every user (mode %04o); chmod o-r it (600, "
+        "or 640/440 for the server's group)",
+        *path, what, st.st_mode & 07777));
+  }
+  return out;
 }
 
 }  // namespace aside::server

@@ -5,6 +5,9 @@
 #ifndef ASIDE_SERVER_CONFIG_CHECK_H_
 #define ASIDE_SERVER_CONFIG_CHECK_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "server/config.h"
 
@@ -17,6 +20,15 @@ namespace aside::server {
 // file (one line "username:password"). Every error names the file; all
 // errors are reported, one per line.
 absl::Status CheckReferencedFiles(const ServerConfig& config);
+
+// The secret files the config names (admin token, session key, fleet peer
+// token, TLS private key, etcd client key and credentials) that anyone may
+// read (mode o+r), one message per file naming it, its mode and the fix.
+// Group-readable files pass: Kubernetes mounts secrets for the pod's
+// fsGroup (0440). The server logs each at start (config.secret_readable);
+// --check-config prints each as a warning.
+std::vector<std::string> SecretFilesReadableByOthers(
+    const ServerConfig& config);
 
 }  // namespace aside::server
 

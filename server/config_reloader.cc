@@ -250,10 +250,31 @@ absl::Status ConfigReloader::ApplyGroupsLocked(const ServerConfig& next) {
     }
   }
   std::vector<std::string> removed;
+  std::vector<std::shared_ptr<const GroupSpec>> others;  // not the file's
   for (const GroupPtr& group : groups_->List()) {
-    if (group->spec_snapshot()->source == GroupSource::kFile &&
-        !wanted.contains(group->name())) {
+    std::shared_ptr<const GroupSpec> current = group->spec_snapshot();
+    if (current->source != GroupSource::kFile) {
+      others.push_back(std::move(current));
+    } else if (!wanted.contains(group->name())) {
       removed.push_back(group->name());
+    }
+  }
+  // The whole namespace at once: every group of the file against every
+  // group it does not own (Admin's, stored), so that a collision the
+  // registry would refuse at one step refuses the reload before any step.
+  // (The file's groups were checked against each other when it parsed.)
+  for (size_t i = 0; i < next.groups.size(); ++i) {
+    const GroupSpec& spec = next.groups[i];
+    for (const std::shared_ptr<const GroupSpec>& other : others) {
+      if (other->name == spec.name) {
+        continue;  // reported above
+      }
+      if (absl::Status s = CheckGroupNamespace(spec, *other); !s.ok()) {
+        const int line = i < next.group_lines.size() ? next.group_lines[i] : 0;
+        errors.push_back(absl::StrCat(next.groups[i].file, ":", line,
+                                      ": groups[", i, "].", s.message()));
+        break;
+      }
     }
   }
   const size_t max_groups = running().max_groups;
@@ -269,8 +290,9 @@ absl::Status ConfigReloader::ApplyGroupsLocked(const ServerConfig& next) {
   }
 
   // Removals first (they free room under max_groups), then updates, then
-  // additions. The registry can still refuse a step (an Admin call that
-  // took a name in between): it is reported, the others go ahead.
+  // additions. The registry can still refuse a step only when an Admin call
+  // took a name or alias between the plan and the step: it is reported,
+  // the others go ahead.
   for (const std::string& name : removed) {
     if (absl::Status s = groups_->Remove(name); !s.ok()) {
       errors.push_back(absl::StrCat("group '", name, "': ", s.message()));

@@ -70,6 +70,11 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Create(
   options.endpoints = config.endpoints;
   options.dial_timeout = config.dial_timeout;
   options.request_timeout = config.request_timeout;
+  options.keepalive_time = config.keepalive_time;
+  options.keepalive_timeout = config.keepalive_timeout;
+  options.endpoint_order = config.endpoint_order == "listed"
+                               ? etcd::EndpointOrder::kListed
+                               : etcd::EndpointOrder::kSpread;
   if (!config.ca_file.empty() || !config.cert_file.empty()) {
     options.tls = etcd::TlsOptions{.ca_file = config.ca_file,
                                    .cert_file = config.cert_file,
@@ -167,6 +172,26 @@ absl::StatusOr<StoreSnapshot> EtcdStore::Load() {
       continue;
     }
     out.groups.push_back({*std::move(g), kv.mod_revision});
+  }
+  return out;
+}
+
+absl::StatusOr<StoreChange> EtcdStore::ReadGroup(const std::string& name) {
+  absl::StatusOr<std::optional<etcd::KeyValue>> kv =
+      client_->Get(GroupKey(name));
+  if (!kv.ok()) {
+    return Failed(absl::StrCat("reading group '", name, "'"), kv.status());
+  }
+  StoreChange out{.name = name};
+  if (!kv->has_value()) {
+    return out;
+  }
+  out.revision = (*kv)->mod_revision;
+  absl::StatusOr<v1::Group> g = ParseStoredGroup(name, (*kv)->value);
+  if (g.ok()) {
+    out.definition = *std::move(g);
+  } else {
+    out.bad_value = true;
   }
   return out;
 }
@@ -269,9 +294,11 @@ void EtcdStore::Follow(std::optional<int64_t> revision, FeedHandlers handlers) {
                     {{"store", location_},
                      {"compact_revision", absl::StrCat(compact_revision)},
                      {"action", "reloading a snapshot"}});
-                NoteError("compacted",
-                          absl::StrCat("history compacted at revision ",
-                                       compact_revision));
+                const std::string cause = absl::StrCat(
+                    "history compacted at revision ", compact_revision);
+                NoteError("compacted", cause);
+                aside::MutexLock lock(&mu_);
+                down_cause_ = cause + "; reloading a snapshot";
               },
           .on_disconnected =
               [this](const absl::Status& s) {
@@ -279,6 +306,7 @@ void EtcdStore::Follow(std::optional<int64_t> revision, FeedHandlers handlers) {
                 {
                   aside::MutexLock lock(&mu_);
                   was_up = up_;
+                  down_cause_ = std::string(s.message());
                 }
                 if (was_up) {
                   Log(LogLevel::kWarn, "store.watch_lost",
@@ -291,9 +319,14 @@ void EtcdStore::Follow(std::optional<int64_t> revision, FeedHandlers handlers) {
           .on_connected =
               [this](bool up) {
                 aside::MutexLock lock(&mu_);
-                if (up != up_) {
-                  Log(up ? LogLevel::kInfo : LogLevel::kWarn,
-                      up ? "store.up" : "store.down", {{"store", location_}});
+                if (up && !up_) {
+                  Log(LogLevel::kInfo, "store.up", {{"store", location_}});
+                } else if (!up && up_) {
+                  Log(LogLevel::kWarn, "store.down",
+                      {{"store", location_},
+                       {"error",
+                        down_cause_.empty() ? "not watching" : down_cause_},
+                       {"action", "serving the last state; retrying"}});
                 }
                 SetUp(up);
               }});

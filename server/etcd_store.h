@@ -57,6 +57,7 @@ class EtcdStore final : public Store {
   std::string type() const override { return "etcd"; }
   std::string location() const override { return location_; }
   absl::StatusOr<StoreSnapshot> Load() override;
+  absl::StatusOr<StoreChange> ReadGroup(const std::string& name) override;
   absl::StatusOr<int64_t> PutGroup(const v1::Group& definition,
                                    int64_t expected_revision) override;
   absl::StatusOr<int64_t> DeleteGroup(const std::string& name,
@@ -106,6 +107,8 @@ class EtcdStore final : public Store {
   std::optional<int64_t> revision_ ABSL_GUARDED_BY(mu_);
   bool up_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+  // Why the watch last lost etcd, for the store.down line.
+  std::string down_cause_ ABSL_GUARDED_BY(mu_);
   absl::Time last_error_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 

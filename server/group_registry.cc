@@ -542,8 +542,9 @@ absl::Status GroupRegistry::CheckNamespaceLocked(const GroupSpec& spec,
     candidates.insert(owner);
   }
   for (const std::string& alias : spec.aliases) {
-    candidates.insert(alias);
-    candidates.insert(std::string(GrpclbLabel(alias)));
+    const std::string folded = FoldDialedName(alias);
+    candidates.insert(std::string(GrpclbLabel(folded)));
+    candidates.insert(folded);
   }
   candidates.erase(spec.name);
   for (const std::string& name : candidates) {
@@ -581,7 +582,8 @@ absl::Status GroupRegistry::Remove(absl::string_view name,
   aside::MutexLock lock(&write_mu_);
   std::shared_ptr<const GroupMap> current = groups_.Acquire();
   if (!current->contains(name)) {
-    return absl::NotFoundError(absl::StrCat("group '", name, "' not found"));
+    return absl::NotFoundError(
+        absl::StrCat("group '", EchoName(name), "' not found"));
   }
   const uint64_t generation =
       removal_generation > 0 ? removal_generation : generations_.Next();

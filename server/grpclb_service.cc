@@ -17,17 +17,14 @@ namespace aside::server {
 namespace lb = grpc::lb::v1;
 
 GroupPtr ResolveGrpclbName(const GroupRegistry& groups,
-                           absl::string_view name) {
-  absl::string_view host = name;
-  if (!host.empty() && host.front() == '[') {
-    host = host.substr(0, host.find(']') + 1);
-  } else if (const size_t colon = host.rfind(':');
-             colon != absl::string_view::npos) {
-    host = host.substr(0, colon);
-  }
+                           absl::string_view dialed) {
+  // DNS names: case and a trailing dot on the host do not matter.
+  const std::string name = FoldDialedName(dialed);
+  const absl::string_view host = GrpclbHost(name);
   for (const GroupPtr& g : groups.List()) {
     for (const std::string& alias : g->spec().aliases) {
-      if (alias == host || alias == name) {
+      const std::string folded = FoldDialedName(alias);
+      if (folded == host || folded == name) {
         return g;
       }
     }

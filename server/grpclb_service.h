@@ -4,6 +4,8 @@
 // Name mapping: `initial_request.name` is "host" or "host:port". A group
 // whose `aliases` contain the host (or the whole name) wins; otherwise the
 // host's first label names the group ("payments.prod.svc" → "payments").
+// As in DNS, case and a trailing dot on the host are ignored
+// ("Payments.Prod.Svc.:443" is "payments.prod.svc:443").
 // An unknown name ends the stream with NOT_FOUND.
 //
 // Server lists: the group's eligible backends (ready ones; all non-drained

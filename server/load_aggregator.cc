@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "lib/backend.h"
 
 namespace aside::server {
 namespace {
@@ -214,8 +216,9 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
     return absl::InvalidArgumentError("address: required");
   }
   if (!membership_(o.group, o.address)) {
-    return absl::NotFoundError(absl::StrCat(
-        "address: ", o.address, " is not a backend of group '", o.group, "'"));
+    return absl::NotFoundError(absl::StrCat("address: ", EchoName(o.address),
+                                            " is not a backend of group '",
+                                            EchoName(o.group), "'"));
   }
   if (o.failures > o.requests && !o.deltas) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -329,7 +332,23 @@ absl::Status LoadAggregator::Add(const std::string& reporter,
     if (has_utilization) {
       utilization = o.application.has_value() ? o.application : o.cpu;
     }
-    accepted = FoldLocked(state, r, delta, o.in_flight, o.consecutive_failures,
+    // Reporters of deltas (xDS LRS) count no failure runs of their own:
+    // an interval in which every call failed extends the run, one with a
+    // success ends it, one with no calls leaves it. So LRS reporters feed
+    // ejection as stubs do (within the same reporter bounds).
+    uint32_t consecutive_failures = o.consecutive_failures;
+    if (o.deltas) {
+      if (delta.requests == 0) {
+        consecutive_failures = r.consecutive_failures;
+      } else if (delta.failures >= delta.requests) {
+        consecutive_failures = static_cast<uint32_t>(std::min<uint64_t>(
+            uint64_t{r.consecutive_failures} + delta.failures,
+            std::numeric_limits<uint32_t>::max()));
+      } else {
+        consecutive_failures = 0;
+      }
+    }
+    accepted = FoldLocked(state, r, delta, o.in_flight, consecutive_failures,
                           utilization, now);
     accepted.group = o.group;
     accepted.address = o.address;

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "lib/backend.h"
 #include "server/load_aggregator.h"
 
 namespace aside::server {
@@ -135,8 +136,9 @@ absl::Status LoadAggregator::ValidatePeerEntry(const SourceAggregate& a) const {
     return s;
   }
   if (!membership_(a.group, a.address)) {
-    return absl::NotFoundError(absl::StrCat(
-        "address: ", a.address, " is not a backend of group '", a.group, "'"));
+    return absl::NotFoundError(absl::StrCat("address: ", EchoName(a.address),
+                                            " is not a backend of group '",
+                                            EchoName(a.group), "'"));
   }
   return absl::OkStatus();
 }

@@ -20,22 +20,39 @@ LoadBalancerService::LoadBalancerService(GroupRegistry* groups,
       loads_(loads),
       report_auth_(report_auth) {}
 
-namespace {
+namespace {}  // namespace
 
 // One ReportLoad call: reads reports until the client half-closes, folds
-// each into the aggregator, then answers with the tally.
-class ReportReader final : public grpc::ServerReadReactor<v1::LoadReport> {
+// each into the aggregator, then answers with the tally. At shutdown the
+// service ends it at once with UNAVAILABLE, so that the stub moves its
+// reports to another replica rather than hold the server for its grace.
+class LoadBalancerService::ReportReader final
+    : public grpc::ServerReadReactor<v1::LoadReport> {
  public:
-  ReportReader(LoadBalancerService* service, v1::ReportLoadResponse* response,
-               ReportAuth::Reporter reporter)
-      : service_(service), response_(response), reporter_(std::move(reporter)) {
+  ReportReader(LoadBalancerService* service,
+               grpc::CallbackServerContext* context,
+               v1::ReportLoadResponse* response, ReportAuth::Reporter reporter)
+      : service_(service),
+        context_(context),
+        response_(response),
+        reporter_(std::move(reporter)) {
+    bool shutting_down;
+    {
+      aside::MutexLock lock(&service_->reports_mu_);
+      shutting_down = service_->shutting_down_;
+      service_->reports_.insert(this);
+    }
+    if (shutting_down) {
+      Shutdown();
+      return;
+    }
     StartRead(&report_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       ToProto(kReportInterval, response_->mutable_report_interval());
-      Finish(grpc::Status::OK);
+      FinishOnce(grpc::Status::OK);
       return;
     }
     service_->HandleReport(reporter_, report_, index_++, response_);
@@ -43,15 +60,51 @@ class ReportReader final : public grpc::ServerReadReactor<v1::LoadReport> {
     StartRead(&report_);
   }
 
-  void OnDone() override { delete this; }
+  // Ends the call. The read still pending would wait for the client to
+  // half-close; cancelling completes it at once, so the server's shutdown
+  // does not wait for the client.
+  void Shutdown() {
+    FinishOnce(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+    context_->TryCancel();
+  }
+
+  void OnDone() override {
+    {
+      aside::MutexLock lock(&service_->reports_mu_);
+      service_->reports_.erase(this);
+    }
+    delete this;
+  }
 
  private:
+  void FinishOnce(const grpc::Status& status) {
+    aside::MutexLock lock(&mu_);
+    if (!finished_) {
+      finished_ = true;
+      Finish(status);
+    }
+  }
+
   LoadBalancerService* const service_;
+  grpc::CallbackServerContext* const context_;
   v1::ReportLoadResponse* const response_;
   const ReportAuth::Reporter reporter_;
   v1::LoadReport report_;
   uint64_t index_ = 0;
+  aside::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+void LoadBalancerService::Shutdown() {
+  aside::MutexLock lock(&reports_mu_);
+  shutting_down_ = true;
+  for (ReportReader* r : reports_) {
+    r->Shutdown();
+  }
+}
+
+namespace {
 
 // A refused ReportLoad call: ends at once with the refusal.
 class RefusedReport final : public grpc::ServerReadReactor<v1::LoadReport> {
@@ -98,7 +151,7 @@ grpc::ServerReadReactor<v1::LoadReport>* LoadBalancerService::ReportLoad(
       return new RefusedReport(s);
     }
   }
-  return new ReportReader(this, response, std::move(reporter));
+  return new ReportReader(this, context, response, std::move(reporter));
 }
 
 void LoadBalancerService::HandleReport(const ReportAuth::Reporter& reporter,
@@ -229,7 +282,7 @@ grpc::Status LoadBalancerService::DoPick(const v1::PickRequest& request,
               absl::StrCat("group: ", s.message())};
     }
     return {grpc::StatusCode::NOT_FOUND,
-            absl::StrCat("group '", request.group(), "' not found")};
+            absl::StrCat("group '", EchoName(request.group()), "' not found")};
   }
   const GroupMetrics* gm = group->metrics();
   auto invalid = [&](std::string message) {

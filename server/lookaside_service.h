@@ -8,11 +8,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 
 #include "absl/time/time.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "aside/v1/lookaside.pb.h"
 #include "lib/clock.h"
+#include "lib/sync.h"
 #include "server/group_registry.h"
 #include "server/load_aggregator.h"
 #include "server/metrics.h"
@@ -65,17 +67,26 @@ class LoadBalancerService final : public LoadBalancerServiceBase {
                     const v1::LoadReport& report, uint64_t report_index,
                     v1::ReportLoadResponse* response);
 
+  // Ends every ReportLoad call with UNAVAILABLE and refuses new ones (at
+  // the start of a shutdown, before gRPC's own waits for calls to end).
+  void Shutdown();
+
   // The pick itself, without the RPC plumbing (also used by tests).
   grpc::Status DoPick(const v1::PickRequest& request,
                       v1::PickResponse* response);
 
  private:
+  class ReportReader;
+
   GroupRegistry* const groups_;
   Metrics* const metrics_;
   const Clock* const clock_;
   WatchHub* const watch_;
   LoadAggregator* const loads_;
   const ReportAuth* const report_auth_;
+  aside::Mutex reports_mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(reports_mu_) = false;
+  std::set<ReportReader*> reports_ ABSL_GUARDED_BY(reports_mu_);
 };
 
 }  // namespace aside::server

@@ -120,6 +120,9 @@ int main(int argc, char** argv) {
       std::cerr << s.message() << "\n";
       return 1;
     }
+    for (const std::string& warning : SecretFilesReadableByOthers(*config)) {
+      std::cerr << "warning: " << warning << "\n";
+    }
     std::cout << check_config << ": ok (" << config->groups.size()
               << " groups)\n";
     return 0;

@@ -20,6 +20,7 @@
 #include "lib/status_macros.h"
 #include "proto/convert.h"
 #include "server/admin_convert.h"
+#include "server/config_check.h"
 #include "server/connection_gate.h"
 #include "server/etcd_store.h"
 #include "server/http2_limits.h"
@@ -90,6 +91,47 @@ std::string NewReplicaId() {
   return absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
 }
 
+// The config file's groups against the stored groups the server starts
+// with, as a reload checks them (config_reloader.cc): a file group whose
+// name or alias would take a stored group's clients through an alias fails
+// the start, naming file:line and the stored group. (A stored group of a
+// file group's own name is shadowed by it, store_sync.h.) Costs one
+// conversion per stored group and a check per (file, stored) pair, once.
+absl::Status CheckFileAgainstStored(const ServerConfig& cfg,
+                                    const StoreSnapshot& contents,
+                                    const std::string& location) {
+  std::vector<GroupSpec> stored;
+  for (const StoredGroup& g : contents.groups) {
+    absl::StatusOr<GroupSpec> spec = GroupSpecFromProto("", g.definition);
+    if (spec.ok()) {
+      stored.push_back(*std::move(spec));
+    }
+  }
+  std::vector<std::string> errors;
+  for (size_t i = 0; i < cfg.groups.size() && !stored.empty(); ++i) {
+    const GroupSpec& spec = cfg.groups[i];
+    for (const GroupSpec& other : stored) {
+      if (other.name == spec.name) {
+        continue;
+      }
+      // Symmetric: every pair that overlaps is found from either side.
+      if (absl::Status s = CheckGroupNamespace(spec, other); !s.ok()) {
+        const int line = i < cfg.group_lines.size() ? cfg.group_lines[i] : 0;
+        errors.push_back(absl::StrCat(spec.file, ":", line, ": groups[", i,
+                                      "].", s.message(), " in ", location));
+        break;
+      }
+    }
+  }
+  if (errors.empty()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the config file collides with stored groups (delete or rename them "
+      "through the Admin API, or rename the file's): ",
+      absl::StrJoin(errors, "; ")));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
@@ -104,6 +146,9 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   auto server =
       std::unique_ptr<AsideServer>(new AsideServer(std::move(config), clock));
   const ServerConfig& cfg = server->config_;
+  for (const std::string& warning : SecretFilesReadableByOthers(cfg)) {
+    Log(LogLevel::kWarn, "config.secret_readable", {{"message", warning}});
+  }
   ASIDE_ASSIGN_OR_RETURN(server->store_, OpenStore(cfg, &server->metrics_));
   Store* store = server->store_.get();
   // A store the server can start without (etcd) is retried in the
@@ -120,6 +165,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   }
   const StoreSnapshot contents =
       loaded.ok() ? *std::move(loaded) : StoreSnapshot{};
+  ASIDE_RETURN_IF_ERROR(
+      CheckFileAgainstStored(cfg, contents, store->location()));
   ASIDE_ASSIGN_OR_RETURN(
       server->auth_,
       AdminAuth::Create(cfg.admin_token_file, cfg.admin_identities));
@@ -622,6 +669,9 @@ void AsideServer::Shutdown(absl::Duration grace) {
     return;
   }
   shut_down_ = true;
+  // Leave the fleet first: the other replicas take this one's targets over
+  // at once (its lease is revoked) while its calls drain.
+  StopFleet();
   if (load_view_peers_ != nullptr) {
     load_view_peers_->Stop();
   }
@@ -636,6 +686,9 @@ void AsideServer::Shutdown(absl::Duration grace) {
   }
   if (watch_hub_ != nullptr) {
     watch_hub_->Shutdown();
+  }
+  if (lb_service_ != nullptr) {
+    lb_service_->Shutdown();
   }
   if (grpclb_service_ != nullptr) {
     grpclb_service_->Shutdown();

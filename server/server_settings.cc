@@ -145,7 +145,8 @@ void ReadStore(YamlReader& r, const YAML::Node& node, StoreConfig* out) {
   }
   if (!r.CheckMap(e, "store.etcd",
                   {"endpoints", "prefix", "ca_file", "cert_file", "key_file",
-                   "credentials_file", "dial_timeout", "request_timeout"})) {
+                   "credentials_file", "dial_timeout", "request_timeout",
+                   "keepalive_time", "keepalive_timeout", "endpoint_order"})) {
     return;
   }
   if (const YAML::Node eps = e["endpoints"];
@@ -180,9 +181,23 @@ void ReadStore(YamlReader& r, const YAML::Node& node, StoreConfig* out) {
   if (out->cert_file.empty() != out->key_file.empty()) {
     r.Error(e, "store.etcd", "cert_file and key_file go together");
   }
+  if (e["endpoint_order"]) {
+    std::string order;
+    if (r.GetString(e["endpoint_order"], "store.etcd.endpoint_order", &order)) {
+      if (order != "spread" && order != "listed") {
+        r.Error(e["endpoint_order"], "store.etcd.endpoint_order",
+                absl::StrCat("unknown order '", order,
+                             "' (allowed: spread, listed)"));
+      } else {
+        out->endpoint_order = order;
+      }
+    }
+  }
   for (auto [key, field] :
        {std::pair{"dial_timeout", &out->dial_timeout},
-        std::pair{"request_timeout", &out->request_timeout}}) {
+        std::pair{"request_timeout", &out->request_timeout},
+        std::pair{"keepalive_time", &out->keepalive_time},
+        std::pair{"keepalive_timeout", &out->keepalive_timeout}}) {
     if (e[key]) {
       absl::Duration d;
       const std::string path = absl::StrCat("store.etcd.", key);

@@ -22,6 +22,18 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
   return out;
 }
 
+// This process is the only writer, so its own view is never behind; this
+// read serves the interface (a whole load: it is not on any hot path).
+absl::StatusOr<StoreChange> SqliteStore::ReadGroup(const std::string& name) {
+  ASIDE_ASSIGN_OR_RETURN(StateStore::Contents contents, db_->Load());
+  for (v1::Group& g : contents.groups) {
+    if (g.name() == name) {
+      return StoreChange{.name = name, .definition = std::move(g)};
+    }
+  }
+  return StoreChange{.name = name};
+}
+
 // The generation column is informational (the floor, reserved in blocks by
 // the GenerationSource, is what keeps restarts ahead): 0 here.
 absl::StatusOr<int64_t> SqliteStore::PutGroup(const v1::Group& definition,

@@ -24,6 +24,7 @@ class SqliteStore final : public Store {
   std::string type() const override { return "sqlite"; }
   std::string location() const override { return db_->path(); }
   absl::StatusOr<StoreSnapshot> Load() override;
+  absl::StatusOr<StoreChange> ReadGroup(const std::string& name) override;
   absl::StatusOr<int64_t> PutGroup(const v1::Group& definition,
                                    int64_t expected_revision) override;
   absl::StatusOr<int64_t> DeleteGroup(const std::string& name,

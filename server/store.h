@@ -85,6 +85,14 @@ class Store {
   // Reads everything stored, as of one revision.
   virtual absl::StatusOr<StoreSnapshot> Load() = 0;
 
+  // The group as stored now, read from the store itself (for etcd a
+  // linearizable read, newer than anything the feed delivered before the
+  // call): its definition and the revision that wrote it, or no definition
+  // and revision 0 when it is absent. A value that does not parse comes
+  // back as bad_value with its revision. For a read-modify-write whose
+  // local view may be behind the store.
+  virtual absl::StatusOr<StoreChange> ReadGroup(const std::string& name) = 0;
+
   // Writes a group definition if the group's stored revision is still
   // `expected_revision` (0: it must not exist). Returns the revision of the
   // write (0 for stores without revisions). ABORTED when another writer got

@@ -41,7 +41,7 @@ absl::Status StoreSync::ApplyInitial(const StoreSnapshot& snapshot,
   aside::MutexLock lock(&mu_);
   for (const StoredGroup& stored : snapshot.groups) {
     const std::string& name = stored.definition.name();
-    applied_[name] = {stored.revision, true};
+    applied_[name] = {stored.revision, true, nullptr};
     if (GroupPtr existing = groups_->Find(name); existing != nullptr) {
       Log(LogLevel::kWarn, "state.group_shadowed",
           {{"group", name},
@@ -52,6 +52,7 @@ absl::Status StoreSync::ApplyInitial(const StoreSnapshot& snapshot,
         absl::StrCat("stored group '", name, "'"), stored.definition);
     absl::Status s = spec.status();
     if (spec.ok()) {
+      applied_[name].spec = std::make_shared<const GroupSpec>(*spec);
       s = groups_->Add(*std::move(spec), nullptr,
                        GenerationFor(stored.revision));
       if (absl::IsAlreadyExists(s)) {
@@ -75,7 +76,7 @@ absl::Status StoreSync::ApplyInitial(const StoreSnapshot& snapshot,
     }
   }
   for (const StoredGroup& bad : snapshot.bad) {
-    applied_[bad.definition.name()] = {bad.revision, true};
+    applied_[bad.definition.name()] = {bad.revision, true, nullptr};
   }
   Log(LogLevel::kInfo, "state.loaded",
       {{"path", store_->location()},
@@ -138,6 +139,9 @@ absl::Status StoreSync::ApplyLocked(const StoreChange& change) {
   if (change.bad_value) {
     return absl::OkStatus();  // the store logged and counted it
   }
+  if (!change.definition.has_value()) {
+    applied.spec = nullptr;
+  }
   GroupPtr existing = groups_->Find(change.name);
   if (existing != nullptr && existing->spec().source == GroupSource::kFile) {
     Log(LogLevel::kWarn, "state.group_shadowed",
@@ -157,6 +161,7 @@ absl::Status StoreSync::ApplyLocked(const StoreChange& change) {
       absl::StrCat("stored group '", change.name, "'"), *change.definition);
   absl::Status s = spec.status();
   if (spec.ok()) {
+    applied.spec = std::make_shared<const GroupSpec>(*spec);
     s = existing != nullptr
             ? groups_->Update(existing, *std::move(spec), nullptr, generation)
             : groups_->Add(*std::move(spec), nullptr, generation);
@@ -167,14 +172,113 @@ absl::Status StoreSync::ApplyLocked(const StoreChange& change) {
   return s;
 }
 
-absl::StatusOr<GroupPtr> StoreSync::Put(GroupSpec spec) {
-  const std::string name = spec.name;
+StoreSync::Read StoreSync::ReadLocal(const std::string& name) const {
+  aside::MutexLock lock(&mu_);
+  auto it = applied_.find(name);
+  if (it == applied_.end() || !it->second.present) {
+    return {};
+  }
+  return {it->second.spec, it->second.revision};
+}
+
+absl::StatusOr<StoreSync::Read> StoreSync::ReadFromStore(
+    const std::string& name) const {
+  ASIDE_ASSIGN_OR_RETURN(const StoreChange stored, store_->ReadGroup(name));
+  Read out{.revision = stored.revision};
+  if (stored.definition.has_value()) {
+    absl::StatusOr<GroupSpec> spec = GroupSpecFromProto(
+        absl::StrCat("stored group '", name, "'"), *stored.definition);
+    if (spec.ok()) {
+      out.spec = std::make_shared<const GroupSpec>(*std::move(spec));
+      return out;
+    }
+  } else if (!stored.bad_value) {
+    return out;  // absent
+  }
+  // A stored value this server cannot serve: the change is made to the
+  // last good definition, replacing the bad one (as the feed keeps serving
+  // that definition).
+  out.spec = ReadLocal(name).spec;
+  return out;
+}
+
+absl::StatusOr<StoreSync::Written> StoreSync::Mutate(const std::string& name,
+                                                     int64_t expected_revision,
+                                                     OnConflict on_conflict,
+                                                     const Edit& edit) {
+  // A store without revisions has this process as its only writer (and
+  // Admin serialises its mutations): its view is the store.
+  const bool shared = store_->revision_generations();
+  if (!shared && expected_revision != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected_revision: the ", store_->type(), " store ",
+                     store_->location(), " has no revisions (leave it 0)"));
+  }
+  Read current = ReadLocal(name);
+  bool fresh = false;
+  auto refresh = [&]() -> absl::Status {
+    ASIDE_ASSIGN_OR_RETURN(current, ReadFromStore(name));
+    fresh = true;
+    return absl::OkStatus();
+  };
+  if (shared && expected_revision != 0 &&
+      current.revision != expected_revision) {
+    ASIDE_RETURN_IF_ERROR(refresh());
+  }
+  for (int attempt = 1;; ++attempt) {
+    if (expected_revision != 0 && current.revision != expected_revision) {
+      return absl::AbortedError(
+          absl::StrCat("group '", name, "' is at store revision ",
+                       current.revision, ", not the expected ",
+                       expected_revision, "; read it again and retry"));
+    }
+    absl::StatusOr<std::optional<GroupSpec>> next = edit(current.spec.get());
+    if (!next.ok()) {
+      if (shared && !fresh &&
+          (absl::IsNotFound(next.status()) ||
+           absl::IsAlreadyExists(next.status()))) {
+        // This replica may not have seen a write made through another
+        // one yet: decide on the store's own value.
+        ASIDE_RETURN_IF_ERROR(refresh());
+        continue;
+      }
+      return next.status();
+    }
+    absl::StatusOr<Written> written =
+        Write(name, *std::move(next), current.revision);
+    if (!absl::IsAborted(written.status()) || !shared ||
+        on_conflict == OnConflict::kAbortOnConflict || expected_revision != 0 ||
+        attempt >= kMaxWriteAttempts) {
+      return written;
+    }
+    ASIDE_RETURN_IF_ERROR(refresh());
+  }
+}
+
+absl::StatusOr<StoreSync::Written> StoreSync::Write(
+    const std::string& name, std::optional<GroupSpec> next, int64_t expected) {
+  if (!next.has_value()) {
+    ASIDE_ASSIGN_OR_RETURN(const int64_t written,
+                           store_->DeleteGroup(name, expected));
+    aside::MutexLock lock(&mu_);
+    if (written == 0) {
+      applied_.erase(name);
+      uint64_t generation = 0;
+      ASIDE_RETURN_IF_ERROR(groups_->Remove(name, [&](uint64_t g) {
+        generation = g;
+        return absl::OkStatus();
+      }));
+      return Written{.generation = generation};
+    }
+    ASIDE_RETURN_IF_ERROR(ApplyLocked({.name = name, .revision = written}));
+    return Written{.generation = GenerationFor(written), .revision = written};
+  }
+  GroupSpec spec = *std::move(next);
   v1::Group definition;
   GroupSpecToProto(spec, &definition);
   // A name or alias another group holds is refused before the store sees
   // it: every replica would refuse to serve the write.
   ASIDE_RETURN_IF_ERROR(groups_->CheckNamespace(spec));
-  const int64_t expected = revision(name);
   ASIDE_ASSIGN_OR_RETURN(const int64_t written,
                          store_->PutGroup(definition, expected));
   aside::MutexLock lock(&mu_);
@@ -182,7 +286,7 @@ absl::StatusOr<GroupPtr> StoreSync::Put(GroupSpec spec) {
   absl::Status s;
   if (written == 0) {
     // A store without revisions: this process is its only writer.
-    applied_[name] = {0, true};
+    applied_[name] = {0, true, std::make_shared<const GroupSpec>(spec)};
     s = before != nullptr ? groups_->Update(before, std::move(spec))
                           : groups_->Add(std::move(spec));
   } else {
@@ -194,7 +298,7 @@ absl::StatusOr<GroupPtr> StoreSync::Put(GroupSpec spec) {
       // The store took a group this replica cannot serve (the group limit):
       // take it back rather than leave the fleet with a group no one serves.
       (void)store_->DeleteGroup(name, written);
-      applied_[name] = {written, false};
+      applied_[name] = {written, false, nullptr};
     }
     return s;
   }
@@ -203,25 +307,7 @@ absl::StatusOr<GroupPtr> StoreSync::Put(GroupSpec spec) {
     return absl::AbortedError(absl::StrCat(
         "group '", name, "' was deleted through another replica meanwhile"));
   }
-  return group;
-}
-
-absl::StatusOr<uint64_t> StoreSync::Delete(const std::string& name) {
-  const int64_t expected = revision(name);
-  ASIDE_ASSIGN_OR_RETURN(const int64_t written,
-                         store_->DeleteGroup(name, expected));
-  aside::MutexLock lock(&mu_);
-  if (written == 0) {
-    applied_.erase(name);
-    uint64_t generation = 0;
-    ASIDE_RETURN_IF_ERROR(groups_->Remove(name, [&](uint64_t g) {
-      generation = g;
-      return absl::OkStatus();
-    }));
-    return generation;
-  }
-  ASIDE_RETURN_IF_ERROR(ApplyLocked({.name = name, .revision = written}));
-  return GenerationFor(written);
+  return Written{.group = std::move(group), .revision = written};
 }
 
 }  // namespace aside::server

@@ -7,9 +7,10 @@
 // Revisions. For every stored name it remembers the revision last applied
 // (deletions included), and applies a change only when it is newer: the
 // change feed and the Admin thread that wrote a change may both deliver it,
-// in either order, and an older one never overwrites a newer one. Admin
-// writes are conditioned on that revision, so a replica whose view is behind
-// gets ABORTED instead of overwriting a change it has not seen.
+// in either order, and an older one never overwrites a newer one. Beside
+// each revision it keeps the definition stored at it, so that an Admin
+// read-modify-write (Mutate) takes the two as one pair and conditions its
+// write on the very revision it read.
 //
 // Generations (store.h): with a store whose generations derive from
 // revisions, a change at revision R publishes the group at R << 20 on every
@@ -27,6 +28,9 @@
 #define ASIDE_SERVER_STORE_SYNC_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -59,14 +63,39 @@ class StoreSync {
   void ApplySnapshot(const StoreSnapshot& snapshot);
   void ApplyChanges(const std::vector<StoreChange>& changes);
 
-  // Admin writes: `spec` is validated and store-owned. Writes it to the
-  // store conditioned on the revision this replica last applied, then
-  // applies it. Returns the group as published (ABORTED, UNAVAILABLE or the
-  // apply error otherwise; on error nothing changed here).
-  absl::StatusOr<GroupPtr> Put(GroupSpec spec);
-  // Deletes a store-owned group the same way; returns the generation of the
-  // removal.
-  absl::StatusOr<uint64_t> Delete(const std::string& name);
+  // Admin writes are read-modify-writes of one stored group. `edit` gets
+  // the group's definition as stored at one revision (nullptr: absent) and
+  // returns the new definition, validated and store-owned (nullopt: delete
+  // the group), or an error to answer with. The write is conditioned on
+  // exactly the revision `edit` read, so it is never applied over a value it
+  // did not read:
+  //   - the first read is this replica's view; when `edit` refuses it with
+  //     NOT_FOUND or ALREADY_EXISTS, or `expected_revision` is newer, the
+  //     group is read from the store itself and `edit` runs again, so a
+  //     write made through another replica is seen, not contradicted;
+  //   - when the conditional write loses (the store moved on), with
+  //     kRetryOnConflict `edit` runs again on the value read from the
+  //     store, at most kMaxWriteAttempts times in all; with kAbortOnConflict
+  //     (or after the last attempt) the answer is ABORTED naming the
+  //     revision;
+  //   - `expected_revision` (0: none) is the caller's own precondition: the
+  //     write is made only on the definition stored at that revision,
+  //     ABORTED otherwise.
+  // `edit` may run more than once and must not have side effects. The
+  // result is the group as published (null after a delete), the generation
+  // (of a delete) and the store revision of the write.
+  enum class OnConflict { kRetryOnConflict, kAbortOnConflict };
+  static constexpr int kMaxWriteAttempts = 8;
+  using Edit = std::function<absl::StatusOr<std::optional<GroupSpec>>(
+      const GroupSpec* current)>;
+  struct Written {
+    GroupPtr group;
+    uint64_t generation = 0;
+    int64_t revision = 0;
+  };
+  absl::StatusOr<Written> Mutate(const std::string& name,
+                                 int64_t expected_revision,
+                                 OnConflict on_conflict, const Edit& edit);
 
   // The revision last applied for `name` (0: none, or deleted).
   int64_t revision(const std::string& name) const;
@@ -75,7 +104,22 @@ class StoreSync {
   struct Applied {
     int64_t revision = 0;
     bool present = false;
+    // The definition stored at `revision`, as validated (the last good one
+    // after a bad value); null when absent or never converted.
+    std::shared_ptr<const GroupSpec> spec;
   };
+  // A definition and the store revision it was read at.
+  struct Read {
+    std::shared_ptr<const GroupSpec> spec;
+    int64_t revision = 0;
+  };
+  Read ReadLocal(const std::string& name) const;
+  absl::StatusOr<Read> ReadFromStore(const std::string& name) const;
+  // Writes `next` (nullopt: a delete) conditioned on `expected` and applies
+  // it here once committed.
+  absl::StatusOr<Written> Write(const std::string& name,
+                                std::optional<GroupSpec> next,
+                                int64_t expected);
   // Applies one change if it is newer than what was applied for its name.
   absl::Status ApplyLocked(const StoreChange& change)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

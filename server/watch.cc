@@ -40,9 +40,10 @@ grpc::ByteBuffer EncodeAbsent(const std::string& group, uint64_t generation,
   v1::GroupRemoved* removed = update.mutable_removed();
   removed->set_cause(cause);
   removed->set_code(static_cast<int32_t>(grpc::StatusCode::NOT_FOUND));
-  removed->set_reason(cause == v1::GroupRemoved::CAUSE_DELETED
-                          ? absl::StrCat("group '", group, "' was deleted")
-                          : absl::StrCat("group '", group, "' not found"));
+  removed->set_reason(
+      cause == v1::GroupRemoved::CAUSE_DELETED
+          ? absl::StrCat("group '", EchoName(group), "' was deleted")
+          : absl::StrCat("group '", EchoName(group), "' not found"));
   std::string bytes = update.SerializeAsString();
   grpc::Slice slice(bytes);
   return grpc::ByteBuffer(&slice, 1);

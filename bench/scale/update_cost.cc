@@ -82,6 +82,11 @@ class NullStore final : public Store {
   std::string type() const override { return "null"; }
   std::string location() const override { return "-"; }
   absl::StatusOr<StoreSnapshot> Load() override { return StoreSnapshot{}; }
+  absl::StatusOr<StoreChange> ReadGroup(const std::string& name) override {
+    StoreChange absent;
+    absent.name = name;
+    return absent;
+  }
   absl::StatusOr<int64_t> PutGroup(const v1::Group& definition,
                                    int64_t) override {
     std::string blob = definition.SerializeAsString();
@@ -113,7 +118,13 @@ struct AdminRig {
         sync(store, registry.get(), &metrics),
         admin(registry.get(), &sync, auth, &metrics),
         auth(auth) {
-    if (absl::StatusOr<GroupPtr> g = sync.Put(MakeSpec("g", n - 1)); !g.ok()) {
+    const GroupSpec initial = MakeSpec("g", n - 1);
+    if (absl::StatusOr<StoreSync::Written> g = sync.Mutate(
+            "g", 0, StoreSync::OnConflict::kAbortOnConflict,
+            [&](const GroupSpec*) {
+              return absl::StatusOr<std::optional<GroupSpec>>(initial);
+            });
+        !g.ok()) {
       std::fprintf(stdout, "%s\n", g.status().ToString().c_str());
       std::exit(1);
     }

@@ -24,16 +24,43 @@
 // from the quorum still accepts connections), which gRPC's pick_first would
 // keep using; (2) name the member in every error; (3) know whether a write
 // was sent at all, which decides whether it may be retried elsewhere. Calls
-// go to the endpoint that last answered. A call first waits up to
-// dial_timeout for that endpoint's connection (one immediate reconnection
-// attempt, past gRPC's backoff, when the last one failed); a member it
-// cannot reach is skipped (nothing was sent). Reads that then fail with
-// UNAVAILABLE or DEADLINE_EXCEEDED are retried on the next endpoint, each
-// attempt getting a share of what is left of request_timeout. Writes are
-// retried elsewhere only when the member refused them unapplied (no leader);
-// after any other failure the write may or may not have been applied, and the
-// error says so rather than apply it twice. A conditional Txn is safe for the
-// caller to retry: it fails its comparison if the first attempt was applied.
+// go to the endpoint that last answered. Until one has, they go to the
+// first one listed (EndpointOrder::kListed) or, by default (kSpread), to
+// the one at index hash(host name, process id) % endpoints: clients on
+// different hosts or processes given the same list spread over the
+// members instead of all leaning on the first one (and all stalling
+// together when it freezes); a client restarted with the same host name
+// and process id (a container's pid 1) starts where it did before.
+//
+// A call first waits up to dial_timeout for that endpoint's connection (one
+// immediate reconnection attempt, past gRPC's backoff, when the last one
+// failed); a member it cannot reach is skipped (nothing was sent). Reads
+// that then fail with UNAVAILABLE or DEADLINE_EXCEEDED are retried on the
+// next endpoint, each attempt getting a share of what is left of
+// request_timeout. Writes are retried elsewhere only when the member refused
+// them unapplied (no leader); after any other failure the write may or may
+// not have been applied, and the error says so rather than apply it twice. A
+// conditional Txn is safe for the caller to retry: it fails its comparison if
+// the first attempt was applied.
+//
+// A member that stops answering but keeps its connections open (a stopped
+// process, a partition that drops packets) is found on three paths:
+//   - a watch that heard nothing from its member for watch_probe_interval
+//     asks it for a progress report (WatchRequest.progress_request, etcd
+//     3.4); when neither that nor the creation of the watch is answered
+//     within dial_timeout, the watch leaves the member for the next one
+//     (resuming from the next revision; calls move off it too). A watch
+//     thus notices a frozen member within watch_probe_interval +
+//     dial_timeout (2.5 s by default) whatever the keep-alive settings.
+//     The answers only prove the member alive: etcd 3.4 may send one
+//     ahead of events still queued, so they never advance the revision.
+//   - a lease renewal, like a read, gets a share of the time left before
+//     the lease expires and moves to the next member after it;
+//   - HTTP/2 keep-alive pings (keepalive_time, keepalive_timeout) end
+//     every call and stream on a connection that stopped answering.
+// Every call and stream also asks its member to refuse it when the member
+// has no leader (gRPC metadata hasleader: true): a member cut off from the
+// quorum ends watches and keep-alives instead of serving a stale view.
 //
 // Errors are absl::Status with etcd's gRPC code kept; the message names the
 // endpoint and the call ("etcd 127.0.0.1:2379: Txn: ..."), or every endpoint
@@ -77,9 +104,16 @@ struct TlsOptions {
   std::string key_file;
 };
 
+// Where calls start before any endpoint answered (see "Endpoints and
+// failover" above).
+enum class EndpointOrder {
+  kSpread,  // at hash(host name, process id) % endpoints
+  kListed,  // at the first endpoint
+};
+
 struct EtcdClientOptions {
-  // The members' client URLs as host:port (no scheme), in order of
-  // preference.
+  // The members' client URLs as host:port (no scheme). Calls that fail
+  // over go on in this order, from where they started (endpoint_order).
   std::vector<std::string> endpoints;
   // How long a call waits for a connection to one endpoint before trying the
   // next.
@@ -94,9 +128,15 @@ struct EtcdClientOptions {
   std::string password;
   // HTTP/2 pings that find a member that stopped answering on an otherwise
   // idle connection (a watch waiting for events). etcd refuses pings more
-  // often than every 5 s unless --grpc-keepalive-min-time says otherwise.
+  // often than every 5 s unless --grpc-keepalive-min-time says otherwise
+  // (and closes the connection of a client that sends them).
   absl::Duration keepalive_time = absl::Seconds(10);
   absl::Duration keepalive_timeout = absl::Seconds(5);
+  // How long a watch waits without hearing from its member before asking it
+  // for a progress report, which must come within dial_timeout. Zero: never
+  // (a frozen member is then found by the keep-alive pings only).
+  absl::Duration watch_probe_interval = absl::Milliseconds(500);
+  EndpointOrder endpoint_order = EndpointOrder::kSpread;
   // Longest pause between reconnection attempts to a member that is down.
   absl::Duration max_reconnect_backoff = absl::Seconds(2);
   // Range reads a prefix in pages of this many keys (all at one revision).
@@ -247,6 +287,12 @@ class Watch {
   void Run();
   // Sleeps up to `d`; false when stopped.
   bool Pause(absl::Duration d);
+  // On a thread of its own: asks a member that went silent for a progress
+  // report and ends the stream of one that leaves the creation of the
+  // watch or a report unanswered (EtcdClientOptions::watch_probe_interval).
+  void Watchdog();
+  // Under mu_: something the watchdog waits on changed.
+  void Poke() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++changes_; }
 
   const std::shared_ptr<Shared> shared_;
   const WatchOptions options_;
@@ -257,7 +303,21 @@ class Watch {
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::string endpoint_ ABSL_GUARDED_BY(mu_);
   int64_t next_revision_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the watchdog knows of the open stream. probe_ writes a progress
+  // request on it; the watchdog calls it outside mu_ with probing_ set, and
+  // Run resets it only once probing_ is false.
+  absl::AnyInvocable<bool()> probe_ ABSL_GUARDED_BY(mu_);
+  bool probing_ ABSL_GUARDED_BY(mu_) = false;
+  // The last answer of any kind (or when the stream opened).
+  absl::Time heard_at_ ABSL_GUARDED_BY(mu_);
+  // When the answer the watch waits for was asked for: the confirmation of
+  // the watch, or a progress report. InfiniteFuture: none awaited.
+  absl::Time asked_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // Why the watchdog ended the stream; empty while it has not.
+  std::string stalled_ ABSL_GUARDED_BY(mu_);
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
+  std::thread watchdog_;
 };
 
 // Renews a lease in the background, every third of its TTL, from any

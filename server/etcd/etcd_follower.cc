@@ -96,6 +96,7 @@ void Follower::WatchOnce() {
   {
     aside::MutexLock lock(&mu_);
     from = revision_ + 1;
+    watch_failed_ = false;
   }
   std::unique_ptr<Watch> watch =
       client_->WatchPrefix({.prefix = prefix_, .start_revision = from},
@@ -120,16 +121,25 @@ void Follower::WatchOnce() {
                                   if (handlers_.on_disconnected) {
                                     handlers_.on_disconnected(s);
                                   }
+                                  aside::MutexLock lock(&mu_);
+                                  watch_failed_ = true;
                                 }});
   const Watch* const running = watch.get();
   {
     aside::MutexLock lock(&mu_);
     watch_ = std::move(watch);
   }
-  // Report the connection every second until a snapshot is needed.
+  // Report the connection every second until a snapshot is needed. A watch
+  // that has not failed yet counts as connected while it connects: the
+  // snapshot (or the revision Start was given) was just read from etcd.
   while (Watching()) {
     if (handlers_.on_connected) {
-      handlers_.on_connected(running->connected());
+      bool failed = false;
+      {
+        aside::MutexLock lock(&mu_);
+        failed = watch_failed_;
+      }
+      handlers_.on_connected(running->connected() || !failed);
     }
     aside::MutexLock lock(&mu_);
     mu_.AwaitWithTimeout(

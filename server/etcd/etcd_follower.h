@@ -47,7 +47,9 @@ class Follower {
     // Optional: the watch lost its member (it resumes by itself).
     absl::AnyInvocable<void(const absl::Status&)> on_disconnected;
     // Optional: whether the watch is connected, every second while it runs,
-    // and false once it stops.
+    // and false once it stops. Until a watch fails for the first time it
+    // counts as connected (it was started from a revision just read), so a
+    // start reports no disconnection.
     absl::AnyInvocable<void(bool connected)> on_connected;
   };
 
@@ -81,6 +83,8 @@ class Follower {
   bool need_snapshot_ ABSL_GUARDED_BY(mu_) = true;
   bool synced_ ABSL_GUARDED_BY(mu_) = false;
   int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
+  // The current watch lost a member at least once.
+  bool watch_failed_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<Watch> watch_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

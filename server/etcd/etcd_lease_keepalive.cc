@@ -65,7 +65,7 @@ bool LeaseKeepAlive::Pause(absl::Duration d) {
 
 void LeaseKeepAlive::Run() {
   const size_t n = shared_->endpoints.size();
-  size_t index = shared_->Preferred();
+  size_t index = 0;
   auto stopped = [this] {
     MutexLock lock(&mu_);
     return stopped_;
@@ -100,6 +100,9 @@ void LeaseKeepAlive::Run() {
     }
     std::vector<std::string> failures;
     size_t attempts = 0;
+    // Each renewal starts where calls do: a member a watch or a call found
+    // frozen has been left already.
+    index = shared_->Preferred();
     while (true) {
       const absl::Time now = absl::Now();
       if (now >= expiry) {
@@ -109,8 +112,13 @@ void LeaseKeepAlive::Run() {
         return;
       }
       Endpoint& endpoint = *shared_->endpoints[index];
+      // Like a read, each attempt keeps time for the members after it in
+      // this round, so a member that takes the request and never answers
+      // cannot let the lease expire.
+      const int64_t left_in_round = static_cast<int64_t>(n - attempts % n);
       const absl::Time deadline =
-          std::min(expiry, now + shared_->options.request_timeout);
+          std::min({expiry, now + shared_->options.request_timeout,
+                    now + (expiry - now) / left_in_round});
       absl::Status ready = shared_->WaitReady(
           endpoint, std::min(deadline, now + shared_->options.dial_timeout),
           stopped);
@@ -153,6 +161,7 @@ void LeaseKeepAlive::Run() {
           shared_->ForgetToken(*token);
         }
         if (!renewed) {
+          shared_->Avoid(index);
           failures.push_back(absl::StrCat(
               endpoint.address, ": ",
               absl::StatusCodeToString(ToAbslCode(status.error_code())), ": ",
@@ -162,6 +171,7 @@ void LeaseKeepAlive::Run() {
         if (stopped()) {
           return;
         }
+        shared_->Avoid(index);
         failures.push_back(std::string(token.status().message()));
       }
       if (renewed) {

@@ -3,6 +3,7 @@
 #include "server/etcd/etcd_shared.h"
 
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -95,7 +96,29 @@ int ToMillis(absl::Duration d) {
                                               std::numeric_limits<int>::max()));
 }
 
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) {
+    return "";
+  }
+  return name;
+}
+
 }  // namespace
+
+size_t SpreadIndex(std::string_view host, int64_t pid, size_t n) {
+  if (n == 0) {
+    return 0;
+  }
+  uint64_t hash = 14695981039346656037ull;
+  std::string key(host);
+  key += ":" + std::to_string(pid);
+  for (char c : key) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return static_cast<size_t>(hash % n);
+}
 
 absl::StatusOr<std::shared_ptr<Shared>> Shared::Create(
     EtcdClientOptions options) {
@@ -137,6 +160,11 @@ absl::StatusOr<std::shared_ptr<Shared>> Shared::Create(
     shared->endpoints.push_back(std::move(endpoint));
   }
   shared->addresses = options.endpoints;
+  if (options.endpoint_order == EndpointOrder::kSpread) {
+    MutexLock lock(&shared->mu);
+    shared->preferred =
+        SpreadIndex(HostName(), getpid(), shared->endpoints.size());
+  }
   shared->options = std::move(options);
   return shared;
 }

@@ -8,8 +8,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -51,6 +53,10 @@ inline absl::StatusCode ToAbslCode(grpc::StatusCode code) {
   return static_cast<absl::StatusCode>(code);
 }
 
+// The endpoint a client with EndpointOrder::kSpread starts at, of `n`:
+// a hash (64-bit FNV-1a, the same in every build) of "host:pid", modulo n.
+size_t SpreadIndex(std::string_view host, int64_t pid, size_t n);
+
 // Keys as etcd sends them (defined in etcd_client.cc).
 KeyValue FromProto(const mvccpb::KeyValue& kv);
 std::vector<KeyValue> FromProto(
@@ -68,7 +74,8 @@ struct Shared {
   std::vector<std::unique_ptr<Endpoint>> endpoints;
 
   Mutex mu;
-  // The endpoint that answered last: where calls start.
+  // The endpoint that answered last: where calls start (at first, as
+  // options.endpoint_order says).
   size_t preferred ABSL_GUARDED_BY(mu) = 0;
   // From Auth.Authenticate, when a username is configured.
   std::string token ABSL_GUARDED_BY(mu);

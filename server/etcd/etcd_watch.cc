@@ -1,5 +1,6 @@
 // Watch: a prefix watched on a thread of its own that reconnects to another
-// member and resumes from the next revision, and reports compaction.
+// member and resumes from the next revision, and reports compaction; a
+// second thread leaves a member that stopped answering.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -31,6 +32,7 @@ Watch::Watch(std::shared_ptr<Shared> shared, WatchOptions options,
       handlers_(std::move(handlers)) {
   next_revision_ = options_.start_revision;
   thread_ = std::thread([this] { Run(); });
+  watchdog_ = std::thread([this] { Watchdog(); });
 }
 
 Watch::~Watch() { Stop(); }
@@ -45,6 +47,9 @@ void Watch::Stop() {
   }
   if (thread_.joinable()) {
     thread_.join();
+  }
+  if (watchdog_.joinable()) {
+    watchdog_.join();
   }
 }
 
@@ -67,6 +72,57 @@ bool Watch::Pause(absl::Duration d) {
   MutexLock lock(&mu_);
   return !mu_.AwaitWithTimeout(
       [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopped_; }, d);
+}
+
+// The member must confirm the watch, and answer a progress request sent
+// after watch_probe_interval of silence, within dial_timeout: a member that
+// does not is treated like one that does not connect. Any answer counts
+// (events too), so a busy watch is never probed.
+void Watch::Watchdog() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const absl::Duration interval = shared_->options.watch_probe_interval;
+  const absl::Duration bound = shared_->options.dial_timeout;
+  MutexLock lock(&mu_);
+  while (!stopped_) {
+    const absl::Time now = absl::Now();
+    absl::Time wake = absl::InfiniteFuture();
+    if (context_ != nullptr && stalled_.empty()) {
+      if (asked_at_ != absl::InfiniteFuture()) {
+        if (now >= asked_at_ + bound) {
+          stalled_ = absl::StrCat(connected_ ? "no answer to a progress request"
+                                             : "the watch was not confirmed",
+                                  " within ", absl::FormatDuration(bound),
+                                  " (the member stopped answering)");
+          context_->TryCancel();
+          continue;
+        }
+        wake = asked_at_ + bound;
+      } else if (connected_ && probe_ != nullptr &&
+                 interval > absl::ZeroDuration()) {
+        if (now >= heard_at_ + interval) {
+          asked_at_ = now;
+          probing_ = true;
+          // Not under mu_: a write may wait for the transport. Run keeps
+          // the stream until probing_ is false again.
+          absl::AnyInvocable<bool()>* const probe = &probe_;
+          mu_.Unlock();
+          (*probe)();  // false: the stream ended, and Run sees it too
+          mu_.Lock();
+          probing_ = false;
+          continue;
+        }
+        wake = heard_at_ + interval;
+      }
+    }
+    const uint64_t changes = changes_;
+    auto changed = [this, changes]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return stopped_ || changes_ != changes;
+    };
+    if (wake == absl::InfiniteFuture()) {
+      mu_.Await(changed);
+    } else {
+      mu_.AwaitWithTimeout(changed, wake - now);
+    }
+  }
 }
 
 void Watch::Run() {
@@ -112,6 +168,11 @@ void Watch::Run() {
         context_ = &context;
         endpoint_ = endpoint.address;
         next = next_revision_;
+        stalled_.clear();
+        // The member has dial_timeout to confirm the watch.
+        asked_at_ = absl::Now();
+        heard_at_ = asked_at_;
+        Poke();
       }
       c->set_start_revision(next);
       std::unique_ptr<
@@ -119,8 +180,23 @@ void Watch::Run() {
           stream = endpoint.watch->Watch(&context);
       std::string ended;  // why the watch ended while the stream lived
       if (stream->Write(create)) {
+        {
+          // One writer at a time: the watchdog's probes only after this.
+          MutexLock lock(&mu_);
+          probe_ = [s = stream.get()] {
+            pb::WatchRequest progress;
+            progress.mutable_progress_request();
+            return s->Write(progress);
+          };
+          Poke();
+        }
         pb::WatchResponse response;
         while (stream->Read(&response)) {
+          {
+            MutexLock lock(&mu_);
+            heard_at_ = absl::Now();
+            asked_at_ = absl::InfiniteFuture();
+          }
           if (response.compact_revision() != 0) {
             compacted_to = response.compact_revision();
             break;
@@ -144,6 +220,7 @@ void Watch::Run() {
               next_revision_ = next;
             }
             connected_ = true;
+            Poke();
             failures_in_a_row = 0;
             backoff = kMinStreamBackoff;
             continue;
@@ -165,6 +242,11 @@ void Watch::Run() {
             // Revisions are never split across responses, so the next one
             // to ask for after a reconnection is the one after the last.
             batch.revision = batch.events.back().kv.mod_revision;
+          } else if (response.watch_id() == -1) {
+            // The answer to a progress request: proof of life only. etcd
+            // 3.4 sends it past the events still queued for the watcher,
+            // so its revision may be ahead of what was delivered.
+            continue;
           } else if (response.header().revision() >= next) {
             // A progress report: nothing changed up to the header revision.
             batch.revision = response.header().revision();
@@ -185,6 +267,19 @@ void Watch::Run() {
       if (early) {
         context.TryCancel();
       }
+      {
+        // The stream has ended or is cancelled: a probe being written
+        // returns at once.
+        MutexLock lock(&mu_);
+        mu_.Await([this]()
+                      ABSL_NO_THREAD_SAFETY_ANALYSIS { return !probing_; });
+        probe_ = nullptr;
+        asked_at_ = absl::InfiniteFuture();
+        if (ended.empty() && !stalled_.empty()) {
+          ended = stalled_;
+        }
+        Poke();
+      }
       const grpc::Status status = stream->Finish();
       if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
         shared_->ForgetToken(*token);
@@ -193,6 +288,7 @@ void Watch::Run() {
         MutexLock lock(&mu_);
         context_ = nullptr;
         connected_ = false;
+        Poke();
         if (stopped_) {
           return;
         }
@@ -213,6 +309,8 @@ void Watch::Run() {
     if (stopped()) {
       return;
     }
+    // Calls move off the member too.
+    shared_->Avoid(index);
     if (handlers_.on_disconnected) {
       handlers_.on_disconnected(failure);
     }

@@ -26,6 +26,7 @@
 #include <boost/beast/http/write.hpp>
 #include <chrono>
 #include <exception>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -74,11 +75,13 @@ enum class CloseReason {
   kNotKeepAlive,
   kShutdown,
   kError,
+  kEvicted,
 };
-constexpr size_t kCloseReasons = 8;
+constexpr size_t kCloseReasons = 9;
 constexpr std::array<const char*, kCloseReasons> kCloseReasonNames = {
-    "peer_closed", "header_timeout", "idle_timeout", "write_timeout",
-    "bad_request", "not_keep_alive", "shutdown",     "error"};
+    "peer_closed",   "header_timeout", "idle_timeout",
+    "write_timeout", "bad_request",    "not_keep_alive",
+    "shutdown",      "error",          "evicted"};
 
 enum class RejectReason { kTotalLimit, kPeerLimit };
 constexpr std::array<const char*, 2> kRejectReasonNames = {"total_limit",
@@ -258,8 +261,14 @@ class HttpServer::Impl {
   }
   void Released(Connection* connection, const std::string& peer,
                 CloseReason reason);
+  // A connection delivered its first complete request headers: it can no
+  // longer be evicted to make room.
+  void Proven(Connection* connection);
 
  private:
+  // At the total cap: closes the oldest connection that has not delivered
+  // a complete request yet and stops counting it; false when there is none.
+  bool EvictOldestUnproven();
   void Accept();
   void OnAccept(const beast::error_code& ec, tcp::socket socket);
   void Reject(tcp::socket& socket, RejectReason reason,
@@ -274,6 +283,12 @@ class HttpServer::Impl {
   // the io_context (only after an abnormal stop) can still unregister.
   HttpMetrics metrics_;
   absl::flat_hash_set<Connection*> connections_;
+  // Connections that have not delivered a complete request yet, oldest
+  // first (keyed by accept order), and which of them were evicted (closed
+  // and uncounted, their destruction still pending).
+  std::map<uint64_t, Connection*> unproven_;
+  absl::flat_hash_set<Connection*> evicted_;
+  uint64_t accepted_seq_ = 0;
   PeerAdmission admission_{options_.max_connections,
                            options_.max_connections_per_peer};
   bool stopping_ = false;
@@ -324,6 +339,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Closes the connection now (server stop).
   void Shutdown() { Close(CloseReason::kShutdown); }
+  // Closes the connection now to make room for another.
+  void Evict() { Close(CloseReason::kEvicted); }
+
+  const std::string& peer() const { return peer_; }
+  uint64_t seq = 0;     // accept order (set by the server)
+  bool proven = false;  // delivered a complete request
 
  private:
   void Arm(absl::Duration timeout, CloseReason reason) {
@@ -400,6 +421,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec) {
       Close(CloseReason::kError);
       return;
+    }
+    if (!proven) {
+      proven = true;
+      server_->Proven(this);
     }
     const auto& req = parser_->get();
     const bool has_body =
@@ -646,7 +671,11 @@ void HttpServer::Impl::OnAccept(const beast::error_code& ec,
     return;  // already gone; the socket closes with this scope
   }
   std::string peer = PeerKey(remote.data(), remote.size());
-  switch (admission_.Check(peer)) {
+  PeerAdmission::Refusal refusal = admission_.Check(peer);
+  if (refusal == PeerAdmission::Refusal::kTotal && EvictOldestUnproven()) {
+    refusal = admission_.Check(peer);
+  }
+  switch (refusal) {
     case PeerAdmission::Refusal::kTotal:
       Reject(socket, RejectReason::kTotalLimit, peer);
       return;
@@ -662,6 +691,8 @@ void HttpServer::Impl::OnAccept(const beast::error_code& ec,
   auto connection =
       std::make_shared<Connection>(this, std::move(socket), std::move(peer));
   connections_.insert(connection.get());
+  connection->seq = ++accepted_seq_;
+  unproven_.emplace(connection->seq, connection.get());
   open_.fetch_add(1, std::memory_order_relaxed);
   metrics_.Accepted();
   connection->Start();
@@ -688,9 +719,28 @@ void HttpServer::Impl::Reject(tcp::socket& socket, RejectReason reason,
 void HttpServer::Impl::Released(Connection* connection, const std::string& peer,
                                 CloseReason reason) {
   connections_.erase(connection);
-  admission_.Remove(peer);
+  unproven_.erase(connection->seq);
+  if (evicted_.erase(connection) == 0) {
+    admission_.Remove(peer);  // an evicted one was uncounted at eviction
+  }
   open_.fetch_sub(1, std::memory_order_relaxed);
   metrics_.Closed(reason);
+}
+
+void HttpServer::Impl::Proven(Connection* connection) {
+  unproven_.erase(connection->seq);
+}
+
+bool HttpServer::Impl::EvictOldestUnproven() {
+  if (unproven_.empty()) {
+    return false;
+  }
+  Connection* oldest = unproven_.begin()->second;
+  unproven_.erase(unproven_.begin());
+  evicted_.insert(oldest);
+  admission_.Remove(oldest->peer());
+  oldest->Evict();
+  return true;
 }
 
 HttpResponse HttpServer::Impl::Dispatch(const HttpRequest& request,

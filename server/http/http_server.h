@@ -18,9 +18,12 @@
 //   `max_header_bytes` get 431, malformed ones 400, and the connection is
 //   closed. At most `max_connections` connections in total and
 //   `max_connections_per_peer` per peer (server/http/peer_admission.h: an
-//   IPv4 address, an IPv6 /64; 0 is no cap); a connection beyond either cap
-//   is answered with a best-effort 503 and closed at once, without reading
-//   from it.
+//   IPv4 address, an IPv6 /64; 0 is no cap). At the total cap, the oldest
+//   connection that has not yet delivered a complete request is closed to
+//   make room (closed reason "evicted"), so peers holding partial requests
+//   cannot keep out a client that sends whole ones; with none such, and
+//   beyond the per-peer cap, a new connection is answered with a
+//   best-effort 503 and closed at once, without reading from it.
 // - The acceptor never stops: accept errors (EMFILE, ENFILE, ENOBUFS, ...)
 //   are logged and counted, and accepting resumes after a backoff (10 ms
 //   doubling to 1 s while the errors last).
@@ -32,7 +35,7 @@
 //       peer_limit
 //   aside_http_connections_closed_total{reason}     counter  peer_closed,
 //       header_timeout, idle_timeout, write_timeout, bad_request,
-//       not_keep_alive, shutdown, error
+//       not_keep_alive, shutdown, error, evicted
 //   aside_http_connections_open                     gauge
 //   aside_http_accept_errors_total                  counter
 //   aside_http_requests_total{path,code}            counter  path is a

@@ -233,13 +233,25 @@ class LoadViewPeers::Link {
       m->entries_received.Increment(update.loads_size());
       m->rejected.Increment(static_cast<double>(rejected.size()));
     }
-    if (!rejected.empty()) {
+    // Refusals come in bursts under churn (groups reach replicas a moment
+    // apart): the counter has every one, the log one line per peer per
+    // minute with the number since the last line.
+    rejected_unlogged_ += rejected.size();
+    const absl::Time now = absl::Now();
+    if (!rejected.empty() && now - rejected_logged_at_ >= kRejectedLogEvery) {
       Log(LogLevel::kWarn, "fleet.load_view_rejected",
           {{"peer", peer_id_},
-           {"entries", absl::StrCat(rejected.size())},
+           {"entries", absl::StrCat(rejected_unlogged_)},
+           {"since", rejected_logged_at_ == absl::InfinitePast()
+                         ? "start"
+                         : absl::FormatDuration(now - rejected_logged_at_)},
            {"first", rejected.front()}});
+      rejected_logged_at_ = now;
+      rejected_unlogged_ = 0;
     }
   }
+
+  static constexpr absl::Duration kRejectedLogEvery = absl::Minutes(1);
 
   LoadViewPeers* const owner_;
   const LoadViewPeer peer_;
@@ -260,6 +272,9 @@ class LoadViewPeers::Link {
   absl::Time stream_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   prometheus::Gauge* age_ ABSL_GUARDED_BY(mu_) = nullptr;
   const absl::Time created_ = absl::Now();
+  // The last fleet.load_view_rejected line, and the entries refused since.
+  absl::Time rejected_logged_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  uint64_t rejected_unlogged_ ABSL_GUARDED_BY(mu_) = 0;
   // When to ask for a snapshot again after refused entries, and the delay
   // the next refusal waits; the stream's thread only.
   absl::Time resync_at_ = absl::InfiniteFuture();

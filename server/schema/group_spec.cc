@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "lib/policies/ketama.h"
 #include "lib/status_macros.h"
@@ -28,6 +29,15 @@ absl::string_view GrpclbHost(absl::string_view name) {
   return colon == absl::string_view::npos ? name : name.substr(0, colon);
 }
 
+std::string FoldDialedName(absl::string_view name) {
+  std::string out = absl::AsciiStrToLower(name);
+  const size_t host_end = GrpclbHost(out).size();
+  if (host_end > 1 && out[host_end - 1] == '.') {
+    out.erase(host_end - 1, 1);
+  }
+  return out;
+}
+
 absl::string_view GrpclbLabel(absl::string_view name) {
   const absl::string_view host = GrpclbHost(name);
   return host.substr(0, host.find('.'));
@@ -44,14 +54,15 @@ std::string DescribeGroupSource(const GroupSpec& spec) {
 namespace {
 
 // Alias `a` takes the dialed names equal to it and those whose host part
-// equals it; two aliases overlap when some dialed name matches both.
+// equals it; two aliases overlap when some dialed name matches both. Both
+// are folded (FoldDialedName).
 bool AliasesOverlap(absl::string_view a, absl::string_view b) {
   return a == b || a == GrpclbHost(b) || b == GrpclbHost(a);
 }
 
 // Alias `alias` takes the clients of the group named `name`: equal, or the
 // alias's first label resolves to that group (a dialed name equal to the
-// alias would otherwise reach `name`).
+// alias would otherwise reach `name`). Both are folded.
 bool AliasShadowsName(absl::string_view alias, absl::string_view name) {
   return alias == name || GrpclbLabel(alias) == name;
 }
@@ -68,14 +79,16 @@ absl::Status Taken(absl::string_view field, absl::string_view message,
 absl::Status CheckAliasAgainst(absl::string_view alias, size_t index,
                                const GroupSpec& other) {
   const std::string field = absl::StrCat("aliases[", index, "]");
-  if (alias == other.name) {
+  const std::string folded = FoldDialedName(alias);
+  const std::string other_name = FoldDialedName(other.name);
+  if (folded == other_name) {
     return Taken(
         field,
         absl::StrCat("alias '", alias, "' is already the name of group '",
                      other.name, "'"),
         other);
   }
-  if (AliasShadowsName(alias, other.name)) {
+  if (AliasShadowsName(folded, other_name)) {
     return Taken(
         field,
         absl::StrCat("alias '", alias,
@@ -85,9 +98,10 @@ absl::Status CheckAliasAgainst(absl::string_view alias, size_t index,
         other);
   }
   for (const std::string& theirs : other.aliases) {
-    if (AliasesOverlap(alias, theirs)) {
+    const std::string theirs_folded = FoldDialedName(theirs);
+    if (AliasesOverlap(folded, theirs_folded)) {
       return Taken(field,
-                   alias == theirs
+                   folded == theirs_folded
                        ? absl::StrCat("alias '", alias,
                                       "' is already an alias of group '",
                                       other.name, "'")
@@ -101,15 +115,17 @@ absl::Status CheckAliasAgainst(absl::string_view alias, size_t index,
 
 absl::Status CheckNameAgainstAliases(absl::string_view name,
                                      const GroupSpec& other) {
+  const std::string folded = FoldDialedName(name);
   for (const std::string& theirs : other.aliases) {
-    if (theirs == name) {
+    const std::string theirs_folded = FoldDialedName(theirs);
+    if (theirs_folded == folded) {
       return Taken(
           "name",
           absl::StrCat("name '", name, "' is already an alias of group '",
                        other.name, "'"),
           other);
     }
-    if (AliasShadowsName(theirs, name)) {
+    if (AliasShadowsName(theirs_folded, folded)) {
       return Taken(
           "name",
           absl::StrCat("name '", name, "' is the first label of alias '",

@@ -206,7 +206,13 @@ bool HasControlOrSpace(absl::string_view s);
 // else to the group named by the host's first label (grpclb, xDS). So an
 // alias may not equal another group's name or have it as its first label,
 // and no dialed name may match aliases of two groups: either would let one
-// group take another's clients.
+// group take another's clients. Names compare as DNS names do: ASCII case
+// is ignored and so is a trailing dot on the host ("Web.Example.:443" is
+// "web.example:443"); everything compares in FoldDialedName's form.
+
+// `name` lower-cased (ASCII), without a trailing dot on its host part:
+// "Web.Example.:443" -> "web.example:443".
+std::string FoldDialedName(absl::string_view name);
 
 // The host part of a dialed name or alias: "web:443" -> "web",
 // "[::1]:80" -> "[::1]", "web" -> "web".

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <iostream>
 #include <set>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "lib/sync.h"
+#include "server/etcd/etcd_shared.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/status_matchers.h"
 
@@ -79,6 +81,10 @@ class WatchLog {
   int disconnections() {
     MutexLock lock(&mu_);
     return disconnections_;
+  }
+  int batches() {
+    MutexLock lock(&mu_);
+    return batches_;
   }
 
  private:
@@ -627,6 +633,7 @@ TEST_F(EtcdClientTest, AHungMemberIsLeftForAnother) {
   options.request_timeout = absl::Seconds(3);
   options.keepalive_time = absl::Seconds(1);
   options.keepalive_timeout = absl::Seconds(1);
+  options.endpoint_order = EndpointOrder::kListed;
   auto client = NewClient(options);
   ASSERT_NE(client, nullptr);
   ASSERT_OK_AND_ASSIGN(const int64_t start, client->Put(prefix_ + "k", "0"));
@@ -671,6 +678,109 @@ TEST_F(EtcdClientTest, AHungMemberIsLeftForAnother) {
   cluster_->Resume(hung);
 }
 
+// The same without keep-alive pings (etcd's default refuses them more often
+// than every 5 s): the watch asks its silent member for a progress report,
+// leaves it when no answer comes within dial_timeout, and resumes on another
+// member without losing or repeating an event; calls then start elsewhere
+// too. A lease renewal gives up on the member in time to renew the lease
+// through another.
+TEST_F(EtcdClientTest, AFrozenMemberIsLeftWithoutKeepAlivePings) {
+  ASSERT_OK_AND_ASSIGN(const int leader, cluster_->Leader());
+  const int frozen = (leader + 1) % cluster_->size();
+  EtcdClientOptions options;
+  options.endpoints = {cluster_->endpoint(frozen)};
+  std::vector<std::string> healthy;
+  for (int i = 0; i < cluster_->size(); ++i) {
+    if (i != frozen) {
+      options.endpoints.push_back(cluster_->endpoint(i));
+      healthy.push_back(cluster_->endpoint(i));
+    }
+  }
+  options.dial_timeout = absl::Milliseconds(500);
+  options.request_timeout = absl::Seconds(3);
+  options.keepalive_time = absl::Hours(1);
+  options.endpoint_order = EndpointOrder::kListed;
+  auto client = NewClient(options);
+  auto writer = NewClient({.endpoints = healthy});
+  ASSERT_NE(client, nullptr);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_OK_AND_ASSIGN(const int64_t start, client->Put(prefix_ + "k", "0"));
+  ASSERT_OK_AND_ASSIGN(Lease lease, client->LeaseGrant(absl::Seconds(3)));
+  ASSERT_OK(client->Put(prefix_ + "leased", "x", lease.id));
+  std::atomic<bool> lost{false};
+  auto keep_alive =
+      client->KeepAlive(lease, [&](absl::Status) { lost = true; });
+  WatchLog log;
+  auto watch = client->WatchPrefix({.prefix = prefix_, .start_revision = start},
+                                   log.Handlers());
+  ASSERT_TRUE(log.WaitForEvents(2, absl::Seconds(10)));
+  ASSERT_EQ(watch->endpoint(), cluster_->endpoint(frozen));
+
+  cluster_->Pause(frozen);
+  const absl::Time frozen_at = absl::Now();
+  ASSERT_OK(writer->Put(prefix_ + "k", "1").status());
+  // A probe after 500 ms of silence, dial_timeout for its answer.
+  const absl::Duration bound =
+      options.watch_probe_interval + options.dial_timeout + absl::Seconds(1);
+  ASSERT_TRUE(log.WaitForEvents(3, bound - (absl::Now() - frozen_at)))
+      << "the watch on the frozen member got nothing within "
+      << absl::FormatDuration(bound);
+  std::cout << "the watch left the frozen member after "
+            << absl::FormatDuration(absl::Now() - frozen_at) << "\n";
+  EXPECT_NE(watch->endpoint(), cluster_->endpoint(frozen));
+  EXPECT_EQ(log.disconnections(), 1);
+  // Calls no longer start at the frozen member.
+  const absl::Time sent = absl::Now();
+  ASSERT_OK(client->Put(prefix_ + "k", "2").status());
+  EXPECT_LT(absl::Now() - sent, options.dial_timeout);
+  ASSERT_TRUE(log.WaitForEvents(4, absl::Seconds(5)));
+  const std::vector<Event> events = log.events();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].kv.value, "0");
+  EXPECT_EQ(events[1].kv.key, prefix_ + "leased");
+  EXPECT_EQ(events[2].kv.value, "1");
+  EXPECT_EQ(events[3].kv.value, "2");
+
+  // Two TTLs with the member still frozen: the lease lives on.
+  const absl::Time until = frozen_at + 2 * lease.ttl;
+  while (absl::Now() < until && !lost) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_FALSE(lost);
+  ASSERT_OK_AND_ASSIGN(std::optional<KeyValue> leased,
+                       writer->Get(prefix_ + "leased"));
+  EXPECT_TRUE(leased.has_value());
+  cluster_->Resume(frozen);
+}
+
+// A watch with nothing to deliver is probed twice a second: the answers
+// neither end it nor show up as batches.
+TEST_F(EtcdClientTest, AnIdleWatchIsProbedQuietly) {
+  auto client = NewClient({.keepalive_time = absl::Hours(1)});
+  ASSERT_NE(client, nullptr);
+  ASSERT_OK_AND_ASSIGN(const int64_t start, client->Put(prefix_ + "k", "0"));
+  WatchLog log;
+  auto watch = client->WatchPrefix({.prefix = prefix_, .start_revision = start},
+                                   log.Handlers());
+  ASSERT_TRUE(log.WaitForEvents(1, absl::Seconds(10)));
+  const std::string endpoint = watch->endpoint();
+  // The store moves past the watch's next revision, outside its prefix: an
+  // answer to a probe carries that revision but is no progress report.
+  ASSERT_OK(client->Put("/elsewhere" + prefix_, "x").status());
+  // Over several probes (every 500 ms of silence).
+  const absl::Time until = absl::Now() + absl::Seconds(3);
+  while (absl::Now() < until) {
+    EXPECT_TRUE(watch->connected());
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(log.disconnections(), 0);
+  EXPECT_EQ(log.batches(), 1);
+  EXPECT_EQ(watch->endpoint(), endpoint);
+  ASSERT_OK(client->Put(prefix_ + "k", "1").status());
+  ASSERT_TRUE(log.WaitForEvents(2, absl::Seconds(5)));
+  EXPECT_EQ(watch->next_revision(), log.events().back().kv.mod_revision + 1);
+}
+
 // A port that accepts connections but never speaks: the kernel completes
 // the handshake from the listen backlog.
 class SilentListener {
@@ -705,6 +815,7 @@ TEST_F(EtcdClientTest, UnreachableEndpointsFirstInTheListAreSkipped) {
   }
   options.dial_timeout = absl::Milliseconds(300);
   options.request_timeout = absl::Seconds(3);
+  options.endpoint_order = EndpointOrder::kListed;
   auto client = NewClient(options);
   ASSERT_NE(client, nullptr);
 
@@ -797,6 +908,27 @@ TEST(EtcdClientTlsTest, TalksToMembersThatRequireClientCertificates) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdClient> no_certificate,
                        EtcdClient::Create(anonymous));
   EXPECT_FALSE(no_certificate->Get("/tls/k").ok());
+}
+
+TEST(EtcdSpreadTest, ClientsSpreadOverTheEndpoints) {
+  // Pods of a Deployment: one host name each, the same process id.
+  std::vector<int> pods(3, 0);
+  for (int i = 0; i < 60; ++i) {
+    ++pods[SpreadIndex(absl::StrCat("aside-7d9f8c-", i), 1, 3)];
+  }
+  // Processes on one host.
+  std::vector<int> processes(3, 0);
+  for (int pid = 100; pid < 160; ++pid) {
+    ++processes[SpreadIndex("host", pid, 3)];
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GE(pods[i], 10) << i;
+    EXPECT_GE(processes[i], 10) << i;
+  }
+  // The same every time; always an index.
+  EXPECT_EQ(SpreadIndex("aside-0", 1, 5), SpreadIndex("aside-0", 1, 5));
+  EXPECT_EQ(SpreadIndex("aside-0", 1, 1), 0u);
+  EXPECT_EQ(SpreadIndex("", 0, 0), 0u);
 }
 
 TEST(EtcdClientOptionsTest, RejectsWhatCannotWork) {

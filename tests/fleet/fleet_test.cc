@@ -3,25 +3,31 @@
 // serve from every replica with the same generation; conflicting writes
 // through two replicas: one wins, the other is ABORTED; losing etcd loses
 // only Admin writes; compaction and bad values are survived; acknowledged
-// mutations survive SIGKILLed etcd leaders.
+// mutations survive SIGKILLed etcd leaders; and a history of racing
+// read-modify-writes through random replicas is linearisable (every stored
+// version is exactly one write applied to its predecessor).
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
+#include "etcd/etcdserverpb/rpc.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "tests/fleet/fleet_helpers.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/eventually.h"
-#include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -31,166 +37,29 @@ namespace {
 using ::aside::testing::Context;
 using ::aside::testing::EtcdCluster;
 using ::aside::testing::Eventually;
+using ::aside::testing::MakeGroup;
+using ::aside::testing::Replica;
 using ::aside::testing::RunningServer;
-using ::aside::testing::TempDir;
 using ::testing::HasSubstr;
 
-constexpr char kToken[] = "fleet-admin-token";
-// A `report` credential: load reports, and what replicas present to each
-// other's LoadView.
-constexpr char kReportToken[] = "fleet-report-token-0123";
-constexpr char kPrefix[] = "/aside-fleet/";
+constexpr const char* kReportToken = ::aside::testing::kFleetReportToken;
+constexpr const char* kPrefix = ::aside::testing::kFleetPrefix;
 
-v1::Group MakeGroup(const std::string& name, std::vector<int> ports) {
-  v1::Group g;
-  g.set_name(name);
-  g.mutable_health_check()->set_kind(v1::HealthCheck::NONE);
-  for (int port : ports) {
-    g.add_backends()->set_address(absl::StrCat("127.0.0.1:", port));
-  }
-  return g;
-}
-
-// One replica and its stubs.
-struct Replica {
-  RunningServer server;
-  std::unique_ptr<v1::Admin::Stub> admin;
-  std::unique_ptr<v1::LoadBalancer::Stub> lb;
-
-  grpc::Status Create(const v1::Group& g, v1::Group* out = nullptr) {
-    v1::CreateGroupRequest req;
-    *req.mutable_group() = g;
-    v1::Group ignored;
-    return admin->CreateGroup(Context(kToken).get(), req,
-                              out != nullptr ? out : &ignored);
-  }
-  grpc::Status SetBackends(const std::string& name, std::vector<int> ports,
-                           v1::Group* out = nullptr) {
-    v1::UpdateGroupRequest req;
-    *req.mutable_group() = MakeGroup(name, std::move(ports));
-    req.mutable_update_mask()->add_paths("backends");
-    v1::Group ignored;
-    return admin->UpdateGroup(Context(kToken).get(), req,
-                              out != nullptr ? out : &ignored);
-  }
-  grpc::Status Delete(const std::string& name) {
-    v1::DeleteGroupRequest req;
-    req.set_name(name);
-    v1::DeleteGroupResponse resp;
-    return admin->DeleteGroup(Context(kToken).get(), req, &resp);
-  }
-  std::optional<v1::Group> Get(const std::string& name) {
-    v1::GetGroupRequest req;
-    req.set_name(name);
-    v1::Group g;
-    if (!admin->GetGroup(Context(kToken).get(), req, &g).ok()) {
-      return std::nullopt;
-    }
-    return g;
-  }
-  // The group's backend addresses as this replica serves them ("" when
-  // it has no such group).
-  std::string Backends(const std::string& name) {
-    std::optional<v1::Group> g = Get(name);
-    if (!g.has_value()) {
-      return "";
-    }
-    std::vector<std::string> out;
-    for (const v1::Backend& b : g->backends()) {
-      out.push_back(b.address());
-    }
-    return absl::StrJoin(out, ",");
-  }
-  uint64_t Generation(const std::string& name) {
-    v1::ListGroupsResponse resp;
-    admin->ListGroups(Context(kToken).get(), v1::ListGroupsRequest(), &resp);
-    for (const v1::Group& g : resp.groups()) {
-      if (g.name() == name) {
-        return g.generation();
-      }
-    }
-    return 0;
-  }
-  v1::StoreState Store() {
-    v1::ListTargetsResponse resp;
-    admin->ListTargets(Context(kToken).get(), v1::ListTargetsRequest(), &resp);
-    return resp.store();
-  }
-  grpc::Status Pick(const std::string& group, v1::PickResponse* out,
-                    const std::string& token = "") {
-    v1::PickRequest req;
-    req.set_group(group);
-    req.set_session_token(token);
-    return lb->Pick(Context().get(), req, out);
-  }
-  std::string Metrics() {
-    absl::StatusOr<aside::testing::HttpResponse> r =
-        aside::testing::HttpGet("127.0.0.1", server.metrics_port, "/metrics");
-    return r.ok() ? r->body : "";
-  }
-};
-
-class FleetTest : public ::testing::Test {
+class FleetTest : public ::aside::testing::FleetTestBase {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster = EtcdCluster::Start();
-    if (!cluster.ok() && absl::IsNotFound(cluster.status())) {
-      GTEST_SKIP() << cluster.status();
+    StartCluster();
+    if (IsSkipped() || HasFatalFailure()) {
+      return;
     }
-    ASSERT_OK(cluster.status());
-    cluster_ = *std::move(cluster);
-    tokens_ = dir_.WriteFile(
-        "tokens", absl::StrCat(kToken, " admin\n", kReportToken, " report\n"));
-    peer_token_ =
-        dir_.WriteFile("peer-token", absl::StrCat(kReportToken, "\n"));
     for (int i = 0; i < 3; ++i) {
       AddReplica(cluster_->endpoints());
-    }
-  }
-
-  std::string Config(const std::vector<std::string>& endpoints,
-                     const std::string& extra = "") {
-    return absl::StrCat(
-        extra, "store:\n  type: etcd\n  etcd:\n    endpoints: [",
-        absl::StrJoin(endpoints, ", "), "]\n    prefix: ", kPrefix,
-        "\n    dial_timeout: 300ms\n    request_timeout: 2s\n",
-        "admin:\n  token_file: ", tokens_, "\n",
-        "fleet:\n  member_ttl: 2s\n  peer_token_file: ", peer_token_, "\n");
-  }
-
-  void AddReplica(const std::vector<std::string>& endpoints,
-                  const std::string& extra = "") {
-    const int i = static_cast<int>(replicas_.size());
-    const std::string config = dir_.WriteFile(
-        absl::StrCat("aside-", i, ".yaml"), Config(endpoints, extra));
-    absl::StatusOr<RunningServer> server = aside::testing::StartServer(
-        absl::StrCat(dir_.path(), "/state-", i), {"--config", config});
-    ASSERT_OK(server.status());
-    auto r = std::make_unique<Replica>();
-    r->server = *std::move(server);
-    auto channel = grpc::CreateChannel(r->server.target(),
-                                       grpc::InsecureChannelCredentials());
-    r->admin = v1::Admin::NewStub(channel);
-    r->lb = v1::LoadBalancer::NewStub(channel);
-    replicas_.push_back(std::move(r));
-  }
-
-  // Keeps the servers' stderr pipes from filling.
-  void Drain() {
-    for (auto& r : replicas_) {
-      r->server.process->ReadAvailable();
     }
   }
 
   Replica& A() { return *replicas_[0]; }
   Replica& B() { return *replicas_[1]; }
   Replica& C() { return *replicas_[2]; }
-
-  TempDir dir_;
-  std::string tokens_;
-  std::string peer_token_;
-  std::unique_ptr<EtcdCluster> cluster_;
-  std::vector<std::unique_ptr<Replica>> replicas_;
 };
 
 TEST_F(FleetTest, GroupCreatedOnAServesFromBAndCWithTheSameGeneration) {
@@ -609,6 +478,244 @@ TEST_F(FleetTest, AcknowledgedMutationsSurviveLeaderKills) {
     EXPECT_GE(port, acked[g]) << name;
     EXPECT_LE(port, attempted[g]) << name;
   }
+}
+
+// One Admin operation of the history test and what it got.
+struct HistoryOp {
+  enum Kind { kDrain, kUndrain, kAdd, kRemove } kind;
+  int group = 0;
+  std::string address;
+  absl::Time start, end;
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  int64_t revision = 0;  // of an acknowledged write
+};
+
+// A group's backends as stored: address -> drained.
+using StoredBackends = std::map<std::string, bool>;
+
+std::string Describe(const HistoryOp& op) {
+  static constexpr const char* kNames[] = {"drain", "undrain", "add", "remove"};
+  return absl::StrCat(kNames[op.kind], " ", op.address, " in h", op.group,
+                      " -> ", op.code, " @", op.revision);
+}
+
+// What `op` makes of `before` (nullopt: its precondition fails there).
+std::optional<StoredBackends> ApplyOp(const HistoryOp& op,
+                                      const StoredBackends& before) {
+  StoredBackends after = before;
+  auto it = after.find(op.address);
+  switch (op.kind) {
+    case HistoryOp::kAdd:
+      if (it != after.end()) return std::nullopt;
+      after[op.address] = false;
+      break;
+    case HistoryOp::kRemove:
+      if (it == after.end()) return std::nullopt;
+      after.erase(it);
+      break;
+    case HistoryOp::kDrain:
+    case HistoryOp::kUndrain:
+      if (it == after.end()) return std::nullopt;
+      it->second = op.kind == HistoryOp::kDrain;
+      break;
+  }
+  return after;
+}
+
+// Every stored version of one key, oldest first, read from etcd itself
+// (not through the client under test): {mod_revision, value}.
+std::vector<std::pair<int64_t, std::string>> KeyHistory(
+    etcdserverpb::KV::Stub& kv, const std::string& key) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  int64_t at = 0;  // newest
+  for (;;) {
+    etcdserverpb::RangeRequest req;
+    req.set_key(key);
+    req.set_revision(at);
+    etcdserverpb::RangeResponse resp;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    if (!kv.Range(&context, req, &resp).ok() || resp.kvs().empty()) {
+      break;
+    }
+    const auto& found = resp.kvs(0);
+    out.emplace_back(found.mod_revision(), found.value());
+    if (found.version() == 1) {
+      break;
+    }
+    at = found.mod_revision() - 1;
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+TEST_F(FleetTest, RacingWritesThroughRandomReplicasFormALinearisableHistory) {
+  constexpr int kGroups = 2;
+  constexpr int kWriters = 4;
+  constexpr int kOpsPerWriter = 200;
+  constexpr int kPool = 6;  // backend ports per group
+  for (int g = 0; g < kGroups; ++g) {
+    ASSERT_TRUE(
+        A().Create(MakeGroup(absl::StrCat("h", g), {7000, 7001, 7002, 7003}))
+            .ok());
+  }
+  for (int g = 0; g < kGroups; ++g) {
+    ASSERT_TRUE(Eventually([&] {
+      return !B().Backends(absl::StrCat("h", g)).empty() &&
+             !C().Backends(absl::StrCat("h", g)).empty();
+    }));
+  }
+  std::vector<std::vector<HistoryOp>> ops(kWriters);
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      std::mt19937 rng(100 + w);
+      for (int i = 0; i < kOpsPerWriter; ++i) {
+        HistoryOp op{
+            .kind = static_cast<HistoryOp::Kind>(rng() % 4),
+            .group = static_cast<int>(rng() % kGroups),
+            .address = absl::StrCat("127.0.0.1:", 7000 + rng() % kPool)};
+        Replica& r = *replicas_[rng() % replicas_.size()];
+        const std::string name = absl::StrCat("h", op.group);
+        v1::Group out;
+        grpc::Status s;
+        op.start = absl::Now();
+        if (op.kind == HistoryOp::kAdd) {
+          v1::AddBackendsRequest req;
+          req.set_group(name);
+          req.add_backends()->set_address(op.address);
+          s = r.admin->AddBackends(
+              Context(::aside::testing::kFleetAdminToken).get(), req, &out);
+        } else if (op.kind == HistoryOp::kRemove) {
+          v1::RemoveBackendsRequest req;
+          req.set_group(name);
+          req.add_addresses(op.address);
+          s = r.admin->RemoveBackends(
+              Context(::aside::testing::kFleetAdminToken).get(), req, &out);
+        } else {
+          v1::DrainBackendsRequest req;
+          req.set_group(name);
+          req.add_addresses(op.address);
+          req.set_drained(op.kind == HistoryOp::kDrain);
+          s = r.admin->DrainBackends(
+              Context(::aside::testing::kFleetAdminToken).get(), req, &out);
+        }
+        op.end = absl::Now();
+        op.code = s.error_code();
+        if (s.ok()) {
+          op.revision = out.store_revision();
+        }
+        ops[w].push_back(op);
+      }
+    });
+  }
+  for (std::thread& t : writers) {
+    t.join();
+  }
+  Drain();
+  auto channel = grpc::CreateChannel(cluster_->endpoint(0),
+                                     grpc::InsecureChannelCredentials());
+  auto kv = etcdserverpb::KV::NewStub(channel);
+  int acknowledged = 0, refused = 0, aborted = 0;
+  for (int g = 0; g < kGroups; ++g) {
+    // The stored versions of the group, decoded.
+    std::vector<std::pair<int64_t, StoredBackends>> versions;
+    for (const auto& [revision, value] :
+         KeyHistory(*kv, absl::StrCat(kPrefix, "groups/h", g))) {
+      v1::Group stored;
+      ASSERT_TRUE(
+          google::protobuf::util::JsonStringToMessage(value, &stored).ok());
+      StoredBackends backends;
+      for (const v1::Backend& b : stored.backends()) {
+        backends[b.address()] = b.drained();
+      }
+      versions.emplace_back(revision, std::move(backends));
+    }
+    ASSERT_FALSE(versions.empty());
+    std::map<int64_t, const HistoryOp*> by_revision;
+    std::vector<const HistoryOp*> indeterminate, group_ops;
+    for (const auto& writer : ops) {
+      for (const HistoryOp& op : writer) {
+        if (op.group != g) continue;
+        group_ops.push_back(&op);
+        if (op.code == grpc::StatusCode::OK) {
+          ++acknowledged;
+          ASSERT_GT(op.revision, 0) << Describe(op);
+          ASSERT_TRUE(by_revision.emplace(op.revision, &op).second)
+              << "two writes acknowledged at one revision: " << Describe(op);
+        } else if (op.code == grpc::StatusCode::NOT_FOUND ||
+                   op.code == grpc::StatusCode::ALREADY_EXISTS) {
+          ++refused;
+        } else if (op.code == grpc::StatusCode::ABORTED) {
+          ++aborted;
+        } else {
+          indeterminate.push_back(&op);
+        }
+      }
+    }
+    // 1. Every version after the first is one write applied to the version
+    // before it: the acknowledged write of that revision, or one whose
+    // reply was lost. A write computed from an older version shows here as
+    // a version that undoes someone else's change.
+    for (size_t i = 1; i < versions.size(); ++i) {
+      const auto& [revision, after] = versions[i];
+      const StoredBackends& before = versions[i - 1].second;
+      auto acked = by_revision.find(revision);
+      if (acked != by_revision.end()) {
+        std::optional<StoredBackends> expected =
+            ApplyOp(*acked->second, before);
+        EXPECT_TRUE(expected.has_value() && *expected == after)
+            << "h" << g << " revision " << revision << " is not "
+            << Describe(*acked->second) << " applied to revision "
+            << versions[i - 1].first;
+        by_revision.erase(acked);
+        continue;
+      }
+      bool explained = false;
+      for (const HistoryOp* op : indeterminate) {
+        std::optional<StoredBackends> expected = ApplyOp(*op, before);
+        explained = explained || (expected.has_value() && *expected == after);
+      }
+      EXPECT_TRUE(explained) << "h" << g << " revision " << revision
+                             << " was written by no operation";
+    }
+    // 2. Every acknowledged write is in the history.
+    for (const auto& [revision, op] : by_revision) {
+      ADD_FAILURE() << "acknowledged but not stored: " << Describe(*op);
+    }
+    // 3. A refusal (NOT_FOUND, ALREADY_EXISTS) was true of a version the
+    // group held while the call ran: not older than every write
+    // acknowledged before it started, not newer than any acknowledged
+    // write that started after it ended.
+    for (const HistoryOp* op : group_ops) {
+      if (op->code != grpc::StatusCode::NOT_FOUND &&
+          op->code != grpc::StatusCode::ALREADY_EXISTS) {
+        continue;
+      }
+      int64_t lo = 0, hi = std::numeric_limits<int64_t>::max();
+      for (const HistoryOp* other : group_ops) {
+        if (other->code != grpc::StatusCode::OK) continue;
+        if (other->end < op->start) lo = std::max(lo, other->revision);
+        if (other->start > op->end) hi = std::min(hi, other->revision);
+      }
+      bool justified = false;
+      for (size_t i = 0; i < versions.size(); ++i) {
+        const int64_t next = i + 1 < versions.size()
+                                 ? versions[i + 1].first
+                                 : std::numeric_limits<int64_t>::max();
+        // Version i was current over [revision_i, next).
+        if (next <= lo || versions[i].first >= hi) continue;
+        justified = justified || !ApplyOp(*op, versions[i].second).has_value();
+      }
+      EXPECT_TRUE(justified)
+          << Describe(*op) << ": no version current during the call says so";
+    }
+  }
+  // Most writes are acknowledged: the commuting ones are retried on the
+  // stored value rather than ABORTED.
+  EXPECT_GT(acknowledged, kWriters * kOpsPerWriter / 3)
+      << "refused " << refused << ", aborted " << aborted;
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "lib/status_macros.h"
+#include "server/admin_convert.h"
 #include "server/etcd_store.h"
 #include "server/group_registry.h"
 #include "server/metrics.h"
@@ -160,6 +162,19 @@ TEST_P(StoreContractTest, AnUnreachableStoreIsUnavailableNamingIt) {
   EXPECT_THAT(store->state().last_error, HasSubstr(cluster_->endpoint(0)));
 }
 
+TEST_P(StoreContractTest, ReadGroupReturnsTheStoredDefinitionAndItsRevision) {
+  ASSERT_OK_AND_ASSIGN(StoreChange absent, store_->ReadGroup("r"));
+  EXPECT_FALSE(absent.definition.has_value());
+  EXPECT_EQ(absent.revision, 0);
+  ASSERT_OK_AND_ASSIGN(const int64_t written,
+                       store_->PutGroup(MakeGroup("r", 4), 0));
+  ASSERT_OK_AND_ASSIGN(StoreChange read, store_->ReadGroup("r"));
+  ASSERT_TRUE(read.definition.has_value());
+  EXPECT_EQ(read.definition->backends(0).address(), "127.0.0.1:4");
+  EXPECT_EQ(read.revision, written);
+  EXPECT_FALSE(read.bad_value);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllStores, StoreContractTest,
                          ::testing::Values("sqlite", "etcd"),
                          [](const auto& info) { return info.param; });
@@ -266,6 +281,146 @@ TEST_F(StoreSyncTest, ConfigFileGroupsWinOverStoredOnes) {
       {{.name = "web", .definition = MakeGroup("web", 1), .revision = 3}});
   EXPECT_EQ(registry_->Find("web")->spec().source, GroupSource::kFile);
   EXPECT_TRUE(registry_->Find("web")->spec().backends.empty());
+}
+
+// StoreSync::Mutate against a real etcd: a second client writes behind the
+// replica's back (this sync does not follow the store, so its view stays
+// behind, as a replica's does between a write elsewhere and its watch).
+class StoreMutateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+        EtcdCluster::Start({.members = 1});
+    if (!cluster.ok() && absl::IsNotFound(cluster.status())) {
+      GTEST_SKIP() << cluster.status();
+    }
+    ASSERT_OK(cluster.status());
+    cluster_ = *std::move(cluster);
+    StoreConfig config;
+    config.type = "etcd";
+    config.endpoints = cluster_->endpoints();
+    config.prefix = "/mutate/";
+    ASSERT_OK_AND_ASSIGN(store_, EtcdStore::Create(config, &metrics_));
+    ASSERT_OK_AND_ASSIGN(other_, EtcdStore::Create(config, nullptr));
+    ASSERT_OK_AND_ASSIGN(registry_,
+                         GroupRegistry::Create(&metrics_, 1000, 100));
+    sync_ =
+        std::make_unique<StoreSync>(store_.get(), registry_.get(), &metrics_);
+  }
+
+  // An edit that drains 127.0.0.1:1, counting its runs.
+  StoreSync::Edit DrainFirst(int* runs) {
+    return [runs](const GroupSpec* current)
+               -> absl::StatusOr<std::optional<GroupSpec>> {
+      ++*runs;
+      if (current == nullptr) {
+        return absl::NotFoundError("no group");
+      }
+      GroupSpec next = *current;
+      next.backends[0].drained = true;
+      return std::optional<GroupSpec>(std::move(next));
+    };
+  }
+  StoreSync::Edit Create(v1::Group g) {
+    return [g](const GroupSpec*) -> absl::StatusOr<std::optional<GroupSpec>> {
+      ASIDE_ASSIGN_OR_RETURN(GroupSpec spec, GroupSpecFromProto("group", g));
+      spec.source = GroupSource::kStore;
+      return std::optional<GroupSpec>(std::move(spec));
+    };
+  }
+  v1::Group Stored(const std::string& name) {
+    absl::StatusOr<StoreChange> read = other_->ReadGroup(name);
+    return read.ok() && read->definition.has_value() ? *read->definition
+                                                     : v1::Group();
+  }
+
+  Metrics metrics_;
+  std::unique_ptr<EtcdCluster> cluster_;
+  std::unique_ptr<EtcdStore> store_, other_;
+  std::unique_ptr<GroupRegistry> registry_;
+  std::unique_ptr<StoreSync> sync_;
+};
+
+TEST_F(StoreMutateTest, ALostRaceIsRetriedOnTheStoredValueNeverOverIt) {
+  ASSERT_OK_AND_ASSIGN(
+      StoreSync::Written created,
+      sync_->Mutate("a", 0, StoreSync::OnConflict::kAbortOnConflict,
+                    Create(MakeGroup("a", 1))));
+  // Another replica adds a backend; this one has not seen it.
+  v1::Group two = MakeGroup("a", 1);
+  two.add_backends()->set_address("127.0.0.1:2");
+  ASSERT_OK_AND_ASSIGN(const int64_t behind,
+                       other_->PutGroup(two, created.revision));
+  int runs = 0;
+  ASSERT_OK_AND_ASSIGN(
+      StoreSync::Written drained,
+      sync_->Mutate("a", 0, StoreSync::OnConflict::kRetryOnConflict,
+                    DrainFirst(&runs)));
+  EXPECT_EQ(runs, 2);  // the local view lost, the stored one won
+  EXPECT_GT(drained.revision, behind);
+  const v1::Group stored = Stored("a");
+  ASSERT_EQ(stored.backends_size(), 2);  // the other write is kept
+  EXPECT_TRUE(stored.backends(0).drained());
+  EXPECT_EQ(registry_->Find("a")->spec().backends.size(), 2u);
+}
+
+TEST_F(StoreMutateTest, AChangeLandingBetweenReadAndWriteAbortsAReplacement) {
+  ASSERT_OK_AND_ASSIGN(
+      StoreSync::Written created,
+      sync_->Mutate("a", 0, StoreSync::OnConflict::kAbortOnConflict,
+                    Create(MakeGroup("a", 1))));
+  // While the edit runs, the feed applies a newer revision written
+  // elsewhere (the interleaving that used to write a stale definition
+  // under the newer revision's condition).
+  int runs = 0;
+  absl::StatusOr<StoreSync::Written> result = sync_->Mutate(
+      "a", 0, StoreSync::OnConflict::kAbortOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        ++runs;
+        v1::Group newer = MakeGroup("a", 3);
+        absl::StatusOr<int64_t> w = other_->PutGroup(newer, created.revision);
+        EXPECT_OK(w.status());
+        sync_->ApplyChanges(
+            {{.name = "a", .definition = newer, .revision = w.ok() ? *w : 0}});
+        GroupSpec next = *current;
+        next.backends[0].drained = true;
+        return std::optional<GroupSpec>(std::move(next));
+      });
+  EXPECT_THAT(result.status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("revision")));
+  EXPECT_EQ(runs, 1);
+  // The newer write stands; the stale edit was not applied over it.
+  const v1::Group stored = Stored("a");
+  ASSERT_EQ(stored.backends_size(), 1);
+  EXPECT_EQ(stored.backends(0).address(), "127.0.0.1:3");
+  EXPECT_FALSE(stored.backends(0).drained());
+}
+
+TEST_F(StoreMutateTest, AGroupWrittenElsewhereIsReadFromTheStoreNotRefused) {
+  ASSERT_OK(other_->PutGroup(MakeGroup("b", 1), 0).status());
+  int runs = 0;
+  ASSERT_OK_AND_ASSIGN(
+      StoreSync::Written drained,
+      sync_->Mutate("b", 0, StoreSync::OnConflict::kAbortOnConflict,
+                    DrainFirst(&runs)));
+  EXPECT_EQ(runs, 2);  // NOT_FOUND here, then the store's own value
+  EXPECT_TRUE(Stored("b").backends(0).drained());
+  // The caller's precondition: a revision that is not the stored one.
+  runs = 0;
+  EXPECT_THAT(
+      sync_
+          ->Mutate("b", drained.revision - 1,
+                   StoreSync::OnConflict::kRetryOnConflict, DrainFirst(&runs))
+          .status(),
+      StatusIs(absl::StatusCode::kAborted,
+               HasSubstr(absl::StrCat("store revision ", drained.revision))));
+  EXPECT_EQ(runs, 0);
+  EXPECT_OK(sync_
+                ->Mutate("b", drained.revision,
+                         StoreSync::OnConflict::kAbortOnConflict,
+                         DrainFirst(&runs))
+                .status());
 }
 
 }  // namespace

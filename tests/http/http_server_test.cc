@@ -335,9 +335,16 @@ TEST_F(HttpServerTest, ConnectionBeyondTotalCapIsClosed) {
   HttpServerOptions options;
   options.max_connections = 6;
   Start(options);
+  // Six kept-alive connections that each completed a request: none can be
+  // evicted, so a seventh is refused.
   std::vector<RawConnection> hogs;
   for (int i = 0; i < 6; ++i) {
     hogs.push_back(Connect(absl::StrCat("127.0.1.", i + 1)));
+    ASSERT_TRUE(
+        hogs.back().Send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+    auto res = ReadResponse(hogs.back(), absl::Seconds(5));
+    ASSERT_TRUE(res.ok()) << res.status();
+    EXPECT_EQ(res->status, 200);
   }
   ASSERT_TRUE(WaitUntil([&] { return server_->open_connections() == 6; },
                         absl::Seconds(5)));
@@ -353,6 +360,49 @@ TEST_F(HttpServerTest, ConnectionBeyondTotalCapIsClosed) {
   auto res = RawGet(kLocal, port_, "/hello");
   ASSERT_TRUE(res.ok()) << res.status();
   EXPECT_EQ(res->status, 200);
+}
+
+// Peers from many addresses holding partial requests fill the total cap
+// without reaching any per-peer cap; a client that sends whole requests is
+// still served: each new connection at the cap closes the oldest one that
+// has not delivered a complete request.
+TEST_F(HttpServerTest, PartialRequestsFromManyAddressesCannotKeepScrapesOut) {
+  HttpServerOptions options;
+  options.max_connections = 64;
+  options.max_connections_per_peer = 4;
+  options.header_timeout = absl::Seconds(30);  // the hogs outlive the test
+  Start(options);
+  constexpr int kAddresses = 20;  // 20 × 4 > 64
+  std::vector<RawConnection> hogs;
+  auto hog = [&](int i) {
+    absl::StatusOr<RawConnection> c = RawConnection::Connect(
+        kLocal, port_, absl::StrCat("127.0.2.", i % kAddresses + 1));
+    if (c.ok() && c->Send("GET /hello HTTP/1.1\r\nHost: x\r\n").ok()) {
+      hogs.push_back(*std::move(c));
+    }
+  };
+  for (int i = 0; i < kAddresses * 4; ++i) {
+    hog(i);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return server_->open_connections() == 64; },
+                        absl::Seconds(5)));
+  int served = 0;
+  for (int round = 0; round < 30; ++round) {
+    // The attackers re-open what was closed, as the scrapes go on.
+    std::erase_if(hogs, [](RawConnection& c) { return !c.PeerOpen(); });
+    for (int i = 0; hogs.size() < kAddresses * 4 && i < kAddresses * 4; ++i) {
+      hog(i);
+    }
+    auto res = RawGet(kLocal, port_, "/hello");
+    if (res.ok() && res->status == 200) {
+      ++served;
+    }
+  }
+  EXPECT_EQ(served, 30);
+  EXPECT_GT(
+      Metric("aside_http_connections_closed_total", {{"reason", "evicted"}}),
+      0);
+  EXPECT_LE(server_->open_connections(), 64u);
 }
 
 // The acceptor survives EMFILE: with no descriptor left, accept fails and is

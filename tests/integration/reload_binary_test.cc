@@ -372,6 +372,85 @@ TEST_F(ReloadTest, ConfigGroupNamedLikeAnAdminGroupFailsTheReload) {
   EXPECT_EQ(group.backends(0).weight(), 100u);
 }
 
+// A reload is checked against the whole namespace before any step: a file
+// group whose alias an Admin group holds (in another spelling) refuses the
+// reload, and nothing else in the file is applied. A start with the same
+// file reaches the same decision.
+TEST_F(ReloadTest, AnAliasCollisionWithAnAdminGroupChangesNothing) {
+  const std::string tokens =
+      dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+  Start(Config(100), {"--admin-token-file", tokens});
+  v1::CreateGroupRequest create;
+  create.mutable_group()->set_name("owned");
+  create.mutable_group()->add_aliases("shop.example");
+  v1::Group created;
+  grpc::Status s = v1::Admin::NewStub(channel_)->CreateGroup(
+      Context(kToken).get(), create, &created);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+
+  // web changes and a new group takes the Admin group's alias.
+  const std::string colliding =
+      Config(300, "", true,
+             "  - name: store\n    health_check: {kind: none}\n"
+             "    aliases: [Shop.Example.]\n    backends: [127.0.0.1:9401]\n");
+  ReplaceFile(config_, colliding);
+  ASSERT_TRUE(WaitForMetric(
+      server_, "aside_config_reloads_total{result=\"failure\"} 1"));
+  ASSERT_OK_AND_ASSIGN(
+      std::string line,
+      server_.process->WaitForLine("event=config.reload_failed", kDeadline));
+  EXPECT_THAT(line, HasSubstr(absl::StrCat(config_, ":16:")));
+  EXPECT_THAT(line, HasSubstr("alias 'Shop.Example.' is already an alias of "
+                              "group 'owned' (created through Admin)"));
+  EXPECT_THAT(Metrics(server_),
+              HasSubstr("aside_config_last_reload_successful 0"));
+  auto admin = v1::Admin::NewStub(channel_);
+  v1::GetGroupRequest get;
+  v1::Group group;
+  get.set_name("web");
+  s = admin->GetGroup(Context(kToken).get(), get, &group);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(group.backends(0).weight(), 100u);  // not 300
+  get.set_name("store");
+  EXPECT_EQ(admin->GetGroup(Context(kToken).get(), get, &group).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  get.set_name("owned");
+  s = admin->GetGroup(Context(kToken).get(), get, &group);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(group.aliases_size(), 1);
+
+  // Restarted on the same file and state: refused, naming file:line and
+  // the Admin group, and the state is untouched.
+  server_.process->Signal(SIGTERM);
+  ASSERT_TRUE(server_.process->Wait(kDeadline).has_value());
+  server_.process.reset();
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<aside::testing::Process> again,
+      aside::testing::Process::Start(
+          {aside::testing::BinDir() + "/aside-server", "--listen",
+           "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--state-dir",
+           dir_.path() + "/state", "--config", config_, "--admin-token-file",
+           tokens}));
+  const std::optional<int> code = again->Wait(kDeadline);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(*code, 0);
+  again->DrainStderr(absl::Seconds(10));
+  const std::string log = again->StderrText();
+  EXPECT_THAT(log, HasSubstr(absl::StrCat(config_,
+                                          ":16: groups[2].aliases[0]: "
+                                          "alias 'Shop.Example.' is already "
+                                          "an alias of group 'owned'")));
+
+  // The Admin group is still there once the file no longer collides.
+  ReplaceFile(config_, Config(100));
+  Start(Config(100), {"--admin-token-file", tokens});
+  get.set_name("owned");
+  s = v1::Admin::NewStub(channel_)->GetGroup(Context(kToken).get(), get,
+                                             &group);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(group.aliases(0), "shop.example");
+}
+
 // --- TLS ----------------------------------------------------------------
 
 bool RunOk(std::vector<std::string> argv) {

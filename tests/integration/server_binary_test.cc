@@ -14,10 +14,12 @@
 #include <functional>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/integration/server_helpers.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
 #include "tests/testing/reflection_client.h"
@@ -231,6 +233,49 @@ TEST_F(ServerBinaryTest, SigtermShutsDownCleanly) {
   EXPECT_EQ(WEXITSTATUS(*status), 0);
   server_.process->DrainStderr(absl::Seconds(5));
   EXPECT_THAT(server_.process->StderrText(), HasSubstr("event=server.stopped"));
+}
+
+// A stub's ReportLoad stream never half-closes by itself: SIGTERM ends it
+// with UNAVAILABLE at once (the stub reports to another replica), so the
+// server stops without waiting out its grace for it.
+TEST(ServerBinaryShutdownTest, SigtermEndsOpenLoadReportStreams) {
+  TempDir dir;
+  const std::string config =
+      dir.WriteFile("aside.yaml", absl::StrCat(kConfig,
+                                               "shutdown_grace: 120s\n"
+                                               "load_reports: {auth: open}\n"));
+  ASSERT_OK_AND_ASSIGN(RunningServer server,
+                       StartServer(dir, {"--config", config}));
+  auto stub = v1::LoadBalancer::NewStub(
+      grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(60));
+  v1::ReportLoadResponse response;
+  auto writer = stub->ReportLoad(&context, &response);
+  v1::LoadReport report;
+  report.set_reporter("stub-1");
+  v1::BackendLoad* load = report.add_loads();
+  load->set_group("demo");
+  load->set_address("127.0.0.1:9001");
+  load->set_requests(1);
+  ASSERT_TRUE(writer->Write(report));
+  // The stream is open on the server once the report is counted.
+  ASSERT_TRUE(aside::testing::Eventually([&] {
+    absl::StatusOr<aside::testing::HttpResponse> m =
+        aside::testing::HttpGet("127.0.0.1", server.metrics_port, "/metrics");
+    return m.ok() &&
+           absl::StrContains(m->body,
+                             "aside_load_reports_total{result=\"accepted\"} 1");
+  }));
+  server.process->Signal(SIGTERM);
+  // Well inside the 120 s grace the call ends, and so does the server.
+  const grpc::Status s = writer->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("shutting down"));
+  std::optional<int> status = server.process->Wait(absl::Seconds(30));
+  ASSERT_TRUE(status.has_value()) << "server waited for the report stream";
+  EXPECT_TRUE(WIFEXITED(*status));
 }
 
 TEST_F(ServerBinaryTest, SigintShutsDownCleanly) {

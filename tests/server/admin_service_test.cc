@@ -406,6 +406,17 @@ TEST_F(AdminTest, FileGroupsAreReadOnly) {
   EXPECT_TRUE(Get("from-file", &g).ok());
 }
 
+TEST_F(AdminTest, EchoedNamesAreCutAndEscaped) {
+  v1::Group g;
+  const std::string long_name = std::string(10000, 'x') + "\r\n";
+  grpc::Status s = Get(long_name, &g);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("... (10002 bytes)' not found"));
+  EXPECT_LT(s.error_message().size(), 200u) << s.error_message();
+  s = Get(std::string("a\0\n", 3), &g);
+  EXPECT_THAT(s.error_message(), HasSubstr("group 'a\\000\\n' not found"));
+}
+
 TEST_F(AdminTest, AliasesCannotTakeAnotherGroupsClients) {
   Stop();
   Start(R"(
@@ -433,6 +444,15 @@ TEST_F(AdminTest, AliasesCannotTakeAnotherGroupsClients) {
       {R"({"name":"web.example"})",
        "group.name: name 'web.example' is already an alias of group "
        "'file-web' (config file test.yaml)"},
+      // DNS names: case and a trailing dot do not make another name.
+      {R"({"name":"evil","aliases":["FROM-FILE"]})",
+       "group.aliases[0]: alias 'FROM-FILE' is already the name of group "
+       "'from-file'"},
+      {R"({"name":"evil","aliases":["From-File.example.internal"]})",
+       "would take the clients of group 'from-file'"},
+      {R"({"name":"evil","aliases":["Web.Example."]})",
+       "group.aliases[0]: alias 'Web.Example.' is already an alias of group "
+       "'file-web'"},
   };
   for (const Case& c : cases) {
     grpc::Status s = Create(c.json);

@@ -104,6 +104,11 @@ TEST_F(BadInputTest, PickRefusesEachBadFieldAndChangesNothing) {
        grpc::StatusCode::INVALID_ARGUMENT, "group: "},
       {"unknown group", [](v1::PickRequest& r) { r.set_group("nope"); },
        grpc::StatusCode::NOT_FOUND, "group 'nope' not found"},
+      // Echoed names are escaped: no raw NUL, CR or LF in a status.
+      {"control characters in the group",
+       [](v1::PickRequest& r) { r.set_group(std::string("a\0b\r\nc", 6)); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "group name 'a\\000b\\r\\nc' must match"},
       {"key too long",
        [](v1::PickRequest& r) {
          r.set_group("web");
@@ -155,6 +160,9 @@ TEST_F(BadInputTest, PickRefusesEachBadFieldAndChangesNothing) {
     EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr(c.message)) << c.name;
     EXPECT_EQ(response.backends_size(), 0) << c.name;
+    for (char ch : s.error_message()) {
+      EXPECT_TRUE(ch >= 0x20 && ch < 0x7f) << c.name << ": " << int{ch};
+    }
   }
   // Nothing moved: no refused request took a turn of the rotation.
   const std::vector<std::string> after = {PickWeb(), PickWeb(), PickWeb()};

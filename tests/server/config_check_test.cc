@@ -3,8 +3,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <string>
+#include <vector>
 
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
@@ -115,6 +117,30 @@ TEST_F(ConfigCheckTest, EtcdStoreFilesAreLoadedToo) {
   // The SQLite store names no such files, whatever the etcd block held.
   c.store.type = "sqlite";
   EXPECT_OK(CheckReferencedFiles(c));
+}
+
+TEST_F(ConfigCheckTest, SecretFilesEveryoneMayReadAreNamedWithTheirMode) {
+  ServerConfig c;
+  c.admin_token_file =
+      dir_.WriteFile("tokens", "0123456789abcdef-token admin\n");
+  c.session_key_file = dir_.WriteFile("key", std::string(32, 'k'));
+  c.tls_key_file = Path("a.key");
+  ASSERT_EQ(chmod(c.admin_token_file.c_str(), 0644), 0);
+  ASSERT_EQ(chmod(c.session_key_file.c_str(), 0440), 0);  // group: passes
+  ASSERT_EQ(chmod(c.tls_key_file.c_str(), 0604), 0);
+  const std::vector<std::string> warnings = SecretFilesReadableByOthers(c);
+  ASSERT_EQ(warnings.size(), 2u) << ::testing::PrintToString(warnings);
+  EXPECT_THAT(warnings[0], HasSubstr("tokens: admin token file is readable "
+                                     "by every user (mode 0644)"));
+  EXPECT_THAT(warnings[1],
+              HasSubstr("a.key: TLS private key is readable by every user "
+                        "(mode 0604)"));
+  // The warning does not make the check fail.
+  EXPECT_OK(CheckReferencedFiles(c));
+
+  ASSERT_EQ(chmod(c.admin_token_file.c_str(), 0600), 0);
+  ASSERT_EQ(chmod(c.tls_key_file.c_str(), 0640), 0);
+  EXPECT_THAT(SecretFilesReadableByOthers(c), ::testing::IsEmpty());
 }
 
 }  // namespace

@@ -397,6 +397,29 @@ TEST(ConfigTest, NamesAndAliasesAreOneNamespace) {
 )"),
               HasSubstr("aside.yaml:4:11: groups[1].name: name 'pay' is the "
                         "first label of alias 'pay.example' of group 'a'"));
+  // Names compare as DNS names do: case and a trailing dot are ignored.
+  EXPECT_THAT(ErrorOf(R"(groups:
+  - name: payments
+  - name: b
+    aliases: [PAYMENTS]
+)"),
+              HasSubstr("aside.yaml:4:15: groups[1].aliases[0]: alias "
+                        "'PAYMENTS' is already the name of group 'payments'"));
+  EXPECT_THAT(ErrorOf(R"(groups:
+  - name: payments
+  - name: b
+    aliases: [Payments.example.internal]
+)"),
+              HasSubstr("alias 'Payments.example.internal' would take the "
+                        "clients of group 'payments'"));
+  EXPECT_THAT(ErrorOf(R"(groups:
+  - name: a
+    aliases: [shop.example]
+  - name: b
+    aliases: [Shop.Example.]
+)"),
+              HasSubstr("alias 'Shop.Example.' is already an alias of group "
+                        "'a'"));
   EXPECT_TRUE(Parse(R"(groups:
   - name: a
     aliases: [a.example, a]
@@ -500,6 +523,9 @@ TEST(StoreConfigTest, ParsesEveryEtcdSetting) {
     credentials_file: /secrets/etcd
     dial_timeout: 500ms
     request_timeout: 3s
+    keepalive_time: 2s
+    keepalive_timeout: 1s
+    endpoint_order: listed
 )",
                                                    "aside.yaml"));
   EXPECT_EQ(c.store.type, "etcd");
@@ -513,6 +539,9 @@ TEST(StoreConfigTest, ParsesEveryEtcdSetting) {
   EXPECT_EQ(c.store.credentials_file, "/secrets/etcd");
   EXPECT_EQ(c.store.dial_timeout, absl::Milliseconds(500));
   EXPECT_EQ(c.store.request_timeout, absl::Seconds(3));
+  EXPECT_EQ(c.store.keepalive_time, absl::Seconds(2));
+  EXPECT_EQ(c.store.keepalive_timeout, absl::Seconds(1));
+  EXPECT_EQ(c.store.endpoint_order, "listed");
 }
 
 TEST(StoreConfigTest, EtcdDefaults) {
@@ -523,6 +552,9 @@ TEST(StoreConfigTest, EtcdDefaults) {
   EXPECT_EQ(c.store.prefix, "/aside/");
   EXPECT_EQ(c.store.dial_timeout, absl::Seconds(2));
   EXPECT_EQ(c.store.request_timeout, absl::Seconds(5));
+  EXPECT_EQ(c.store.keepalive_time, absl::Seconds(10));
+  EXPECT_EQ(c.store.keepalive_timeout, absl::Seconds(5));
+  EXPECT_EQ(c.store.endpoint_order, "spread");
 }
 
 TEST(StoreConfigTest, ErrorsNameFileLineAndKey) {
@@ -545,6 +577,13 @@ TEST(StoreConfigTest, ErrorsNameFileLineAndKey) {
                     "    dial_timeout: 1h\n"),
               HasSubstr("aside.yaml:5:19: store.etcd.dial_timeout: out of "
                         "range 10ms..5m"));
+  EXPECT_THAT(error("store:\n  type: etcd\n  etcd:\n    endpoints: [a:1]\n"
+                    "    endpoint_order: random\n"),
+              HasSubstr("aside.yaml:5:21: store.etcd.endpoint_order: unknown "
+                        "order 'random' (allowed: spread, listed)"));
+  EXPECT_THAT(error("store:\n  type: etcd\n  etcd:\n    endpoints: [a:1]\n"
+                    "    keepalive_time: 0s\n"),
+              HasSubstr("store.etcd.keepalive_time: out of range 10ms..5m"));
   EXPECT_THAT(error("store:\n  type: etcd\n  etcd:\n    endpoints: [a:1]\n"
                     "    prefix: aside\n"),
               HasSubstr("aside.yaml:5:13: store.etcd.prefix: must be "

@@ -152,6 +152,13 @@ TEST_F(GrpclbTest, NamesMapByFirstLabelOrAlias) {
   EXPECT_NE(ResolveGrpclbName(server_->groups(), "frontend.example:80"),
             nullptr);
   EXPECT_EQ(ResolveGrpclbName(server_->groups(), "api.default.svc"), nullptr);
+  // DNS names: case and a trailing dot on the host do not matter.
+  EXPECT_EQ(ResolveGrpclbName(server_->groups(), "WEB.Default.svc.:443"),
+            ResolveGrpclbName(server_->groups(), "web.default.svc:443"));
+  EXPECT_EQ(ResolveGrpclbName(server_->groups(), "WEB"),
+            ResolveGrpclbName(server_->groups(), "web"));
+  EXPECT_EQ(ResolveGrpclbName(server_->groups(), "Frontend.EXAMPLE.:80"),
+            ResolveGrpclbName(server_->groups(), "frontend.example:80"));
   EXPECT_EQ(ResolveGrpclbName(server_->groups(), ""), nullptr);
 }
 

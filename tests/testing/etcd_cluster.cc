@@ -262,6 +262,7 @@ absl::Status EtcdCluster::StartMember(int i) {
     return p.status();
   }
   m.process = *std::move(p);
+  m.paused = false;
   return absl::OkStatus();
 }
 
@@ -272,23 +273,29 @@ void EtcdCluster::Kill(int i) {
     m.process->Wait(absl::Seconds(10));
     m.process.reset();
   }
+  m.paused = false;
 }
 
 void EtcdCluster::Stop(int i) {
   Member& m = members_[i];
   if (m.process != nullptr) {
     m.process->Signal(SIGTERM);
+    if (m.paused) {
+      m.process->Signal(SIGCONT);  // to act on the SIGTERM
+    }
     if (!m.process->Wait(absl::Seconds(10)).has_value()) {
       m.process->Signal(SIGKILL);
       m.process->Wait(absl::Seconds(10));
     }
     m.process.reset();
   }
+  m.paused = false;
 }
 
 void EtcdCluster::Pause(int i) {
   if (members_[i].process != nullptr) {
     members_[i].process->Signal(SIGSTOP);
+    members_[i].paused = true;
   }
 }
 
@@ -296,6 +303,7 @@ void EtcdCluster::Resume(int i) {
   if (members_[i].process != nullptr) {
     members_[i].process->Signal(SIGCONT);
   }
+  members_[i].paused = false;
 }
 
 absl::Status EtcdCluster::Restart(int i, absl::Duration timeout) {
@@ -354,7 +362,7 @@ absl::Status EtcdCluster::WaitServing(absl::Duration timeout) {
     Reap();
     last = absl::OkStatus();
     for (int i = 0; i < size() && last.ok(); ++i) {
-      if (!running(i)) {
+      if (!answering(i)) {
         continue;
       }
       absl::StatusOr<std::pair<uint64_t, uint64_t>> status =
@@ -394,7 +402,7 @@ absl::StatusOr<int> EtcdCluster::Leader(absl::Duration timeout) {
     // Member ids, then the leader that a running member names.
     uint64_t leader = 0;
     for (int i = 0; i < size(); ++i) {
-      if (!running(i)) {
+      if (!answering(i)) {
         continue;
       }
       absl::StatusOr<std::pair<uint64_t, uint64_t>> status =
@@ -406,7 +414,7 @@ absl::StatusOr<int> EtcdCluster::Leader(absl::Duration timeout) {
       }
     }
     for (int i = 0; i < size() && leader != 0; ++i) {
-      if (running(i) && members_[i].id == leader) {
+      if (answering(i) && members_[i].id == leader) {
         return i;
       }
     }
@@ -438,7 +446,7 @@ absl::StatusOr<std::string> EtcdCluster::Etcdctl(
     std::vector<std::string> args) const {
   std::vector<std::string> running_endpoints;
   for (const Member& m : members_) {
-    if (m.process != nullptr) {
+    if (m.process != nullptr && !m.paused) {
       running_endpoints.push_back(
           absl::StrCat(options_.tls ? "https://" : "http://", m.client));
     }

@@ -63,6 +63,8 @@ class EtcdCluster {
   // The member whose client endpoint is `endpoint`; -1 if none.
   int IndexOf(const std::string& endpoint) const;
   bool running(int i) const { return members_[i].process != nullptr; }
+  // Stopped with Pause and not resumed yet.
+  bool paused(int i) const { return members_[i].paused; }
 
   // SIGKILL, and wait for the process to go.
   void Kill(int i);
@@ -71,13 +73,14 @@ class EtcdCluster {
   // Starts a stopped member again with its data; does not wait.
   absl::Status StartMember(int i);
   // SIGSTOP / SIGCONT: a member that keeps its connections open and
-  // answers nothing, like one cut off by a partition.
+  // answers nothing, like one cut off by a partition. WaitServing, Leader
+  // and Etcdctl leave a paused member out.
   void Pause(int i);
   void Resume(int i);
   // StartMember, then WaitServing.
   absl::Status Restart(int i, absl::Duration timeout = absl::Seconds(20));
-  // Waits until every running member answers with a leader and a
-  // linearizable read through each succeeds.
+  // Waits until every running member (but a paused one) answers with a
+  // leader and a linearizable read through each succeeds.
   absl::Status WaitServing(absl::Duration timeout);
 
   // The index of the leader, asking running members (bounded).
@@ -92,8 +95,8 @@ class EtcdCluster {
   std::string client_cert_file() const { return root_ + "/client.crt"; }
   std::string client_key_file() const { return root_ + "/client.key"; }
 
-  // Runs etcdctl (v3 API) against the running members; returns its output
-  // or an error with it.
+  // Runs etcdctl (v3 API) against the running members that are not paused;
+  // returns its output or an error with it.
   absl::StatusOr<std::string> Etcdctl(std::vector<std::string> args) const;
 
  private:
@@ -105,6 +108,7 @@ class EtcdCluster {
     std::string log_file;
     uint64_t id = 0;  // learnt from Status answers
     std::unique_ptr<Process> process;
+    bool paused = false;
   };
 
   EtcdCluster() = default;
@@ -116,6 +120,8 @@ class EtcdCluster {
   std::shared_ptr<grpc::Channel> ChannelTo(int i) const;
   absl::Status MakeCertificates();
   void Reap();
+  // Running and not paused: a member that can answer.
+  bool answering(int i) const { return running(i) && !paused(i); }
 
   Options options_;
   std::string binary_;

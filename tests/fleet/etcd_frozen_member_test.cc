@@ -1,0 +1,264 @@
+// A frozen etcd member: stopped with SIGSTOP, it keeps its connections open
+// and answers nothing. Three real aside-server replicas on a real 3-member
+// etcd, all asking the same member first (endpoint_order: listed, that
+// member listed first), with etcd's default timeouts and keep-alive pings:
+// when that member freezes, every replica follows a change made through a
+// healthy member within dial_timeout + 1 s, its Admin writes keep working
+// within their deadline, its membership lease survives, and its store stays
+// up (it reaches a healthy member). With every member frozen, each replica
+// reports its store down, with the cause, until they answer again. A normal
+// start reports no outage.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "tests/fleet/fleet_helpers.h"
+#include "tests/testing/etcd_cluster.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/status_matchers.h"
+
+namespace aside {
+namespace {
+
+using ::aside::testing::Eventually;
+using ::aside::testing::FleetTestBase;
+using ::aside::testing::kFleetPrefix;
+using ::aside::testing::MakeGroup;
+using ::aside::testing::Replica;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// store.etcd.dial_timeout and request_timeout as by default.
+constexpr absl::Duration kDialTimeout = absl::Seconds(2);
+constexpr absl::Duration kRequestTimeout = absl::Seconds(5);
+constexpr char kEtcdSettings[] =
+    "    dial_timeout: 2s\n    request_timeout: 5s\n"
+    "    endpoint_order: listed\n";
+// A watch probes a member silent for 500 ms and leaves it after
+// dial_timeout (2 s) without an answer; a replica reports its store once a
+// second; and a second of margin for a loaded machine.
+constexpr absl::Duration kDownBound = absl::Milliseconds(4500);
+
+class EtcdFrozenMemberTest : public FleetTestBase {
+ protected:
+  void SetUp() override {
+    StartCluster();
+    if (IsSkipped() || HasFatalFailure()) {
+      return;
+    }
+    ASSERT_OK_AND_ASSIGN(const int leader, cluster_->Leader());
+    // A follower: the other two keep their leader and serve at once.
+    frozen_ = (leader + 1) % cluster_->size();
+    std::vector<std::string> endpoints = {cluster_->endpoint(frozen_)};
+    for (int i = 0; i < cluster_->size(); ++i) {
+      if (i != frozen_) {
+        endpoints.push_back(cluster_->endpoint(i));
+      }
+    }
+    endpoints_ = endpoints;
+    for (int i = 0; i < 3; ++i) {
+      AddReplica(endpoints_, "", kEtcdSettings);
+    }
+    for (auto& r : replicas_) {
+      ASSERT_TRUE(Eventually([&] { return r->Store().up(); }));
+    }
+  }
+
+  // Writes a group into etcd through the members that are not paused, as
+  // another replica would.
+  absl::Status PutThroughEtcd(const std::string& name, int port) {
+    return cluster_
+        ->Etcdctl({"put", absl::StrCat(kFleetPrefix, "groups/", name),
+                   absl::StrCat("{\"name\":\"", name,
+                                "\",\"health_check\":{\"kind\":\"NONE\"},"
+                                "\"backends\":[{\"address\":\"127.0.0.1:",
+                                port, "\"}]}")})
+        .status();
+  }
+
+  // The lines of the replica's log that contain `needle`.
+  static std::vector<std::string> LinesWith(Replica& r,
+                                            const std::string& needle) {
+    r.server.process->ReadAvailable();
+    std::vector<std::string> out;
+    for (const std::string& line : r.server.process->stderr_lines()) {
+      if (line.find(needle) != std::string::npos) {
+        out.push_back(line);
+      }
+    }
+    return out;
+  }
+
+  // The aside_store_up line of the replica's /metrics ("" without one).
+  static std::string StoreUp(Replica& r) {
+    const std::string metrics = r.Metrics();
+    const std::string name = "aside_store_up{type=\"etcd\"} ";
+    const size_t at = metrics.find(name);
+    if (at == std::string::npos) {
+      return "";
+    }
+    return metrics.substr(at, metrics.find('\n', at) - at);
+  }
+
+  int frozen_ = 0;
+  std::vector<std::string> endpoints_;
+};
+
+TEST_F(EtcdFrozenMemberTest, EveryReplicaFollowsAHealthyMemberWithinBound) {
+  ASSERT_TRUE(replicas_[0]->Create(MakeGroup("before", {8801})).ok());
+  for (auto& r : replicas_) {
+    ASSERT_TRUE(
+        Eventually([&] { return r->Backends("before") == "127.0.0.1:8801"; }));
+  }
+
+  cluster_->Pause(frozen_);
+  const absl::Time frozen_at = absl::Now();
+  ASSERT_OK(PutThroughEtcd("after", 8802));
+  const absl::Time acknowledged = absl::Now();
+  const absl::Time deadline = acknowledged + kDialTimeout + absl::Seconds(1);
+
+  const size_t n = replicas_.size();
+  std::vector<std::optional<absl::Time>> followed(n);
+  Eventually(
+      [&] {
+        bool all = true;
+        for (size_t i = 0; i < n; ++i) {
+          if (!followed[i].has_value() &&
+              replicas_[i]->Backends("after") == "127.0.0.1:8802") {
+            followed[i] = absl::Now();
+          }
+          all &= followed[i].has_value();
+        }
+        return all;
+      },
+      deadline - absl::Now());
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(followed[i].has_value())
+        << "replica " << i << " does not serve the change "
+        << absl::FormatDuration(absl::Now() - acknowledged)
+        << " after etcd acknowledged it (bound: dial_timeout + 1 s)";
+    std::cout << "replica " << i << " follows the change "
+              << absl::FormatDuration(*followed[i] - acknowledged)
+              << " after it was acknowledged, "
+              << absl::FormatDuration(*followed[i] - frozen_at)
+              << " after the member froze\n";
+    EXPECT_LE(*followed[i], deadline);
+  }
+
+  // Each one says which member it left, and why.
+  for (auto& r : replicas_) {
+    ASSERT_OK_AND_ASSIGN(std::string line,
+                         r->server.process->WaitForLine(
+                             "event=store.watch_lost", absl::Seconds(5)));
+    EXPECT_THAT(line, HasSubstr(cluster_->endpoint(frozen_)));
+    EXPECT_THAT(line, HasSubstr("progress request"));
+  }
+  // They reach a healthy member: their store is up, and Admin writes
+  // through every replica succeed within their deadline.
+  for (size_t i = 0; i < n; ++i) {
+    Replica& r = *replicas_[i];
+    EXPECT_TRUE(r.Store().up()) << "replica " << i;
+    EXPECT_EQ(StoreUp(r), "aside_store_up{type=\"etcd\"} 1");
+    const absl::Time sent = absl::Now();
+    const grpc::Status written =
+        r.SetBackends("before", {8810 + static_cast<int>(i)});
+    EXPECT_TRUE(written.ok())
+        << "replica " << i << ": " << written.error_message();
+    EXPECT_LT(absl::Now() - sent, kRequestTimeout) << "replica " << i;
+  }
+  const std::string last = absl::StrCat("127.0.0.1:", 8810 + n - 1);
+  for (auto& r : replicas_) {
+    EXPECT_TRUE(Eventually([&] { return r->Backends("before") == last; }))
+        << r->Backends("before");
+  }
+  // Membership leases were renewed through the healthy members.
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_THAT(LinesWith(*replicas_[i], "event=fleet.lease_lost"), IsEmpty())
+        << "replica " << i;
+  }
+  cluster_->Resume(frozen_);
+}
+
+TEST_F(EtcdFrozenMemberTest, WhileNoMemberAnswersTheStoreIsReportedDown) {
+  ASSERT_TRUE(replicas_[0]->Create(MakeGroup("kept", {8901})).ok());
+  for (auto& r : replicas_) {
+    ASSERT_TRUE(
+        Eventually([&] { return r->Backends("kept") == "127.0.0.1:8901"; }));
+  }
+  for (int i = 0; i < cluster_->size(); ++i) {
+    cluster_->Pause(i);
+  }
+  const absl::Time paused_at = absl::Now();
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    Replica& r = *replicas_[i];
+    EXPECT_TRUE(Eventually([&] { return !r.Store().up(); },
+                           paused_at + kDownBound - absl::Now()))
+        << "replica " << i << " still reports its store up "
+        << absl::FormatDuration(absl::Now() - paused_at)
+        << " after every member froze";
+  }
+  std::cout << "every replica reported its store down within "
+            << absl::FormatDuration(absl::Now() - paused_at) << "\n";
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    Replica& r = *replicas_[i];
+    EXPECT_EQ(StoreUp(r), "aside_store_up{type=\"etcd\"} 0");
+    ASSERT_OK_AND_ASSIGN(
+        std::string line,
+        r.server.process->WaitForLine("event=store.down", absl::Seconds(5)));
+    EXPECT_THAT(line, HasSubstr("level=warn"));
+    EXPECT_THAT(line, HasSubstr("error="));
+    // The cause names a member (the one the watch was last on).
+    bool names_a_member = false;
+    for (const std::string& e : endpoints_) {
+      names_a_member |= line.find(e) != std::string::npos;
+    }
+    EXPECT_TRUE(names_a_member) << line;
+    // The last state is still served.
+    v1::PickResponse pick;
+    EXPECT_TRUE(r.Pick("kept", &pick).ok());
+  }
+
+  for (int i = 0; i < cluster_->size(); ++i) {
+    cluster_->Resume(i);
+  }
+  ASSERT_OK(cluster_->WaitServing(absl::Seconds(30)));
+  for (auto& r : replicas_) {
+    ASSERT_TRUE(Eventually([&] { return r->Store().up(); }, absl::Seconds(20)));
+    EXPECT_EQ(StoreUp(*r), "aside_store_up{type=\"etcd\"} 1");
+  }
+  ASSERT_TRUE(
+      Eventually([&] { return replicas_[1]->SetBackends("kept", {8902}).ok(); },
+                 absl::Seconds(20)));
+  for (auto& r : replicas_) {
+    EXPECT_TRUE(
+        Eventually([&] { return r->Backends("kept") == "127.0.0.1:8902"; }));
+  }
+}
+
+TEST_F(EtcdFrozenMemberTest, ANormalStartReportsNoOutage) {
+  AddReplica(endpoints_, "", kEtcdSettings);
+  Replica& late = *replicas_.back();
+  // Watched over the time the replica's first two reports of its store
+  // take: up throughout.
+  const absl::Time until = absl::Now() + absl::Milliseconds(2500);
+  int down = 0;
+  while (absl::Now() < until) {
+    down += late.Store().up() ? 0 : 1;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(down, 0);
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    EXPECT_THAT(LinesWith(*replicas_[i], "event=store.down"), IsEmpty())
+        << "replica " << i;
+  }
+}
+
+}  // namespace
+}  // namespace aside
