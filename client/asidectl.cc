@@ -63,7 +63,9 @@ commands:
   remove-backend GROUP ADDR...
   drain GROUP ADDR...
   undrain GROUP ADDR...
-  xds-bootstrap [--node-id ID]    print a bootstrap for stock gRPC xDS clients
+  xds-bootstrap [--node-id ID] [--region R --zone Z --sub-zone S]
+                [--tls-ca CA [--tls-cert CRT --tls-key KEY]]
+                                  print a bootstrap for stock gRPC xDS clients
                                   (xds:///GROUP) that names --server
 
 flags:
@@ -118,6 +120,9 @@ ABSL_FLAG(std::string, health_check, "",
           "create-group: tcp, http, grpc or none");
 ABSL_FLAG(std::string, node_id, "",
           "xds-bootstrap: the node id (default aside-xds-client)");
+ABSL_FLAG(std::string, region, "", "xds-bootstrap: the client's region");
+ABSL_FLAG(std::string, zone, "", "xds-bootstrap: the client's zone");
+ABSL_FLAG(std::string, sub_zone, "", "xds-bootstrap: the client's sub-zone");
 
 namespace aside {
 namespace {
@@ -926,7 +931,14 @@ int Main(int argc, char** argv) {
     server = env != nullptr && *env != '\0' ? env : "localhost:50051";
   }
   if ((*positional)[0] == "xds-bootstrap") {
-    XdsBootstrapOptions options{.server = server};
+    // --tls-ca/--tls-cert/--tls-key name the files the client will read.
+    XdsBootstrapOptions options{.server = server,
+                                .region = absl::GetFlag(FLAGS_region),
+                                .zone = absl::GetFlag(FLAGS_zone),
+                                .sub_zone = absl::GetFlag(FLAGS_sub_zone),
+                                .tls_ca_file = absl::GetFlag(FLAGS_tls_ca),
+                                .tls_cert_file = absl::GetFlag(FLAGS_tls_cert),
+                                .tls_key_file = absl::GetFlag(FLAGS_tls_key)};
     if (!absl::GetFlag(FLAGS_node_id).empty()) {
       options.node_id = absl::GetFlag(FLAGS_node_id);
     }

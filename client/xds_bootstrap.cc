@@ -44,17 +44,41 @@ absl::StatusOr<std::string> XdsBootstrapJson(
   if (options.node_id.empty()) {
     return absl::InvalidArgumentError("--node-id: must not be empty");
   }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key: give both or neither");
+  }
+  if (!options.tls_cert_file.empty() && options.tls_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-ca: a client certificate needs the CA that verifies Aside");
+  }
+  std::string creds = R"([{"type": "insecure"}])";
+  if (!options.tls_ca_file.empty()) {
+    std::string config =
+        absl::StrCat("\"ca_certificate_file\": ", Quote(options.tls_ca_file));
+    if (!options.tls_cert_file.empty()) {
+      absl::StrAppend(&config,
+                      ", \"certificate_file\": ", Quote(options.tls_cert_file),
+                      ", \"private_key_file\": ", Quote(options.tls_key_file));
+    }
+    creds = absl::StrCat(R"([{"type": "tls", "config": {)", config, "}}]");
+  }
   return absl::StrCat(
       "{\n"
       "  \"xds_servers\": [{\n"
       "    \"server_uri\": ",
-      Quote(options.server), ",\n",
-      "    \"channel_creds\": [{\"type\": \"insecure\"}],\n"
+      Quote(options.server), ",\n", "    \"channel_creds\": ", creds, ",\n",
       "    \"server_features\": [\"xds_v3\", \"ignore_resource_deletion\"]\n"
       "  }],\n"
-      "  \"node\": {\"id\": ",
+      "  \"node\": {\n"
+      "    \"id\": ",
       Quote(options.node_id),
+      ",\n"
+      "    \"locality\": {\"region\": ",
+      Quote(options.region), ", \"zone\": ", Quote(options.zone),
+      ", \"sub_zone\": ", Quote(options.sub_zone),
       "}\n"
+      "  }\n"
       "}\n");
 }
 

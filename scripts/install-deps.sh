@@ -39,6 +39,13 @@ packages=(
   libfuzzer-14-dev libclang-rt-14-dev
 )
 
+# The current stock xDS client of the tests (tests/xds/node): Node.js with
+# npm. The machine image may bring its own Node.js; Debian's is used only
+# where there is none.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -46,15 +53,23 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    SUDO="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}" >&2
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  SUDO="sudo"
+# npm packages, pinned by the lockfile (@grpc/grpc-js and
+# @grpc/grpc-js-xds 1.14 for the xDS tests), into tests/xds/node. `npm ci`
+# runs again only when the lockfile changed since the last install.
+node_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/xds/node"
+stamp="$node_dir/node_modules/.package-lock.json"
+if [ ! -f "$stamp" ] || [ "$node_dir/package-lock.json" -nt "$stamp" ]; then
+  echo "install-deps: npm ci in tests/xds/node" >&2
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,5 +1,6 @@
 #include "tests/grpclb/greeter_backends.h"
 
+#include <atomic>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -75,13 +76,20 @@ class GreeterBackends::Greeter final : public helloworld::Greeter::Service {
       token.assign(it->second.data(), it->second.size());
     }
     log_->Record(request->name(), index_, std::move(token));
+    if (failing_.load()) {
+      return {grpc::StatusCode::UNAVAILABLE,
+              absl::StrCat("backend-", index_, " is failing")};
+    }
     reply->set_message(absl::StrCat("backend-", index_));
     return grpc::Status::OK;
   }
 
+  void SetFailing(bool failing) { failing_.store(failing); }
+
  private:
   const int index_;
   CallLog* const log_;
+  std::atomic<bool> failing_{false};
 };
 
 absl::StatusOr<std::unique_ptr<GreeterBackends>> GreeterBackends::Start(
@@ -104,6 +112,10 @@ absl::StatusOr<std::unique_ptr<GreeterBackends>> GreeterBackends::Start(
     b->ports_.push_back(port);
   }
   return b;
+}
+
+void GreeterBackends::SetFailing(int i, bool failing) {
+  services_[i]->SetFailing(failing);
 }
 
 void GreeterBackends::SetServing(int i, bool serving) {

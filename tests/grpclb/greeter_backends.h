@@ -72,6 +72,9 @@ class GreeterBackends {
   // What backend i's health service answers from now on (every service
   // name, the empty one included).
   void SetServing(int i, bool serving);
+  // With `failing`, backend i answers every call with UNAVAILABLE (still
+  // logging it).
+  void SetFailing(int i, bool failing);
 
  private:
   class Greeter;

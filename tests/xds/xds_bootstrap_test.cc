@@ -22,6 +22,32 @@ TEST(XdsBootstrapTest, NamesTheServerAndKeepsConfigOnDeletion) {
   EXPECT_THAT(json, HasSubstr(R"("id": "web-\"7\"")"));
 }
 
+TEST(XdsBootstrapTest, TheNodeAlwaysCarriesALocality) {
+  // grpc-js-xds refuses a node without a locality object.
+  ASSERT_OK_AND_ASSIGN(const std::string plain,
+                       XdsBootstrapJson({.server = "aside:1"}));
+  EXPECT_THAT(plain, HasSubstr(R"("locality": {"region": "", "zone": "", )"
+                               R"("sub_zone": ""})"));
+  ASSERT_OK_AND_ASSIGN(
+      const std::string placed,
+      XdsBootstrapJson({.server = "aside:1", .region = "eu", .zone = "eu-1a"}));
+  EXPECT_THAT(placed, HasSubstr(R"("region": "eu", "zone": "eu-1a")"));
+}
+
+TEST(XdsBootstrapTest, TlsCredentialsNameTheirFiles) {
+  ASSERT_OK_AND_ASSIGN(const std::string json,
+                       XdsBootstrapJson({.server = "aside:1",
+                                         .tls_ca_file = "/ca.pem",
+                                         .tls_cert_file = "/c.pem",
+                                         .tls_key_file = "/k.pem"}));
+  EXPECT_THAT(json, HasSubstr(R"("type": "tls")"));
+  EXPECT_THAT(json, HasSubstr(R"("ca_certificate_file": "/ca.pem")"));
+  EXPECT_THAT(json, HasSubstr(R"("certificate_file": "/c.pem")"));
+  EXPECT_THAT(json, HasSubstr(R"("private_key_file": "/k.pem")"));
+  EXPECT_FALSE(
+      XdsBootstrapJson({.server = "aside:1", .tls_cert_file = "/c.pem"}).ok());
+}
+
 TEST(XdsBootstrapTest, RejectsAServerWithoutAPort) {
   for (const char* server : {"aside", "aside:", ":50051", "aside:70000"}) {
     EXPECT_FALSE(XdsBootstrapJson({.server = server}).ok()) << server;
