@@ -62,4 +62,83 @@ uint32_t Crc32Update(uint32_t crc, absl::string_view data) noexcept {
   return static_cast<uint32_t>(c);
 }
 
+namespace {
+
+constexpr uint64_t kXxPrime1 = 0x9e3779b185ebca87ULL;
+constexpr uint64_t kXxPrime2 = 0xc2b2ae3d27d4eb4fULL;
+constexpr uint64_t kXxPrime3 = 0x165667b19e3779f9ULL;
+constexpr uint64_t kXxPrime4 = 0x85ebca77c2b2ae63ULL;
+constexpr uint64_t kXxPrime5 = 0x27d4eb2f165667c5ULL;
+
+inline uint64_t Rotl64(uint64_t x, int r) noexcept {
+  return (x << r) | (x >> (64 - r));
+}
+
+inline uint64_t XxRound(uint64_t acc, uint64_t input) noexcept {
+  acc += input * kXxPrime2;
+  acc = Rotl64(acc, 31);
+  return acc * kXxPrime1;
+}
+
+inline uint64_t XxMerge(uint64_t acc, uint64_t lane) noexcept {
+  acc ^= XxRound(0, lane);
+  return acc * kXxPrime1 + kXxPrime4;
+}
+
+inline uint32_t Load32(const char* p) noexcept {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+}  // namespace
+
+uint64_t XxHash64(absl::string_view data, uint64_t seed) noexcept {
+  const char* p = data.data();
+  const size_t len = data.size();
+  const char* const end = p + len;
+  uint64_t h;
+  if (len >= 32) {
+    uint64_t v1 = seed + kXxPrime1 + kXxPrime2;
+    uint64_t v2 = seed + kXxPrime2;
+    uint64_t v3 = seed;
+    uint64_t v4 = seed - kXxPrime1;
+    const char* const limit = end - 32;
+    do {
+      v1 = XxRound(v1, Load64(p));
+      v2 = XxRound(v2, Load64(p + 8));
+      v3 = XxRound(v3, Load64(p + 16));
+      v4 = XxRound(v4, Load64(p + 24));
+      p += 32;
+    } while (p <= limit);
+    h = Rotl64(v1, 1) + Rotl64(v2, 7) + Rotl64(v3, 12) + Rotl64(v4, 18);
+    h = XxMerge(h, v1);
+    h = XxMerge(h, v2);
+    h = XxMerge(h, v3);
+    h = XxMerge(h, v4);
+  } else {
+    h = seed + kXxPrime5;
+  }
+  h += static_cast<uint64_t>(len);
+  for (; p + 8 <= end; p += 8) {
+    h ^= XxRound(0, Load64(p));
+    h = Rotl64(h, 27) * kXxPrime1 + kXxPrime4;
+  }
+  if (p + 4 <= end) {
+    h ^= static_cast<uint64_t>(Load32(p)) * kXxPrime1;
+    h = Rotl64(h, 23) * kXxPrime2 + kXxPrime3;
+    p += 4;
+  }
+  for (; p < end; ++p) {
+    h ^= static_cast<uint64_t>(static_cast<unsigned char>(*p)) * kXxPrime5;
+    h = Rotl64(h, 11) * kXxPrime1;
+  }
+  h ^= h >> 33;
+  h *= kXxPrime2;
+  h ^= h >> 29;
+  h *= kXxPrime3;
+  h ^= h >> 32;
+  return h;
+}
+
 }  // namespace aside

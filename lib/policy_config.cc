@@ -15,7 +15,8 @@ constexpr std::array<absl::string_view, kPolicyKindCount> kNames = {
     "random",      "hash",
     "ketama",      "maglev",
     "p2c",         "least_time",
-    "sticky",      "locality"};
+    "sticky",      "locality",
+    "ring_hash"};
 
 absl::Status FractionIn(absl::string_view field, double value, double low,
                         double high, bool low_open) {
@@ -48,7 +49,7 @@ absl::StatusOr<PolicyKind> ParsePolicyName(absl::string_view name) {
 
 bool IsHashPolicy(PolicyKind kind) {
   return kind == PolicyKind::kHash || kind == PolicyKind::kKetama ||
-         kind == PolicyKind::kMaglev;
+         kind == PolicyKind::kMaglev || kind == PolicyKind::kRingHash;
 }
 
 const PolicyConfig& PolicyConfig::child_or_default() const {
@@ -65,6 +66,8 @@ bool operator==(const PolicyConfig& a, const PolicyConfig& b) {
       return a.ketama == b.ketama;
     case PolicyKind::kMaglev:
       return a.maglev == b.maglev;
+    case PolicyKind::kRingHash:
+      return a.ring_hash == b.ring_hash;
     case PolicyKind::kP2c:
       return a.p2c == b.p2c;
     case PolicyKind::kLeastTime:
@@ -119,6 +122,26 @@ absl::Status ValidatePolicy(absl::string_view field,
         return InvalidField(
             absl::StrCat(prefix, ".table_size"),
             absl::StrCat(config.maglev.table_size, " is not a prime"));
+      }
+      break;
+    case PolicyKind::kRingHash:
+      if (absl::Status s =
+              CheckInteger(absl::StrCat(prefix, ".min_ring_size"),
+                           config.ring_hash.min_ring_size, kRingHashSize);
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s =
+              CheckInteger(absl::StrCat(prefix, ".max_ring_size"),
+                           config.ring_hash.max_ring_size, kRingHashSize);
+          !s.ok()) {
+        return s;
+      }
+      if (config.ring_hash.min_ring_size > config.ring_hash.max_ring_size) {
+        return InvalidField(absl::StrCat(prefix, ".min_ring_size"),
+                            absl::StrCat(config.ring_hash.min_ring_size,
+                                         " is larger than max_ring_size ",
+                                         config.ring_hash.max_ring_size));
       }
       break;
     case PolicyKind::kP2c: {

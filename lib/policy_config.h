@@ -26,16 +26,19 @@ enum class PolicyKind : uint8_t {
   kLeastTime,
   kSticky,
   kLocality,
+  kRingHash,
 };
-inline constexpr int kPolicyKindCount = 10;
+inline constexpr int kPolicyKindCount = 11;
 
 // "round_robin", "weighted_round_robin", "random", "hash", "ketama",
-// "maglev", "p2c", "least_time", "sticky", "locality".
+// "maglev", "p2c", "least_time", "sticky", "locality", "ring_hash".
 absl::string_view PolicyName(PolicyKind kind);
 absl::StatusOr<PolicyKind> ParsePolicyName(absl::string_view name);
 
-// Policies that map a key to a backend and rebuild a ring or table when
-// membership or weights change (never on a readiness-only change).
+// Policies that map a key to a backend. hash, ketama and maglev rebuild their
+// ring or table when membership or weights change, never on a
+// readiness-only change; ring_hash builds gRPC's ring over the eligible
+// members, so readiness changes it too.
 bool IsHashPolicy(PolicyKind kind);
 
 struct KetamaParams {
@@ -48,6 +51,15 @@ struct MaglevParams {
   // A prime, 101..5000011, at least the number of backends.
   uint64_t table_size = 65537;
   friend bool operator==(const MaglevParams&, const MaglevParams&) = default;
+};
+
+struct RingHashParams {
+  // gRPC's ring_hash sizes (gRFC A42): the ring has between min and max
+  // entries, 1..4096 each (4096 is the cap gRPC clients apply), min <= max.
+  uint64_t min_ring_size = 1024;
+  uint64_t max_ring_size = 4096;
+  friend bool operator==(const RingHashParams&,
+                         const RingHashParams&) = default;
 };
 
 struct P2cParams {
@@ -95,6 +107,7 @@ struct PolicyConfig {
   PolicyKind kind = PolicyKind::kRoundRobin;
   KetamaParams ketama;
   MaglevParams maglev;
+  RingHashParams ring_hash;
   P2cParams p2c;
   LeastTimeParams least_time;
   StickyParams sticky;
@@ -111,6 +124,7 @@ struct PolicyConfig {
 // The ranges ValidatePolicy enforces (the only place they are checked).
 inline constexpr Range<uint64_t> kKetamaPointsPerWeight{1, 1000};
 inline constexpr Range<uint64_t> kMaglevTableSize{101, 5000011};
+inline constexpr Range<uint64_t> kRingHashSize{1, 4096};
 inline constexpr Range<absl::Duration> kP2cDecay{absl::Milliseconds(1),
                                                  absl::Hours(1)};
 // p2c default_rtt and least_time default_latency.

@@ -7,6 +7,7 @@
 #include "lib/policies/locality.h"
 #include "lib/policies/maglev.h"
 #include "lib/policies/p2c.h"
+#include "lib/policies/ring_hash.h"
 #include "lib/policies/round_robin.h"
 #include "lib/policies/sticky.h"
 #include "lib/policies/weighted_random.h"
@@ -37,6 +38,9 @@ absl::StatusOr<std::unique_ptr<const Selector>> BuildSelector(
       return BuildStickySelector(input, config);
     case PolicyKind::kLocality:
       return BuildLocalitySelector(input, config);
+    case PolicyKind::kRingHash:
+      return BuildRingHashSelector(input, config.ring_hash.min_ring_size,
+                                   config.ring_hash.max_ring_size);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("policy: invalid kind ", static_cast<int>(config.kind)));

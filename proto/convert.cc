@@ -126,6 +126,15 @@ absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
         c.maglev.table_size = pb.maglev().table_size();
       }
       break;
+    case v1::Policy::kRingHash:
+      c.kind = PolicyKind::kRingHash;
+      if (pb.ring_hash().has_min_ring_size()) {
+        c.ring_hash.min_ring_size = pb.ring_hash().min_ring_size();
+      }
+      if (pb.ring_hash().has_max_ring_size()) {
+        c.ring_hash.max_ring_size = pb.ring_hash().max_ring_size();
+      }
+      break;
     case v1::Policy::kP2C: {
       c.kind = PolicyKind::kP2c;
       const v1::P2c& p = pb.p2c();
@@ -236,6 +245,10 @@ void ToProto(const PolicyConfig& c, v1::Policy* pb) {
       break;
     case PolicyKind::kMaglev:
       pb->mutable_maglev()->set_table_size(c.maglev.table_size);
+      break;
+    case PolicyKind::kRingHash:
+      pb->mutable_ring_hash()->set_min_ring_size(c.ring_hash.min_ring_size);
+      pb->mutable_ring_hash()->set_max_ring_size(c.ring_hash.max_ring_size);
       break;
     case PolicyKind::kP2c: {
       v1::P2c* p = pb->mutable_p2c();

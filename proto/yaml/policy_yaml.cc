@@ -77,6 +77,23 @@ void Converter::Policy(const YAML::Node& node, const Paths& at,
       }
       return;
     }
+    case PolicyKind::kRingHash: {
+      v1::RingHash* p = out->mutable_ring_hash();
+      if (is_map &&
+          reader_.CheckMap(node, at.yaml,
+                           {"name", "min_ring_size", "max_ring_size"})) {
+        uint64_t v = 0;
+        if (YAML::Node n = Child(node, params, "min_ring_size");
+            n && reader_.GetUint64(n, key("min_ring_size").yaml, &v)) {
+          p->set_min_ring_size(v);
+        }
+        if (YAML::Node n = Child(node, params, "max_ring_size");
+            n && reader_.GetUint64(n, key("max_ring_size").yaml, &v)) {
+          p->set_max_ring_size(v);
+        }
+      }
+      return;
+    }
     case PolicyKind::kP2c: {
       v1::P2c* p = out->mutable_p2c();
       if (is_map &&

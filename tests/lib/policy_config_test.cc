@@ -51,6 +51,18 @@ TEST(PolicyConfigTest, RejectsOutOfRangeParametersNamingTheField) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("out of range 101..5000011")));
   c = {};
+  c.kind = PolicyKind::kRingHash;
+  c.ring_hash.max_ring_size = 8192;
+  EXPECT_THAT(ValidatePolicy("policy", c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("policy.ring_hash.max_ring_size: 8192 out of "
+                                 "range 1..4096")));
+  c.ring_hash.max_ring_size = 512;
+  EXPECT_THAT(ValidatePolicy("policy", c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("policy.ring_hash.min_ring_size: 1024 is "
+                                 "larger than max_ring_size 512")));
+  c = {};
   c.kind = PolicyKind::kLeastTime;
   c.least_time.alpha = 0;
   EXPECT_THAT(ValidatePolicy("policy", c),

@@ -62,6 +62,7 @@ std::vector<PolicyCase> AllPolicies() {
   add("ketama", PolicyKind::kKetama, false, true, none);
   add("maglev", PolicyKind::kMaglev, false, true,
       [](PolicyConfig& c) { c.maglev.table_size = 1009; });
+  add("ring_hash", PolicyKind::kRingHash, false, true, none);
   add("p2c_pending", PolicyKind::kP2c, false, false, none);
   add("p2c_peak_ewma", PolicyKind::kP2c, false, false,
       [](PolicyConfig& c) { c.p2c.load = P2cParams::Load::kPeakEwma; });

@@ -191,6 +191,10 @@ TEST(ConfigTest, CrossFieldErrorsPointAtTheField) {
                       "table_size: 1000}\n"),
               HasSubstr("groups[0].policy.maglev.table_size: 1000 is not a "
                         "prime"));
+  EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    policy: {name: ring_hash, "
+                      "min_ring_size: 0}\n"),
+              HasSubstr("groups[0].policy.ring_hash.min_ring_size: 0 out of "
+                        "range 1..4096"));
   EXPECT_THAT(ErrorOf("groups:\n  - name: web\n    health_check: {kind: "
                       "http, http: {path: \"/a\\r\\nb\"}}\n"),
               HasSubstr("health_check.http.path"));

@@ -46,6 +46,8 @@ const std::map<std::string, std::string>& Policies() {
       {"hash", "hash"},
       {"ketama", "{name: ketama, points_per_weight: 160}"},
       {"maglev", "{name: maglev, table_size: 65537}"},
+      {"ring-hash",
+       "{name: ring_hash, min_ring_size: 1024, max_ring_size: 4096}"},
       {"p2c", "{name: p2c, load: pending}"},
       {"p2c-ewma", "{name: p2c, load: peak_ewma, decay: 10s}"},
       {"least-time", "{name: least_time, metric: last_byte}"},
@@ -120,7 +122,7 @@ TEST_F(PoliciesPickTest, EveryPolicyAnswersWithDistinctGroupBackends) {
 }
 
 TEST_F(PoliciesPickTest, HashPoliciesSendAKeyToOneBackend) {
-  for (const char* group : {"hash", "ketama", "maglev"}) {
+  for (const char* group : {"hash", "ketama", "maglev", "ring-hash"}) {
     std::set<std::string> across_keys;
     for (int k = 0; k < 20; ++k) {
       const std::string key = absl::StrCat("user-", k);
@@ -140,10 +142,10 @@ TEST_F(PoliciesPickTest, HashPoliciesSendAKeyToOneBackend) {
 TEST_F(PoliciesPickTest, TextKeyPicksWhatKeyBytesAndTheStubPick) {
   ClientOptions options;
   options.targets = {absl::StrCat("127.0.0.1:", server_->grpc_port())};
-  options.groups = {"hash", "ketama", "maglev"};
+  options.groups = {"hash", "ketama", "maglev", "ring-hash"};
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
                        Client::Create(std::move(options)));
-  for (const char* group : {"hash", "ketama", "maglev"}) {
+  for (const char* group : {"hash", "ketama", "maglev", "ring-hash"}) {
     ClientGroup* stub = client->Group(group);
     std::set<std::string> across_keys;
     for (int k = 0; k < 20; ++k) {
