@@ -277,8 +277,9 @@ class AdsService::Stream final
         {{"group", group},
          {"node", node_id_},
          {"reason",
-          "the client's gRPC version crashes on RING_HASH; serving "
-          "weighted round robin through localities"}});
+          "the client is not known to support RING_HASH (gRPC C-core "
+          "before 1.53 crashes on it); serving weighted round robin "
+          "through localities"}});
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_ring_hash_fallbacks.Add({{"group", group}})
           .Increment();

@@ -66,8 +66,8 @@ ResourceCache::Found ResourceCache::Cluster(const std::string& name,
   aside::MutexLock lock(&mu_);
   SpecEntry& e = clusters_[{name, hashing}];
   if (e.resource == nullptr || e.spec != spec) {
-    ResourcePtr r =
-        MakeResource(name, BuildCluster(name, spec->policy, hashing));
+    ResourcePtr r = MakeResource(
+        name, BuildCluster(name, spec->policy, hashing, spec->outlier));
     if (e.resource == nullptr || e.resource->version != r->version) {
       e.resource = std::move(r);
     }

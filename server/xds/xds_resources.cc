@@ -3,16 +3,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "envoy/config/route/v3/route.pb.h"
 #include "envoy/extensions/filters/http/router/v3/router.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
 #include "lib/address.h"
 #include "lib/hash.h"
+#include "lib/policies/ring_hash.h"
 
 namespace aside::server::xds {
 
@@ -68,6 +72,16 @@ bool RingHashSafe(const core::Node& node) {
     }
     return major >= kFirstCoreWithWorkingRingHash;
   }
+  if (absl::StartsWith(name, "gRPC Node")) {
+    // grpc-js-xds sends its package version, "1.14.1".
+    const std::vector<absl::string_view> parts =
+        absl::StrSplit(version, absl::MaxSplits('.', 2));
+    int major = 0;
+    int minor = 0;
+    return parts.size() >= 2 && absl::SimpleAtoi(parts[0], &major) &&
+           absl::SimpleAtoi(parts[1], &minor) &&
+           (major > 1 || (major == 1 && minor >= kFirstNodeXdsWithRingHash));
+  }
   // Pure-language implementations whose ring hash has long been in use.
   return absl::StartsWith(name, "gRPC Go") ||
          absl::StartsWith(name, "gRPC Java");
@@ -103,7 +117,8 @@ envoy::config::listener::v3::Listener BuildListener(const std::string& name,
 }
 
 cluster::Cluster BuildCluster(const std::string& group,
-                              const PolicyConfig& policy, bool ring_hash) {
+                              const PolicyConfig& policy, bool ring_hash,
+                              const OutlierSpec& outliers) {
   cluster::Cluster c;
   c.set_name(group);
   c.set_type(cluster::Cluster::EDS);
@@ -114,19 +129,41 @@ cluster::Cluster BuildCluster(const std::string& group,
   c.mutable_connect_timeout()->set_seconds(5);
   if (ring_hash && IsHashPolicy(policy.kind)) {
     c.set_lb_policy(cluster::Cluster::RING_HASH);
-    c.mutable_ring_hash_lb_config()->mutable_minimum_ring_size()->set_value(
-        1024);
+    // XX_HASH, the default hash function.
+    cluster::Cluster::RingHashLbConfig* ring = c.mutable_ring_hash_lb_config();
+    const bool own = policy.kind == PolicyKind::kRingHash;
+    ring->mutable_minimum_ring_size()->set_value(
+        own ? policy.ring_hash.min_ring_size : 1024);
+    ring->mutable_maximum_ring_size()->set_value(
+        own ? policy.ring_hash.max_ring_size : kMaxRingHashSize);
   } else {
     c.set_lb_policy(cluster::Cluster::ROUND_ROBIN);
   }
   c.mutable_lrs_server()->mutable_self();
+  if (outliers.enabled) {
+    cluster::OutlierDetection* od = c.mutable_outlier_detection();
+    od->mutable_interval()->set_seconds(1);
+    auto duration = [](absl::Duration d, google::protobuf::Duration* out) {
+      const int64_t nanos = absl::ToInt64Nanoseconds(d);
+      out->set_seconds(nanos / 1'000'000'000);
+      out->set_nanos(static_cast<int32_t>(nanos % 1'000'000'000));
+    };
+    duration(outliers.base_ejection_time, od->mutable_base_ejection_time());
+    duration(outliers.max_ejection_time, od->mutable_max_ejection_time());
+    od->mutable_max_ejection_percent()->set_value(static_cast<uint32_t>(
+        std::clamp(std::floor(outliers.max_ejection_percent), 0.0, 100.0)));
+    od->mutable_enforcing_success_rate()->set_value(0);
+    od->mutable_failure_percentage_threshold()->set_value(99);
+    od->mutable_enforcing_failure_percentage()->set_value(100);
+    od->mutable_failure_percentage_minimum_hosts()->set_value(1);
+    od->mutable_failure_percentage_request_volume()->set_value(
+        outliers.consecutive_failures);
+  }
   return c;
 }
 
 std::string EncodedSubZone(const Backend& backend) {
-  return backend.locality.subzone.empty()
-             ? backend.address
-             : absl::StrCat(backend.locality.subzone, "/", backend.address);
+  return RingHashSubZone(backend);
 }
 
 std::string BackendFromLocality(const core::Locality& locality) {
@@ -142,6 +179,13 @@ endpoint::ClusterLoadAssignment BuildLoadAssignment(
   out.set_cluster_name(table.group());
   // Aside's round robin ignores weights: so do its xDS clients.
   const bool weighted = table.policy().kind != PolicyKind::kRoundRobin;
+  struct Entry {
+    uint32_t index;
+    std::string sub_zone;
+    Address address;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(table.size());
   for (uint32_t i = 0; i < table.size(); ++i) {
     const Member& m = table.member(i);
     if (!table.eligible(i) || m.weight == 0) {
@@ -151,19 +195,32 @@ endpoint::ClusterLoadAssignment BuildLoadAssignment(
     if (!a.ok() || !a->is_ip()) {
       continue;  // a host name no DNS source resolved: nothing to dial
     }
+    entries.push_back({i, EncodedSubZone(m.backend), *std::move(a)});
+  }
+  // C-core orders localities by name whatever the order sent; grpc-js
+  // keeps the order sent: sent in C-core's order, both see one order.
+  std::sort(entries.begin(), entries.end(),
+            [&](const Entry& x, const Entry& y) {
+              const Locality& a = table.member(x.index).backend.locality;
+              const Locality& b = table.member(y.index).backend.locality;
+              return std::tie(a.region, a.zone, x.sub_zone) <
+                     std::tie(b.region, b.zone, y.sub_zone);
+            });
+  for (const Entry& e : entries) {
+    const Member& m = table.member(e.index);
     endpoint::LocalityLbEndpoints* locality = out.add_endpoints();
     locality->mutable_locality()->set_region(m.backend.locality.region);
     locality->mutable_locality()->set_zone(m.backend.locality.zone);
-    locality->mutable_locality()->set_sub_zone(EncodedSubZone(m.backend));
-    const uint32_t weight = weighted ? m.weight : 1;
-    locality->mutable_load_balancing_weight()->set_value(weight);
+    locality->mutable_locality()->set_sub_zone(e.sub_zone);
+    locality->mutable_load_balancing_weight()->set_value(weighted ? m.weight
+                                                                  : 1);
     endpoint::LbEndpoint* lb = locality->add_lb_endpoints();
     core::SocketAddress* socket =
         lb->mutable_endpoint()->mutable_address()->mutable_socket_address();
-    socket->set_address(a->host);
-    socket->set_port_value(a->port);
+    socket->set_address(e.address.host);
+    socket->set_port_value(e.address.port);
     lb->set_health_status(core::HEALTHY);
-    lb->mutable_load_balancing_weight()->set_value(weight);
+    lb->mutable_load_balancing_weight()->set_value(1);
   }
   auto add_drop = [&](const char* category, double fraction) {
     auto* drop = out.mutable_policy()->add_drop_overloads();

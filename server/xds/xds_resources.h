@@ -8,7 +8,11 @@
 // ignored. So each eligible backend gets a locality of its own (region and
 // zone its own; sub_zone "<sub_zone>/<address>", or just the address) whose
 // load_balancing_weight is the backend's effective weight, with one HEALTHY
-// endpoint that also carries the weight (for clients that read it). A
+// endpoint of weight 1: clients that weigh endpoints (ring_hash, gRFC A42)
+// take locality weight × endpoint weight, which is then the backend's
+// weight too. Localities are listed in the order gRPC C-core keeps them
+// (region, zone, sub_zone), so every client family sees one endpoint
+// order, the order a ring is built in (lib/policies/ring_hash.h). A
 // backend's share of picks is then its weight over the sum, as Aside's
 // weighted policies give it; clients' locality picks are random, so the
 // split holds over many requests rather than exactly per cycle. Backends
@@ -17,9 +21,12 @@
 // group ignores weights in Aside, so all its localities weigh 1. Load reports
 // name the locality, which names the backend (BackendFromLocality).
 //
-// Hash policies (hash, ketama, maglev) become RING_HASH with a header hash
-// policy only for clients known to survive it (RingHashSafe); every other
-// client gets the weighted encoding above with ROUND_ROBIN.
+// Hash policies (ring_hash, hash, ketama, maglev) become RING_HASH with a
+// header hash policy only for clients known to survive it (RingHashSafe);
+// every other client gets the weighted encoding above with ROUND_ROBIN.
+// ring_hash groups send their own ring sizes, so the client builds the ring
+// Aside's Pick uses; the others get 1024..4096, gRPC's ring, consistent but
+// not Aside's mapping.
 //
 // Pure functions; thread-safe. Costs: O(members) per load assignment.
 #ifndef ASIDE_SERVER_XDS_XDS_RESOURCES_H_
@@ -37,6 +44,7 @@
 #include "google/protobuf/any.pb.h"
 #include "lib/policy_config.h"
 #include "lib/table.h"
+#include "server/schema/group_spec.h"
 
 namespace aside::server::xds {
 
@@ -62,6 +70,10 @@ inline constexpr char kHashKeyHeader[] = "x-aside-hash-key";
 // crashes (grpc/grpc#31766, fixed by grpc/grpc#32012 in January 2023; 1.51
 // is C-core 29 and dies on RING_HASH). Conservatively 31 (gRPC 1.53).
 inline constexpr int kFirstCoreWithWorkingRingHash = 31;
+// The first @grpc/grpc-js-xds minor version (1.x) whose ring_hash is on by
+// default; user agent "gRPC Node Pure JS", version the package's. Tested
+// with 1.14.1.
+inline constexpr int kFirstNodeXdsWithRingHash = 10;
 
 // One resource encoded once and shared by every stream that sends it.
 // `version` is a hash of the encoding: equal bytes, equal version.
@@ -79,7 +91,9 @@ ResourcePtr MakeResource(std::string name,
 // Whether a client may be sent RING_HASH: gRPC C-core based clients (C++,
 // Python, Ruby, PHP...) report user agent "C-core" (or a gRPC language name)
 // with a version; those older than kFirstCoreWithWorkingRingHash are not
-// safe. Clients that do not say what they are are treated as unsafe.
+// safe. gRPC Go and Java are; grpc-js-xds ("gRPC Node Pure JS") from
+// 1.kFirstNodeXdsWithRingHash on. Clients that do not say what they are
+// are treated as unsafe.
 bool RingHashSafe(const envoy::config::core::v3::Node& node);
 
 // The Listener for target name `name` (what the client put after xds:///):
@@ -93,9 +107,20 @@ envoy::config::listener::v3::Listener BuildListener(const std::string& name,
 // The EDS cluster of group `group` with its endpoints over ADS and load
 // reports to this server. `ring_hash`: RING_HASH when the policy hashes,
 // else ROUND_ROBIN (the weighted encoding).
-envoy::config::cluster::v3::Cluster BuildCluster(const std::string& group,
-                                                 const PolicyConfig& policy,
-                                                 bool ring_hash);
+//
+// With `outliers` enabled, the cluster carries gRPC's outlier detection
+// (gRFC A50) so that clients eject a failing backend locally, at once,
+// besides Aside's own ejection from their load reports. gRPC has no
+// consecutive-failure ejection; its nearest is failure-percentage
+// ejection, so a run of `consecutive_failures` becomes: more than 99 % of
+// the calls failed (gRPC ejects above the threshold, so 100 never would)
+// in an interval of 1 s with at least `consecutive_failures` calls, any
+// number of backends (minimum_hosts 1).
+// Ejection times and max_ejection_percent (rounded down) carry over;
+// success-rate ejection is off.
+envoy::config::cluster::v3::Cluster BuildCluster(
+    const std::string& group, const PolicyConfig& policy, bool ring_hash,
+    const OutlierSpec& outliers = {});
 
 // The endpoints of `table` in the weight encoding above. While the table is
 // in panic and `drop_in_panic_percent` (the group's grpclb option, 0..90)

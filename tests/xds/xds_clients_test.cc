@@ -24,6 +24,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "aside/v1/admin.grpc.pb.h"
+#include "aside/v1/lookaside.grpc.pb.h"
+#include "client/client.h"
 #include "client/xds_bootstrap.h"
 #include "envoy/config/cluster/v3/cluster.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
@@ -31,6 +33,7 @@
 #include "lib/status_macros.h"
 #include "tests/grpclb/greeter_backends.h"
 #include "tests/integration/server_helpers.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
@@ -45,6 +48,7 @@ using ::aside::testing::Process;
 using ::aside::testing::RunningServer;
 using ::aside::testing::TempDir;
 using ::testing::AllOf;
+using ::testing::AnyOf;
 using ::testing::Ge;
 using ::testing::HasSubstr;
 using ::testing::Le;
@@ -148,6 +152,8 @@ class XdsClientsTest : public ::testing::Test {
     g->set_name(name);
     if (policy == "ketama") {
       g->mutable_policy()->mutable_ketama();
+    } else if (policy == "ring_hash") {
+      g->mutable_policy()->mutable_ring_hash();
     } else {
       g->mutable_policy()->mutable_weighted_round_robin();
     }
@@ -237,7 +243,8 @@ class XdsClientsTest : public ::testing::Test {
   }
 
   // Starts the Python ("python") and, unless `python_only`, the C++
-  // ("cpp") stock clients on xds:///<target>.
+  // ("cpp", both gRPC 1.51) and Node ("node", grpc-js 1.14) stock clients
+  // on xds:///<target>.
   void StartClients(const std::string& target = "web",
                     bool python_only = false) {
     const std::vector<std::string> env = {
@@ -254,6 +261,9 @@ class XdsClientsTest : public ::testing::Test {
     start("python", {"/usr/bin/python3", ASIDE_XDS_CLIENT_PY, url, "python"});
     if (!python_only) {
       start("cpp", {ASIDE_XDS_CLIENT_BIN, url, "cpp"});
+      ASSERT_TRUE(std::string(ASIDE_NODE).find("NOTFOUND") == std::string::npos)
+          << "node is not installed (scripts/install-deps.sh)";
+      start("node", {ASIDE_NODE, ASIDE_XDS_CLIENT_JS, url, "node"});
     }
     for (StockClient& c : clients_) {
       ASSERT_OK(c.process->WaitForLine("event=client.started", kWait));
@@ -668,7 +678,11 @@ TEST_F(XdsClientsTest, OverloadDropsFollowTheReportedRate) {
                          c.process->WaitForLine("event=call.failed", kWait));
     RecordProperty(c.name + "_seconds_to_first_drop",
                    absl::StrCat(absl::ToDoubleSeconds(absl::Now() - calling)));
-    EXPECT_THAT(failure, HasSubstr("EDS-configured drop: overload")) << failure;
+    // C-core: "EDS-configured drop: overload"; grpc-js: "Call dropped by
+    // load balancing policy. Category: overload".
+    EXPECT_THAT(failure, AnyOf(HasSubstr("EDS-configured drop: overload"),
+                               HasSubstr("Category: overload")))
+        << failure;
   }
 
   v1::UpdateGroupRequest update;
@@ -688,6 +702,65 @@ TEST_F(XdsClientsTest, OverloadDropsFollowTheReportedRate) {
   for (StockClient& c : clients_) {
     EXPECT_EQ(FailedSoFar(c), failed[c.name]) << c.name;
   }
+}
+
+TEST_F(XdsClientsTest, ABackendFailingEveryCallIsEjectedThroughLoadReports) {
+  // The clients' LRS reports (every second) are their only failure signal:
+  // an interval in which every call to a backend failed extends its run of
+  // consecutive failures, as a stub's report does.
+  v1::CreateGroupRequest request;
+  v1::Group* g = request.mutable_group();
+  g->set_name("web");
+  g->mutable_policy()->mutable_weighted_round_robin();
+  g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+  v1::OutlierDetection* outliers = g->mutable_outlier_detection();
+  outliers->set_enabled(true);
+  outliers->set_consecutive_failures(5);
+  outliers->set_max_ejection_percent(34);  // one of three
+  for (int i = 0; i < 3; ++i) {
+    g->add_backends()->set_address(backends_->address(i));
+  }
+  v1::Group created;
+  grpc::Status s = admin_->CreateGroup(AdminContext().get(), request, &created);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  StartClients();
+  WaitUntilClientsCall({0, 1, 2}, 3);
+  backends_->SetFailing(0, true);
+  const absl::Time failing = absl::Now();
+  // Unprobed backends (health_check none) are ready unless drained or
+  // ejected: not ready here means ejected.
+  auto ejected = [&] {
+    const v1::Group group = GetGroup();
+    int n = 0;
+    bool first = false;
+    for (const v1::TableBackend& b : group.state()) {
+      n += b.ready() ? 0 : 1;
+      first = first ||
+              (b.backend().address() == backends_->address(0) && !b.ready());
+    }
+    return std::make_pair(n, first);
+  };
+  ASSERT_TRUE(
+      aside::testing::Eventually([&] { return ejected().second; }, kWait))
+      << "backend 0 was never ejected; " << GetGroup().DebugString()
+      << Describe();
+  RecordProperty("seconds_to_ejection",
+                 absl::StrCat(absl::ToDoubleSeconds(absl::Now() - failing)));
+  // Every client family accepted the Cluster with its outlier detection.
+  EXPECT_GE(MetricValue({"aside_xds_requests_total", "cluster", "ack"}), 3);
+  EXPECT_EQ(MetricValue({"aside_xds_requests_total", "cluster", "nack"}), 0);
+  // The next assignment leaves it out: after a short run of calls (the
+  // push), every client's calls go to the other two only.
+  WaitForMoreCalls(Positions(), 30);
+  const auto since = Positions();
+  WaitForMoreCalls(since, 150);
+  for (const StockClient& c : clients_) {
+    const std::vector<int> calls = log_.CallsSince(c.name, since.at(c.name));
+    EXPECT_EQ(std::count(calls.begin(), calls.end(), 0), 0)
+        << c.name << " still calls the ejected backend; " << Describe();
+  }
+  // Never more than max_ejection_percent: the healthy two stay.
+  EXPECT_EQ(ejected().first, 1);
 }
 
 // A raw ADS client on the generated stubs.
@@ -797,6 +870,201 @@ TEST_F(XdsClientsTest, AnUnknownNameIsAnsweredWithoutItAndCounted) {
   envoy::config::listener::v3::Listener listener;
   ASSERT_TRUE(r->resources(0).UnpackTo(&listener));
   EXPECT_EQ(listener.name(), "web");
+}
+
+// A ring_hash group: Aside's Pick, the C++ stub's Pick and a grpc-js xDS
+// client sending the key in the route's hash header reach the same backend
+// for every key, before and after the membership changes.
+TEST_F(XdsClientsTest, RingHashKeysReachTheSameBackendOnEveryPath) {
+  constexpr int kKeys = 1000;
+  CreateGroup({1, 2, 3}, "ring_hash");
+  ASSERT_TRUE(std::string(ASIDE_NODE).find("NOTFOUND") == std::string::npos)
+      << "node is not installed (scripts/install-deps.sh)";
+  {
+    std::vector<std::string> argv = {"/usr/bin/env",
+                                     "GRPC_XDS_BOOTSTRAP=" + bootstrap_,
+                                     ASIDE_NODE,
+                                     ASIDE_XDS_CLIENT_JS,
+                                     "xds:///web",
+                                     "node",
+                                     "0",
+                                     absl::StrCat("x-aside-hash-key=@", kKeys)};
+    absl::StatusOr<std::unique_ptr<Process>> p = StartChild(argv);
+    ASSERT_OK(p.status());
+    clients_.push_back({"node", *std::move(p)});
+    ASSERT_OK(
+        clients_.back().process->WaitForLine("event=client.started", kWait));
+  }
+  auto lb = v1::LoadBalancer::NewStub(grpc::CreateChannel(
+      server_.target(), grpc::InsecureChannelCredentials()));
+  ClientOptions options;
+  options.targets = {server_.target()};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> stub,
+                       Client::Create(std::move(options)));
+  ClientGroup* stub_group = stub->Group("web");
+  auto index_of = [&](absl::string_view address) {
+    for (int i = 0; i < kBackends; ++i) {
+      if (backends_->address(i) == address) {
+        return i;
+      }
+    }
+    return -1;
+  };
+  // One full cycle of the Node client's keys after `since` (each key's call
+  // count then), compared with Pick and the stub for the same keys; returns
+  // the number of keys on which all three agree.
+  auto agreement = [&](std::string* detail) {
+    std::vector<size_t> since(kKeys);
+    for (int k = 0; k < kKeys; ++k) {
+      since[k] = log_.Count(absl::StrCat("node/key-", k));
+    }
+    const bool cycled = log_.WaitUntil(
+        [&](const CallLog::Calls& calls) {
+          for (int k = 0; k < kKeys; ++k) {
+            auto it = calls.find(absl::StrCat("node/key-", k));
+            if (it == calls.end() || it->second.size() <= since[k]) {
+              return false;
+            }
+          }
+          return true;
+        },
+        kWait);
+    if (!cycled) {
+      *detail = "the node client did not call every key; " + Describe();
+      return 0;
+    }
+    int agree = 0;
+    for (int k = 0; k < kKeys; ++k) {
+      const std::string key = absl::StrCat("key-", k);
+      const int by_node =
+          log_.CallsSince(absl::StrCat("node/", key), since[k]).back();
+      v1::PickRequest request;
+      request.set_group("web");
+      request.set_key(key);
+      v1::PickResponse response;
+      grpc::ClientContext context;
+      const grpc::Status s = lb->Pick(&context, request, &response);
+      const int by_pick = s.ok() && response.backends_size() > 0
+                              ? index_of(response.backends(0).address())
+                              : -1;
+      absl::StatusOr<PickHandle> local = stub_group->Pick(key);
+      const int by_stub = local.ok() ? index_of(local->address()) : -1;
+      if (local.ok()) {
+        local->Done(true);
+      }
+      if (by_node == by_pick && by_pick == by_stub) {
+        ++agree;
+      } else if (detail->size() < 2000) {
+        absl::StrAppend(detail, key, ": node ", by_node, " pick ", by_pick,
+                        " stub ", by_stub, "\n");
+      }
+    }
+    return agree;
+  };
+  // Until the node client has the group (its first calls wait for it).
+  int agree = 0;
+  std::string detail;
+  EXPECT_TRUE(aside::testing::Eventually(
+      [&] {
+        detail.clear();
+        agree = agreement(&detail);
+        return agree == kKeys;
+      },
+      kWait))
+      << agree << " of " << kKeys << " keys agree:\n"
+      << detail;
+  RecordProperty("keys_agreeing", absl::StrCat(agree, "/", kKeys));
+  // All three backends take keys, in proportion to their weights 1:2:3.
+  std::vector<int> per_backend(kBackends, 0);
+  for (int k = 0; k < kKeys; ++k) {
+    ++per_backend[log_.CallsSince(absl::StrCat("node/key-", k), 0).back()];
+  }
+  EXPECT_GT(per_backend[0], 0);
+  EXPECT_GT(per_backend[1], per_backend[0]);
+  EXPECT_GT(per_backend[2], per_backend[1]);
+  // A backend removed and another added: the three rings change alike.
+  Remove(0);
+  Add(3);
+  int after = 0;
+  EXPECT_TRUE(aside::testing::Eventually(
+      [&] {
+        detail.clear();
+        after = agreement(&detail);
+        return after == kKeys;
+      },
+      kWait))
+      << after << " of " << kKeys << " keys agree after the change:\n"
+      << detail;
+  RecordProperty("keys_agreeing_after_change", absl::StrCat(after, "/", kKeys));
+  for (int k = 0; k < kKeys; ++k) {
+    EXPECT_NE(log_.CallsSince(absl::StrCat("node/key-", k), 0).back(), 0);
+  }
+}
+
+// Groups with outlier detection send gRPC's (gRFC A50) in the Cluster: a
+// grpc-js client stops calling a backend that fails every call on its own,
+// with no load report reaching Aside (its LRS streams are refused here).
+TEST_F(XdsClientsTest, NodeClientsEjectAFailingBackendThemselves) {
+  server_.process->Signal(SIGTERM);
+  ASSERT_TRUE(server_.process->Wait(kWait).has_value());
+  dir_.WriteFile("aside.yaml",
+                 absl::StrCat("admin: {token_file: ", tokens_, "}\n",
+                              "grpclb: {client_stats_report_interval: 1s}\n",
+                              "load_reports: {auth: token}\n"));
+  ASSERT_OK(StartAside());
+  v1::CreateGroupRequest request;
+  v1::Group* g = request.mutable_group();
+  g->set_name("web");
+  g->mutable_policy()->mutable_weighted_round_robin();
+  g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+  v1::OutlierDetection* outliers = g->mutable_outlier_detection();
+  outliers->set_enabled(true);
+  outliers->set_consecutive_failures(5);
+  outliers->set_max_ejection_percent(34);  // one of three
+  for (int i = 0; i < 3; ++i) {
+    g->add_backends()->set_address(backends_->address(i));
+  }
+  v1::Group created;
+  grpc::Status s = admin_->CreateGroup(AdminContext().get(), request, &created);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(std::string(ASIDE_NODE).find("NOTFOUND") == std::string::npos)
+      << "node is not installed (scripts/install-deps.sh)";
+  absl::StatusOr<std::unique_ptr<Process>> p =
+      StartChild({"/usr/bin/env", "GRPC_XDS_BOOTSTRAP=" + bootstrap_,
+                  ASIDE_NODE, ASIDE_XDS_CLIENT_JS, "xds:///web", "node"});
+  ASSERT_OK(p.status());
+  clients_.push_back({"node", *std::move(p)});
+  ASSERT_OK(
+      clients_.back().process->WaitForLine("event=client.started", kWait));
+  WaitUntilClientsCall({0, 1, 2}, 5);
+  backends_->SetFailing(0, true);
+  const absl::Time failing = absl::Now();
+  // Ejected: a run of 300 calls with none to backend 0.
+  ASSERT_TRUE(aside::testing::Eventually(
+      [&] {
+        const auto since = Positions();
+        WaitForMoreCalls(since, 300);
+        const std::vector<int> calls =
+            log_.CallsSince("node", since.at("node"));
+        return std::count(calls.begin(), calls.end(), 0) == 0;
+      },
+      kWait))
+      << "the node client kept calling the failing backend; " << Describe();
+  RecordProperty("seconds_to_local_ejection",
+                 absl::StrCat(absl::ToDoubleSeconds(absl::Now() - failing)));
+  // Aside itself heard nothing: the backend is still ready in its table,
+  // so the client ejected it on its own.
+  const v1::Group group = GetGroup();
+  for (const v1::TableBackend& b : group.state()) {
+    EXPECT_TRUE(b.ready()) << b.backend().address();
+  }
+  // Never more than max_ejection_percent: the other two keep their calls.
+  const auto since = Positions();
+  WaitForMoreCalls(since, 300);
+  const std::vector<int> per_backend =
+      PerBackend(log_.CallsSince("node", since.at("node")));
+  EXPECT_GT(per_backend[1], 0);
+  EXPECT_GT(per_backend[2], 0);
 }
 
 }  // namespace

@@ -137,13 +137,60 @@ TEST(XdsRingHashGateTest, OldCoreClientsNeverGetRingHash) {
   EXPECT_TRUE(RingHashSafe(NodeWith("gRPC Go", "1.60.0")));
 }
 
+TEST(XdsRingHashGateTest, CurrentNodeClientsGetRingHash) {
+  // What @grpc/grpc-js-xds sends: its package version.
+  EXPECT_TRUE(RingHashSafe(NodeWith("gRPC Node Pure JS", "1.14.1")));
+  EXPECT_TRUE(RingHashSafe(NodeWith("gRPC Node Pure JS", "2.0.0")));
+  EXPECT_FALSE(RingHashSafe(NodeWith("gRPC Node Pure JS", "1.8.3")));
+  EXPECT_FALSE(RingHashSafe(NodeWith("gRPC Node Pure JS", "")));
+}
+
+TEST(XdsLoadAssignmentTest,
+     EndpointsWeighOneSoLocalityTimesEndpointIsTheWeight) {
+  TableConstPtr table = MakeTable({.weights = {500, 100}});
+  const auto cla = BuildLoadAssignment(*table);
+  ASSERT_EQ(cla.endpoints_size(), 2);
+  for (const auto& l : cla.endpoints()) {
+    EXPECT_EQ(l.lb_endpoints(0).load_balancing_weight().value(), 1u);
+  }
+}
+
+TEST(XdsLoadAssignmentTest, LocalitiesAreListedInTheOrderOfTheirNames) {
+  PolicyConfig policy;
+  policy.kind = PolicyKind::kRingHash;
+  TableSpec spec = MakeTableSpec(policy, {.weights = {1, 1, 1}});
+  spec.members[0].backend.locality.zone = "c";
+  spec.members[1].backend.locality.zone = "a";
+  spec.members[2].backend.locality.zone = "b";
+  absl::StatusOr<TableConstPtr> table = Table::Create(spec, nullptr, nullptr);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const auto cla = BuildLoadAssignment(**table);
+  ASSERT_EQ(cla.endpoints_size(), 3);
+  EXPECT_EQ(cla.endpoints(0).locality().zone(), "a");
+  EXPECT_EQ(cla.endpoints(1).locality().zone(), "b");
+  EXPECT_EQ(cla.endpoints(2).locality().zone(), "c");
+}
+
 TEST(XdsClusterTest, HashPoliciesFallBackToRoundRobinUnlessAllowed) {
   PolicyConfig ketama;
   ketama.kind = PolicyKind::kKetama;
   EXPECT_EQ(BuildCluster("web", ketama, false).lb_policy(),
             cluster::Cluster::ROUND_ROBIN);
-  EXPECT_EQ(BuildCluster("web", ketama, true).lb_policy(),
-            cluster::Cluster::RING_HASH);
+  const cluster::Cluster ring = BuildCluster("web", ketama, true);
+  EXPECT_EQ(ring.lb_policy(), cluster::Cluster::RING_HASH);
+  EXPECT_EQ(ring.ring_hash_lb_config().minimum_ring_size().value(), 1024u);
+  EXPECT_EQ(ring.ring_hash_lb_config().maximum_ring_size().value(), 4096u);
+  // A ring_hash group sends its own sizes: the client builds Aside's ring.
+  PolicyConfig own;
+  own.kind = PolicyKind::kRingHash;
+  own.ring_hash.min_ring_size = 100;
+  own.ring_hash.max_ring_size = 2000;
+  const cluster::Cluster sized = BuildCluster("web", own, true);
+  EXPECT_EQ(sized.lb_policy(), cluster::Cluster::RING_HASH);
+  EXPECT_EQ(sized.ring_hash_lb_config().minimum_ring_size().value(), 100u);
+  EXPECT_EQ(sized.ring_hash_lb_config().maximum_ring_size().value(), 2000u);
+  EXPECT_EQ(BuildCluster("web", own, false).lb_policy(),
+            cluster::Cluster::ROUND_ROBIN);
   PolicyConfig wrr;
   wrr.kind = PolicyKind::kWeightedRoundRobin;
   const cluster::Cluster c = BuildCluster("web", wrr, true);
@@ -152,6 +199,35 @@ TEST(XdsClusterTest, HashPoliciesFallBackToRoundRobinUnlessAllowed) {
   EXPECT_TRUE(c.eds_cluster_config().eds_config().has_ads());
   EXPECT_EQ(c.eds_cluster_config().service_name(), "web");
   EXPECT_TRUE(c.lrs_server().has_self());
+}
+
+TEST(XdsClusterTest, OutlierDetectionBecomesFailurePercentageEjection) {
+  PolicyConfig wrr;
+  wrr.kind = PolicyKind::kWeightedRoundRobin;
+  EXPECT_FALSE(BuildCluster("web", wrr, false).has_outlier_detection());
+  OutlierSpec outliers;
+  outliers.enabled = true;
+  outliers.consecutive_failures = 7;
+  outliers.base_ejection_time = absl::Milliseconds(2500);
+  outliers.max_ejection_time = absl::Seconds(60);
+  outliers.max_ejection_percent = 34.9;
+  const cluster::Cluster c = BuildCluster("web", wrr, false, outliers);
+  ASSERT_TRUE(c.has_outlier_detection());
+  const cluster::OutlierDetection& od = c.outlier_detection();
+  EXPECT_EQ(od.interval().seconds(), 1);
+  EXPECT_EQ(od.base_ejection_time().seconds(), 2);
+  EXPECT_EQ(od.base_ejection_time().nanos(), 500'000'000);
+  EXPECT_EQ(od.max_ejection_time().seconds(), 60);
+  EXPECT_EQ(od.max_ejection_percent().value(), 34u);
+  // Success-rate ejection off; more than 99 % of at least
+  // consecutive_failures calls failed (gRPC ejects above the threshold),
+  // whatever the number of backends.
+  ASSERT_TRUE(od.has_enforcing_success_rate());
+  EXPECT_EQ(od.enforcing_success_rate().value(), 0u);
+  EXPECT_EQ(od.failure_percentage_threshold().value(), 99u);
+  EXPECT_EQ(od.enforcing_failure_percentage().value(), 100u);
+  EXPECT_EQ(od.failure_percentage_minimum_hosts().value(), 1u);
+  EXPECT_EQ(od.failure_percentage_request_volume().value(), 7u);
 }
 
 TEST(XdsListenerTest, RoutesEveryDomainToTheClusterWithTheRouterLast) {
