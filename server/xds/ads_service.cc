@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "lib/hash.h"
@@ -181,6 +183,7 @@ class AdsService::Stream final
       have_node_ = true;
       node_id_ = request_.node().id().substr(0, 256);
       ring_hash_safe_ = RingHashSafe(request_.node());
+      no_route_safe_ = NoRouteListenerSafe(request_.node());
       Log(LogLevel::kInfo, "xds.stream",
           {{"node", node_id_},
            {"user_agent", request_.node().user_agent_name().substr(0, 128)},
@@ -259,11 +262,29 @@ class AdsService::Stream final
         uses_.insert(f.group->name());
         service_->WatchLater(f.group);
       }
+      if (type == 0) {
+        if (f.resource != nullptr) {
+          real_listeners_.insert(name);
+        } else if (no_route_safe_ && !real_listeners_.contains(name)) {
+          // Never a group on this stream: a listener that fails calls at
+          // once (BuildNoRouteListener), still counted as unknown.
+          ++*unknown;
+          out.push_back(MakeResource(name, BuildNoRouteListener(name)));
+          continue;
+        }
+      }
       if (f.resource == nullptr) {
         ++*unknown;
       } else {
         out.push_back(std::move(f.resource));
       }
+    }
+    if (type == 0) {
+      // Only subscribed names are remembered.
+      std::erase_if(real_listeners_, [&](const std::string& n) {
+        return !std::binary_search(types_[0].names.begin(),
+                                   types_[0].names.end(), n);
+      });
     }
     return out;
   }
@@ -364,7 +385,12 @@ class AdsService::Stream final
   bool have_node_ ABSL_GUARDED_BY(mu_) = false;
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   bool ring_hash_safe_ ABSL_GUARDED_BY(mu_) = false;
+  // Unknown listener names get BuildNoRouteListener (NoRouteListenerSafe).
+  bool no_route_safe_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> fallbacks_logged_ ABSL_GUARDED_BY(mu_);
+  // Subscribed listener names this stream was sent a group's listener for:
+  // once gone, such a name is left out rather than sent a no-route one.
+  std::set<std::string> real_listeners_ ABSL_GUARDED_BY(mu_);
   // Groups the stream's resources came from since the ticker's last full
   // pass: publications of other groups do not concern it. Every write
   // completion re-evaluates every type, so a type skipped by an early

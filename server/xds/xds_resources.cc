@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <tuple>
 #include <vector>
 
@@ -87,9 +88,14 @@ bool RingHashSafe(const core::Node& node) {
          absl::StartsWith(name, "gRPC Java");
 }
 
-envoy::config::listener::v3::Listener BuildListener(const std::string& name,
-                                                    const std::string& cluster,
-                                                    bool hash_header) {
+namespace {
+
+// A listener whose connection manager has the inline route configuration
+// of one virtual host for every domain, with `routes` filled in by the
+// caller, and the router filter last.
+envoy::config::listener::v3::Listener ListenerWithHost(
+    const std::string& name,
+    const std::function<void(route::VirtualHost*)>& routes_of) {
   hcm::HttpConnectionManager manager;
   manager.set_stat_prefix("aside");
   route::RouteConfiguration* routes = manager.mutable_route_config();
@@ -97,14 +103,7 @@ envoy::config::listener::v3::Listener BuildListener(const std::string& name,
   route::VirtualHost* host = routes->add_virtual_hosts();
   host->set_name(name);
   host->add_domains("*");
-  route::Route* r = host->add_routes();
-  r->mutable_match()->set_prefix("");
-  route::RouteAction* action = r->mutable_route();
-  action->set_cluster(cluster);
-  if (hash_header) {
-    action->add_hash_policy()->mutable_header()->set_header_name(
-        kHashKeyHeader);
-  }
+  routes_of(host);
   hcm::HttpFilter* router = manager.add_http_filters();
   router->set_name("envoy.filters.http.router");
   router->mutable_typed_config()->PackFrom(
@@ -114,6 +113,34 @@ envoy::config::listener::v3::Listener BuildListener(const std::string& name,
   listener.set_name(name);
   listener.mutable_api_listener()->mutable_api_listener()->PackFrom(manager);
   return listener;
+}
+
+}  // namespace
+
+envoy::config::listener::v3::Listener BuildNoRouteListener(
+    const std::string& name) {
+  return ListenerWithHost(name, [](route::VirtualHost*) {});
+}
+
+bool NoRouteListenerSafe(const core::Node& node) {
+  // grpc-js-xds ("gRPC Node Pure JS") validates routes one by one and
+  // accepts a virtual host without any.
+  return absl::StartsWith(node.user_agent_name(), "gRPC Node");
+}
+
+envoy::config::listener::v3::Listener BuildListener(const std::string& name,
+                                                    const std::string& cluster,
+                                                    bool hash_header) {
+  return ListenerWithHost(name, [&](route::VirtualHost* host) {
+    route::Route* r = host->add_routes();
+    r->mutable_match()->set_prefix("");
+    route::RouteAction* action = r->mutable_route();
+    action->set_cluster(cluster);
+    if (hash_header) {
+      action->add_hash_policy()->mutable_header()->set_header_name(
+          kHashKeyHeader);
+    }
+  });
 }
 
 cluster::Cluster BuildCluster(const std::string& group,

@@ -104,6 +104,20 @@ envoy::config::listener::v3::Listener BuildListener(const std::string& name,
                                                     const std::string& cluster,
                                                     bool hash_header);
 
+// The Listener for a target name no group answers, for clients that accept
+// it (NoRouteListenerSafe): the same shape with a virtual host of no
+// routes, so the client fails calls at once with UNAVAILABLE ("Failed to
+// route call") instead of waiting for the resource: grpc-js treats a
+// resource left out of a response as missing only after a 15 s timer, and
+// even then keeps calls queued until their deadline. Sent for names that
+// were never a group on the stream; a group deleted under a client is
+// left out instead, so that a client told to ignore deletions keeps its
+// last configuration. Other clients get the name left out (the xDS rule):
+// gRPC C-core rejects a virtual host without routes.
+envoy::config::listener::v3::Listener BuildNoRouteListener(
+    const std::string& name);
+bool NoRouteListenerSafe(const envoy::config::core::v3::Node& node);
+
 // The EDS cluster of group `group` with its endpoints over ADS and load
 // reports to this server. `ring_hash`: RING_HASH when the policy hashes,
 // else ROUND_ROBIN (the weighted encoding).

@@ -29,6 +29,7 @@
 #include "client/xds_bootstrap.h"
 #include "envoy/config/cluster/v3/cluster.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
+#include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
 #include "envoy/service/discovery/v3/discovery.grpc.pb.h"
 #include "lib/status_macros.h"
 #include "tests/grpclb/greeter_backends.h"
@@ -766,8 +767,10 @@ TEST_F(XdsClientsTest, ABackendFailingEveryCallIsEjectedThroughLoadReports) {
 // A raw ADS client on the generated stubs.
 class AdsClient {
  public:
-  explicit AdsClient(const std::string& target)
-      : stub_(discovery::AggregatedDiscoveryService::NewStub(
+  // `user_agent`: the node's user_agent_name (what client it says it is).
+  explicit AdsClient(const std::string& target, std::string user_agent = "")
+      : user_agent_(std::move(user_agent)),
+        stub_(discovery::AggregatedDiscoveryService::NewStub(
             grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {
     context_.set_deadline(std::chrono::system_clock::now() +
                           std::chrono::seconds(30));
@@ -779,6 +782,7 @@ class AdsClient {
             const std::string& error = "") {
     discovery::DiscoveryRequest r;
     r.mutable_node()->set_id("raw-ads-client");
+    r.mutable_node()->set_user_agent_name(user_agent_);
     r.set_type_url(type);
     for (std::string& n : names) {
       r.add_resource_names(std::move(n));
@@ -802,6 +806,7 @@ class AdsClient {
   }
 
  private:
+  const std::string user_agent_;
   std::unique_ptr<discovery::AggregatedDiscoveryService::Stub> stub_;
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<discovery::DiscoveryRequest,
@@ -842,9 +847,9 @@ TEST_F(XdsClientsTest, ARejectedVersionIsLoggedCountedAndNotSentAgain) {
   EXPECT_GE(MetricValue({"aside_xds_requests_total", "cluster", "ack"}), 1);
 }
 
-TEST_F(XdsClientsTest, AnUnknownNameIsAnsweredWithoutItAndCounted) {
+TEST_F(XdsClientsTest, AnUnknownNameIsLeftOutForCoreClientsAndCounted) {
   CreateGroup({100});
-  AdsClient ads(server_.target());
+  AdsClient ads(server_.target(), "gRPC C-core linux");
   ASSERT_TRUE(ads.Send(kListenerType, {"nosuch", "web"}));
   std::optional<discovery::DiscoveryResponse> r = ads.Read();
   ASSERT_TRUE(r.has_value());
@@ -855,9 +860,46 @@ TEST_F(XdsClientsTest, AnUnknownNameIsAnsweredWithoutItAndCounted) {
   r = ads.Read();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->resources_size(), 2);
+}
+
+TEST_F(XdsClientsTest, AnUnknownNameIsAnsweredWithANoRouteListenerForNode) {
+  CreateGroup({100});
+  AdsClient ads(server_.target(), "gRPC Node Pure JS");
+  ASSERT_TRUE(ads.Send(kListenerType, {"nosuch", "web"}));
+  std::optional<discovery::DiscoveryResponse> r = ads.Read();
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->resources_size(), 2);
+  EXPECT_EQ(MetricValue({"aside_xds_unknown_resources_total", "listener"}), 1);
+  // The unknown name's listener routes nothing, so calls fail at once.
+  auto routes_of = [](const google::protobuf::Any& any, std::string* name) {
+    envoy::config::listener::v3::Listener listener;
+    EXPECT_TRUE(any.UnpackTo(&listener));
+    *name = listener.name();
+    envoy::extensions::filters::network::http_connection_manager::v3::
+        HttpConnectionManager manager;
+    EXPECT_TRUE(listener.api_listener().api_listener().UnpackTo(&manager));
+    return manager.route_config().virtual_hosts(0).routes_size();
+  };
+  for (const google::protobuf::Any& any : r->resources()) {
+    std::string name;
+    const int routes = routes_of(any, &name);
+    EXPECT_EQ(routes, name == "nosuch" ? 0 : 1) << name;
+  }
   ASSERT_TRUE(ads.Send(kListenerType, {"nosuch", "web"}, r->version_info(),
                        r->nonce()));
-  // Deleted, it leaves the next response.
+  // Created later, the group is sent without the client asking again.
+  CreateGroup({100}, "weighted_round_robin", "nosuch");
+  r = ads.Read();
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->resources_size(), 2);
+  for (const google::protobuf::Any& any : r->resources()) {
+    std::string name;
+    EXPECT_EQ(routes_of(any, &name), 1) << name;
+  }
+  ASSERT_TRUE(ads.Send(kListenerType, {"nosuch", "web"}, r->version_info(),
+                       r->nonce()));
+  // Deleted, it leaves the next response (a client that ignores deletions
+  // keeps the group's last configuration; it is not told to fail).
   v1::DeleteGroupRequest request;
   request.set_name("nosuch");
   v1::DeleteGroupResponse deleted;
@@ -872,9 +914,26 @@ TEST_F(XdsClientsTest, AnUnknownNameIsAnsweredWithoutItAndCounted) {
   EXPECT_EQ(listener.name(), "web");
 }
 
-// A ring_hash group: Aside's Pick, the C++ stub's Pick and a grpc-js xDS
-// client sending the key in the route's hash header reach the same backend
-// for every key, before and after the membership changes.
+// A grpc-js client fails calls to a name no group answers at once with
+// UNAVAILABLE (wait_for_ready or not) instead of waiting to its deadline;
+// gRPC 1.51 clients, which are left the name out, wait. All of them
+// follow the group once it is created, and none rejects a response.
+TEST_F(XdsClientsTest, AnUnknownNameFailsNodeCallsAtOnceThenAllFollowItsGroup) {
+  CreateGroup({100});
+  StartClients("nosuch");
+  for (StockClient& c : clients_) {
+    ASSERT_OK_AND_ASSIGN(const std::string line,
+                         c.process->WaitForLine("event=call.failed", kWait));
+    RecordProperty(c.name + "_failure", line);
+    if (c.name == "node") {
+      EXPECT_EQ(aside::testing::LogField(line, "code"), "14") << line;
+    }
+  }
+  CreateGroup({100}, "weighted_round_robin", "nosuch");
+  WaitUntilClientsCall({0}, 5);
+  EXPECT_EQ(MetricValue({"aside_xds_requests_total", "listener", "nack"}), 0);
+}
+
 TEST_F(XdsClientsTest, RingHashKeysReachTheSameBackendOnEveryPath) {
   constexpr int kKeys = 1000;
   CreateGroup({1, 2, 3}, "ring_hash");
