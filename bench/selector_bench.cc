@@ -237,6 +237,7 @@ ASIDE_PICK_BENCH(random, Policy(PolicyKind::kRandom));
 ASIDE_PICK_BENCH(hash, Policy(PolicyKind::kHash));
 ASIDE_PICK_BENCH(ketama, Policy(PolicyKind::kKetama));
 ASIDE_PICK_BENCH(maglev, Policy(PolicyKind::kMaglev));
+ASIDE_PICK_BENCH(ring_hash, Policy(PolicyKind::kRingHash));
 ASIDE_PICK_BENCH(p2c_pending, Policy(PolicyKind::kP2c));
 ASIDE_PICK_BENCH(p2c_peak_ewma, P2cPeak());
 ASIDE_PICK_BENCH(least_time, Policy(PolicyKind::kLeastTime));
@@ -487,6 +488,7 @@ ASIDE_TABLE_BUILD_BENCH(random, Policy(PolicyKind::kRandom));
 ASIDE_TABLE_BUILD_BENCH(hash, Policy(PolicyKind::kHash));
 ASIDE_TABLE_BUILD_BENCH(ketama, Policy(PolicyKind::kKetama));
 ASIDE_TABLE_BUILD_BENCH(maglev, Policy(PolicyKind::kMaglev));
+ASIDE_TABLE_BUILD_BENCH(ring_hash, Policy(PolicyKind::kRingHash));
 ASIDE_TABLE_BUILD_BENCH(p2c_peak_ewma, P2cPeak());
 ASIDE_TABLE_BUILD_BENCH(least_time, Policy(PolicyKind::kLeastTime));
 
@@ -544,6 +546,11 @@ BENCHMARK_CAPTURE(BM_Disruption, ketama, PolicyKind::kKetama)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Disruption, maglev, PolicyKind::kMaglev)
+    ->Args({100, 1})
+    ->Args({100, 0})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Disruption, ring_hash, PolicyKind::kRingHash)
     ->Args({100, 1})
     ->Args({100, 0})
     ->Iterations(1)

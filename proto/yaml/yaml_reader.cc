@@ -34,10 +34,12 @@ class ShapeCheck : public YAML::EventHandler {
     }
   }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Count(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Count(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Count(mark);
+  }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&,
                        YAML::anchor_t, YAML::EmitterStyle::value) override {
     Enter(mark);
@@ -50,7 +52,15 @@ class ShapeCheck : public YAML::EventHandler {
   void OnMapEnd() override { --depth_; }
 
  private:
+  void Count(const YAML::Mark& mark) {
+    if (++nodes_ > kMaxYamlNodes) {
+      throw Refused{mark, absl::StrCat("more than ", kMaxYamlNodes,
+                                       " YAML nodes; a document this large "
+                                       "belongs in the Admin API")};
+    }
+  }
   void Enter(const YAML::Mark& mark) {
+    Count(mark);
     if (++depth_ > kMaxYamlDepth) {
       throw Refused{
           mark, absl::StrCat("nested deeper than ", kMaxYamlDepth, " levels")};
@@ -59,6 +69,7 @@ class ShapeCheck : public YAML::EventHandler {
 
   int documents_ = 0;
   int depth_ = 0;
+  size_t nodes_ = 0;
 };
 
 absl::Status At(absl::string_view file, const YAML::Mark& mark,

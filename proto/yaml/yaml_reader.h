@@ -23,16 +23,25 @@
 
 namespace aside::yaml {
 
-// Bounds on what LoadYaml takes: the text's size and how deeply mappings
-// and sequences nest (config files nest about six levels).
+// Bounds on what LoadYaml takes: the text's size, how deeply mappings and
+// sequences nest (config files nest about six levels), and how many nodes
+// (scalars, nulls, aliases, mappings, sequences) the document holds. Built
+// nodes cost yaml-cpp a few hundred bytes each: the node bound keeps a
+// document's tree to tens of megabytes, where 16 MiB of short lines would
+// otherwise make millions of them. 200 000 nodes is a file of about 20 000
+// backends with addresses and weights; fleets larger than that belong in
+// the Admin API and the store.
 inline constexpr size_t kMaxYamlBytes = size_t{16} << 20;
 inline constexpr int kMaxYamlDepth = 64;
+inline constexpr size_t kMaxYamlNodes = 200'000;
 
 // Parses a YAML (or JSON) document. Syntax errors are InvalidArgument
 // "file:line:column: message". yaml-cpp reports by exception; this is the
 // boundary that catches it. Also refused, with the position: a second
 // document (`---`), which would otherwise be ignored; nesting deeper than
-// kMaxYamlDepth; and text longer than kMaxYamlBytes.
+// kMaxYamlDepth; more than kMaxYamlNodes nodes (found by a streaming pass
+// that builds none, so the refusal costs little); and text longer than
+// kMaxYamlBytes.
 absl::StatusOr<YAML::Node> LoadYaml(absl::string_view text,
                                     absl::string_view file);
 

@@ -365,6 +365,25 @@ TEST(ConfigTest, DeepNestingIsRefusedWithoutRecursingIntoIt) {
               HasSubstr("aside.yaml:1:"));
 }
 
+TEST(ConfigTest, TooManyNodesAreRefusedBeforeAnyIsBuilt) {
+  // Under the byte cap (about 1.6 MB) but one node past the node cap.
+  std::string many = "groups:\n";
+  for (size_t i = 0; i <= yaml::kMaxYamlNodes; ++i) {
+    many += "- x\n";
+  }
+  const std::string error = ErrorOf(many);
+  EXPECT_THAT(error, HasSubstr("more than 200000 YAML nodes"));
+  // Named where the cap was passed: the line of node 200001 (the mapping
+  // and the key "groups" are nodes 1 and 2, the sequence node 3).
+  EXPECT_THAT(error, HasSubstr("aside.yaml:199999:"));
+  // At the cap a document is taken.
+  std::string enough = "x:\n";
+  for (size_t i = 0; i + 3 < yaml::kMaxYamlNodes; ++i) {
+    enough += "- x\n";
+  }
+  EXPECT_THAT(ErrorOf(enough), ::testing::Not(HasSubstr("YAML nodes")));
+}
+
 TEST(ConfigTest, OversizedTextAndFilesAreRefused) {
   const std::string big(yaml::kMaxYamlBytes + 1, '#');
   EXPECT_THAT(ErrorOf(big), HasSubstr("more than the 16777216"));
