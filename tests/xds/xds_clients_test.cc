@@ -179,6 +179,44 @@ class XdsClientsTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
 
+  // Group "web" of backends 0..2, unprobed (ready unless drained or
+  // ejected), ejecting a backend after 5 consecutive failures, at most one
+  // of the three at a time.
+  void CreateEjectingGroup() {
+    v1::CreateGroupRequest request;
+    v1::Group* g = request.mutable_group();
+    g->set_name("web");
+    g->mutable_policy()->mutable_weighted_round_robin();
+    g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+    v1::OutlierDetection* outliers = g->mutable_outlier_detection();
+    outliers->set_enabled(true);
+    outliers->set_consecutive_failures(5);
+    outliers->set_max_ejection_percent(34);  // one of three
+    for (int i = 0; i < 3; ++i) {
+      g->add_backends()->set_address(backends_->address(i));
+    }
+    v1::Group created;
+    const grpc::Status s =
+        admin_->CreateGroup(AdminContext().get(), request, &created);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  // Starts the Node stock client alone ("node") with the client's
+  // arguments after the script.
+  void StartNodeClient(const std::vector<std::string>& args) {
+    ASSERT_TRUE(std::string(ASIDE_NODE).find("NOTFOUND") == std::string::npos)
+        << "node is not installed (scripts/install-deps.sh)";
+    std::vector<std::string> argv = {"/usr/bin/env",
+                                     "GRPC_XDS_BOOTSTRAP=" + bootstrap_,
+                                     ASIDE_NODE, ASIDE_XDS_CLIENT_JS};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<std::unique_ptr<Process>> p = StartChild(argv);
+    ASSERT_OK(p.status());
+    clients_.push_back({"node", *std::move(p)});
+    ASSERT_OK(
+        clients_.back().process->WaitForLine("event=client.started", kWait));
+  }
+
   void Drain(int backend) {
     v1::DrainBackendsRequest request;
     request.set_group("web");
@@ -709,21 +747,7 @@ TEST_F(XdsClientsTest, ABackendFailingEveryCallIsEjectedThroughLoadReports) {
   // The clients' LRS reports (every second) are their only failure signal:
   // an interval in which every call to a backend failed extends its run of
   // consecutive failures, as a stub's report does.
-  v1::CreateGroupRequest request;
-  v1::Group* g = request.mutable_group();
-  g->set_name("web");
-  g->mutable_policy()->mutable_weighted_round_robin();
-  g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
-  v1::OutlierDetection* outliers = g->mutable_outlier_detection();
-  outliers->set_enabled(true);
-  outliers->set_consecutive_failures(5);
-  outliers->set_max_ejection_percent(34);  // one of three
-  for (int i = 0; i < 3; ++i) {
-    g->add_backends()->set_address(backends_->address(i));
-  }
-  v1::Group created;
-  grpc::Status s = admin_->CreateGroup(AdminContext().get(), request, &created);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  CreateEjectingGroup();
   StartClients();
   WaitUntilClientsCall({0, 1, 2}, 3);
   backends_->SetFailing(0, true);
@@ -937,23 +961,8 @@ TEST_F(XdsClientsTest, AnUnknownNameFailsNodeCallsAtOnceThenAllFollowItsGroup) {
 TEST_F(XdsClientsTest, RingHashKeysReachTheSameBackendOnEveryPath) {
   constexpr int kKeys = 1000;
   CreateGroup({1, 2, 3}, "ring_hash");
-  ASSERT_TRUE(std::string(ASIDE_NODE).find("NOTFOUND") == std::string::npos)
-      << "node is not installed (scripts/install-deps.sh)";
-  {
-    std::vector<std::string> argv = {"/usr/bin/env",
-                                     "GRPC_XDS_BOOTSTRAP=" + bootstrap_,
-                                     ASIDE_NODE,
-                                     ASIDE_XDS_CLIENT_JS,
-                                     "xds:///web",
-                                     "node",
-                                     "0",
-                                     absl::StrCat("x-aside-hash-key=@", kKeys)};
-    absl::StatusOr<std::unique_ptr<Process>> p = StartChild(argv);
-    ASSERT_OK(p.status());
-    clients_.push_back({"node", *std::move(p)});
-    ASSERT_OK(
-        clients_.back().process->WaitForLine("event=client.started", kWait));
-  }
+  StartNodeClient(
+      {"xds:///web", "node", "0", absl::StrCat("x-aside-hash-key=@", kKeys)});
   auto lb = v1::LoadBalancer::NewStub(grpc::CreateChannel(
       server_.target(), grpc::InsecureChannelCredentials()));
   ClientOptions options;
@@ -1071,30 +1080,8 @@ TEST_F(XdsClientsTest, NodeClientsEjectAFailingBackendThemselves) {
                               "grpclb: {client_stats_report_interval: 1s}\n",
                               "load_reports: {auth: token}\n"));
   ASSERT_OK(StartAside());
-  v1::CreateGroupRequest request;
-  v1::Group* g = request.mutable_group();
-  g->set_name("web");
-  g->mutable_policy()->mutable_weighted_round_robin();
-  g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
-  v1::OutlierDetection* outliers = g->mutable_outlier_detection();
-  outliers->set_enabled(true);
-  outliers->set_consecutive_failures(5);
-  outliers->set_max_ejection_percent(34);  // one of three
-  for (int i = 0; i < 3; ++i) {
-    g->add_backends()->set_address(backends_->address(i));
-  }
-  v1::Group created;
-  grpc::Status s = admin_->CreateGroup(AdminContext().get(), request, &created);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  ASSERT_TRUE(std::string(ASIDE_NODE).find("NOTFOUND") == std::string::npos)
-      << "node is not installed (scripts/install-deps.sh)";
-  absl::StatusOr<std::unique_ptr<Process>> p =
-      StartChild({"/usr/bin/env", "GRPC_XDS_BOOTSTRAP=" + bootstrap_,
-                  ASIDE_NODE, ASIDE_XDS_CLIENT_JS, "xds:///web", "node"});
-  ASSERT_OK(p.status());
-  clients_.push_back({"node", *std::move(p)});
-  ASSERT_OK(
-      clients_.back().process->WaitForLine("event=client.started", kWait));
+  CreateEjectingGroup();
+  StartNodeClient({"xds:///web", "node"});
   WaitUntilClientsCall({0, 1, 2}, 5);
   backends_->SetFailing(0, true);
   const absl::Time failing = absl::Now();
