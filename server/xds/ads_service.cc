@@ -281,9 +281,9 @@ class AdsService::Stream final
     }
     if (type == 0) {
       // Only subscribed names are remembered.
-      std::erase_if(real_listeners_, [&](const std::string& n) {
-        return !std::binary_search(types_[0].names.begin(),
-                                   types_[0].names.end(), n);
+      const std::vector<std::string>& subscribed = types_[0].names;
+      std::erase_if(real_listeners_, [&subscribed](const std::string& n) {
+        return !std::binary_search(subscribed.begin(), subscribed.end(), n);
       });
     }
     return out;
