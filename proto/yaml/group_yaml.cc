@@ -416,9 +416,9 @@ absl::StatusOr<std::vector<v1::Group>> GroupsFromProtoJson(
 
 bool GroupFromYaml(YamlReader& reader, const YAML::Node& node,
                    absl::string_view path, v1::Group* out, FieldMarks* marks) {
-  const size_t before = reader.errors().size();
+  const size_t before = reader.error_count();
   Converter(reader, *marks).Group(node, Paths{std::string(path), ""}, out);
-  return reader.errors().size() == before;
+  return reader.error_count() == before;
 }
 
 absl::StatusOr<std::vector<v1::Group>> GroupsFromText(absl::string_view text,
@@ -451,7 +451,7 @@ absl::StatusOr<std::vector<v1::Group>> GroupsFromText(absl::string_view text,
   } catch (const YAML::Exception& e) {
     reader.ErrorAt(e.mark, "", e.msg);
   }
-  if (reader.errors().empty()) {
+  if (reader.error_count() == 0) {
     return groups;
   }
   const absl::string_view trimmed = absl::StripLeadingAsciiWhitespace(text);

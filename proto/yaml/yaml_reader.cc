@@ -114,10 +114,16 @@ std::string IndexPath(absl::string_view path, size_t index) {
 }
 
 absl::Status YamlReader::Status() const {
-  if (errors_.empty()) {
+  if (error_count_ == 0) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
+  std::string message = absl::StrJoin(errors_, "\n");
+  if (error_count_ > errors_.size()) {
+    absl::StrAppend(&message, "\n", file_, ": ... and ",
+                    error_count_ - errors_.size(), " more errors (",
+                    error_count_, " in all)");
+  }
+  return absl::InvalidArgumentError(message);
 }
 
 void YamlReader::Error(const YAML::Node& node, absl::string_view path,
@@ -127,6 +133,9 @@ void YamlReader::Error(const YAML::Node& node, absl::string_view path,
 
 void YamlReader::ErrorAt(const YAML::Mark& mark, absl::string_view path,
                          absl::string_view message) {
+  if (++error_count_ > kMaxReportedYamlErrors) {
+    return;
+  }
   if (mark.is_null()) {
     errors_.push_back(absl::StrCat(file_, ": ", path, ": ", message));
     return;

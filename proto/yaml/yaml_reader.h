@@ -50,14 +50,22 @@ std::string JoinPath(absl::string_view path, absl::string_view key);
 // "path[index]".
 std::string IndexPath(absl::string_view path, size_t index);
 
+// At most this many errors are kept and reported; the rest are counted.
+inline constexpr size_t kMaxReportedYamlErrors = 100;
+
 // Collects positioned errors while a document is walked. Not thread-safe.
 class YamlReader {
  public:
   explicit YamlReader(std::string file) : file_(std::move(file)) {}
 
   const std::string& file() const { return file_; }
+  // The first kMaxReportedYamlErrors errors.
   const std::vector<std::string>& errors() const { return errors_; }
-  // All errors, one per line; OK when there are none.
+  // How many errors were reported, kept or not.
+  size_t error_count() const { return error_count_; }
+  // The kept errors, one per line, then "... and N more errors" when some
+  // were only counted (a file of 10 000 bad groups gives a readable
+  // message, not megabytes of them); OK when there are none.
   absl::Status Status() const;
 
   // "file:line:column: path: message".
@@ -88,6 +96,7 @@ class YamlReader {
  private:
   std::string file_;
   std::vector<std::string> errors_;
+  size_t error_count_ = 0;
 };
 
 }  // namespace aside::yaml

@@ -384,6 +384,21 @@ TEST(ConfigTest, TooManyNodesAreRefusedBeforeAnyIsBuilt) {
   EXPECT_THAT(ErrorOf(enough), ::testing::Not(HasSubstr("YAML nodes")));
 }
 
+TEST(ConfigTest, AThousandErrorsAreReportedAsAHundredAndACount) {
+  std::string bad = "groups:\n";
+  for (int i = 0; i < 1000; ++i) {
+    bad += "- x\n";
+  }
+  const std::string error = ErrorOf(bad);
+  EXPECT_THAT(error,
+              HasSubstr("aside.yaml:2:3: groups[0]: expected a mapping"));
+  EXPECT_THAT(error,
+              HasSubstr("aside.yaml:101:3: groups[99]: expected a mapping"));
+  EXPECT_THAT(error, ::testing::Not(HasSubstr("groups[100]")));
+  EXPECT_THAT(error,
+              HasSubstr("aside.yaml: ... and 900 more errors (1000 in all)"));
+}
+
 TEST(ConfigTest, OversizedTextAndFilesAreRefused) {
   const std::string big(yaml::kMaxYamlBytes + 1, '#');
   EXPECT_THAT(ErrorOf(big), HasSubstr("more than the 16777216"));
