@@ -47,14 +47,16 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "lib/backend.h"
+#include "lib/policy_config.h"
 #include "lib/selector.h"
 
 namespace aside {
 
 // gRPC clients cap the ring at 4096 entries unless the channel says
 // otherwise (grpc.lb.ring_hash.ring_size_cap): larger configured sizes would
-// give Aside a ring its clients do not build.
-inline constexpr uint64_t kMaxRingHashSize = 4096;
+// give Aside a ring its clients do not build. The policy's size range
+// (kRingHashSize) ends there.
+inline constexpr uint64_t kMaxRingHashSize = kRingHashSize.max;
 
 // The sub-zone Aside sends a backend's endpoint under in EDS: the
 // backend's own sub-zone, then '/', then its address (the address alone

@@ -70,10 +70,11 @@ inline constexpr char kHashKeyHeader[] = "x-aside-hash-key";
 // crashes (grpc/grpc#31766, fixed by grpc/grpc#32012 in January 2023; 1.51
 // is C-core 29 and dies on RING_HASH). Conservatively 31 (gRPC 1.53).
 inline constexpr int kFirstCoreWithWorkingRingHash = 31;
-// The first @grpc/grpc-js-xds minor version (1.x) whose ring_hash is on by
-// default; user agent "gRPC Node Pure JS", version the package's. Tested
-// with 1.14.1.
-inline constexpr int kFirstNodeXdsWithRingHash = 10;
+// The first @grpc/grpc-js-xds minor version (1.x) sent RING_HASH: 1.14,
+// the release the tests run (1.14.1), whose ring matches Aside's key for
+// key; older releases are not known to, so they get the fallback. User
+// agent "gRPC Node Pure JS", version the package's.
+inline constexpr int kFirstNodeXdsWithRingHash = 14;
 
 // One resource encoded once and shared by every stream that sends it.
 // `version` is a hash of the encoding: equal bytes, equal version.

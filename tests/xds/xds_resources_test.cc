@@ -141,7 +141,7 @@ TEST(XdsRingHashGateTest, CurrentNodeClientsGetRingHash) {
   // What @grpc/grpc-js-xds sends: its package version.
   EXPECT_TRUE(RingHashSafe(NodeWith("gRPC Node Pure JS", "1.14.1")));
   EXPECT_TRUE(RingHashSafe(NodeWith("gRPC Node Pure JS", "2.0.0")));
-  EXPECT_FALSE(RingHashSafe(NodeWith("gRPC Node Pure JS", "1.8.3")));
+  EXPECT_FALSE(RingHashSafe(NodeWith("gRPC Node Pure JS", "1.13.2")));
   EXPECT_FALSE(RingHashSafe(NodeWith("gRPC Node Pure JS", "")));
 }
 
