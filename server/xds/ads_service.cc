@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <string>
 
@@ -267,9 +268,14 @@ class AdsService::Stream final
           real_listeners_.insert(name);
         } else if (no_route_safe_ && !real_listeners_.contains(name)) {
           // Never a group on this stream: a listener that fails calls at
-          // once (BuildNoRouteListener), still counted as unknown.
+          // once (BuildNoRouteListener), still counted as unknown. Encoded
+          // once per name, not on every re-evaluation.
           ++*unknown;
-          out.push_back(MakeResource(name, BuildNoRouteListener(name)));
+          ResourcePtr& r = no_route_listeners_[name];
+          if (r == nullptr) {
+            r = MakeResource(name, BuildNoRouteListener(name));
+          }
+          out.push_back(r);
           continue;
         }
       }
@@ -282,9 +288,12 @@ class AdsService::Stream final
     if (type == 0) {
       // Only subscribed names are remembered.
       const std::vector<std::string>& subscribed = types_[0].names;
-      std::erase_if(real_listeners_, [&subscribed](const std::string& n) {
+      auto gone = [&subscribed](const std::string& n) {
         return !std::binary_search(subscribed.begin(), subscribed.end(), n);
-      });
+      };
+      std::erase_if(real_listeners_, gone);
+      std::erase_if(no_route_listeners_,
+                    [&gone](const auto& entry) { return gone(entry.first); });
     }
     return out;
   }
@@ -391,6 +400,8 @@ class AdsService::Stream final
   // Subscribed listener names this stream was sent a group's listener for:
   // once gone, such a name is left out rather than sent a no-route one.
   std::set<std::string> real_listeners_ ABSL_GUARDED_BY(mu_);
+  // The no-route listeners sent for subscribed names no group answers.
+  std::map<std::string, ResourcePtr> no_route_listeners_ ABSL_GUARDED_BY(mu_);
   // Groups the stream's resources came from since the ticker's last full
   // pass: publications of other groups do not concern it. Every write
   // completion re-evaluates every type, so a type skipped by an early
