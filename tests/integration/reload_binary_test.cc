@@ -146,6 +146,19 @@ class ReloadTest : public ::testing::Test {
     stub_ = v1::LoadBalancer::NewStub(channel_);
   }
 
+  // Replaces the config file with `content`, which the server must refuse
+  // (its first refusal): the event=config.reload_failed line it logged, or
+  // "" (with a failure recorded) when it did not refuse in time.
+  std::string ExpectRefusedReload(const std::string& content) {
+    ReplaceFile(config_, content);
+    EXPECT_TRUE(WaitForMetric(
+        server_, "aside_config_reloads_total{result=\"failure\"} 1"));
+    absl::StatusOr<std::string> line =
+        server_.process->WaitForLine("event=config.reload_failed", kDeadline);
+    EXPECT_OK(line.status());
+    return line.ok() ? *line : "";
+  }
+
   // A failure shows what the server logged.
   void TearDown() override {
     if (HasFailure() && server_.process != nullptr) {
@@ -209,12 +222,8 @@ TEST_F(ReloadTest, InvalidFileChangesNothingAndIsCountedWithFileAndLine) {
       Config(20000, "", true,
              "  - name: extra\n    health_check: {kind: none}\n"
              "    backends: [127.0.0.1:9201]\n");
-  ReplaceFile(config_, bad);
-  ASSERT_TRUE(WaitForMetric(
-      server_, "aside_config_reloads_total{result=\"failure\"} 1"));
-  ASSERT_OK_AND_ASSIGN(
-      std::string line,
-      server_.process->WaitForLine("event=config.reload_failed", kDeadline));
+  const std::string line = ExpectRefusedReload(bad);
+  ASSERT_FALSE(line.empty());
   EXPECT_THAT(line, HasSubstr(absl::StrCat(config_, ":7:")));
   EXPECT_THAT(line, HasSubstr("groups[0].backends[0].weight"));
   const std::string metrics = Metrics(server_);
@@ -347,14 +356,11 @@ TEST_F(ReloadTest, ConfigGroupNamedLikeAnAdminGroupFailsTheReload) {
   const uint64_t owned = created.generation();
   ASSERT_GT(owned, 0u);
 
-  ReplaceFile(config_, Config(300, "", true,
-                              "  - name: owned\n    health_check: {kind: "
-                              "none}\n    backends: [127.0.0.1:9401]\n"));
-  ASSERT_TRUE(WaitForMetric(
-      server_, "aside_config_reloads_total{result=\"failure\"} 1"));
-  ASSERT_OK_AND_ASSIGN(
-      std::string line,
-      server_.process->WaitForLine("event=config.reload_failed", kDeadline));
+  const std::string line =
+      ExpectRefusedReload(Config(300, "", true,
+                                 "  - name: owned\n    health_check: {kind: "
+                                 "none}\n    backends: [127.0.0.1:9401]\n"));
+  ASSERT_FALSE(line.empty());
   EXPECT_THAT(line, HasSubstr(absl::StrCat(config_, ":16:")));
   EXPECT_THAT(line, HasSubstr("Admin API"));
   // Nothing changed: not the Admin group, not web.
@@ -393,12 +399,8 @@ TEST_F(ReloadTest, AnAliasCollisionWithAnAdminGroupChangesNothing) {
       Config(300, "", true,
              "  - name: store\n    health_check: {kind: none}\n"
              "    aliases: [Shop.Example.]\n    backends: [127.0.0.1:9401]\n");
-  ReplaceFile(config_, colliding);
-  ASSERT_TRUE(WaitForMetric(
-      server_, "aside_config_reloads_total{result=\"failure\"} 1"));
-  ASSERT_OK_AND_ASSIGN(
-      std::string line,
-      server_.process->WaitForLine("event=config.reload_failed", kDeadline));
+  const std::string line = ExpectRefusedReload(colliding);
+  ASSERT_FALSE(line.empty());
   EXPECT_THAT(line, HasSubstr(absl::StrCat(config_, ":16:")));
   EXPECT_THAT(line, HasSubstr("alias 'Shop.Example.' is already an alias of "
                               "group 'owned' (created through Admin)"));

@@ -1029,19 +1029,24 @@ TEST_F(XdsClientsTest, RingHashKeysReachTheSameBackendOnEveryPath) {
     }
     return agree;
   };
+  // Waits (bounded) until one full cycle agrees on every key; records how
+  // many agreed in the last cycle as `property`.
+  auto expect_all_agree = [&](const std::string& property) {
+    int agree = 0;
+    std::string detail;
+    EXPECT_TRUE(aside::testing::Eventually(
+        [&] {
+          detail.clear();
+          agree = agreement(&detail);
+          return agree == kKeys;
+        },
+        kWait))
+        << agree << " of " << kKeys << " keys agree (" << property << "):\n"
+        << detail;
+    RecordProperty(property, absl::StrCat(agree, "/", kKeys));
+  };
   // Until the node client has the group (its first calls wait for it).
-  int agree = 0;
-  std::string detail;
-  EXPECT_TRUE(aside::testing::Eventually(
-      [&] {
-        detail.clear();
-        agree = agreement(&detail);
-        return agree == kKeys;
-      },
-      kWait))
-      << agree << " of " << kKeys << " keys agree:\n"
-      << detail;
-  RecordProperty("keys_agreeing", absl::StrCat(agree, "/", kKeys));
+  expect_all_agree("keys_agreeing");
   // All three backends take keys, in proportion to their weights 1:2:3.
   std::vector<int> per_backend(kBackends, 0);
   for (int k = 0; k < kKeys; ++k) {
@@ -1053,17 +1058,7 @@ TEST_F(XdsClientsTest, RingHashKeysReachTheSameBackendOnEveryPath) {
   // A backend removed and another added: the three rings change alike.
   Remove(0);
   Add(3);
-  int after = 0;
-  EXPECT_TRUE(aside::testing::Eventually(
-      [&] {
-        detail.clear();
-        after = agreement(&detail);
-        return after == kKeys;
-      },
-      kWait))
-      << after << " of " << kKeys << " keys agree after the change:\n"
-      << detail;
-  RecordProperty("keys_agreeing_after_change", absl::StrCat(after, "/", kKeys));
+  expect_all_agree("keys_agreeing_after_change");
   for (int k = 0; k < kKeys; ++k) {
     EXPECT_NE(log_.CallsSince(absl::StrCat("node/key-", k), 0).back(), 0);
   }
