@@ -12,6 +12,7 @@
 #include "lib/status_macros.h"
 #include "proto/convert.h"
 #include "server/admin_convert.h"
+#include "server/guarded_relay.h"
 #include "server/log.h"
 #include "server/status_util.h"
 
@@ -90,7 +91,7 @@ grpc::ServerUnaryReactor* AdminService::Handle(
   if (role == AdminRole::kAdmin) {
     Log(status.ok() ? LogLevel::kInfo : LogLevel::kWarn, "admin.mutation",
         {{"method", method},
-         {"peer", context->peer()},
+         {"peer", ClientPeer(context->peer())},
          {"result", CodeName(status.error_code())},
          {"message", status.error_message()}});
   }

@@ -136,8 +136,10 @@ absl::StatusOr<Targets> Resolve(const Address& a) {
 class ConnectionGate::Loop {
  public:
   Loop(std::vector<int> listeners, int wake, ConnectionGateOptions options,
-       std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor)
+       std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor,
+       GuardedRelay* relay)
       : listeners_(std::move(listeners)),
+        relay_(relay),
         wake_(wake),
         options_(options),
         acceptor_(std::move(acceptor)),
@@ -176,6 +178,8 @@ class ConnectionGate::Loop {
     uint32_t seq;
     std::string peer;
     Clock::time_point deadline;
+    sockaddr_storage addr;
+    socklen_t addr_len;
   };
   struct Active {
     uint64_t cookie;
@@ -205,6 +209,7 @@ class ConnectionGate::Loop {
   }
 
   const std::vector<int> listeners_;
+  GuardedRelay* const relay_;  // or null
   const int wake_;
   const ConnectionGateOptions options_;
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
@@ -372,12 +377,14 @@ void ConnectionGate::Loop::Admit(int fd, int listener,
   }
   admission_.Add(peer);
   const uint32_t seq = ++next_seq_;
-  pending_.push_back({.fd = fd,
-                      .listener = listener,
-                      .seq = seq,
-                      .peer = std::move(peer),
-                      .deadline = now + absl::ToChronoNanoseconds(
-                                            options_.handshake_timeout)});
+  pending_.push_back(
+      {.fd = fd,
+       .listener = listener,
+       .seq = seq,
+       .peer = std::move(peer),
+       .deadline = now + absl::ToChronoNanoseconds(options_.handshake_timeout),
+       .addr = addr,
+       .addr_len = len});
   pending_by_fd_[fd] = std::prev(pending_.end());
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
@@ -417,7 +424,11 @@ void ConnectionGate::Loop::OnPending(uint64_t data, uint32_t events) {
   if (found == pending_by_fd_.end() || found->second->seq != seq) {
     return;
   }
-  if ((events & EPOLLIN) != 0) {
+  // A connection that hung up (EOF reads as readable) is not handed off: a
+  // gRPC client never half-closes, and a relayed one would cost two
+  // descriptors more just to see the end.
+  if ((events & EPOLLIN) != 0 &&
+      (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) == 0) {
     HandOff(found->second);
   } else {
     ClosePending(found->second, Close::kHungUp);
@@ -433,6 +444,26 @@ void ConnectionGate::Loop::HandOff(std::list<Pending>::iterator it) {
     ClosePending(it, Close::kHungUp);  // not tracked, so never handed off
     return;
   }
+  int to_grpc = fd;
+  if (relay_ != nullptr) {
+    const sockaddr* addr = reinterpret_cast<const sockaddr*>(&it->addr);
+    to_grpc = relay_->Adopt(fd, addr, it->addr_len);
+    // The relay's socket pair needs two descriptors: out of them, silent
+    // connections make room, as for accepting.
+    for (int evictions = 0;
+         to_grpc < 0 && (errno == EMFILE || errno == ENFILE) && evictions < 2 &&
+         pending_.size() > 1;
+         ++evictions) {
+      ClosePending(pending_.begin() == it ? std::next(pending_.begin())
+                                          : pending_.begin(),
+                   Close::kEvicted);
+      to_grpc = relay_->Adopt(fd, addr, it->addr_len);
+    }
+    if (to_grpc < 0) {
+      ClosePending(it, Close::kHungUp);
+      return;
+    }
+  }
   active_[fd] = Active{.cookie = cookie, .peer = std::move(it->peer)};
   const int listener = it->listener;
   pending_by_fd_.erase(fd);
@@ -440,7 +471,7 @@ void ConnectionGate::Loop::HandOff(std::list<Pending>::iterator it) {
   grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters
       params;
   params.listener_fd = listener;
-  params.fd = fd;
+  params.fd = to_grpc;
   acceptor_->HandleNewConnection(&params);
 }
 
@@ -532,8 +563,13 @@ absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Bind(
 
 void ConnectionGate::Start(
     std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor) {
+  if (loop_options_.relay.has_value()) {
+    GuardedRelayOptions relay = *loop_options_.relay;
+    relay.metrics = loop_options_.metrics;
+    relay_ = GuardedRelay::Start(std::move(relay));
+  }
   loop_ = std::make_unique<Loop>(listeners_, wake_, loop_options_,
-                                 std::move(acceptor));
+                                 std::move(acceptor), relay_.get());
   thread_ = std::thread([loop = loop_.get()] { loop->Run(); });
 }
 
@@ -554,12 +590,18 @@ void ConnectionGate::Stop() {
   }
 }
 
-ConnectionGate::~ConnectionGate() { Stop(); }
+ConnectionGate::~ConnectionGate() {
+  Stop();
+  relay_.reset();
+}
 
-ConnectionBudget ConnectionBudgetFor(uint32_t configured, uint64_t file_limit) {
+ConnectionBudget ConnectionBudgetFor(uint32_t configured, uint64_t file_limit,
+                                     uint32_t descriptors_per_connection) {
   const uint64_t reserve = std::max<uint64_t>(64, file_limit / 8);
   const uint64_t budget = std::clamp<uint64_t>(
-      file_limit > reserve ? file_limit - reserve : 1, 1, UINT32_MAX);
+      (file_limit > reserve ? file_limit - reserve : 1) /
+          std::max<uint32_t>(1, descriptors_per_connection),
+      1, UINT32_MAX);
   if (configured == 0) {
     return {.max_connections = static_cast<uint32_t>(budget)};
   }

@@ -37,6 +37,10 @@
 // else lives on the gate's own thread (epoll), which shares no state.
 // Cost per connection: a hash-map entry, one epoll
 // registration while waiting and one getsockopt per second once handed off.
+//
+// With `relay` set, a handed-off connection goes to a GuardedRelay
+// (server/guarded_relay.h), which refuses oversized requests before gRPC
+// buffers them, and gRPC gets the relay's end of a socket pair.
 #ifndef ASIDE_SERVER_CONNECTION_GATE_H_
 #define ASIDE_SERVER_CONNECTION_GATE_H_
 
@@ -44,12 +48,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/guarded_relay.h"
 #include "server/metrics.h"
 
 namespace aside::server {
@@ -59,6 +65,9 @@ struct ConnectionGateOptions {
   uint32_t max_connections_per_peer = 0;
   absl::Duration handshake_timeout = absl::Seconds(10);
   Metrics* metrics = nullptr;  // not null; outlives the gate
+  // Set: connections reach gRPC through a GuardedRelay with these options
+  // (a plaintext port), and `metrics` is the relay's too.
+  std::optional<GuardedRelayOptions> relay;
 };
 
 class ConnectionGate {
@@ -80,7 +89,8 @@ class ConnectionGate {
   void Start(
       std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor);
   // Stops accepting, closes the listeners and the waiting connections (not
-  // those handed off: gRPC's shutdown ends them) and joins the thread.
+  // those handed off: gRPC's shutdown ends them, through the relay if there
+  // is one, which runs until the gate is destroyed) and joins the thread.
   // Idempotent.
   void Stop();
 
@@ -93,6 +103,7 @@ class ConnectionGate {
   int port_ = 0;
   int wake_ = -1;  // eventfd that stops the loop
   ConnectionGateOptions loop_options_;
+  std::unique_ptr<GuardedRelay> relay_;
   std::unique_ptr<Loop> loop_;
   std::thread thread_;
 };
@@ -100,13 +111,15 @@ class ConnectionGate {
 // The connection budget of a process whose open-file limit is
 // `file_limit`: the limit minus a reserve of max(64, limit / 8)
 // descriptors for everything else (probes, the health and metrics ports,
-// the store), at least 1. `configured` (0: not set) above it is lowered to
-// it.
+// the store), at least 1, divided by the descriptors one connection holds
+// (1, or 3 through a relay). `configured` (0: not set) above it is lowered
+// to it.
 struct ConnectionBudget {
   uint32_t max_connections = 0;
   bool lowered = false;  // `configured` was above the budget
 };
-ConnectionBudget ConnectionBudgetFor(uint32_t configured, uint64_t file_limit);
+ConnectionBudget ConnectionBudgetFor(uint32_t configured, uint64_t file_limit,
+                                     uint32_t descriptors_per_connection = 1);
 
 }  // namespace aside::server
 

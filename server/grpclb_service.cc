@@ -10,6 +10,7 @@
 #include "lib/address.h"
 #include "lib/policies/weighted_round_robin.h"
 #include "proto/convert.h"
+#include "server/guarded_relay.h"
 #include "server/log.h"
 
 namespace aside::server {
@@ -158,8 +159,8 @@ class GrpclbService::Stream final
       return;
     }
     if (service_->stream_limit_ != nullptr) {
-      grpc::Status refused =
-          service_->stream_limit_->Acquire(context_->peer(), &counted_peer_);
+      grpc::Status refused = service_->stream_limit_->Acquire(
+          ClientPeer(context_->peer()), &counted_peer_);
       if (!refused.ok()) {
         aside::MutexLock lock(&mu_);
         FinishLocked(refused);
@@ -288,7 +289,9 @@ class GrpclbService::Stream final
       service_->metrics_->grpclb_streams.Increment();
     }
     Log(LogLevel::kDebug, "grpclb.stream",
-        {{"name", name}, {"group", group->name()}, {"peer", context_->peer()}});
+        {{"name", name},
+         {"group", group->name()},
+         {"peer", ClientPeer(context_->peer())}});
     // Added without holding mu_ (publication calls in with the group's
     // listener lock held).
     group->AddListener(this);
@@ -312,7 +315,7 @@ class GrpclbService::Stream final
         said_refused_ = true;
         Log(LogLevel::kDebug, "grpclb.client_stats_refused",
             {{"group", group_->name()},
-             {"peer", context_->peer()},
+             {"peer", ClientPeer(context_->peer())},
              {"reason", report_refusal_.error_message()}});
       }
       return;

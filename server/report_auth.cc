@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/guarded_relay.h"
 
 namespace aside::server {
 
@@ -18,7 +19,8 @@ grpc::Status ReportAuth::Authorize(const grpc::ServerContextBase& context,
   }
   if (open_) {
     out->name = "anonymous";
-    out->source = absl::StrCat("anonymous@", PeerHost(context.peer()));
+    out->source =
+        absl::StrCat("anonymous@", PeerHost(ClientPeer(context.peer())));
     return grpc::Status::OK;
   }
   if (auth_ == nullptr) {

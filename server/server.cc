@@ -5,8 +5,10 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
@@ -83,6 +85,16 @@ uint64_t OpenFileLimit() {
     return uint64_t{1} << 20;
   }
   return limit.rlim_cur;
+}
+
+// The health port takes probes: a few connections, a few bytes each.
+constexpr uint32_t kHealthMaxConnections = 256;
+constexpr uint32_t kHealthMaxMessageBytes = 4096;
+
+// The relay threads of the gRPC port: half the cores, 1 to 4.
+int RelayThreads() {
+  return static_cast<int>(
+      std::clamp<unsigned>(std::thread::hardware_concurrency() / 2, 1, 4));
 }
 
 // 16 random hex digits, new at every start.
@@ -463,6 +475,15 @@ AsideServer::Credentials() const {
   return grpc::experimental::TlsServerCredentials(options);
 }
 
+GuardedRelayOptions AsideServer::RequestRelay() const {
+  return {.guard = {.max_message_bytes = config_.max_receive_message_bytes,
+                    .limit_name = "limits.max_receive_message_bytes",
+                    .max_streams = std::max<uint32_t>(
+                        64, 4 * config_.max_concurrent_streams)},
+          .threads = RelayThreads(),
+          .tag = "grpc"};
+}
+
 absl::Status AsideServer::Start() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   ASIDE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
@@ -475,8 +496,12 @@ absl::Status AsideServer::Start() {
   if (absl::StartsWith(config_.listen, "unix:")) {
     builder.AddListeningPort(config_.listen, credentials, &grpc_port_);
   } else {
-    const ConnectionBudget budget =
-        ConnectionBudgetFor(config_.max_connections, OpenFileLimit());
+    // A plaintext port's requests are read on their way to gRPC, so that an
+    // oversized one is refused before gRPC buffers it (server/
+    // h2_request_guard.h); a TLS port's bytes are gRPC's alone.
+    const bool guarded = config_.tls_cert_file.empty();
+    const ConnectionBudget budget = ConnectionBudgetFor(
+        config_.max_connections, OpenFileLimit(), guarded ? 3 : 1);
     if (budget.lowered) {
       Log(LogLevel::kWarn, "limits.max_connections_lowered",
           {{"configured", absl::StrCat(config_.max_connections)},
@@ -492,7 +517,10 @@ absl::Status AsideServer::Start() {
                   {.max_connections = budget.max_connections,
                    .max_connections_per_peer = config_.max_connections_per_peer,
                    .handshake_timeout = config_.handshake_timeout,
-                   .metrics = &metrics_}));
+                   .metrics = &metrics_,
+                   .relay = guarded ? std::optional<GuardedRelayOptions>(
+                                          RequestRelay())
+                                    : std::nullopt}));
     grpc_port_ = gate->port();
     max_connections_ = budget.max_connections;
     acceptor = builder.experimental().AddExternalConnectionAcceptor(
@@ -548,10 +576,32 @@ absl::Status AsideServer::Start() {
   };
   if (plain_health_service_ != nullptr) {
     grpc::ServerBuilder health_builder;
-    health_builder.AddListeningPort(config_.health_listen,
-                                    grpc::InsecureServerCredentials(),
-                                    &health_port_);
-    health_builder.SetMaxReceiveMessageSize(4096);
+    // Through a gate and its relay like the gRPC port: a probe request is a
+    // few bytes, and one of a gigabyte is refused at its first frame.
+    absl::StatusOr<std::unique_ptr<ConnectionGate>> health_gate =
+        ConnectionGate::Bind(
+            config_.health_listen,
+            {.max_connections = kHealthMaxConnections,
+             .handshake_timeout = config_.handshake_timeout,
+             .metrics = &metrics_,
+             .relay = GuardedRelayOptions{
+                 .guard = {.max_message_bytes = kHealthMaxMessageBytes,
+                           .limit_name = "the health port's limit"},
+                 .threads = 1,
+                 .tag = "health"}});
+    if (!health_gate.ok()) {
+      return fail(absl::UnavailableError(absl::StrCat(
+          "cannot listen for gRPC health on ", config_.health_listen, ": ",
+          health_gate.status().message())));
+    }
+    health_port_ = (*health_gate)->port();
+    std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor>
+        health_acceptor =
+            health_builder.experimental().AddExternalConnectionAcceptor(
+                grpc::ServerBuilder::experimental_type::ExternalConnectionType::
+                    FROM_FD,
+                grpc::InsecureServerCredentials());
+    health_builder.SetMaxReceiveMessageSize(kHealthMaxMessageBytes);
     ApplyAbuseLimits(config_, health_builder);
     health_builder.RegisterService(plain_health_service_.get());
     health_server_ = health_builder.BuildAndStart();
@@ -560,6 +610,8 @@ absl::Status AsideServer::Start() {
       return fail(absl::UnavailableError(absl::StrCat(
           "cannot listen for gRPC health on ", config_.health_listen)));
     }
+    (*health_gate)->Start(std::move(health_acceptor));
+    health_gate_ = std::move(*health_gate);
     Log(LogLevel::kInfo, "health.listening",
         {{"address", config_.health_listen},
          {"port", absl::StrCat(health_port_)}});
@@ -711,6 +763,9 @@ void AsideServer::Shutdown(absl::Duration grace) {
   }
   if (watch_hub_ != nullptr) {
     watch_hub_->StopServing();  // after the server's calls have ended
+  }
+  if (health_gate_ != nullptr) {
+    health_gate_->Stop();
   }
   if (health_server_ != nullptr) {
     health_server_->Shutdown(deadline);

@@ -82,6 +82,8 @@ class AsideServer {
  private:
   AsideServer(ServerConfig config, const Clock* clock);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() const;
+  // The gRPC port's relay (a plaintext port): the guard's limit is gRPC's.
+  GuardedRelayOptions RequestRelay() const;
   // Subscribes to the static `fleet.peers` (Start, once listening).
   void StartLoadViewPeers();
   // The address peers dial: fleet.advertise_address, or the bound listen
@@ -133,6 +135,9 @@ class AsideServer {
   std::unique_ptr<ConnectionGate> gate_;
   uint32_t max_connections_ = 0;  // the effective cap; 0: none (unix)
   std::unique_ptr<grpc::Server> health_server_;
+  // The health port's accept loop and relay: stopped before health_server_
+  // shuts down, destroyed before it.
+  std::unique_ptr<ConnectionGate> health_gate_;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
   int health_port_ = 0;

@@ -10,6 +10,7 @@
 #include "aside/v1/lookaside.pb.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
+#include "server/guarded_relay.h"
 #include "server/log.h"
 
 namespace aside::server {
@@ -144,7 +145,7 @@ class WatchHub::Stream final : public Group::Listener {
                              "server is shutting down");
       }
       if (error.ok()) {
-        error = hub_->peer_limit_.Acquire(context_.peer(), &peer_);
+        error = hub_->peer_limit_.Acquire(ClientPeer(context_.peer()), &peer_);
       }
       hub_->streams_.insert(this);
     }
@@ -245,7 +246,7 @@ class WatchHub::Stream final : public Group::Listener {
     if (writing_ && !finished_ &&
         now - write_started_ > absl::ToInt64Nanoseconds(limit)) {
       Log(LogLevel::kWarn, "watch.stalled",
-          {{"peer", context_.peer()},
+          {{"peer", ClientPeer(context_.peer())},
            {"stalled_for",
             absl::FormatDuration(absl::Nanoseconds(now - write_started_))}});
       if (hub_->metrics_ != nullptr) {

@@ -1,6 +1,7 @@
 #include "server/load_view/load_view_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/guarded_relay.h"
 #include "server/log.h"
 
 namespace aside::server {
@@ -154,7 +155,8 @@ grpc::ServerWriteReactor<v1::LoadViewUpdate>* LoadViewService::LoadView(
     metrics_->subscribers.Set(static_cast<double>(streams_.size()));
   }
   Log(LogLevel::kInfo, "fleet.load_view_subscriber",
-      {{"subscriber", request->replica_id()}, {"peer", context->peer()}});
+      {{"subscriber", request->replica_id()},
+       {"peer", ClientPeer(context->peer())}});
   stream->Offer(ExportLocked());
   return stream;
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/hash.h"
 #include "lib/sync.h"
+#include "server/guarded_relay.h"
 #include "server/log.h"
 
 namespace aside::server::xds {
@@ -73,8 +74,8 @@ class AdsService::Stream final
     }
     grpc::Status refused;
     if (!shutting_down && service_->stream_limit_ != nullptr) {
-      refused =
-          service_->stream_limit_->Acquire(context_->peer(), &counted_peer_);
+      refused = service_->stream_limit_->Acquire(ClientPeer(context_->peer()),
+                                                 &counted_peer_);
     }
     aside::MutexLock lock(&mu_);
     if (shutting_down) {
@@ -191,7 +192,7 @@ class AdsService::Stream final
            {"user_agent_version",
             request_.node().user_agent_version().substr(0, 128)},
            {"ring_hash", ring_hash_safe_ ? "yes" : "no"},
-           {"peer", context_->peer()}});
+           {"peer", ClientPeer(context_->peer())}});
     }
     const int type = TypeIndex(request_.type_url());
     if (type < 0) {
@@ -213,7 +214,7 @@ class AdsService::Stream final
              {"type", label},
              {"version", t.sent_version},
              {"error", request_.error_detail().message().substr(0, 1024)},
-             {"peer", context_->peer()}});
+             {"peer", ClientPeer(context_->peer())}});
       } else {
         t.acked_version = request_.version_info();
         Count(label, "ack");

@@ -4,6 +4,7 @@
 #include "lib/address.h"
 #include "lib/sync.h"
 #include "proto/convert.h"
+#include "server/guarded_relay.h"
 #include "server/log.h"
 #include "server/xds/xds_resources.h"
 
@@ -47,8 +48,8 @@ class LrsService::Stream final
       return;
     }
     if (service_->stream_limit_ != nullptr) {
-      grpc::Status refused =
-          service_->stream_limit_->Acquire(context_->peer(), &counted_peer_);
+      grpc::Status refused = service_->stream_limit_->Acquire(
+          ClientPeer(context_->peer()), &counted_peer_);
       if (!refused.ok()) {
         FinishLocked(refused);
         return;
@@ -66,7 +67,7 @@ class LrsService::Stream final
     if (reporter_.empty()) {
       // The first message names the client; answer with what to report.
       reporter_ = absl::StrCat("xds:", request_.node().id().substr(0, 64), "@",
-                               context_->peer().substr(0, 60));
+                               ClientPeer(context_->peer()).substr(0, 60));
       response_.set_send_all_clusters(true);
       ToProto(service_->interval_, response_.mutable_load_reporting_interval());
       StartWrite(&response_);
