@@ -96,6 +96,8 @@ struct ServerConfig {
   // its data needs an Admin token (docs/operations.md).
   bool status_page_enabled = true;
   bool status_page_require_token = false;
+  // The status page's history: one sample per interval, 180 kept.
+  absl::Duration status_page_history_interval = absl::Seconds(5);
   // Directory for durable state.
   std::string state_dir = "./var";
   // The store of Admin-created groups (see StoreConfig).

@@ -69,6 +69,8 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a,
         "health.max_concurrent_probes");
   check(a.health_merge_window == b.health_merge_window, "health.merge_window");
   check(a.admin_token_file == b.admin_token_file, "admin.token_file");
+  check(a.status_page_history_interval == b.status_page_history_interval,
+        "status_page.history_interval");
   check(a.admin_identities == b.admin_identities, "admin.allowed_identities");
   check(a.tls_cert_file == b.tls_cert_file, "tls.cert_file");
   check(a.tls_key_file == b.tls_key_file, "tls.key_file");
@@ -172,6 +174,10 @@ absl::Status ConfigReloader::ReloadLocked(const std::string& content,
         {{"file", options_.path},
          {"trigger", std::string(trigger)},
          {"error", std::string(status.message())}});
+    if (options_.events != nullptr) {
+      options_.events->Record(EventKind::kConfigReloadFailed, "", "",
+                              status.message());
+    }
     return status;
   };
   absl::StatusOr<ServerConfig> next = absl::InternalError("unread");
@@ -223,6 +229,11 @@ absl::Status ConfigReloader::ReloadLocked(const std::string& content,
       {{"file", options_.path},
        {"trigger", std::string(trigger)},
        {"groups", absl::StrCat(after.groups.size())}});
+  if (options_.events != nullptr) {
+    options_.events->Record(
+        EventKind::kConfigReloaded, "", "",
+        absl::StrCat(trigger, ": ", after.groups.size(), " file groups"));
+  }
   return absl::OkStatus();
 }
 

@@ -39,6 +39,7 @@
 #include "server/config.h"
 #include "server/group_registry.h"
 #include "server/metrics.h"
+#include "server/status/events.h"
 
 namespace aside::server {
 
@@ -63,6 +64,8 @@ class ConfigReloader {
     // they were read, even before Start, is then seen as a change; without
     // them Start reads the file, and a change made before it is missed.
     std::optional<std::string> started_from;
+    // Where reloads, applied or refused, are recorded (may be null).
+    EventRecorder* events = nullptr;
   };
 
   // `running` is the config the server started with (after `adjust`).

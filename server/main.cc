@@ -272,7 +272,8 @@ int main(int argc, char** argv) {
     reloader = std::make_unique<ConfigReloader>(
         ConfigReloader::Options{.path = config_file,
                                 .adjust = apply_flags,
-                                .started_from = *std::move(config_text)},
+                                .started_from = *std::move(config_text),
+                                .events = (*server)->events()},
         started_with, &(*server)->groups(), &(*server)->metrics());
     reloader->Start();
   }

@@ -161,6 +161,9 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   for (const std::string& warning : SecretFilesReadableByOthers(cfg)) {
     Log(LogLevel::kWarn, "config.secret_readable", {{"message", warning}});
   }
+  if (cfg.status_page_enabled) {
+    server->events_ = std::make_unique<EventLog>(clock);
+  }
   ASIDE_ASSIGN_OR_RETURN(server->store_, OpenStore(cfg, &server->metrics_));
   Store* store = server->store_.get();
   // A store the server can start without (etcd) is retried in the
@@ -285,7 +288,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
     RebuildScheduler* scheduler = server->scheduler_.get();
     const absl::Duration window = cfg.health_merge_window;
     server->health_observer_ = server->health_->AddObserver(
-        [groups, scheduler, window](const HealthTransition& t) {
+        [groups, scheduler, window,
+         events = server->events_.get()](const HealthTransition& t) {
           Log(t.to == HealthState::kUnhealthy ? LogLevel::kWarn
                                               : LogLevel::kInfo,
               "health.transition",
@@ -295,6 +299,12 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                {"to", std::string(HealthStateName(t.to))},
                {"reason", t.result.reason}});
           for (const std::string& name : t.groups) {
+            if (events != nullptr) {
+              events->Record(
+                  EventKind::kHealth, name, t.address,
+                  absl::StrCat(HealthStateName(t.from), " -> ",
+                               HealthStateName(t.to), ": ", t.result.reason));
+            }
             if (GroupPtr g = groups->Find(name)) {
               scheduler->Schedule(g, window);
             }
@@ -302,6 +312,10 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
         });
   }
 
+  if (server->events_ != nullptr) {
+    server->publication_events_ = std::make_unique<PublicationEvents>(
+        server->groups_.get(), server->events_.get());
+  }
   for (const GroupSpec& spec : cfg.groups) {
     absl::Status s = server->groups_->Add(spec);
     if (!s.ok()) {
@@ -396,6 +410,25 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
         std::make_unique<HealthService>(server->groups_.get());
   }
   if (cfg.status_page_enabled) {
+    fleet::Membership* membership = server->membership_.get();
+    server->history_ = std::make_unique<StatusHistory>(
+        HistorySources{
+            .groups = server->groups_.get(),
+            .loads = server->loads_.get(),
+            .events = server->events_.get(),
+            .store_up = [store] { return store->state().up; },
+            .fleet_members = membership == nullptr
+                                 ? std::function<std::vector<std::string>()>()
+                                 : [membership] {
+                                     std::vector<std::string> ids;
+                                     for (const fleet::Member& m :
+                                          membership->members()) {
+                                       ids.push_back(m.id);
+                                     }
+                                     return ids;
+                                   }},
+        HistoryOptions{.interval = cfg.status_page_history_interval,
+                       .clock = clock});
     server->status_page_ = std::make_unique<StatusPage>(StatusSources{
         .groups = server->groups_.get(),
         .health = server->health_.get(),
@@ -430,6 +463,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
               }
               return status;
             },
+        .history = server->history_.get(),
+        .events = server->events_.get(),
         .auth = server->auth_.get(),
         .require_token = cfg.status_page_require_token,
         .clock = clock});
@@ -633,6 +668,9 @@ absl::Status AsideServer::Start() {
       return fail(port.status());
     }
     metrics_port_ = *port;
+    if (history_ != nullptr) {
+      history_->Start();
+    }
     Log(LogLevel::kInfo, "metrics.listening",
         {{"address", config_.metrics}, {"port", absl::StrCat(metrics_port_)}});
   }

@@ -28,6 +28,8 @@
 #include "server/metrics.h"
 #include "server/rebuild_scheduler.h"
 #include "server/report_auth.h"
+#include "server/status/events.h"
+#include "server/status/history.h"
 #include "server/status/status_page.h"
 #include "server/store.h"
 #include "server/store_sync.h"
@@ -75,6 +77,9 @@ class AsideServer {
   GroupRegistry& groups() { return *groups_; }
   Metrics& metrics() { return metrics_; }
   StatusPage* status_page() { return status_page_.get(); }
+  // The status page's event timeline and history; null when it is off.
+  EventLog* events() { return events_.get(); }
+  StatusHistory* history() { return history_.get(); }
   const ServerConfig& config() const { return config_; }
   // The fleet membership with the etcd store; null otherwise.
   fleet::Membership* membership() { return membership_.get(); }
@@ -95,6 +100,8 @@ class AsideServer {
   ServerConfig config_;
   const Clock* clock_;
   Metrics metrics_;
+  // First in, last out: everything below may record into it.
+  std::unique_ptr<EventLog> events_;
   std::unique_ptr<Store> store_;
   // Applies the store's changes to groups_: stopped in the destructor,
   // before the groups go.
@@ -123,6 +130,10 @@ class AsideServer {
   std::unique_ptr<HealthService> health_service_;
   std::unique_ptr<HealthService> plain_health_service_;
   std::unique_ptr<StatusPage> status_page_;  // null when turned off
+  // With the page: stopped (sampler joined, listeners removed) before the
+  // groups and loads they read go.
+  std::unique_ptr<PublicationEvents> publication_events_;
+  std::unique_ptr<StatusHistory> history_;
   // The shared load view: after loads_, so they stop first.
   std::string replica_id_;
   std::string peer_token_;

@@ -481,7 +481,8 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
     GetAddress(r, root["metrics"], "metrics", &out->metrics, true, true);
   }
   if (const YAML::Node p = root["status_page"]; p) {
-    if (r.CheckMap(p, "status_page", {"enabled", "require_token"})) {
+    if (r.CheckMap(p, "status_page",
+                   {"enabled", "require_token", "history_interval"})) {
       if (p["enabled"]) {
         r.GetBool(p["enabled"], "status_page.enabled",
                   &out->status_page_enabled);
@@ -489,6 +490,11 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
       if (p["require_token"]) {
         r.GetBool(p["require_token"], "status_page.require_token",
                   &out->status_page_require_token);
+      }
+      if (p["history_interval"]) {
+        GetDurationIn(r, p["history_interval"], "status_page.history_interval",
+                      absl::Seconds(1), absl::Minutes(1), false,
+                      &out->status_page_history_interval);
       }
       // Without a token file no token could ever open it.
       if (out->status_page_enabled && out->status_page_require_token &&

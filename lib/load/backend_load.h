@@ -207,6 +207,11 @@ class BackendLoad {
     return peak_.load(std::memory_order_relaxed) != 0;
   }
 
+  // Whether a completion has set the last-byte EWMA (else it reads as the
+  // model's default).
+  bool has_last_byte_sample() const noexcept {
+    return last_byte_.load(std::memory_order_relaxed) != kNoSample;
+  }
   // Least-time EWMAs in ns; the model's default latency without samples.
   double LastByteEwma(const LoadModel& model) const noexcept {
     return Ewma(last_byte_, model);

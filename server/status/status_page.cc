@@ -7,12 +7,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "lib/json.h"
 #include "server/admin_auth.h"
 #include "server/group_registry.h"
 #include "server/grpclb_service.h"
 #include "server/health/health_registry.h"
 #include "server/load_aggregator.h"
+#include "server/status/events.h"
+#include "server/status/history.h"
 
 namespace aside::server {
 namespace {
@@ -84,6 +87,39 @@ double Millis(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 std::string TargetKey(absl::string_view group, absl::string_view address) {
   return absl::StrCat(group, "\n", address);
+}
+
+// The first value of `name` in a query string, %-decoded ("+" is a space);
+// empty when absent.
+std::string QueryParam(absl::string_view query, absl::string_view name) {
+  for (absl::string_view pair : absl::StrSplit(query, '&')) {
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) {
+      continue;
+    }
+    if (eq == absl::string_view::npos) {
+      return "";
+    }
+    absl::string_view raw = pair.substr(eq + 1);
+    std::string out;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '%' && i + 2 < raw.size() &&
+          absl::ascii_isxdigit(raw[i + 1]) &&
+          absl::ascii_isxdigit(raw[i + 2])) {
+        auto hex = [](char c) {
+          return absl::ascii_isdigit(c) ? c - '0'
+                                        : absl::ascii_tolower(c) - 'a' + 10;
+        };
+        out.push_back(
+            static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2])));
+        i += 2;
+      } else {
+        out.push_back(raw[i] == '+' ? ' ' : raw[i]);
+      }
+    }
+    return out;
+  }
+  return "";
 }
 
 }  // namespace
@@ -290,6 +326,9 @@ std::string StatusPage::Json() {
       if (m.load != nullptr) {
         j.Double("latency_ewma_ms",
                  m.load->LastByteEwma(table.load_model()) / 1e6);
+        // Without a completion the EWMA is the policy's default: the page
+        // shows it as not measured.
+        j.Bool("latency_ewma_measured", m.load->has_last_byte_sample());
       }
       j.Double("picks_per_second", rate(key));
       if (sources_.loads != nullptr) {
@@ -349,10 +388,11 @@ std::string StatusPage::Json() {
   return j.Take();
 }
 
-HttpResponse StatusPage::ServeJson(const HttpRequest& request) {
-  HttpResponse response;
-  response.headers.emplace_back("Cache-Control", "no-store");
+std::optional<HttpResponse> StatusPage::Refuse(
+    const HttpRequest& request) const {
   if (sources_.require_token) {
+    HttpResponse response;
+    response.headers.emplace_back("Cache-Control", "no-store");
     absl::string_view value = request.Header("authorization");
     const bool bearer = absl::StartsWithIgnoreCase(value, "bearer ");
     const AdminRole role =
@@ -370,6 +410,15 @@ HttpResponse StatusPage::ServeJson(const HttpRequest& request) {
       return response;
     }
   }
+  return std::nullopt;
+}
+
+HttpResponse StatusPage::ServeJson(const HttpRequest& request) {
+  if (std::optional<HttpResponse> refused = Refuse(request)) {
+    return *std::move(refused);
+  }
+  HttpResponse response;
+  response.headers.emplace_back("Cache-Control", "no-store");
   response.content_type = "application/json";
   response.body = Json();
   return response;
@@ -393,6 +442,33 @@ std::vector<std::pair<std::string, HttpHandler>> StatusPage::Routes() {
   routes.emplace_back("/status.json", [this](const HttpRequest& request) {
     return ServeJson(request);
   });
+  auto json = [](std::string body) {
+    HttpResponse response;
+    response.headers.emplace_back("Cache-Control", "no-store");
+    response.content_type = "application/json";
+    response.body = std::move(body);
+    return response;
+  };
+  if (sources_.history != nullptr) {
+    routes.emplace_back(
+        "/status/history.json", [this, json](const HttpRequest& request) {
+          if (std::optional<HttpResponse> refused = Refuse(request)) {
+            return *std::move(refused);
+          }
+          const std::string group = QueryParam(request.query, "group");
+          return json(sources_.history->Json(
+              group, QueryParam(request.query, "backends") != "0"));
+        });
+  }
+  if (sources_.events != nullptr) {
+    routes.emplace_back("/status/events.json", [this, json](
+                                                   const HttpRequest& request) {
+      if (std::optional<HttpResponse> refused = Refuse(request)) {
+        return *std::move(refused);
+      }
+      return json(sources_.events->Json(QueryParam(request.query, "group")));
+    });
+  }
   return routes;
 }
 

@@ -12,6 +12,12 @@
 // - health targets with the groups that share each;
 // - the state store (type and location, filled in by whoever owns it).
 //
+// Beside it, when the server gives them: /status/history.json, the last
+// minutes of groups and backends (StatusHistory, history.h; `?group=NAME`
+// for one group, `&backends=0` without backend series), and
+// /status/events.json, the event timeline (EventLog, events.h;
+// `?group=NAME` for one group's and the fleet-wide ones).
+//
 // Read-only. Every source is read through its own thread-safe accessor
 // (lock-free table and spec snapshots, the registries' short critical
 // sections): no lock is held across sources, so a snapshot may mix
@@ -20,7 +26,8 @@
 // second apart; a snapshot sooner than that reuses the last rates, so many
 // open pages do not make the numbers noisy.
 //
-// Access: when `require_token` is set, /status.json needs an
+// Access: when `require_token` is set, /status.json (and the history and
+// events beside it) needs an
 // `Authorization: Bearer <token>` header with a token of the Admin token
 // file (any role, read and up); the HTML page itself carries no data and
 // is served to anyone, and sends the token it finds in its URL fragment
@@ -33,6 +40,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,10 +55,12 @@
 namespace aside::server {
 
 class AdminAuth;
+class EventLog;
 class GroupRegistry;
 class GrpclbService;
 class HealthRegistry;
 class LoadAggregator;
+class StatusHistory;
 
 // What the page says about the state store. The store's owner fills it in
 // (a type such as "sqlite" or "etcd", where it lives, and any state worth a
@@ -69,6 +79,8 @@ struct StatusSources {
   const LoadAggregator* loads = nullptr;
   const GrpclbService* grpclb = nullptr;
   std::function<StoreStatus()> store;
+  const StatusHistory* history = nullptr;
+  const EventLog* events = nullptr;
   // Checks tokens when `require_token`; may be null otherwise.
   const AdminAuth* auth = nullptr;
   bool require_token = false;
@@ -84,7 +96,8 @@ class StatusPage {
   // The snapshot /status.json serves.
   std::string Json();
 
-  // The routes to register on the metrics port: "/" and "/status.json".
+  // The routes to register on the metrics port: "/", "/status.json" and,
+  // with their sources, "/status/history.json" and "/status/events.json".
   std::vector<std::pair<std::string, HttpHandler>> Routes();
 
   // The embedded page (for tests).
@@ -103,6 +116,8 @@ class StatusPage {
   Rates UpdateRates(int64_t now_nanos,
                     absl::flat_hash_map<std::string, uint64_t> counts);
 
+  // Null when `request` may read the data, else the refusal to send.
+  std::optional<HttpResponse> Refuse(const HttpRequest& request) const;
   HttpResponse ServeJson(const HttpRequest& request);
 
   const StatusSources sources_;

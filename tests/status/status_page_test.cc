@@ -1,7 +1,8 @@
 // /status.json and / on the metrics port of an in-process server, against
 // real HTTP health endpoints on loopback: what the snapshot says about
 // groups, backends, shared targets, picks, Watch subscribers and the store;
-// a killed backend turning unhealthy; the token and the off switch.
+// a killed backend turning unhealthy; the history and events following
+// picks and a drain; the token and the off switch.
 #include "server/status/status_page.h"
 
 #include <gmock/gmock.h>
@@ -36,6 +37,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr char kToken[] = "status-page-test-token-0123456789";
+constexpr char kSvgNamespace[] = "http://www.w3.org/2000/svg";
 
 // A google.protobuf.Struct filled inside Debian's libprotobuf (built without
 // sanitizers) faults when code built with -fsanitize=thread reads its map
@@ -310,10 +312,15 @@ TEST_F(StatusPageTest, PageIsSelfContainedAndPointsAtItsData) {
   EXPECT_EQ(r->status, 200);
   EXPECT_THAT(r->content_type, HasSubstr("text/html"));
   EXPECT_THAT(r->body, HasSubstr("status.json"));
-  // Nothing is loaded from anywhere else.
-  EXPECT_THAT(r->body, Not(HasSubstr("http://")));
-  EXPECT_THAT(r->body, Not(HasSubstr("https://")));
-  EXPECT_THAT(r->body, Not(HasSubstr("src=")));
+  // Nothing is loaded from anywhere else (the SVG namespace, a name the
+  // plots are created in, is the one URL the page spells).
+  std::string body = r->body;
+  for (size_t at; (at = body.find(kSvgNamespace)) != std::string::npos;) {
+    body.erase(at, sizeof(kSvgNamespace) - 1);
+  }
+  EXPECT_THAT(body, Not(HasSubstr("http://")));
+  EXPECT_THAT(body, Not(HasSubstr("https://")));
+  EXPECT_THAT(body, Not(HasSubstr("src=")));
   EXPECT_EQ(r->body, std::string(StatusPage::Html()));
   r = Get("/status.json");
   ASSERT_OK(r);
@@ -341,15 +348,107 @@ TEST_F(StatusPageTest, TokenGuardsTheDataNotThePage) {
   ASSERT_OK(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_THAT(r->body, HasSubstr("\"require_token\":true"));
+  // The history and the events beside it: the same rule.
+  for (const char* path : {"/status/history.json", "/status/events.json"}) {
+    r = Get(path);
+    ASSERT_OK(r);
+    EXPECT_EQ(r->status, 401) << path;
+    r = Get(path, {{"Authorization", absl::StrCat("Bearer ", kToken)}});
+    ASSERT_OK(r);
+    EXPECT_EQ(r->status, 200) << path;
+    EXPECT_EQ(r->content_type, "application/json");
+  }
   r = Get("/");
   ASSERT_OK(r);
   EXPECT_EQ(r->status, 200);
 }
 
+TEST_F(StatusPageTest, HistoryAndEventsFollowPicksAndADrain) {
+  StartServer();
+  StatusHistory* history = server_->history();
+  ASSERT_NE(history, nullptr);
+  auto stub = v1::LoadBalancer::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
+                          grpc::InsecureChannelCredentials()));
+  std::atomic<bool> stop{false};
+  std::thread picker([&] {
+    while (!stop.load()) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(5));
+      v1::PickRequest request;
+      request.set_group("web");
+      v1::PickResponse response;
+      (void)stub->Pick(&context, request, &response);
+    }
+  });
+  GroupPtr web = server_->groups().Find("web");
+  ASSERT_NE(web, nullptr);
+  auto picks = [&] {
+    return static_cast<uint64_t>(web->metrics()->picks_ok->Value());
+  };
+  // Samples once more picks have been answered (bounded).
+  auto sample_after_picks = [&] {
+    const uint64_t before = picks();
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (picks() < before + 20 && absl::Now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    history->Sample();
+  };
+  history->Sample();
+  sample_after_picks();
+  std::optional<GroupHistory> h = history->Read("web");
+  ASSERT_TRUE(h.has_value());
+  ASSERT_EQ(h->backends.size(), 2u);
+  const size_t drained_index = h->backends[0].address == addresses_[1] ? 0 : 1;
+  EXPECT_GT(h->picks_per_second.back(), 0);
+  EXPECT_GT(h->backends[drained_index].pick_share.back(), 0);
+
+  GroupSpec spec = web->spec();
+  for (aside::Backend& b : spec.backends) {
+    b.drained = b.address == addresses_[1];
+  }
+  ASSERT_OK(server_->groups().Update(web, spec));
+  sample_after_picks();
+  sample_after_picks();
+  stop = true;
+  picker.join();
+  h = history->Read("web");
+  ASSERT_TRUE(h.has_value());
+  // Within two samples of the drain its share of picks is 0, and so is
+  // the share its weight asks for.
+  EXPECT_EQ(h->backends[drained_index].pick_share.back(), 0);
+  EXPECT_EQ(h->backends[drained_index].weight_share.back(), 0);
+  EXPECT_EQ(h->backends[drained_index].drained.back(), true);
+  EXPECT_NEAR(h->backends[1 - drained_index].pick_share.back(), 1, 1e-3);
+
+  absl::StatusOr<testing::HttpResponse> r =
+      Get("/status/events.json?group=web");
+  ASSERT_OK(r);
+  EXPECT_THAT(r->body, HasSubstr(absl::StrCat("\"kind\":\"drained\",\"group\":"
+                                              "\"web\",\"backend\":\"",
+                                              addresses_[1], "\"")));
+  EXPECT_THAT(r->body, HasSubstr("\"kind\":\"generation\""));
+  EXPECT_THAT(r->body, Not(HasSubstr("\"group\":\"shared\"")));
+  r = Get("/status/history.json?group=web");
+  ASSERT_OK(r);
+  EXPECT_THAT(r->body, HasSubstr("\"name\":\"web\""));
+  EXPECT_THAT(r->body, HasSubstr(addresses_[1]));
+  EXPECT_THAT(r->body, Not(HasSubstr("\"name\":\"shared\"")));
+  r = Get("/status/history.json?backends=0");
+  ASSERT_OK(r);
+  EXPECT_THAT(r->body, HasSubstr("\"name\":\"shared\""));
+  EXPECT_THAT(r->body, Not(HasSubstr("pick_share")));
+}
+
 TEST_F(StatusPageTest, TurnedOffLeavesOnlyMetrics) {
   StartServer("status_page: {enabled: false}\n");
   EXPECT_EQ(server_->status_page(), nullptr);
-  for (const char* path : {"/", "/status.json"}) {
+  EXPECT_EQ(server_->history(), nullptr);
+  EXPECT_EQ(server_->events(), nullptr);
+  for (const char* path :
+       {"/", "/status.json", "/status/history.json", "/status/events.json"}) {
     absl::StatusOr<testing::HttpResponse> r = Get(path);
     ASSERT_OK(r);
     EXPECT_EQ(r->status, 404) << path;

@@ -1,0 +1,275 @@
+#include "server/status/events.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "lib/json.h"
+
+namespace aside::server {
+namespace {
+
+void AssignCut(std::string* out, absl::string_view value) {
+  const absl::string_view cut = value.substr(0, EventLog::kMaxFieldBytes);
+  out->assign(cut.data(), cut.size());
+}
+
+bool Drained(const Member& m) {
+  return m.backend.drained || m.backend.weight == 0;
+}
+
+}  // namespace
+
+absl::string_view EventKindName(EventKind kind) {
+  switch (kind) {
+    case EventKind::kHealth:
+      return "health";
+    case EventKind::kEjected:
+      return "ejected";
+    case EventKind::kReturned:
+      return "returned";
+    case EventKind::kDrained:
+      return "drained";
+    case EventKind::kUndrained:
+      return "undrained";
+    case EventKind::kBackendAdded:
+      return "backend_added";
+    case EventKind::kBackendRemoved:
+      return "backend_removed";
+    case EventKind::kGeneration:
+      return "generation";
+    case EventKind::kGroupAdded:
+      return "group_added";
+    case EventKind::kGroupRemoved:
+      return "group_removed";
+    case EventKind::kConfigReloaded:
+      return "config_reloaded";
+    case EventKind::kConfigReloadFailed:
+      return "config_reload_failed";
+    case EventKind::kStoreUp:
+      return "store_up";
+    case EventKind::kStoreDown:
+      return "store_down";
+    case EventKind::kMemberJoined:
+      return "member_joined";
+    case EventKind::kMemberLeft:
+      return "member_left";
+  }
+  return "unknown";
+}
+
+EventLog::EventLog(const Clock* clock, size_t capacity)
+    : clock_(clock), capacity_(std::max<size_t>(1, capacity)) {
+  aside::MutexLock lock(&mu_);
+  ring_.resize(capacity_);
+}
+
+void EventLog::Record(EventKind kind, absl::string_view group,
+                      absl::string_view backend, absl::string_view cause) {
+  const absl::Time now = clock_->WallNow();
+  aside::MutexLock lock(&mu_);
+  const uint64_t seq = next_seq_++;
+  Event& e = ring_[(seq - 1) % capacity_];
+  e.seq = seq;
+  e.time = now;
+  e.kind = kind;
+  AssignCut(&e.group, group);
+  AssignCut(&e.backend, backend);
+  AssignCut(&e.cause, cause);
+}
+
+std::vector<Event> EventLog::List(absl::string_view group) const {
+  std::vector<Event> out;
+  aside::MutexLock lock(&mu_);
+  const uint64_t last = next_seq_ - 1;
+  const uint64_t first = last >= capacity_ ? last - capacity_ + 1 : 1;
+  for (uint64_t seq = first; seq <= last; ++seq) {
+    const Event& e = ring_[(seq - 1) % capacity_];
+    if (!group.empty() && !e.group.empty() && e.group != group) {
+      continue;
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+uint64_t EventLog::recorded() const {
+  aside::MutexLock lock(&mu_);
+  return next_seq_ - 1;
+}
+
+uint64_t EventLog::dropped() const {
+  aside::MutexLock lock(&mu_);
+  const uint64_t recorded = next_seq_ - 1;
+  return recorded > capacity_ ? recorded - capacity_ : 0;
+}
+
+std::string EventLog::Json(absl::string_view group) const {
+  const std::vector<Event> events = List(group);
+  const uint64_t total = recorded();
+  std::string out =
+      absl::StrCat("{\"capacity\":", capacity_, ",\"recorded\":", total,
+                   ",\"dropped\":", total > capacity_ ? total - capacity_ : 0,
+                   ",\"events\":[");
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    absl::StrAppend(&out, i == 0 ? "" : ",", "{\"seq\":", e.seq, ",\"time\":");
+    AppendJsonString(&out, absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", e.time,
+                                            absl::UTCTimeZone()));
+    absl::StrAppend(&out, ",\"time_unix_ms\":", absl::ToUnixMillis(e.time),
+                    ",\"kind\":");
+    AppendJsonString(&out, EventKindName(e.kind));
+    out.append(",\"group\":");
+    AppendJsonString(&out, e.group);
+    out.append(",\"backend\":");
+    AppendJsonString(&out, e.backend);
+    out.append(",\"cause\":");
+    AppendJsonString(&out, e.cause);
+    out.push_back('}');
+  }
+  out.append("]}");
+  return out;
+}
+
+PublicationEvents::PublicationEvents(GroupRegistry* registry,
+                                     EventRecorder* events)
+    : registry_(registry), events_(events) {
+  registry_->AddObserver(this);
+  for (const GroupPtr& g : registry_->List()) {
+    Attach(g);
+  }
+}
+
+PublicationEvents::~PublicationEvents() {
+  registry_->RemoveObserver(this);
+  std::vector<std::weak_ptr<Group>> attached;
+  {
+    aside::MutexLock lock(&mu_);
+    attached.swap(attached_);
+  }
+  // Outside mu_: RemoveListener takes the group's listener lock, which
+  // OnPublish holds while it takes mu_.
+  for (const std::weak_ptr<Group>& w : attached) {
+    if (GroupPtr g = w.lock()) {
+      g->RemoveListener(this);
+    }
+  }
+}
+
+void PublicationEvents::OnAdded(const GroupPtr& group) {
+  Attach(group);
+  events_->Record(EventKind::kGroupAdded, group->name(), "",
+                  absl::StrCat("generation ", group->table()->generation()));
+}
+
+void PublicationEvents::Attach(const GroupPtr& group) {
+  {
+    aside::MutexLock lock(&mu_);
+    for (const std::weak_ptr<Group>& w : attached_) {
+      if (!w.owner_before(group) && !group.owner_before(w)) {
+        return;  // the same group (compared without locking it)
+      }
+    }
+    attached_.push_back(group);
+    // Drop the entries of groups that are gone.
+    attached_.erase(std::remove_if(attached_.begin(), attached_.end(),
+                                   [](const std::weak_ptr<Group>& w) {
+                                     return w.expired();
+                                   }),
+                    attached_.end());
+  }
+  group->AddListener(this);
+  const TableConstPtr table = group->table();
+  if (table == nullptr) {
+    return;
+  }
+  aside::MutexLock lock(&mu_);
+  auto [it, inserted] = groups_.try_emplace(group->name());
+  if (!inserted) {
+    return;  // a publication got here first
+  }
+  it->second.generation = table->generation();
+  absl::flat_hash_set<std::string> ejected;
+  for (OutlierDetector::Ejection& e : group->Ejections()) {
+    ejected.insert(std::move(e.address));
+  }
+  for (const Member& m : table->members()) {
+    it->second.backends[m.backend.address] = {
+        Drained(m), ejected.contains(m.backend.address)};
+  }
+}
+
+void PublicationEvents::OnPublish(Group& group) {
+  const TableConstPtr table = group.table();
+  if (table == nullptr) {
+    return;
+  }
+  absl::flat_hash_map<std::string, OutlierDetector::Ejection> ejections;
+  for (OutlierDetector::Ejection& e : group.Ejections()) {
+    std::string address = e.address;
+    ejections.emplace(std::move(address), std::move(e));
+  }
+  const std::string& name = group.name();
+  aside::MutexLock lock(&mu_);
+  GroupState& state = groups_[name];
+  if (table->generation() == state.generation) {
+    return;
+  }
+  state.generation = table->generation();
+  events_->Record(EventKind::kGeneration, name, "",
+                  absl::StrCat("generation ", table->generation(), ": ",
+                               table->ready_count(), "/", table->size(),
+                               " ready", table->panic() ? ", panic" : ""));
+  absl::flat_hash_map<std::string, BackendState> next;
+  next.reserve(table->size());
+  for (const Member& m : table->members()) {
+    const std::string& address = m.backend.address;
+    auto e = ejections.find(address);
+    const BackendState now{Drained(m), e != ejections.end()};
+    next[address] = now;
+    auto before = state.backends.find(address);
+    if (before == state.backends.end()) {
+      events_->Record(EventKind::kBackendAdded, name, address,
+                      absl::StrCat("weight ", m.backend.weight,
+                                   now.drained ? ", drained" : ""));
+      continue;
+    }
+    if (now.drained != before->second.drained) {
+      events_->Record(now.drained ? EventKind::kDrained : EventKind::kUndrained,
+                      name, address,
+                      now.drained
+                          ? (m.backend.drained ? "drain flag set" : "weight 0")
+                          : absl::StrCat("weight ", m.backend.weight));
+    }
+    if (now.ejected != before->second.ejected) {
+      events_->Record(
+          now.ejected ? EventKind::kEjected : EventKind::kReturned, name,
+          address,
+          now.ejected
+              ? absl::StrCat("consecutive failures reported (ejection ",
+                             e->second.count, ", until ",
+                             absl::FormatTime("%H:%M:%S", e->second.until,
+                                              absl::UTCTimeZone()),
+                             ")")
+              : "ejection ended");
+    }
+  }
+  for (const auto& [address, unused] : state.backends) {
+    if (!next.contains(address)) {
+      events_->Record(EventKind::kBackendRemoved, name, address,
+                      "no longer a member");
+    }
+  }
+  state.backends = std::move(next);
+}
+
+void PublicationEvents::OnRemoved(Group& group, uint64_t generation) {
+  {
+    aside::MutexLock lock(&mu_);
+    groups_.erase(group.name());
+  }
+  events_->Record(EventKind::kGroupRemoved, group.name(), "",
+                  absl::StrCat("generation ", generation));
+}
+
+}  // namespace aside::server
