@@ -321,6 +321,8 @@ TEST_F(StatusPageTest, PageIsSelfContainedAndPointsAtItsData) {
   EXPECT_THAT(body, Not(HasSubstr("http://")));
   EXPECT_THAT(body, Not(HasSubstr("https://")));
   EXPECT_THAT(body, Not(HasSubstr("src=")));
+  EXPECT_THAT(r->body, HasSubstr("status/history.json"));
+  EXPECT_THAT(r->body, HasSubstr("status/events.json"));
   EXPECT_EQ(r->body, std::string(StatusPage::Html()));
   r = Get("/status.json");
   ASSERT_OK(r);
