@@ -110,6 +110,11 @@ const token = new URLSearchParams(location.hash.slice(1)).get("token");
 let updates = 0;
 let history = null;  // the last status/history.json
 let events = null;   // the last status/events.json
+let historyAt = 0;   // when history was fetched (ms)
+// Past this many groups the page fetches backend series only for the group
+// chosen in the timeline's filter (one group's history is ~80 KB; every
+// group's backends at 1000 groups would be tens of MB a refresh).
+const BACKEND_PLOTS_MAX_GROUPS = 20;
 const NS = "http://www.w3.org/2000/svg";
 const COLORS = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00",
                 "#1b7c83", "#bf3989", "#57606a"];
@@ -240,6 +245,10 @@ function groupPlots(g, h) {
        color: COLORS[3]}], {name: "latency", empty: "no load reports yet"}),
       legend([{name: "latency ms", color: COLORS[3]}])));
   const backends = h.backends || [];
+  if (!h.backends) {
+    box.append(el("div", {class: "reason"},
+        "backend shares: choose this group in the timeline's filter below"));
+  }
   if (backends.length) {
     const lines = [], items = [];
     backends.forEach((b, i) => {
@@ -412,10 +421,26 @@ async function refresh() {
                                  (await r.text()).trim());
       return r.json();
     };
-    const [s, h, e] = await Promise.all([get("status.json"),
-        get("status/history.json?backends=1", true),
+    // The history changes once a sample: fetched at most once an interval.
+    const due = !history ||
+        Date.now() - historyAt >= 1000 * history.interval_seconds;
+    const many = history && history.groups.length > BACKEND_PLOTS_MAX_GROUPS;
+    const chosen = document.getElementById("events-filter").value;
+    const [s, h, one, e] = await Promise.all([get("status.json"),
+        due ? get("status/history.json?backends=" + (many ? 0 : 1), true)
+            : Promise.resolve(undefined),
+        due && many && chosen ?
+            get("status/history.json?group=" + encodeURIComponent(chosen), true)
+            : Promise.resolve(undefined),
         get("status/events.json", true)]);
-    history = h;
+    if (h !== undefined) {
+      history = h;
+      historyAt = Date.now();
+      if (h && one && one.groups.length) {
+        const i = h.groups.findIndex(g => g.name === one.groups[0].name);
+        if (i >= 0) h.groups[i] = one.groups[0];
+      }
+    }
     events = e;
     render(s);
     conn.className = "live";
