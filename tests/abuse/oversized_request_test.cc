@@ -29,7 +29,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kConfig[] = R"(groups:
+// Load reports open, so that report streams are read rather than refused
+// at their first header.
+constexpr char kConfig[] = R"(load_reports: {auth: open}
+groups:
   - name: web
     policy: round_robin
     health_check: {kind: none}
@@ -152,6 +155,22 @@ INSTANTIATE_TEST_SUITE_P(
              1, "limits.max_receive_message_bytes"},
         Case{"create_group_8x64mib", "/aside.v1.Admin/CreateGroup", false, 64,
              8, "limits.max_receive_message_bytes"},
+        // Streams: the same bound for the first message of each (a stock
+        // client sends it as any call's).
+        Case{"watch_64mib", "/aside.v1.LoadBalancer/Watch", false, 64, 1,
+             "limits.max_receive_message_bytes"},
+        Case{"report_load_64mib", "/aside.v1.LoadBalancer/ReportLoad", false,
+             64, 1, "limits.max_receive_message_bytes"},
+        Case{"ads_64mib",
+             "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
+             "StreamAggregatedResources",
+             false, 64, 1, "limits.max_receive_message_bytes"},
+        Case{"lrs_64mib",
+             "/envoy.service.load_stats.v3.LoadReportingService/"
+             "StreamLoadStats",
+             false, 64, 1, "limits.max_receive_message_bytes"},
+        Case{"grpclb_64mib", "/grpc.lb.v1.LoadBalancer/BalanceLoad", false, 64,
+             1, "limits.max_receive_message_bytes"},
         Case{"health_256mib", "/grpc.health.v1.Health/Check", true, 256, 1,
              "the health port's limit (4096 bytes)"},
         Case{"health_8x64mib", "/grpc.health.v1.Health/Check", true, 64, 8,
