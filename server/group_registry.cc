@@ -212,7 +212,12 @@ std::vector<OutlierDetector::Ejection> Group::Ejections() const {
 void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
   {
     aside::MutexLock lock(&encode_mu_);
-    previous_table_ = table_.Acquire();
+    if (TableConstPtr before = table_.Acquire(); before != nullptr) {
+      recent_tables_.push_back(std::move(before));
+      while (recent_tables_.size() > kDeltaBases) {
+        recent_tables_.pop_front();
+      }
+    }
     encoded_.reset();
   }
   table_.Publish(table);
@@ -323,11 +328,13 @@ std::shared_ptr<const EncodedUpdate> Group::Encoded() {
   aside::MutexLock lock(&encode_mu_);
   if (encoded_ == nullptr || encoded_->generation != current->generation()) {
     const Table* previous =
-        previous_table_ != nullptr &&
-                previous_table_->generation() < current->generation()
-            ? previous_table_.get()
+        !recent_tables_.empty() &&
+                recent_tables_.back()->generation() < current->generation()
+            ? recent_tables_.back().get()
             : nullptr;
-    encoded_ = EncodeUpdate(previous, current, server_id_);
+    encoded_ = EncodeUpdate(previous, current, server_id_,
+                            std::vector<std::shared_ptr<const Table>>(
+                                recent_tables_.begin(), recent_tables_.end()));
   }
   return encoded_;
 }

@@ -14,6 +14,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -244,10 +245,11 @@ class Group : public std::enable_shared_from_this<Group> {
   mutable aside::Mutex listeners_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<Listener*> listeners_ ABSL_GUARDED_BY(listeners_mu_);
 
-  // The table published before the current one (the base of its delta) and
-  // the encoding of the current one, built on first use.
+  // The tables published before the current one, oldest first (the last is
+  // the base of its delta; all are bases of combined deltas, at most
+  // kDeltaBases) and the encoding of the current one, built on first use.
   aside::Mutex encode_mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
-  TableConstPtr previous_table_ ABSL_GUARDED_BY(encode_mu_);
+  std::deque<TableConstPtr> recent_tables_ ABSL_GUARDED_BY(encode_mu_);
   std::shared_ptr<const EncodedUpdate> encoded_ ABSL_GUARDED_BY(encode_mu_);
 };
 

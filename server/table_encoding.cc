@@ -1,5 +1,7 @@
 #include "server/table_encoding.h"
 
+#include <algorithm>
+
 #include "proto/convert.h"
 
 namespace aside::server {
@@ -89,30 +91,91 @@ size_t EncodedUpdate::full_bytes() const {
   return full_bytes_;
 }
 
+std::optional<std::string> EncodedUpdate::SmallerDelta(
+    const Table& base) const {
+  v1::GroupUpdate delta;
+  delta.set_group(table_->group());
+  delta.set_generation(table_->generation());
+  delta.set_server_id(server_id_);
+  MakeDelta(base, *table_, delta.mutable_delta());
+  std::string delta_bytes = delta.SerializeAsString();
+  // The full table carries at least every member's address (a tag and a
+  // length byte each): a delta below that bound is the smaller without
+  // serialising the full table; otherwise compare with the real size.
+  size_t full_floor = 0;
+  for (const Member& m : table_->members()) {
+    full_floor += m.backend.address.size() + 2;
+  }
+  if (delta_bytes.size() < full_floor || delta_bytes.size() < full_bytes()) {
+    return delta_bytes;
+  }
+  return std::nullopt;
+}
+
+const grpc::ByteBuffer* EncodedUpdate::DeltaFrom(uint64_t base,
+                                                 size_t* bytes) const {
+  if (base == 0 || base >= generation) {
+    return nullptr;
+  }
+  if (base == base_generation) {
+    if (delta.has_value() && bytes != nullptr) {
+      *bytes = delta_bytes;
+    }
+    return delta.has_value() ? &*delta : nullptr;
+  }
+  const Table* from = nullptr;
+  for (const auto& t : older_bases_) {
+    if (t->generation() == base) {
+      from = t.get();
+      break;
+    }
+  }
+  if (from == nullptr) {
+    return nullptr;
+  }
+  aside::MutexLock lock(&combined_mu_);
+  auto [it, made] = combined_.try_emplace(base);
+  if (made) {
+    if (std::optional<std::string> d = SmallerDelta(*from); d.has_value()) {
+      it->second.bytes = d->size();
+      grpc::Slice slice(std::move(*d));
+      it->second.delta.emplace(&slice, 1);
+    }
+  }
+  if (!it->second.delta.has_value()) {
+    return nullptr;
+  }
+  if (bytes != nullptr) {
+    *bytes = it->second.bytes;
+  }
+  return &*it->second.delta;
+}
+
 std::shared_ptr<const EncodedUpdate> EncodeUpdate(
     const Table* previous, const std::shared_ptr<const Table>& current,
-    const std::string& server_id) {
+    const std::string& server_id,
+    std::vector<std::shared_ptr<const Table>> bases) {
   auto out = std::make_shared<EncodedUpdate>(current, server_id);
   out->generation = current->generation();
-  if (previous != nullptr) {
-    v1::GroupUpdate delta;
-    delta.set_group(current->group());
-    delta.set_generation(current->generation());
-    delta.set_server_id(server_id);
-    MakeDelta(*previous, *current, delta.mutable_delta());
-    std::string delta_bytes = delta.SerializeAsString();
-    // The full table carries at least every member's address (a tag and a
-    // length byte each): a delta below that bound is the smaller without
-    // serialising the full table; otherwise compare with the real size.
-    size_t full_floor = 0;
-    for (const Member& m : current->members()) {
-      full_floor += m.backend.address.size() + 2;
+  for (auto& t : bases) {
+    if (t != nullptr && t->generation() < current->generation() &&
+        (previous == nullptr || t->generation() != previous->generation())) {
+      out->older_bases_.push_back(std::move(t));
     }
-    if (delta_bytes.size() < full_floor ||
-        delta_bytes.size() < out->full_bytes()) {
+  }
+  std::sort(out->older_bases_.begin(), out->older_bases_.end(),
+            [](const auto& a, const auto& b) {
+              return a->generation() > b->generation();
+            });
+  if (out->older_bases_.size() + 1 > kDeltaBases) {
+    out->older_bases_.resize(kDeltaBases - 1);
+  }
+  if (previous != nullptr) {
+    if (std::optional<std::string> d = out->SmallerDelta(*previous);
+        d.has_value()) {
       out->base_generation = previous->generation();
-      out->delta_bytes = delta_bytes.size();
-      grpc::Slice slice(std::move(delta_bytes));
+      out->delta_bytes = d->size();
+      grpc::Slice slice(std::move(*d));
       out->delta.emplace(&slice, 1);
     }
   }

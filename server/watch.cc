@@ -477,10 +477,12 @@ class WatchHub::Stream final : public Group::Listener {
           own = EncodeUnchanged(e.group->name(), update->generation,
                                 e.group->server_id());
           kind = gm != nullptr ? gm->watch_unchanged : nullptr;
-        } else if (update->delta.has_value() && update->base_generation != 0 &&
-                   update->base_generation ==
-                       (e.sent != 0 ? e.sent : e.known)) {
-          message = &*update->delta;
+        } else if (const grpc::ByteBuffer* delta =
+                       update->DeltaFrom(e.sent != 0 ? e.sent : e.known);
+                   delta != nullptr) {
+          // From the generation the subscriber holds: the one-step delta,
+          // or one combined delta when it is a few generations behind.
+          message = delta;
           kind = gm != nullptr ? gm->watch_delta : nullptr;
         } else {
           message = &update->full();

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,71 @@ TEST(TableEncodingTest, NoDeltaWhenItIsNotSmaller) {
       EncodeUpdate(nullptr, after, "s");
   EXPECT_FALSE(first->delta.has_value());
   EXPECT_EQ(Parse(first->full()).full().backends_size(), 5);
+}
+
+}  // namespace
+}  // namespace aside::server
+
+namespace aside::server {
+namespace {
+
+// A subscriber three generations behind gets one delta from what it holds:
+// the changes of all three, a fraction of the full table.
+TEST(TableEncodingTest, ASubscriberBehindGetsOneCombinedDelta) {
+  std::vector<Member> members = Members(500);
+  std::vector<TableConstPtr> tables = {MakeTable(1, members)};
+  for (uint64_t g = 2; g <= 4; ++g) {
+    members[g * 10].weight = static_cast<uint32_t>(g);
+    tables.push_back(MakeTable(g, members));
+  }
+  std::shared_ptr<const EncodedUpdate> u = EncodeUpdate(
+      tables[2].get(), tables[3], "s", {tables[0], tables[1], tables[2]});
+  size_t one_step = 0;
+  ASSERT_NE(u->DeltaFrom(3, &one_step), nullptr);
+  EXPECT_EQ(one_step, u->delta_bytes);
+  size_t combined = 0;
+  const grpc::ByteBuffer* from_one = u->DeltaFrom(1, &combined);
+  ASSERT_NE(from_one, nullptr);
+  const v1::GroupUpdate delta = Parse(*from_one);
+  EXPECT_EQ(delta.generation(), 4u);
+  EXPECT_EQ(delta.delta().base_generation(), 1u);
+  EXPECT_EQ(delta.delta().upserted_size(), 3);  // the three changed members
+  EXPECT_LT(combined, 4 * one_step);
+  EXPECT_LT(combined * 20, u->full_bytes());
+  std::cout << "event=combined_delta one_step_bytes=" << one_step
+            << " three_behind_bytes=" << combined
+            << " full_bytes=" << u->full_bytes() << "\n";
+  // Made once: the same buffer for every subscriber.
+  EXPECT_EQ(u->DeltaFrom(1), from_one);
+  // Unknown bases, and the current generation, get no delta.
+  EXPECT_EQ(u->DeltaFrom(0), nullptr);
+  EXPECT_EQ(u->DeltaFrom(4), nullptr);
+  EXPECT_EQ(u->DeltaFrom(99), nullptr);
+}
+
+TEST(TableEncodingTest, ACombinedDeltaLargerThanTheTableIsNotMade) {
+  TableConstPtr first = MakeTable(1, Members(20, "10.0.0."));
+  TableConstPtr second = MakeTable(2, Members(20, "10.1.0."));
+  TableConstPtr third = MakeTable(3, Members(20, "10.2.0."));
+  std::shared_ptr<const EncodedUpdate> u =
+      EncodeUpdate(second.get(), third, "s", {first, second});
+  // Every member replaced: removals and upserts outweigh the table.
+  EXPECT_EQ(u->DeltaFrom(1), nullptr);
+}
+
+TEST(TableEncodingTest, OnlyTheLastBasesAreKept) {
+  std::vector<Member> members = Members(100);
+  std::vector<TableConstPtr> bases;
+  for (uint64_t g = 1; g <= 20; ++g) {
+    members[g].weight = static_cast<uint32_t>(g);
+    bases.push_back(MakeTable(g, members));
+  }
+  members[50].weight = 9;
+  TableConstPtr current = MakeTable(21, members);
+  std::shared_ptr<const EncodedUpdate> u =
+      EncodeUpdate(bases.back().get(), current, "s", bases);
+  EXPECT_NE(u->DeltaFrom(21 - kDeltaBases), nullptr);
+  EXPECT_EQ(u->DeltaFrom(20 - kDeltaBases), nullptr);
 }
 
 }  // namespace
