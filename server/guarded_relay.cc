@@ -4,19 +4,22 @@
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <deque>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/sync.h"
 
 namespace aside::server {
 namespace {
@@ -24,6 +27,8 @@ namespace {
 constexpr absl::string_view kNamePrefix = "aside-relay/";
 constexpr size_t kReadChunk = 64 << 10;
 constexpr int kReadsPerEvent = 8;
+// How long a connection gRPC has closed may take to send its last bytes.
+constexpr auto kCloseGrace = std::chrono::seconds(1);
 // A drained buffer that grew past this gives its memory back.
 constexpr size_t kKeptCapacity = 64 << 10;
 
@@ -91,7 +96,7 @@ class GuardedRelay::Worker {
       CloseConn(c);
       delete c;
     }
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     for (const auto& [client, server] : incoming_) {
       close(client);
       close(server);
@@ -102,7 +107,7 @@ class GuardedRelay::Worker {
 
   void Post(int client, int server) {
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       incoming_.emplace_back(client, server);
     }
     const uint64_t one = 1;
@@ -110,7 +115,7 @@ class GuardedRelay::Worker {
   }
   void RequestStop() {
     {
-      absl::MutexLock lock(&mu_);
+      aside::MutexLock lock(&mu_);
       stop_ = true;
     }
     const uint64_t one = 1;
@@ -139,6 +144,8 @@ class GuardedRelay::Worker {
     bool client_eof = false;
     bool server_eof = false;
     bool server_write_shut = false;
+    bool closing = false;  // in closing_, until close_by
+    std::chrono::steady_clock::time_point close_by{};
     bool dead = false;
   };
 
@@ -167,9 +174,12 @@ class GuardedRelay::Worker {
   int wake_ = -1;
   absl::flat_hash_set<Conn*> conns_;
   std::vector<Conn*> dead_;
+  // Connections gRPC has closed, waiting for their last bytes to go out,
+  // in close_by order (one grace for all).
+  std::deque<Conn*> closing_;
   char chunk_[kReadChunk];
 
-  absl::Mutex mu_;
+  aside::Mutex mu_;
   std::vector<std::pair<int, int>> incoming_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -177,13 +187,19 @@ class GuardedRelay::Worker {
 void GuardedRelay::Worker::Run() {
   epoll_event events[128];
   for (;;) {
-    const int n = epoll_wait(epoll_, events, 128, -1);
+    int wait_ms = -1;
+    if (!closing_.empty()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+          closing_.front()->close_by - std::chrono::steady_clock::now());
+      wait_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+    }
+    const int n = epoll_wait(epoll_, events, 128, wait_ms);
     for (int i = 0; i < n; ++i) {
       if (events[i].data.ptr == nullptr) {
         uint64_t count = 0;
         (void)!read(wake_, &count, sizeof(count));
         {
-          absl::MutexLock lock(&mu_);
+          aside::MutexLock lock(&mu_);
           if (stop_) {
             return;
           }
@@ -196,7 +212,24 @@ void GuardedRelay::Worker::Run() {
         OnEvent(end, events[i].events);
       }
     }
+    // gRPC is done with these; what it sent last had its grace to reach
+    // the client.
+    const auto now = std::chrono::steady_clock::now();
+    while (!closing_.empty() &&
+           (closing_.front()->dead || closing_.front()->close_by <= now)) {
+      Conn* c = closing_.front();
+      closing_.pop_front();
+      c->closing = false;
+      c->dead = true;
+      dead_.push_back(c);  // deleted below (listed twice if it died before)
+    }
+    std::sort(dead_.begin(), dead_.end());
+    dead_.erase(std::unique(dead_.begin(), dead_.end()), dead_.end());
     for (Conn* c : dead_) {
+      if (c->closing) {
+        CloseConn(c);  // still listed in closing_: freed when it leaves
+        continue;
+      }
       conns_.erase(c);
       CloseConn(c);  // also leaves the epoll set
       delete c;
@@ -208,7 +241,7 @@ void GuardedRelay::Worker::Run() {
 void GuardedRelay::Worker::TakeIncoming() {
   std::vector<std::pair<int, int>> taken;
   {
-    absl::MutexLock lock(&mu_);
+    aside::MutexLock lock(&mu_);
     taken.swap(incoming_);
   }
   for (const auto& [client, server] : taken) {
@@ -318,6 +351,13 @@ void GuardedRelay::Worker::OnEvent(End* end, uint32_t events) {
     dead_.push_back(c);
     return;
   }
+  if (c->server_eof && !c->closing) {
+    // What gRPC sent last (its GOAWAY) gets kCloseGrace to reach a client
+    // that reads; one that does not is closed then, as gRPC would have.
+    c->closing = true;
+    c->close_by = std::chrono::steady_clock::now() + kCloseGrace;
+    closing_.push_back(c);
+  }
   Rearm(c);
 }
 
@@ -371,9 +411,13 @@ GuardedRelay::~GuardedRelay() {
 }
 
 int GuardedRelay::Adopt(int client, const sockaddr* addr, socklen_t len) {
+  // The system call itself, not libc's wrapper: gRPC closes its end inside
+  // its own (uninstrumented) library, which ThreadSanitizer cannot see, so
+  // a pair it had seen created would make the number's next user on any
+  // thread look like a race to it. Everything else is the same call.
   int pair[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
-                 pair) != 0) {
+  if (syscall(SYS_socketpair, AF_UNIX,
+              SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0) {
     return -1;
   }
   // The name gRPC reads as the peer: unique in the network namespace

@@ -15,8 +15,10 @@
 //   stops reading its source: a peer that does not read slows the other
 //   down through TCP, as it would against gRPC directly.
 // - An end-of-stream from the client is passed on (shutdown of the pair's
-//   write side) once its bytes are; gRPC closing its end, a reset or an
-//   error on either side closes both, and the guard's failure closes both.
+//   write side) once its bytes are. gRPC closing its end closes the client's
+//   once what gRPC sent has gone out, or after a grace of 1 s for a client
+//   that does not read. A reset or an error on either side, and the guard's
+//   failure, close both at once.
 // - Threads: `threads` relay threads (epoll), connections spread round
 //   robin; each connection lives on one thread and shares no state.
 //

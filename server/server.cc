@@ -513,8 +513,10 @@ AsideServer::Credentials() const {
 GuardedRelayOptions AsideServer::RequestRelay() const {
   return {.guard = {.max_message_bytes = config_.max_receive_message_bytes,
                     .limit_name = "limits.max_receive_message_bytes",
+                    // gRPC ends a connection past max_concurrent_streams;
+                    // the guard's own cap is well above, for its memory.
                     .max_streams = std::max<uint32_t>(
-                        64, 4 * config_.max_concurrent_streams)},
+                        4096, 16 * config_.max_concurrent_streams)},
           .threads = RelayThreads(),
           .tag = "grpc"};
 }

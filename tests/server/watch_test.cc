@@ -35,6 +35,8 @@ struct AppliedTable {
   bool removed = false;
   int fulls = 0;
   int deltas = 0;
+  // The generation a resuming subscriber said it holds (0: none).
+  uint64_t resumed_from = 0;
 
   // Applies one update; returns false when it does not fit (a delta whose
   // base is not what is held, or a generation going backwards).
@@ -53,7 +55,8 @@ struct AppliedTable {
         break;
       case v1::GroupUpdate::kDelta:
         if (u.delta().base_generation() != generation &&
-            u.delta().base_generation() != u.generation()) {
+            u.delta().base_generation() != u.generation() &&
+            !(generation == 0 && u.delta().base_generation() == resumed_from)) {
           return false;
         }
         for (const auto& b : u.delta().upserted()) {
@@ -85,7 +88,7 @@ class Subscriber {
     for (auto& [g, gen] : known) {
       (*request.mutable_known_generations())[g] = gen;
       aside::MutexLock lock(&mu_);
-      tables_[g].generation = gen;  // what a resuming subscriber holds
+      tables_[g].resumed_from = gen;  // what a resuming subscriber holds
     }
     context_.set_deadline(std::chrono::system_clock::now() +
                           std::chrono::seconds(60));
