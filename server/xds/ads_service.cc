@@ -185,6 +185,7 @@ class AdsService::Stream final
       have_node_ = true;
       node_id_ = request_.node().id().substr(0, 256);
       ring_hash_safe_ = RingHashSafe(request_.node());
+      typed_policies_ = ReadsTypedPolicies(request_.node());
       no_route_safe_ = NoRouteListenerSafe(request_.node());
       Log(LogLevel::kInfo, "xds.stream",
           {{"node", node_id_},
@@ -192,6 +193,7 @@ class AdsService::Stream final
            {"user_agent_version",
             request_.node().user_agent_version().substr(0, 128)},
            {"ring_hash", ring_hash_safe_ ? "yes" : "no"},
+           {"typed_policies", typed_policies_ ? "yes" : "no"},
            {"peer", ClientPeer(context_->peer())}});
     }
     const int type = TypeIndex(request_.type_url());
@@ -249,7 +251,7 @@ class AdsService::Stream final
           f = service_->cache_.Listener(name, ring_hash_safe_);
           break;
         case 2:
-          f = service_->cache_.Cluster(name, ring_hash_safe_);
+          f = service_->cache_.Cluster(name, ring_hash_safe_, typed_policies_);
           if (f.ring_hash_fallback && f.group != nullptr) {
             NoteFallbackLocked(f.group->name());
           }
@@ -395,6 +397,8 @@ class AdsService::Stream final
   bool have_node_ ABSL_GUARDED_BY(mu_) = false;
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   bool ring_hash_safe_ ABSL_GUARDED_BY(mu_) = false;
+  // Clusters carry the typed policies (ReadsTypedPolicies).
+  bool typed_policies_ ABSL_GUARDED_BY(mu_) = false;
   // Unknown listener names get BuildNoRouteListener (NoRouteListenerSafe).
   bool no_route_safe_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> fallbacks_logged_ ABSL_GUARDED_BY(mu_);

@@ -54,7 +54,7 @@ ResourceCache::Found ResourceCache::Listener(const std::string& name,
 }
 
 ResourceCache::Found ResourceCache::Cluster(const std::string& name,
-                                            bool ring_hash_safe) {
+                                            bool ring_hash_safe, bool typed) {
   Found out;
   out.group = groups_->Find(name);
   if (out.group == nullptr) {
@@ -64,10 +64,10 @@ ResourceCache::Found ResourceCache::Cluster(const std::string& name,
   const bool hashing = RingHash(*spec, ring_hash_safe);
   out.ring_hash_fallback = !ring_hash_safe && IsHashPolicy(spec->policy.kind);
   aside::MutexLock lock(&mu_);
-  SpecEntry& e = clusters_[{name, hashing}];
+  SpecEntry& e = clusters_[{name, hashing, typed}];
   if (e.resource == nullptr || e.spec != spec) {
     ResourcePtr r = MakeResource(
-        name, BuildCluster(name, spec->policy, hashing, spec->outlier));
+        name, BuildCluster(name, spec->policy, hashing, spec->outlier, typed));
     if (e.resource == nullptr || e.resource->version != r->version) {
       e.resource = std::move(r);
     }
@@ -130,8 +130,8 @@ void ResourceCache::Prune() {
              : std::next(it);
   }
   for (auto it = clusters_.begin(); it != clusters_.end();) {
-    it = groups_->Find(it->first.first) == nullptr ? clusters_.erase(it)
-                                                   : std::next(it);
+    it = groups_->Find(std::get<0>(it->first)) == nullptr ? clusters_.erase(it)
+                                                          : std::next(it);
   }
   for (auto it = endpoints_.begin(); it != endpoints_.end();) {
     it = groups_->Find(it->first) == nullptr ? endpoints_.erase(it)

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -41,8 +42,10 @@ class ResourceCache {
   // The Listener for a target name: resolved like a grpclb name (alias,
   // else the host's first label).
   Found Listener(const std::string& name, bool ring_hash_safe);
-  // The Cluster and the ClusterLoadAssignment of a group, by its name.
-  Found Cluster(const std::string& name, bool ring_hash_safe);
+  // The Cluster and the ClusterLoadAssignment of a group, by its name;
+  // `typed`: with the typed policies (ReadsTypedPolicies).
+  Found Cluster(const std::string& name, bool ring_hash_safe,
+                bool typed = false);
   Found Endpoints(const std::string& name);
 
   // Forgets entries of groups that no longer exist.
@@ -67,10 +70,10 @@ class ResourceCache {
   GroupRegistry* const groups_;
   const LoadAggregator* const loads_;
   aside::Mutex mu_;
-  // (name, hashing) → listener; (group, ring hash) → cluster.
+  // (name, hashing) → listener; (group, ring hash, typed) → cluster.
   std::map<std::pair<std::string, bool>, SpecEntry> listeners_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<std::string, bool>, SpecEntry> clusters_
+  std::map<std::tuple<std::string, bool, bool>, SpecEntry> clusters_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, TableEntry> endpoints_ ABSL_GUARDED_BY(mu_);
 };

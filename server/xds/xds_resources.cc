@@ -12,9 +12,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "envoy/config/core/v3/extension.pb.h"
 #include "envoy/config/route/v3/route.pb.h"
 #include "envoy/extensions/filters/http/router/v3/router.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
+#include "envoy/extensions/load_balancing_policies/least_request/v3/least_request.pb.h"
+#include "envoy/extensions/load_balancing_policies/round_robin/v3/round_robin.pb.h"
+#include "envoy/extensions/load_balancing_policies/wrr_locality/v3/wrr_locality.pb.h"
 #include "lib/address.h"
 #include "lib/hash.h"
 #include "lib/policies/ring_hash.h"
@@ -27,6 +31,7 @@ namespace endpoint = envoy::config::endpoint::v3;
 namespace hcm =
     envoy::extensions::filters::network::http_connection_manager::v3;
 namespace route = envoy::config::route::v3;
+namespace lbp = envoy::extensions::load_balancing_policies;
 
 ResourcePtr MakeResource(std::string name,
                          const google::protobuf::Message& message) {
@@ -88,6 +93,62 @@ bool RingHashSafe(const core::Node& node) {
          absl::StartsWith(name, "gRPC Java");
 }
 
+bool ReadsTypedPolicies(const core::Node& node) {
+  // The clients trusted with a ring hash read the field or ignore it
+  // (grpc-js-xds 1.14, Go, Java, C-core 31+); an untrusted one might read
+  // it where it should not (gRPC 1.51 behind its environment flag).
+  return RingHashSafe(node);
+}
+
+namespace {
+
+// Appends the typed policy `config` named `name` to `list`.
+void AddPolicy(cluster::LoadBalancingPolicy* list, const char* name,
+               const google::protobuf::Message& config) {
+  core::TypedExtensionConfig* typed =
+      list->add_policies()->mutable_typed_extension_config();
+  typed->set_name(name);
+  typed->mutable_typed_config()->PackFrom(config);
+}
+
+void AddRoundRobin(cluster::LoadBalancingPolicy* list) {
+  AddPolicy(list, "envoy.load_balancing_policies.round_robin",
+            lbp::round_robin::v3::RoundRobin());
+}
+
+// wrr_locality over round_robin, then round_robin alone.
+void AddWeightedFallback(cluster::LoadBalancingPolicy* list) {
+  lbp::wrr_locality::v3::WrrLocality localities;
+  AddRoundRobin(localities.mutable_endpoint_picking_policy());
+  AddPolicy(list, "envoy.load_balancing_policies.wrr_locality", localities);
+  AddRoundRobin(list);
+}
+
+}  // namespace
+
+cluster::LoadBalancingPolicy TypedPolicies(const PolicyConfig& policy) {
+  cluster::LoadBalancingPolicy list;
+  switch (policy.kind) {
+    case PolicyKind::kRoundRobin:
+      AddRoundRobin(&list);
+      break;
+    case PolicyKind::kP2c:
+    case PolicyKind::kLeastTime: {
+      // Over every endpoint, not inside wrr_locality: each backend is a
+      // locality of its own, where a choice between two is no choice.
+      lbp::least_request::v3::LeastRequest least;
+      least.mutable_choice_count()->set_value(2);
+      AddPolicy(&list, "envoy.load_balancing_policies.least_request", least);
+      AddWeightedFallback(&list);
+      break;
+    }
+    default:
+      AddWeightedFallback(&list);
+      break;
+  }
+  return list;
+}
+
 namespace {
 
 // A listener whose connection manager has the inline route configuration
@@ -145,7 +206,7 @@ envoy::config::listener::v3::Listener BuildListener(const std::string& name,
 
 cluster::Cluster BuildCluster(const std::string& group,
                               const PolicyConfig& policy, bool ring_hash,
-                              const OutlierSpec& outliers) {
+                              const OutlierSpec& outliers, bool typed) {
   cluster::Cluster c;
   c.set_name(group);
   c.set_type(cluster::Cluster::EDS);
@@ -165,6 +226,10 @@ cluster::Cluster BuildCluster(const std::string& group,
         own ? policy.ring_hash.max_ring_size : kMaxRingHashSize);
   } else {
     c.set_lb_policy(cluster::Cluster::ROUND_ROBIN);
+  }
+  // A ring stays in the enum form (see TypedPolicies).
+  if (typed && !(ring_hash && IsHashPolicy(policy.kind))) {
+    *c.mutable_load_balancing_policy() = TypedPolicies(policy);
   }
   c.mutable_lrs_server()->mutable_self();
   if (outliers.enabled) {

@@ -28,6 +28,11 @@
 // Aside's Pick uses; the others get 1024..4096, gRPC's ring, consistent but
 // not Aside's mapping.
 //
+// Clients that read typed load balancing policies (gRFC A52,
+// ReadsTypedPolicies) also get the Cluster's load_balancing_policy, a list
+// in order of preference of which the client takes the first it supports
+// (TypedPolicies); the lb_policy enum stays for every other client.
+//
 // Pure functions; thread-safe. Costs: O(members) per load assignment.
 #ifndef ASIDE_SERVER_XDS_XDS_RESOURCES_H_
 #define ASIDE_SERVER_XDS_XDS_RESOURCES_H_
@@ -97,6 +102,35 @@ ResourcePtr MakeResource(std::string name,
 // are treated as unsafe.
 bool RingHashSafe(const envoy::config::core::v3::Node& node);
 
+// Whether a client reads the Cluster's load_balancing_policy (gRFC A52)
+// and may be sent it: the clients that are RingHashSafe (grpc-js-xds
+// reads the list by default from long before 1.kFirstNodeXdsWithRingHash,
+// current Go, Java and C-core too; older releases ignore the field). gRPC
+// 1.51 (C-core 29) reads the list only when
+// GRPC_EXPERIMENTAL_XDS_CUSTOM_LB_CONFIG is set and keeps the enum form
+// alone, byte for byte as before.
+bool ReadsTypedPolicies(const envoy::config::core::v3::Node& node);
+
+// The typed policies (gRFC A52) of a group's Cluster, in order of
+// preference, every list ending with round_robin so that any client that
+// reads the field finds one it supports:
+// - p2c and least_time: least_request (gRFC A48, two choices) over every
+//   endpoint, then the weighted fallback;
+// - round_robin: round_robin alone, over every endpoint (strict rotation,
+//   where wrr_locality over localities weighing 1 is a random pick);
+// - every other policy: the weighted fallback.
+// The weighted fallback is wrr_locality (a locality picked by weight, the
+// weight encoding above) with round_robin inside, followed by a bare
+// round_robin for a client without wrr_locality (weights lost rather than
+// the cluster rejected).
+//
+// A Cluster that is sent RING_HASH carries no list: grpc-js-xds 1.14
+// decodes a typed ring_hash's ring sizes as strings and then rejects them
+// (the whole cluster, not just the entry), while every client trusted with
+// a ring reads the enum form correctly, sizes included.
+envoy::config::cluster::v3::LoadBalancingPolicy TypedPolicies(
+    const PolicyConfig& policy);
+
 // The Listener for target name `name` (what the client put after xds:///):
 // an API listener whose connection manager routes everything, for any
 // domain, to `cluster`; with `hash_header`, the route hashes on
@@ -121,7 +155,9 @@ bool NoRouteListenerSafe(const envoy::config::core::v3::Node& node);
 
 // The EDS cluster of group `group` with its endpoints over ADS and load
 // reports to this server. `ring_hash`: RING_HASH when the policy hashes,
-// else ROUND_ROBIN (the weighted encoding).
+// else ROUND_ROBIN (the weighted encoding). `typed`: also the typed
+// policies (TypedPolicies), which clients that read them use instead,
+// unless the cluster is RING_HASH.
 //
 // With `outliers` enabled, the cluster carries gRPC's outlier detection
 // (gRFC A50) so that clients eject a failing backend locally, at once,
@@ -135,7 +171,7 @@ bool NoRouteListenerSafe(const envoy::config::core::v3::Node& node);
 // success-rate ejection is off.
 envoy::config::cluster::v3::Cluster BuildCluster(
     const std::string& group, const PolicyConfig& policy, bool ring_hash,
-    const OutlierSpec& outliers = {});
+    const OutlierSpec& outliers = {}, bool typed = false);
 
 // The endpoints of `table` in the weight encoding above. While the table is
 // in panic and `drop_in_panic_percent` (the group's grpclb option, 0..90)

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "envoy/config/cluster/v3/cluster.pb.h"
 #include "tests/testing/status_matchers.h"
 
 namespace aside::server::xds {
@@ -90,6 +91,19 @@ TEST_F(ResourceCacheTest, HashGroupsFallBackForUnsafeClientsOnly) {
   EXPECT_FALSE(cache.Cluster("web", true).ring_hash_fallback);
   EXPECT_NE(cache.Cluster("web", false).resource->version,
             cache.Cluster("web", true).resource->version);
+}
+
+TEST_F(ResourceCacheTest, TypedPolicyClustersAreEncodedApart) {
+  ResourceCache cache(registry_.get());
+  const ResourcePtr typed = cache.Cluster("web", true, true).resource;
+  ASSERT_NE(typed, nullptr);
+  EXPECT_EQ(typed.get(), cache.Cluster("web", true, true).resource.get());
+  EXPECT_NE(typed->version, cache.Cluster("web", true).resource->version);
+  envoy::config::cluster::v3::Cluster c;
+  ASSERT_TRUE(typed->any.UnpackTo(&c));
+  EXPECT_TRUE(c.has_load_balancing_policy());
+  ASSERT_TRUE(cache.Cluster("web", true).resource->any.UnpackTo(&c));
+  EXPECT_FALSE(c.has_load_balancing_policy());
 }
 
 TEST_F(ResourceCacheTest, ADeletedGroupsResourcesAreGone) {

@@ -155,6 +155,10 @@ class XdsClientsTest : public ::testing::Test {
       g->mutable_policy()->mutable_ketama();
     } else if (policy == "ring_hash") {
       g->mutable_policy()->mutable_ring_hash();
+    } else if (policy == "round_robin") {
+      g->mutable_policy()->mutable_round_robin();
+    } else if (policy == "p2c") {
+      g->mutable_policy()->mutable_p2c();
     } else {
       g->mutable_policy()->mutable_weighted_round_robin();
     }
@@ -479,6 +483,41 @@ TEST_F(XdsClientsTest, WeightsFiveOneOneHoldInStockClients) {
   CreateGroup({500, 100, 100});
   StartClients();
   ExpectSplit({5.0 / 7, 1.0 / 7, 1.0 / 7}, 4000);
+}
+
+// grpc-js reads the typed policies: round_robin over every endpoint, a
+// strict rotation; gRPC 1.51 keeps the enum form, a random pick among
+// localities weighing 1. Both split evenly.
+TEST_F(XdsClientsTest, RoundRobinRotatesStrictlyForTypedPolicyClients) {
+  CreateGroup({100, 300, 100}, "round_robin");
+  StartClients();
+  ExpectSplit({1.0 / 3, 1.0 / 3, 1.0 / 3}, 3000);
+  ASSERT_OK(server_.process->WaitForLine("typed_policies=yes", kWait));
+  // Once the node client has reached all three, every three calls in a row
+  // reach three backends.
+  const auto since = Positions();
+  WaitForMoreCalls(since, 300);
+  std::vector<int> calls = log_.CallsSince("node", since.at("node"));
+  calls.resize(300);
+  int repeats = 0;
+  for (size_t i = 0; i + 2 < calls.size(); i += 3) {
+    repeats += calls[i] == calls[i + 1] || calls[i + 1] == calls[i + 2] ||
+               calls[i] == calls[i + 2];
+  }
+  EXPECT_EQ(repeats, 0) << Describe();
+  EXPECT_EQ(MetricValue({"aside_xds_requests_total", "cluster", "nack"}), 0);
+}
+
+// least_request comes first in the list for p2c groups; a client without
+// it (grpc-js 1.14) takes the weighted fallback after it, and 1.51 keeps
+// the enum form: the weights hold everywhere, and nobody rejects the
+// cluster.
+TEST_F(XdsClientsTest,
+       LoadAwareGroupsKeepTheirWeightsWhereLeastRequestIsMissing) {
+  CreateGroup({300, 100}, "p2c");
+  StartClients();
+  ExpectSplit({0.75, 0.25}, 4000);
+  EXPECT_EQ(MetricValue({"aside_xds_requests_total", "cluster", "nack"}), 0);
 }
 
 TEST_F(XdsClientsTest, AnAliasResolvesToItsGroup) {

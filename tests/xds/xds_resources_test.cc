@@ -8,6 +8,9 @@
 
 #include "envoy/config/route/v3/route.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
+#include "envoy/extensions/load_balancing_policies/least_request/v3/least_request.pb.h"
+#include "envoy/extensions/load_balancing_policies/round_robin/v3/round_robin.pb.h"
+#include "envoy/extensions/load_balancing_policies/wrr_locality/v3/wrr_locality.pb.h"
 #include "tests/testing/tables.h"
 
 namespace aside::server::xds {
@@ -199,6 +202,109 @@ TEST(XdsClusterTest, HashPoliciesFallBackToRoundRobinUnlessAllowed) {
   EXPECT_TRUE(c.eds_cluster_config().eds_config().has_ads());
   EXPECT_EQ(c.eds_cluster_config().service_name(), "web");
   EXPECT_TRUE(c.lrs_server().has_self());
+}
+
+constexpr char kRoundRobinUrl[] =
+    "type.googleapis.com/"
+    "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin";
+constexpr char kLeastRequestUrl[] =
+    "type.googleapis.com/"
+    "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest";
+constexpr char kWrrLocalityUrl[] =
+    "type.googleapis.com/"
+    "envoy.extensions.load_balancing_policies.wrr_locality.v3.WrrLocality";
+
+// The type URLs of a typed policy list, in order.
+std::vector<std::string> TypeUrls(const cluster::LoadBalancingPolicy& list) {
+  std::vector<std::string> out;
+  for (const auto& p : list.policies()) {
+    out.push_back(p.typed_extension_config().typed_config().type_url());
+  }
+  return out;
+}
+
+PolicyConfig Policy(PolicyKind kind) {
+  PolicyConfig p;
+  p.kind = kind;
+  return p;
+}
+
+TEST(XdsTypedPoliciesTest, OnlyTrustedClientsReadTypedPolicies) {
+  EXPECT_TRUE(ReadsTypedPolicies(NodeWith("gRPC Node Pure JS", "1.14.1")));
+  EXPECT_TRUE(ReadsTypedPolicies(NodeWith("gRPC Go", "1.60.0")));
+  EXPECT_TRUE(ReadsTypedPolicies(NodeWith("gRPC C-core linux", "31.0.0")));
+  // gRPC 1.51 keeps the enum form only: it reads the list when told to by
+  // its environment, and must never meet a ring there.
+  EXPECT_FALSE(ReadsTypedPolicies(
+      NodeWith("gRPC C-core linux Python", "C-core 29.0.0 Python 1.51.1")));
+  EXPECT_FALSE(ReadsTypedPolicies(NodeWith("gRPC C-core linux", "29.0.0")));
+  EXPECT_FALSE(ReadsTypedPolicies(NodeWith("", "")));
+}
+
+TEST(XdsTypedPoliciesTest, EveryListEndsWithRoundRobin) {
+  for (int k = 0; k < kPolicyKindCount; ++k) {
+    const cluster::LoadBalancingPolicy list =
+        TypedPolicies(Policy(static_cast<PolicyKind>(k)));
+    const std::vector<std::string> urls = TypeUrls(list);
+    ASSERT_FALSE(urls.empty()) << k;
+    EXPECT_EQ(urls.back(), kRoundRobinUrl) << k;
+    for (const auto& p : list.policies()) {
+      EXPECT_FALSE(p.typed_extension_config().name().empty());
+    }
+  }
+}
+
+TEST(XdsTypedPoliciesTest, RoundRobinGroupsRotateOverEveryEndpoint) {
+  EXPECT_THAT(TypeUrls(TypedPolicies(Policy(PolicyKind::kRoundRobin))),
+              ::testing::ElementsAre(kRoundRobinUrl));
+}
+
+TEST(XdsTypedPoliciesTest, WeightedGroupsWeighLocalitiesThenRoundRobin) {
+  for (const PolicyKind kind :
+       {PolicyKind::kWeightedRoundRobin, PolicyKind::kRandom,
+        PolicyKind::kSticky, PolicyKind::kLocality, PolicyKind::kKetama}) {
+    const cluster::LoadBalancingPolicy list = TypedPolicies(Policy(kind));
+    ASSERT_THAT(TypeUrls(list),
+                ::testing::ElementsAre(kWrrLocalityUrl, kRoundRobinUrl));
+    envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality
+        localities;
+    ASSERT_TRUE(
+        list.policies(0).typed_extension_config().typed_config().UnpackTo(
+            &localities));
+    EXPECT_THAT(TypeUrls(localities.endpoint_picking_policy()),
+                ::testing::ElementsAre(kRoundRobinUrl));
+  }
+}
+
+TEST(XdsTypedPoliciesTest, LoadAwareGroupsOfferLeastRequestFirst) {
+  for (const PolicyKind kind : {PolicyKind::kP2c, PolicyKind::kLeastTime}) {
+    const cluster::LoadBalancingPolicy list = TypedPolicies(Policy(kind));
+    ASSERT_THAT(TypeUrls(list),
+                ::testing::ElementsAre(kLeastRequestUrl, kWrrLocalityUrl,
+                                       kRoundRobinUrl));
+    envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest
+        least;
+    ASSERT_TRUE(
+        list.policies(0).typed_extension_config().typed_config().UnpackTo(
+            &least));
+    EXPECT_EQ(least.choice_count().value(), 2u);
+  }
+}
+
+TEST(XdsClusterTest, TypedPoliciesAreSentBesideTheEnumButNotWithARing) {
+  const PolicyConfig wrr = Policy(PolicyKind::kWeightedRoundRobin);
+  EXPECT_FALSE(BuildCluster("web", wrr, true).has_load_balancing_policy());
+  const cluster::Cluster c = BuildCluster("web", wrr, true, {}, true);
+  // Clients that do not read the list keep the enum form.
+  EXPECT_EQ(c.lb_policy(), cluster::Cluster::ROUND_ROBIN);
+  EXPECT_THAT(TypeUrls(c.load_balancing_policy()),
+              ::testing::ElementsAre(kWrrLocalityUrl, kRoundRobinUrl));
+  // A ring goes in the enum form alone: grpc-js-xds 1.14 rejects a typed
+  // ring_hash that names its sizes.
+  const PolicyConfig ketama = Policy(PolicyKind::kKetama);
+  const cluster::Cluster ring = BuildCluster("web", ketama, true, {}, true);
+  EXPECT_EQ(ring.lb_policy(), cluster::Cluster::RING_HASH);
+  EXPECT_FALSE(ring.has_load_balancing_policy());
 }
 
 TEST(XdsClusterTest, OutlierDetectionBecomesFailurePercentageEjection) {
