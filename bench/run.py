@@ -8,6 +8,8 @@ Parts (each writes JSON to build/bench/):
   rpc     Pick against an empty unary RPC on one aside-server, rpc_load in a
           separate process, alternating, repeated
   fanout  one change to 1, 100 and 1000 Watch subscribers (fanout_load)
+  fanout-xds  one change to 1000 Watch then 1000 ADS subscribers of one
+          group in the same run (fanout_load --ads), as ratios
   probe   the health prober against a bare Asio connect loop (probe_load)
   lab     the balancing-quality lab (balance_lab)
 Then summary.json and summary.md: every DESIGN.md section 8 target with the
@@ -31,7 +33,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARTS = ["micro", "rpc", "fanout", "probe", "lab", "scale"]
+PARTS = ["micro", "rpc", "fanout", "fanout-xds", "probe", "lab", "scale"]
 
 
 def log(msg):
@@ -1413,6 +1415,62 @@ def details(out_dir):
     return "\n".join(out)
 
 
+def run_fanout_xds(args, out_dir):
+    """fanout-xds: the xDS fan-out cost against Watch's in the same run:
+    one server, 1000 Watch streams on one group for `changes` changes,
+    then 1000 ADS streams on it for as many more (fanout_load --ads);
+    the ratios ADS / Watch of last-subscriber p50 and p99 and of server
+    CPU per stream per update, over `reps` runs on fresh servers."""
+    n = 1000
+    changes = 10 if args.quick else 40
+    reps = 1 if args.quick else 3
+    log(f"== fanout-xds: {n} Watch then {n} ADS subscribers of one group, "
+        f"{changes} changes each, {reps} runs")
+    token = "bench-fanout-admin-token"
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
+        tokens = os.path.join(tmp, "tokens")
+        with open(tokens, "w") as f:
+            f.write(f"{token} admin\n")
+        # Every stream comes from one loopback address.
+        config = os.path.join(tmp, "aside.yaml")
+        with open(config, "w") as f:
+            f.write("limits: {max_watch_streams_per_peer: 100000, "
+                    "max_balancer_streams_per_peer: 100000}\n")
+        for rep in range(reps):
+            server = Server(args.bin_dir, os.path.join(tmp, f"state-{rep}"),
+                            ["--admin-token-file", tokens, "--config",
+                             config])
+            try:
+                r = run_json_line(
+                    [os.path.join(args.bin_dir, "fanout_load"), "--target",
+                     server.target, "--token", token, "--group",
+                     f"fanout-xds-{rep}", "--subscribers", str(n),
+                     "--changes", str(changes), "--server-pid",
+                     str(server.pid), "--channels",
+                     str(fanout_channels(n)), "--ads"],
+                    timeout=900)
+            finally:
+                server.stop()
+            log(f"  run {rep}: Watch last p50 {r['last_p50_ms']:.2f} ms, "
+                f"p99 {r['last_p99_ms']:.2f} ms, CPU "
+                f"{r['cpu_per_stream_update_us']:.2f} us/stream/update; ADS "
+                f"{r['ads_last_p50_ms']:.2f} / {r['ads_last_p99_ms']:.2f} ms, "
+                f"{r['ads_cpu_per_stream_update_us']:.2f} us; ratios p50 "
+                f"{r['ads_to_watch_last_p50']:.2f}x, p99 "
+                f"{r['ads_to_watch_last_p99']:.2f}x, CPU "
+                f"{r['ads_to_watch_cpu_per_stream_update']:.2f}x")
+            runs.append(r)
+    summary = {key: spread([r[key] for r in runs])
+               for key in ("ads_to_watch_last_p50", "ads_to_watch_last_p99",
+                           "ads_to_watch_cpu_per_stream_update",
+                           "cpu_per_stream_update_us",
+                           "ads_cpu_per_stream_update_us")}
+    write_json(os.path.join(out_dir, "fanout_xds.json"),
+               {"subscribers": n, "changes": changes, "runs": runs,
+                "summary": summary})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build-dir", default="build-release")
@@ -1445,7 +1503,7 @@ def main():
         write_json(os.path.join(args.out_dir, "machine.json"), machine())
         began = time.monotonic()
         runners = {"micro": run_micro, "rpc": run_rpc, "fanout": run_fanout,
-                   "probe": run_probe, "lab": run_lab, "scale": run_scale}
+                   "fanout-xds": run_fanout_xds, "probe": run_probe, "lab": run_lab, "scale": run_scale}
         for part in args.only.split(","):
             if part not in runners:
                 sys.exit(f"run.py: unknown part '{part}'")

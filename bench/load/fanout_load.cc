@@ -16,6 +16,15 @@
 // {"generation":G,"last_ns":L} once all its streams hold G, and ends on
 // "stop" or end of input.
 //
+// With --ads, the same run then measures the same fan-out to ADS (xDS)
+// subscribers: the Watch streams are closed, --subscribers ADS streams
+// subscribe to the group as gRPC xDS clients do (Listener for the group's
+// name, then its Cluster, then its ClusterLoadAssignment, the routes
+// being inline in the listener; every response ACKed), and --changes
+// further changes are made the same way. A change has reached an ADS
+// stream when its assignment lists the endpoints the change leaves. The
+// output adds the ADS figures ("ads_...") and their ratios to Watch's.
+//
 // With --rates R1,R2,... it measures instead the update rate the server
 // sustains: for each rate in turn, for --step-seconds, changes are sent
 // open loop at that rate (each at its scheduled time, asynchronously, not
@@ -31,6 +40,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <list>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -40,9 +51,13 @@
 #include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "bench/load/latency.h"
+#include "envoy/config/endpoint/v3/endpoint.pb.h"
+#include "envoy/config/listener/v3/listener.pb.h"
+#include "envoy/service/discovery/v3/discovery.grpc.pb.h"
 #include "lib/command_line.h"
 #include "lib/sync.h"
 
@@ -60,6 +75,8 @@ ABSL_FLAG(bool, observe, false,
 ABSL_FLAG(std::string, rates, "",
           "changes per second, comma-separated: measure the sustained rate");
 ABSL_FLAG(double, step_seconds, 3, "seconds per rate with --rates");
+ABSL_FLAG(bool, ads, false,
+          "then measure the same fan-out to ADS (xDS) subscribers");
 
 namespace {
 
@@ -67,8 +84,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kUsage[] =
     "usage: fanout_load --target HOST:PORT --token T --subscribers N "
-    "--changes K --server-pid PID [--channels C] [--rates R1,R2,... "
-    "--step-seconds S]\n";
+    "--changes K --server-pid PID [--channels C] [--ads] [--rates "
+    "R1,R2,... --step-seconds S]\n";
 
 struct Options {
   std::string target = "127.0.0.1:50051";
@@ -82,6 +99,7 @@ struct Options {
   bool observe = false;
   std::vector<double> rates;
   double step_seconds = 3;
+  bool ads = false;
 };
 
 // One Watch stream; remembers when each generation arrived.
@@ -171,6 +189,136 @@ class Subscriber final
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+namespace discovery = envoy::service::discovery::v3;
+
+constexpr char kListenerType[] =
+    "type.googleapis.com/envoy.config.listener.v3.Listener";
+constexpr char kClusterType[] =
+    "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+constexpr char kEndpointType[] =
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+
+// One ADS stream subscribed to one group as a gRPC xDS client is: the
+// Listener of the group's name first, the Cluster once the listener came,
+// the assignment once the cluster came; every response ACKed. Remembers
+// when each assignment arrived and how many endpoints it listed. At most
+// one write is in flight; the others wait in order.
+class AdsSubscriber final
+    : public grpc::ClientBidiReactor<discovery::DiscoveryRequest,
+                                     discovery::DiscoveryResponse> {
+ public:
+  AdsSubscriber(discovery::AggregatedDiscoveryService::Stub* stub,
+                const std::string& group, int index)
+      : group_(group) {
+    discovery::DiscoveryRequest first;
+    first.mutable_node()->set_id(absl::StrCat("fanout-load-", index));
+    first.mutable_node()->set_user_agent_name("aside fanout_load");
+    first.mutable_node()->set_user_agent_version("1");
+    first.set_type_url(kListenerType);
+    first.add_resource_names(group_);
+    stub->async()->StreamAggregatedResources(&context_, this);
+    Send(std::move(first));
+    StartRead(&response_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      return;
+    }
+    const std::string& type = response_.type_url();
+    discovery::DiscoveryRequest ack;
+    ack.set_type_url(type);
+    ack.set_version_info(response_.version_info());
+    ack.set_response_nonce(response_.nonce());
+    ack.add_resource_names(group_);
+    const bool first_of_type = !seen_.contains(type);
+    seen_.insert(type);
+    if (type == kEndpointType && response_.resources_size() > 0) {
+      envoy::config::endpoint::v3::ClusterLoadAssignment cla;
+      if (response_.resources(0).UnpackTo(&cla)) {
+        const int endpoints = cla.endpoints_size();
+        {
+          aside::MutexLock lock(&mu_);
+          arrivals_.emplace_back(endpoints, Clock::now());
+        }
+        received_.fetch_add(1, std::memory_order_relaxed);
+        endpoints_.store(endpoints, std::memory_order_release);
+      }
+    }
+    Send(std::move(ack));
+    // The next type once the previous one came, as a client resolves.
+    if (first_of_type && (type == kListenerType || type == kClusterType)) {
+      discovery::DiscoveryRequest next;
+      next.set_type_url(type == kListenerType ? kClusterType : kEndpointType);
+      next.add_resource_names(group_);
+      Send(std::move(next));
+    }
+    StartRead(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    aside::MutexLock lock(&mu_);
+    writes_.erase(writes_.begin());
+    if (ok && !writes_.empty()) {
+      StartWrite(&writes_.front());
+    }
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    aside::MutexLock lock(&mu_);
+    done_ = true;
+    status_ = status;
+  }
+
+  // Endpoints in the latest assignment (-1 before the first).
+  int endpoints() const { return endpoints_.load(std::memory_order_acquire); }
+  uint64_t received() const {
+    return received_.load(std::memory_order_relaxed);
+  }
+  // When the first assignment with at most `endpoints` endpoints came.
+  Clock::time_point ArrivalOf(int endpoints) {
+    aside::MutexLock lock(&mu_);
+    for (const auto& [n, t] : arrivals_) {
+      if (n <= endpoints) {
+        return t;
+      }
+    }
+    return Clock::time_point::max();
+  }
+  void Cancel() { context_.TryCancel(); }
+  bool done() {
+    aside::MutexLock lock(&mu_);
+    return done_;
+  }
+  grpc::Status status() {
+    aside::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  void Send(discovery::DiscoveryRequest request) {
+    aside::MutexLock lock(&mu_);
+    writes_.push_back(std::move(request));
+    if (writes_.size() == 1) {
+      StartWrite(&writes_.front());
+    }
+  }
+
+  const std::string group_;
+  grpc::ClientContext context_;
+  discovery::DiscoveryResponse response_;  // read side only
+  std::set<std::string> seen_;             // read side only
+  std::atomic<int> endpoints_{-1};
+  std::atomic<uint64_t> received_{0};
+  aside::Mutex mu_;
+  // A list, so the front's address holds while later writes queue.
+  std::list<discovery::DiscoveryRequest> writes_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<int, Clock::time_point>> arrivals_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
 bool ParseArgs(int argc, char** argv, Options* o) {
   if (absl::StatusOr<std::vector<std::string>> args =
           aside::ParseCommandLine(argc, argv, {.usage = kUsage});
@@ -188,6 +336,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   o->coordinate = absl::GetFlag(FLAGS_coordinate);
   o->observe = absl::GetFlag(FLAGS_observe);
   o->step_seconds = absl::GetFlag(FLAGS_step_seconds);
+  o->ads = absl::GetFlag(FLAGS_ads);
   std::stringstream rates(absl::GetFlag(FLAGS_rates));
   for (std::string r; std::getline(rates, r, ',');) {
     o->rates.push_back(std::stod(r));
@@ -195,8 +344,9 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       return false;
     }
   }
+  // --ads drains one more backend of the 100 per change in each phase.
   return o->step_seconds > 0 && o->subscribers > 0 && o->changes > 0 &&
-         o->channels > 0;
+         o->channels > 0 && (!o->ads || o->changes <= 50);
 }
 
 std::unique_ptr<grpc::ClientContext> AdminContext(const Options& o) {
@@ -474,6 +624,110 @@ int RunRates(const Options& o, aside::v1::Admin::Stub* admin,
   return 0;
 }
 
+struct AdsFigures {
+  double last_p50_ms = 0;
+  double last_p99_ms = 0;
+  double last_max_ms = 0;
+  double cpu_per_stream_update_us = 0;
+  double messages_per_change_per_stream = 0;
+};
+
+// The ADS phase of --ads (see the header): changes first_change ..
+// first_change + changes - 1, each draining one more backend.
+AdsFigures RunAds(const Options& o, aside::v1::Admin::Stub* admin,
+                  int first_change) {
+  std::vector<std::unique_ptr<discovery::AggregatedDiscoveryService::Stub>>
+      stubs;
+  for (int i = 0; i < o.channels; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.use_local_subchannel_pool", 1);
+    stubs.push_back(discovery::AggregatedDiscoveryService::NewStub(
+        grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(),
+                                  args)));
+  }
+  std::vector<std::unique_ptr<AdsSubscriber>> subs;
+  for (int i = 0; i < o.subscribers; ++i) {
+    subs.push_back(std::make_unique<AdsSubscriber>(
+        stubs[static_cast<size_t>(i) % stubs.size()].get(), o.group, i));
+  }
+  // Every stream at the same first assignment.
+  auto wait_all = [&](auto reached, std::chrono::seconds timeout,
+                      const std::string& what) {
+    const auto deadline = Clock::now() + timeout;
+    for (size_t i = 0; i < subs.size(); ++i) {
+      while (!reached(*subs[i])) {
+        if (subs[i]->done()) {
+          Fail(absl::StrCat(what, ": ADS subscriber ", i, "'s stream ended: ",
+                            subs[i]->status().error_message()));
+        }
+        if (Clock::now() > deadline) {
+          Fail(absl::StrCat(what, ": ADS subscriber ", i, " has ",
+                            subs[i]->endpoints(), " endpoints after ",
+                            timeout.count(), " s"));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+  };
+  wait_all([](AdsSubscriber& s) { return s.endpoints() >= 0; },
+           std::chrono::seconds(120), "first assignment");
+  const int initial = subs.front()->endpoints();
+  wait_all([&](AdsSubscriber& s) { return s.endpoints() == initial; },
+           std::chrono::seconds(120), "first assignment");
+  uint64_t received_before = 0;
+  for (auto& sub : subs) {
+    received_before += sub->received();
+  }
+  aside::bench::Samples last_subscriber;
+  double cpu = 0;
+  for (int j = 0; j < o.changes; ++j) {
+    const int k = first_change + j;
+    aside::v1::DrainBackendsRequest drain;
+    drain.set_group(o.group);
+    drain.add_addresses(absl::StrCat("10.9.0.", k + 1, ":8080"));
+    drain.set_drained(true);
+    aside::v1::Group g;
+    const int expected = initial - j - 1;
+    const double cpu_before =
+        o.server_pid > 0 ? aside::bench::ProcessCpuSeconds(o.server_pid) : 0;
+    const auto t0 = Clock::now();
+    grpc::Status s = admin->DrainBackends(AdminContext(o).get(), drain, &g);
+    if (!s.ok()) {
+      Fail("drain: " + s.error_message());
+    }
+    wait_all([&](AdsSubscriber& sub) { return sub.endpoints() <= expected; },
+             std::chrono::seconds(60), absl::StrCat("ADS change ", j));
+    if (o.server_pid > 0) {
+      cpu += aside::bench::ProcessCpuSeconds(o.server_pid) - cpu_before;
+    }
+    int64_t worst = 0;
+    for (auto& sub : subs) {
+      worst = std::max<int64_t>(
+          worst, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     sub->ArrivalOf(expected) - t0)
+                     .count());
+    }
+    last_subscriber.Add(worst);
+  }
+  uint64_t received = 0;
+  for (auto& sub : subs) {
+    received += sub->received();
+    sub->Cancel();
+  }
+  for (auto& sub : subs) {
+    for (int i = 0; i < 1000 && !sub->done(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  const double updates = static_cast<double>(o.subscribers) * o.changes;
+  return {.last_p50_ms = last_subscriber.PercentileMicros(50) / 1000,
+          .last_p99_ms = last_subscriber.PercentileMicros(99) / 1000,
+          .last_max_ms = last_subscriber.MaxMicros() / 1000,
+          .cpu_per_stream_update_us = cpu * 1e6 / updates,
+          .messages_per_change_per_stream =
+              static_cast<double>(received - received_before) / updates};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -588,21 +842,41 @@ int main(int argc, char** argv) {
   }
   const double cpu_per_stream_update_us =
       cpu * 1e6 / (static_cast<double>(o.subscribers) * o.changes);
-  std::printf(
+  std::string json = absl::StrFormat(
       "{\"subscribers\":%d,\"changes\":%d,\"last_p50_ms\":%.3f,"
       "\"last_p99_ms\":%.3f,\"last_max_ms\":%.3f,\"median_p50_ms\":%.3f,"
       "\"server_cpu_s\":%.4f,\"cpu_per_update_us\":%.2f,"
-      "\"cpu_per_stream_update_us\":%.3f,\"update_bytes\":%zu}\n",
+      "\"cpu_per_stream_update_us\":%.3f,\"update_bytes\":%zu",
       o.subscribers, o.changes, last_subscriber.PercentileMicros(50) / 1000,
       last_subscriber.PercentileMicros(99) / 1000,
       last_subscriber.MaxMicros() / 1000,
       median_subscriber.PercentileMicros(50) / 1000, cpu, cpu * 1e6 / o.changes,
       cpu_per_stream_update_us, subs.front()->bytes());
-  // Let the cancellations finish before the stubs go away.
+  // Let the cancellations finish before the stubs go away (and, with
+  // --ads, before the ADS streams open, so that the server's CPU is
+  // theirs).
   for (auto& sub : subs) {
     for (int i = 0; i < 1000 && !sub->done(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
+  if (o.ads) {
+    const AdsFigures ads = RunAds(o, admin.get(), o.changes);
+    const double watch_p50 = last_subscriber.PercentileMicros(50) / 1000;
+    const double watch_p99 = last_subscriber.PercentileMicros(99) / 1000;
+    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+    absl::StrAppendFormat(
+        &json,
+        ",\"ads_last_p50_ms\":%.3f,\"ads_last_p99_ms\":%.3f,"
+        "\"ads_last_max_ms\":%.3f,\"ads_cpu_per_stream_update_us\":%.3f,"
+        "\"ads_messages_per_change_per_stream\":%.3f,"
+        "\"ads_to_watch_last_p50\":%.2f,\"ads_to_watch_last_p99\":%.2f,"
+        "\"ads_to_watch_cpu_per_stream_update\":%.2f",
+        ads.last_p50_ms, ads.last_p99_ms, ads.last_max_ms,
+        ads.cpu_per_stream_update_us, ads.messages_per_change_per_stream,
+        ratio(ads.last_p50_ms, watch_p50), ratio(ads.last_p99_ms, watch_p99),
+        ratio(ads.cpu_per_stream_update_us, cpu_per_stream_update_us));
+  }
+  std::printf("%s}\n", json.c_str());
   return 0;
 }
