@@ -144,6 +144,7 @@ class GuardedRelay::Worker {
     bool client_eof = false;
     bool server_eof = false;
     bool server_write_shut = false;
+    bool client_write_shut = false;
     bool closing = false;  // in closing_, until close_by
     std::chrono::steady_clock::time_point close_by{};
     bool dead = false;
@@ -154,6 +155,8 @@ class GuardedRelay::Worker {
   // Reads what `fd` has (up to the high-water mark of `sink`); false on an
   // error or end of stream (`*eof` says which).
   bool ReadSide(Conn* c, bool client, bool* eof);
+  // Reads and drops what `fd` has; false on an error.
+  bool Discard(int fd, bool* eof);
   // Writes what `buffer` holds to `fd`; false on an error.
   static bool Flush(int fd, std::string* buffer);
   void Rearm(Conn* c);
@@ -321,13 +324,18 @@ void GuardedRelay::Worker::OnEvent(End* end, uint32_t events) {
   const bool gone = !end->client && c->server < 0;  // closed in this round
   if (!gone && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) {
     bool eof = false;
-    if (!ReadSide(c, end->client, &eof)) {
-      ok = eof;
-      // The client done sending: gRPC learns it once its bytes are in.
-      // gRPC done: the client gets what gRPC sent (its GOAWAY above all),
-      // then the connection closes.
-      (end->client ? c->client_eof : c->server_eof) = eof;
-      if (c->server_eof && c->server >= 0) {
+    if (end->client && c->server_eof) {
+      ok = Discard(c->client, &eof);  // gRPC is gone: nothing goes on
+      c->client_eof = c->client_eof || eof;
+    } else if (!ReadSide(c, end->client, &eof)) {
+      if (end->client) {
+        // The client done sending: gRPC learns it once its bytes are in.
+        ok = eof;
+        c->client_eof = eof;
+      } else {
+        // gRPC done (an end of stream or a reset alike): the client gets
+        // what gRPC sent, its GOAWAY above all, then an end of stream.
+        c->server_eof = true;
         close(c->server);  // so that its hang-up stops reporting
         c->server = -1;
         c->to_server.clear();
@@ -342,18 +350,25 @@ void GuardedRelay::Worker::OnEvent(End* end, uint32_t events) {
     refused_.Increment(static_cast<double>(refused - c->refused_counted));
     c->refused_counted = refused;
   }
-  if (ok && c->client_eof && c->to_server.empty() && !c->server_write_shut) {
+  if (ok && c->client_eof && c->to_server.empty() && !c->server_write_shut &&
+      c->server >= 0) {
     shutdown(c->server, SHUT_WR);
     c->server_write_shut = true;
   }
-  if (!ok || c->guard.failed() || (c->server_eof && c->to_client.empty())) {
+  if (ok && c->server_eof && c->to_client.empty() && !c->client_write_shut) {
+    // A FIN after gRPC's last bytes, not a reset that could discard them
+    // at the client; what the client still sends is read and dropped.
+    shutdown(c->client, SHUT_WR);
+    c->client_write_shut = true;
+  }
+  if (!ok || c->guard.failed() || (c->server_eof && c->client_eof)) {
     c->dead = true;
     dead_.push_back(c);
     return;
   }
   if (c->server_eof && !c->closing) {
-    // What gRPC sent last (its GOAWAY) gets kCloseGrace to reach a client
-    // that reads; one that does not is closed then, as gRPC would have.
+    // The client gets kCloseGrace to take gRPC's last bytes and close; one
+    // that does not is closed then.
     c->closing = true;
     c->close_by = std::chrono::steady_clock::now() + kCloseGrace;
     closing_.push_back(c);
@@ -361,9 +376,29 @@ void GuardedRelay::Worker::OnEvent(End* end, uint32_t events) {
   Rearm(c);
 }
 
+bool GuardedRelay::Worker::Discard(int fd, bool* eof) {
+  for (int i = 0; i < kReadsPerEvent; ++i) {
+    const ssize_t got = read(fd, chunk_, sizeof(chunk_));
+    if (got > 0) {
+      continue;
+    }
+    if (got == 0) {
+      *eof = true;
+      return true;
+    }
+    if (errno == EINTR) {
+      continue;
+    }
+    return errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+  return true;
+}
+
 void GuardedRelay::Worker::Rearm(Conn* c) {
   const uint32_t client_mask =
-      (!c->client_eof && c->to_server.size() < kHighWater ? EPOLLIN : 0u) |
+      (!c->client_eof && (c->server_eof || c->to_server.size() < kHighWater)
+           ? EPOLLIN
+           : 0u) |
       (c->to_client.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
   const uint32_t server_mask =
       (!c->server_eof && c->to_client.size() < kHighWater ? EPOLLIN : 0u) |

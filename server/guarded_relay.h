@@ -15,9 +15,10 @@
 //   stops reading its source: a peer that does not read slows the other
 //   down through TCP, as it would against gRPC directly.
 // - An end-of-stream from the client is passed on (shutdown of the pair's
-//   write side) once its bytes are. gRPC closing its end closes the client's
-//   once what gRPC sent has gone out, or after a grace of 1 s for a client
-//   that does not read. A reset or an error on either side, and the guard's
+//   write side) once its bytes are. gRPC closing its end gives the client
+//   what gRPC sent, then an end of stream (a FIN, so that nothing sent is
+//   lost to a reset); the connection closes when the client closes too, or
+//   after a grace of 1 s. An error on the client's side, and the guard's
 //   failure, close both at once.
 // - Threads: `threads` relay threads (epoll), connections spread round
 //   robin; each connection lives on one thread and shares no state.
