@@ -1,6 +1,6 @@
 // Folds the Watch updates of one group into the Table a stub picks from.
 //
-// Rules (see DESIGN.md §5 and server/watch.h):
+// Rules (see DESIGN.md §5 and server/api/watch.h):
 // - A full table is taken as is, unless it comes from the server_id of the
 //   table held and has a lower generation (versions never go backwards
 //   within one server_id; a different server_id, a restarted server or

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "server/admin_auth.h"
+#include "server/auth/admin_auth.h"
 
 namespace aside::server {
 namespace {

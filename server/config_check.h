@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/config.h"
+#include "server/config/config.h"
 
 namespace aside::server {
 

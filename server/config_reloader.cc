@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "server/log.h"
+#include "server/base/log.h"
 
 namespace aside::server {
 namespace {

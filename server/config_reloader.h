@@ -36,9 +36,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "lib/sync.h"
-#include "server/config.h"
-#include "server/group_registry.h"
-#include "server/metrics.h"
+#include "server/base/metrics.h"
+#include "server/config/config.h"
+#include "server/groups/group_registry.h"
 #include "server/status/events.h"
 
 namespace aside::server {

@@ -13,14 +13,14 @@
 #include "absl/strings/string_view.h"
 #include "lib/address.h"
 #include "lib/command_line.h"
-#include "server/config.h"
+#include "server/base/log.h"
+#include "server/config/config.h"
 #include "server/config_check.h"
 #include "server/config_reloader.h"
 #include "server/embedded_config.h"
-#include "server/log.h"
-#include "server/resource_limits.h"
+#include "server/net/resource_limits.h"
 #include "server/server.h"
-#include "server/store_transfer.h"
+#include "server/store/store_transfer.h"
 
 namespace {
 

@@ -21,14 +21,14 @@
 #include "lib/address.h"
 #include "lib/status_macros.h"
 #include "proto/convert.h"
-#include "server/admin_convert.h"
+#include "server/api/parse_error_interceptor.h"
+#include "server/base/log.h"
 #include "server/config_check.h"
-#include "server/connection_gate.h"
-#include "server/etcd_store.h"
-#include "server/http2_limits.h"
-#include "server/log.h"
-#include "server/parse_error_interceptor.h"
-#include "server/sqlite_store.h"
+#include "server/net/connection_gate.h"
+#include "server/net/http2_limits.h"
+#include "server/schema/group_spec_proto.h"
+#include "server/store/etcd_store.h"
+#include "server/store/sqlite_store.h"
 
 namespace aside::server {
 
@@ -661,7 +661,7 @@ absl::Status AsideServer::Start() {
         {{"id", membership_->id()}, {"address", AdvertiseAddress()}});
   }
   if (!config_.metrics.empty()) {
-    absl::StatusOr<int> port = metrics_.Serve(
+    absl::StatusOr<int> port = metrics_http_.Serve(
         config_.metrics, {},
         status_page_ != nullptr
             ? status_page_->Routes()
@@ -810,7 +810,7 @@ void AsideServer::Shutdown(absl::Duration grace) {
   if (health_server_ != nullptr) {
     health_server_->Shutdown(deadline);
   }
-  metrics_.StopServing();
+  metrics_http_.StopServing();
 }
 
 void AsideServer::Wait() {

@@ -11,30 +11,31 @@
 #include "absl/status/statusor.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "lib/clock.h"
-#include "server/admin_auth.h"
-#include "server/admin_service.h"
-#include "server/config.h"
-#include "server/connection_gate.h"
+#include "server/api/admin_service.h"
+#include "server/api/grpclb_service.h"
+#include "server/api/health_service.h"
+#include "server/api/load_balancer_service.h"
+#include "server/api/xds/ads_service.h"
+#include "server/api/xds/lrs_service.h"
+#include "server/auth/admin_auth.h"
+#include "server/auth/report_auth.h"
+#include "server/base/metrics.h"
+#include "server/config/config.h"
 #include "server/discovery/dns_discovery.h"
 #include "server/fleet/membership.h"
 #include "server/fleet/probe_ownership.h"
-#include "server/group_registry.h"
-#include "server/grpclb_service.h"
-#include "server/health_service.h"
-#include "server/load_view/load_view_metrics.h"
-#include "server/load_view/load_view_peers.h"
-#include "server/load_view/load_view_service.h"
-#include "server/lookaside_service.h"
-#include "server/metrics.h"
-#include "server/rebuild_scheduler.h"
-#include "server/report_auth.h"
+#include "server/groups/group_registry.h"
+#include "server/groups/rebuild_scheduler.h"
+#include "server/load/load_view_metrics.h"
+#include "server/load/load_view_peers.h"
+#include "server/load/load_view_service.h"
+#include "server/net/connection_gate.h"
+#include "server/net/metrics_port.h"
 #include "server/status/events.h"
 #include "server/status/history.h"
 #include "server/status/status_page.h"
-#include "server/store.h"
-#include "server/store_sync.h"
-#include "server/xds/ads_service.h"
-#include "server/xds/lrs_service.h"
+#include "server/store/store.h"
+#include "server/store/store_sync.h"
 
 namespace aside::server {
 
@@ -100,6 +101,8 @@ class AsideServer {
   ServerConfig config_;
   const Clock* clock_;
   Metrics metrics_;
+  // GET /metrics and the status page; stopped in Shutdown.
+  MetricsPort metrics_http_{metrics_};
   // First in, last out: everything below may record into it.
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<Store> store_;

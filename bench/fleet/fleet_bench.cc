@@ -24,7 +24,7 @@
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "lib/command_line.h"
-#include "server/etcd/etcd_client.h"
+#include "server/store/etcd/etcd_client.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/process.h"
 

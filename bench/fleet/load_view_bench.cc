@@ -21,8 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "lib/clock.h"
 #include "lib/command_line.h"
-#include "server/load_aggregator.h"
-#include "server/load_view/load_view_codec.h"
+#include "server/load/load_aggregator.h"
+#include "server/load/load_view_codec.h"
 
 ABSL_FLAG(int, groups, 100, "groups");
 ABSL_FLAG(int, backends, 100, "backends per group");

@@ -1,5 +1,5 @@
 // fanout_floor: the floor for Aside's Watch fan-out, a bare gRPC server of
-// the same shape as server/watch.cc with nothing of Aside in it.
+// the same shape as server/api/watch.cc with nothing of Aside in it.
 //
 // It serves aside.v1.LoadBalancer/Watch as a raw callback method: one
 // ServerWriteReactor per stream, at most one write in flight, only the

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bench/scale/scale_common.h"
-#include "server/log.h"
+#include "server/base/log.h"
 
 int main(int argc, char** argv) {
   using namespace aside::server;

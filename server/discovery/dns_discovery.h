@@ -100,8 +100,8 @@ struct DnsWatchStatus {
 // (keep the previous members). Runs on the discovery thread, never
 // concurrently with itself, and must be quick: every other watch's
 // resolutions and callbacks wait for it. Store the set and return; the
-// server's groups (server/group_registry.cc) keep it under a lock of their
-// own and ask the RebuildScheduler for a table rebuild, which runs on
+// server's groups (server/groups/group_registry.cc) keep it under a lock of
+// their own and ask the RebuildScheduler for a table rebuild, which runs on
 // another thread. It must not block on anything a caller of Unwatch may
 // hold (Unwatch waits for a running callback). It may call Watch, Unwatch,
 // ResolveNow and Status, but must not destroy the DnsDiscovery.

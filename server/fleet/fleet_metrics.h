@@ -1,5 +1,5 @@
 // The fleet's metrics, as handles into the server's registry (every family
-// is defined in server/metrics.cc). Any handle may be null (tests).
+// is defined in server/base/metrics.cc). Any handle may be null (tests).
 #ifndef ASIDE_SERVER_FLEET_FLEET_METRICS_H_
 #define ASIDE_SERVER_FLEET_FLEET_METRICS_H_
 

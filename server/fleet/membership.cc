@@ -7,8 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/base/log.h"
 #include "server/fleet/fleet_records.h"
-#include "server/log.h"
 
 namespace aside::server::fleet {
 

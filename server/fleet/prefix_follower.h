@@ -1,5 +1,5 @@
 // Followers of the fleet's prefixes in etcd (members/, health/): an
-// etcd::Follower (server/etcd/etcd_follower.h) whose snapshot reads every
+// etcd::Follower (server/store/etcd/etcd_follower.h) whose snapshot reads every
 // key under the prefix, logging fleet.unavailable while etcd cannot be read
 // and fleet.compacted before a fresh snapshot.
 #ifndef ASIDE_SERVER_FLEET_PREFIX_FOLLOWER_H_
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
-#include "server/etcd/etcd_client.h"
-#include "server/etcd/etcd_follower.h"
+#include "server/store/etcd/etcd_client.h"
+#include "server/store/etcd/etcd_follower.h"
 
 namespace aside::server::fleet {
 

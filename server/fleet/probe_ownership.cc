@@ -6,8 +6,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "lib/rendezvous.h"
+#include "server/base/log.h"
 #include "server/fleet/fleet_records.h"
-#include "server/log.h"
 
 namespace aside::server::fleet {
 namespace {

@@ -51,11 +51,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 #include "lib/sync.h"
-#include "server/etcd/etcd_client.h"
 #include "server/fleet/fleet_metrics.h"
 #include "server/fleet/membership.h"
 #include "server/fleet/prefix_follower.h"
 #include "server/health/health_registry.h"
+#include "server/store/etcd/etcd_client.h"
 
 namespace aside::server::fleet {
 

@@ -34,7 +34,7 @@
 #include "absl/time/time.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
-#include "server/group_registry.h"
+#include "server/groups/group_registry.h"
 
 namespace aside::server {
 

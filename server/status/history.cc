@@ -8,8 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "lib/json.h"
-#include "server/group_registry.h"
-#include "server/load_aggregator.h"
+#include "server/groups/group_registry.h"
+#include "server/load/load_aggregator.h"
 
 namespace aside::server {
 namespace {

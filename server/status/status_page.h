@@ -50,7 +50,7 @@
 #include "absl/time/time.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
-#include "server/http/http_server.h"
+#include "server/net/http_server.h"
 
 namespace aside::server {
 

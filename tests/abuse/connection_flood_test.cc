@@ -1,7 +1,7 @@
 // Connections that never speak, against a server with a 1024 open-file
 // limit: established clients keep being served, new clients and the health
 // port get in, and the port keeps accepting afterwards
-// (server/connection_gate.h); past limits.max_connections_per_peer one
+// (server/net/connection_gate.h); past limits.max_connections_per_peer one
 // address is refused while others connect, and gets in again once its
 // connections close.
 #include <arpa/inet.h>

@@ -1,7 +1,7 @@
 // The etcd client against a real 3-member etcd 3.4 cluster on loopback:
 // reads at a revision, conditional writes, watches across member failure
 // and compaction, leases, and failover between endpoints.
-#include "server/etcd/etcd_client.h"
+#include "server/store/etcd/etcd_client.h"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -19,7 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "lib/sync.h"
-#include "server/etcd/etcd_shared.h"
+#include "server/store/etcd/etcd_shared.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/status_matchers.h"
 

@@ -7,10 +7,10 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "server/config.h"
+#include "server/config/config.h"
 #include "server/config_check.h"
-#include "server/load_aggregator.h"
-#include "server/load_view/load_view_codec.h"
+#include "server/load/load_aggregator.h"
+#include "server/load/load_view_codec.h"
 #include "server/server.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"

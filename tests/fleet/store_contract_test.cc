@@ -1,7 +1,7 @@
-// One contract over every Store (server/store.h): the SQLite file and etcd
-// (a real 3-member cluster on loopback) go through the same cases:
-// round trips, deletes, durability across a reopen, the session key created
-// once. Conditional writes are checked where the store has revisions. Then
+// One contract over every Store (server/store/store.h): the SQLite file and
+// etcd (a real 3-member cluster on loopback) go through the same cases: round
+// trips, deletes, durability across a reopen, the session key created once.
+// Conditional writes are checked where the store has revisions. Then
 // StoreSync's ordering rules: an older change never overwrites a newer one,
 // generations follow revisions, a bad value keeps the last good definition,
 // a snapshot removes what is gone.
@@ -10,12 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/status_macros.h"
-#include "server/admin_convert.h"
-#include "server/etcd_store.h"
-#include "server/group_registry.h"
-#include "server/metrics.h"
-#include "server/sqlite_store.h"
-#include "server/store_sync.h"
+#include "server/base/metrics.h"
+#include "server/groups/group_registry.h"
+#include "server/schema/group_spec_proto.h"
+#include "server/store/etcd_store.h"
+#include "server/store/sqlite_store.h"
+#include "server/store/store_sync.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"

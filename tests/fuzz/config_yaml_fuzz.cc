@@ -7,7 +7,7 @@
 #include <string>
 
 #include "proto/yaml/group_yaml.h"
-#include "server/config.h"
+#include "server/config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "aside/v1/admin.pb.h"
-#include "server/admin_convert.h"
-#include "server/group_registry.h"
+#include "server/groups/group_registry.h"
+#include "server/schema/group_spec_proto.h"
 
 namespace {
 

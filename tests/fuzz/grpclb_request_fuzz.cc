@@ -1,5 +1,5 @@
 // grpclb LoadBalanceRequests as a stock gRPC client (or anyone who reaches
-// the port) sends them on a BalanceLoad stream (server/grpclb_service.h),
+// the port) sends them on a BalanceLoad stream (server/api/grpclb_service.h),
 // against the real service in process: each input is up to 16
 // length-delimited messages; each one that parses as a LoadBalanceRequest
 // is sent on one stream (initial requests with any name, client stats with

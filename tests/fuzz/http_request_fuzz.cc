@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "server/http/http_server.h"
+#include "server/net/http_server.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Pick requests as any client sends them (server/lookaside_service.h),
+// Pick requests as any client sends them (server/api/load_balancer_service.h),
 // against the real service in process: each input is up to 16
 // length-delimited messages; each that parses as an aside.v1.PickRequest
 // is sent as one Pick (any group name, key, key bytes, session token,

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "aside/v1/admin.pb.h"
-#include "server/admin_convert.h"
-#include "server/etcd_store.h"
-#include "server/group_registry.h"
+#include "server/groups/group_registry.h"
+#include "server/schema/group_spec_proto.h"
+#include "server/store/etcd_store.h"
 
 namespace {
 

@@ -5,13 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/clock.h"
-#include "server/group_registry.h"
-#include "server/grpclb_service.h"
-#include "server/load_aggregator.h"
-#include "server/lookaside_service.h"
-#include "server/metrics.h"
-#include "server/watch.h"
-#include "server/xds/ads_service.h"
+#include "server/api/grpclb_service.h"
+#include "server/api/load_balancer_service.h"
+#include "server/api/watch.h"
+#include "server/api/xds/ads_service.h"
+#include "server/base/metrics.h"
+#include "server/groups/group_registry.h"
+#include "server/load/load_aggregator.h"
 
 namespace aside::fuzz {
 namespace {

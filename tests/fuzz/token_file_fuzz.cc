@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "server/admin_auth.h"
+#include "server/auth/admin_auth.h"
 
 namespace {
 

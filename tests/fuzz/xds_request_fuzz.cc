@@ -1,5 +1,5 @@
 // xDS DiscoveryRequests as a stock gRPC client (or anyone who reaches the
-// port) sends them on an ADS stream (server/xds/ads_service.h), against
+// port) sends them on an ADS stream (server/api/xds/ads_service.h), against
 // the real service in process: each input is up to 16 length-delimited
 // messages; each one that parses as a DiscoveryRequest is sent on one
 // stream, whatever its type URL, names, nonce, version or error detail.
@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "envoy/service/discovery/v3/discovery.grpc.pb.h"
-#include "server/xds/xds_resources.h"
+#include "server/api/xds/xds_resources.h"
 #include "tests/fuzz/stream_fuzz_server.h"
 
 namespace {

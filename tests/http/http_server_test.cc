@@ -1,8 +1,8 @@
 // HttpServer on real loopback sockets: routing, keep-alive, the bounds of
-// server/http/http_server.h (deadlines, sizes, caps), accept recovery,
+// server/net/http_server.h (deadlines, sizes, caps), accept recovery,
 // prompt stop and descriptor hygiene. Deadlines are test-sized (300 ms);
 // every wait is bounded.
-#include "server/http/http_server.h"
+#include "server/net/http_server.h"
 
 #include <netinet/in.h>
 #include <prometheus/registry.h>

@@ -3,6 +3,8 @@
 // 500 connections that never send a byte and 10 that trickle a request one
 // byte every 200 ms are open, scrapes keep succeeding with the default
 // caps. Prints each phase's scrape latency (asserting success, not speed).
+#include "server/net/metrics_port.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -21,7 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/sync.h"
-#include "server/metrics.h"
+#include "server/base/metrics.h"
 #include "tests/http/metric_value.h"
 #include "tests/http/raw_client.h"
 #include "tests/testing/http_client.h"
@@ -78,7 +80,8 @@ Latencies Scrape(int port, int n) {
 
 TEST(MetricsServeTest, ServesPrometheusTextThatParses) {
   Metrics metrics;
-  absl::StatusOr<int> port = metrics.Serve("127.0.0.1:0");
+  MetricsPort http(metrics);
+  absl::StatusOr<int> port = http.Serve("127.0.0.1:0");
   ASSERT_TRUE(port.ok()) << port.status();
   auto first = aside::testing::HttpGet(kLocal, *port, "/metrics");
   ASSERT_TRUE(first.ok()) << first.status();
@@ -104,8 +107,8 @@ TEST(MetricsServeTest, ServesPrometheusTextThatParses) {
       res->body,
       HasSubstr(R"(aside_http_requests_total{code="200",path="/metrics"} 1)"));
   EXPECT_THAT(res->body, HasSubstr("aside_http_connections_accepted_total 2"));
-  metrics.StopServing();
-  metrics.StopServing();  // idempotent
+  http.StopServing();
+  http.StopServing();  // idempotent
   EXPECT_FALSE(
       aside::testing::HttpGet(kLocal, *port, "/metrics", absl::Seconds(2))
           .ok());
@@ -122,11 +125,12 @@ TEST(MetricsAbuseTest, ScrapesSucceedWhileSlowConnectionsHoldThePort) {
   ASSERT_GE(limit.rlim_cur, 2 * (kSilent + kTrickling) + 100u);
 
   Metrics metrics;
+  MetricsPort http(metrics);
   HttpServerOptions options;
   // Long enough that no slow connection is closed during the run: the
   // scrapes are served while all of them are open.
   options.header_timeout = absl::Seconds(60);
-  absl::StatusOr<int> port = metrics.Serve("127.0.0.1:0", options);
+  absl::StatusOr<int> port = http.Serve("127.0.0.1:0", options);
   ASSERT_TRUE(port.ok()) << port.status();
   auto open = [&] {
     return MetricValue(*metrics.registry(), "aside_http_connections_open");
@@ -191,7 +195,7 @@ TEST(MetricsAbuseTest, ScrapesSucceedWhileSlowConnectionsHoldThePort) {
                 absl::Seconds(10)))
       << "open " << open() << ", fds " << CountOpenFds() << " vs "
       << baseline_fds;
-  metrics.StopServing();
+  http.StopServing();
 }
 
 }  // namespace

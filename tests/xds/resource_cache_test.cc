@@ -2,7 +2,7 @@
 // same generation gets the same encoded object; a change visible to
 // clients gives a new version, and an update that changes nothing they see
 // keeps it.
-#include "server/xds/resource_cache.h"
+#include "server/api/xds/resource_cache.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // The xDS encoding of a group: weights as locality weights (one locality
 // per backend), eligibility as presence, the ring-hash gate by user agent,
 // and the listener shape stock clients require.
-#include "server/xds/xds_resources.h"
+#include "server/api/xds/xds_resources.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

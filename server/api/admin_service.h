@@ -1,0 +1,165 @@
+// aside.v1.Admin: groups, backends, drains and targets at run time.
+//
+// Every mutation is a read-modify-write of one group (StoreSync::Mutate):
+// the new definition is computed from the stored one and written on the
+// condition that the store still holds exactly the revision it was computed
+// from, then applied and acknowledged. A lost race is retried on the stored
+// value for changes that commute (add, remove, drain or undrain named
+// backends; delete) and ABORTED for those that replace fields
+// (UpdateGroup) or carry the caller's expected_revision. Mutations through
+// one replica are also serialised here. Groups declared in the config file are
+// read-only here (FAILED_PRECONDITION naming the file).
+//
+// Threads: gRPC's callback threads call the RPC methods concurrently, each
+// handled inline (no reactor state outlives the call). Reads (GetGroup,
+// ListGroups, ListTargets) take no lock of their own: they read published
+// group snapshots. Mutations hold mutation_mu_ from the read of the current
+// spec to the publication of the new one; the state store and the registry
+// take their own locks inside it, never the other way round.
+// set_grpclb_streams() is for wiring, before the server serves.
+#ifndef ASIDE_SERVER_API_ADMIN_SERVICE_H_
+#define ASIDE_SERVER_API_ADMIN_SERVICE_H_
+
+#include <prometheus/counter.h>
+
+#include <functional>
+
+#include "absl/base/thread_annotations.h"
+#include "aside/v1/admin.grpc.pb.h"
+#include "lib/sync.h"
+#include "server/auth/admin_auth.h"
+#include "server/base/metrics.h"
+#include "server/groups/group_registry.h"
+#include "server/load/load_aggregator.h"
+#include "server/store/store_sync.h"
+
+namespace aside::server {
+
+inline constexpr int kMaxBackendsPerRequest = 1000;
+
+class AdminService final : public v1::Admin::CallbackService {
+ public:
+  // `store` may be null (nothing is persisted: for tests of validation).
+  AdminService(GroupRegistry* groups, StoreSync* store, const AdminAuth* auth,
+               Metrics* metrics, const LoadAggregator* loads = nullptr,
+               const HealthRegistry* health = nullptr);
+
+  grpc::ServerUnaryReactor* CreateGroup(grpc::CallbackServerContext* context,
+                                        const v1::CreateGroupRequest* request,
+                                        v1::Group* response) override;
+  grpc::ServerUnaryReactor* UpdateGroup(grpc::CallbackServerContext* context,
+                                        const v1::UpdateGroupRequest* request,
+                                        v1::Group* response) override;
+  grpc::ServerUnaryReactor* DeleteGroup(
+      grpc::CallbackServerContext* context,
+      const v1::DeleteGroupRequest* request,
+      v1::DeleteGroupResponse* response) override;
+  grpc::ServerUnaryReactor* GetGroup(grpc::CallbackServerContext* context,
+                                     const v1::GetGroupRequest* request,
+                                     v1::Group* response) override;
+  grpc::ServerUnaryReactor* ListGroups(
+      grpc::CallbackServerContext* context,
+      const v1::ListGroupsRequest* request,
+      v1::ListGroupsResponse* response) override;
+  grpc::ServerUnaryReactor* AddBackends(grpc::CallbackServerContext* context,
+                                        const v1::AddBackendsRequest* request,
+                                        v1::Group* response) override;
+  grpc::ServerUnaryReactor* RemoveBackends(
+      grpc::CallbackServerContext* context,
+      const v1::RemoveBackendsRequest* request, v1::Group* response) override;
+  grpc::ServerUnaryReactor* DrainBackends(
+      grpc::CallbackServerContext* context,
+      const v1::DrainBackendsRequest* request, v1::Group* response) override;
+  grpc::ServerUnaryReactor* ListTargets(
+      grpc::CallbackServerContext* context,
+      const v1::ListTargetsRequest* request,
+      v1::ListTargetsResponse* response) override;
+
+  grpc::ServerUnaryReactor* ListMembers(
+      grpc::CallbackServerContext* context,
+      const v1::ListMembersRequest* request,
+      v1::ListMembersResponse* response) override;
+
+  // Fills ListMembers (the fleet membership, with the etcd store). Set once
+  // while wiring, before serving; without it ListMembers is empty.
+  using Members = std::function<void(v1::ListMembersResponse*)>;
+  void set_members(Members members) { members_ = std::move(members); }
+
+  // Counts the open grpclb streams of a group (GetGroup's
+  // client_stats.streams). Set once while wiring, before serving.
+  using GrpclbStreams = std::function<uint32_t(const std::string& group)>;
+  void set_grpclb_streams(GrpclbStreams streams) {
+    grpclb_streams_ = std::move(streams);
+  }
+
+  // The operations without RPC plumbing (authorisation is the caller's).
+  grpc::Status DoCreateGroup(const v1::CreateGroupRequest& request,
+                             v1::Group* response);
+  grpc::Status DoUpdateGroup(const v1::UpdateGroupRequest& request,
+                             v1::Group* response);
+  grpc::Status DoDeleteGroup(const v1::DeleteGroupRequest& request,
+                             v1::DeleteGroupResponse* response);
+  grpc::Status DoGetGroup(const v1::GetGroupRequest& request,
+                          v1::Group* response);
+  grpc::Status DoListGroups(const v1::ListGroupsRequest& request,
+                            v1::ListGroupsResponse* response);
+  grpc::Status DoListTargets(const v1::ListTargetsRequest& request,
+                             v1::ListTargetsResponse* response);
+  grpc::Status DoListMembers(const v1::ListMembersRequest& request,
+                             v1::ListMembersResponse* response);
+  grpc::Status DoAddBackends(const v1::AddBackendsRequest& request,
+                             v1::Group* response);
+  grpc::Status DoRemoveBackends(const v1::RemoveBackendsRequest& request,
+                                v1::Group* response);
+  grpc::Status DoDrainBackends(const v1::DrainBackendsRequest& request,
+                               v1::Group* response);
+
+ private:
+  // INVALID_ARGUMENT for a bad name, FAILED_PRECONDITION for a group the
+  // config file declares; whether the group exists is the edit's to decide
+  // (StoreSync::Mutate reads it from the store when this replica has not
+  // seen it).
+  grpc::Status CheckMutable(const std::string& name) const;
+  // One read-modify-write of a store-owned group (StoreSync::Mutate, or
+  // the registry alone without a store); answers with the group as
+  // published in `response` (unless null), the generation of a delete and
+  // the store revision of the write.
+  grpc::Status Mutate(const std::string& name, int64_t expected_revision,
+                      StoreSync::OnConflict on_conflict,
+                      const StoreSync::Edit& edit, v1::Group* response,
+                      uint64_t* deleted_generation = nullptr,
+                      int64_t* revision = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutation_mu_);
+  // Finds each of `addresses` in a store-owned group and applies `edit` to
+  // it (NOT_FOUND naming the first missing one), then writes the result.
+  grpc::Status EditBackends(
+      const std::string& group_name,
+      const google::protobuf::RepeatedPtrField<std::string>& addresses,
+      int64_t expected_revision,
+      const std::function<void(GroupSpec&, std::vector<Backend>::iterator)>&
+          edit,
+      v1::Group* response);
+  void Describe(const Group& group, bool with_backends, v1::Group* out) const;
+
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Handle(
+      grpc::CallbackServerContext* context, const char* method, AdminRole role,
+      const Request* request, Response* response,
+      grpc::Status (AdminService::*op)(const Request&, Response*));
+
+  GroupRegistry* const groups_;
+  StoreSync* const store_;
+  const AdminAuth* const auth_;
+  Metrics* const metrics_;
+  const LoadAggregator* const loads_;
+  const HealthRegistry* const health_;
+  GrpclbStreams grpclb_streams_;
+  Members members_;
+  // Serialises mutations (see the file comment); taken before the store's
+  // and the registry's locks.
+  aside::Mutex mutation_mu_;
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_API_ADMIN_SERVICE_H_

@@ -1,0 +1,506 @@
+#include "server/api/grpclb_service.h"
+
+#include <arpa/inet.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "lib/address.h"
+#include "lib/policies/weighted_round_robin.h"
+#include "proto/convert.h"
+#include "server/base/log.h"
+#include "server/net/guarded_relay.h"
+
+namespace aside::server {
+
+namespace lb = grpc::lb::v1;
+
+GroupPtr ResolveGrpclbName(const GroupRegistry& groups,
+                           absl::string_view dialed) {
+  // DNS names: case and a trailing dot on the host do not matter.
+  const std::string name = FoldDialedName(dialed);
+  const absl::string_view host = GrpclbHost(name);
+  for (const GroupPtr& g : groups.List()) {
+    for (const std::string& alias : g->spec().aliases) {
+      const std::string folded = FoldDialedName(alias);
+      if (folded == host || folded == name) {
+        return g;
+      }
+    }
+  }
+  const absl::string_view label = host.substr(0, host.find('.'));
+  return label.empty() ? nullptr : groups.Find(label);
+}
+
+namespace {
+
+void AddServer(const Member& m, const std::string& group, lb::ServerList* out) {
+  absl::StatusOr<Address> a = ParseAddress(m.backend.address);
+  if (!a.ok() || !a->is_ip()) {
+    return;
+  }
+  lb::Server* s = out->add_servers();
+  if (a->kind == Address::Kind::kIpv4) {
+    in_addr v4;
+    inet_pton(AF_INET, a->host.c_str(), &v4);
+    s->set_ip_address(std::string(reinterpret_cast<char*>(&v4), sizeof(v4)));
+  } else {
+    in6_addr v6;
+    inet_pton(AF_INET6, a->host.c_str(), &v6);
+    s->set_ip_address(std::string(reinterpret_cast<char*>(&v6), sizeof(v6)));
+  }
+  s->set_port(a->port);
+  s->set_load_balance_token(absl::StrCat(group, "/", m.backend.address));
+}
+
+// Spreads `drops` drop entries evenly through `list`.
+void AddDrops(int drops, const std::string& token, lb::ServerList* list) {
+  if (drops <= 0) {
+    return;
+  }
+  lb::ServerList out;
+  const int servers = list->servers_size();
+  const int total = servers + drops;
+  int placed = 0;
+  int next_server = 0;
+  for (int i = 0; i < total; ++i) {
+    // Drop slot i when the drops placed so far lag the even share.
+    const bool drop =
+        placed < drops && (static_cast<int64_t>(placed + 1) * total <=
+                               static_cast<int64_t>(i + 1) * drops ||
+                           next_server >= servers);
+    if (drop) {
+      lb::Server* s = out.add_servers();
+      s->set_drop(true);
+      s->set_load_balance_token(token);
+      ++placed;
+    } else {
+      *out.add_servers() = list->servers(next_server++);
+    }
+  }
+  *list = std::move(out);
+}
+
+}  // namespace
+
+lb::ServerList BuildServerList(const Table& table, const GrpclbSpec& options,
+                               uint32_t max_servers,
+                               double overload_drop_fraction) {
+  lb::ServerList list;
+  std::vector<uint32_t> indexes;
+  std::vector<uint32_t> weights;
+  for (uint32_t i = 0; i < table.size(); ++i) {
+    if (table.eligible(i)) {
+      indexes.push_back(i);
+      weights.push_back(table.member(i).weight);
+    }
+  }
+  uint64_t g = 0;
+  for (uint32_t w : weights) {
+    g = std::gcd(g, static_cast<uint64_t>(w));
+  }
+  if (g > 0) {
+    uint64_t total = 0;
+    for (uint32_t& w : weights) {
+      w = static_cast<uint32_t>(w / g);
+      total += w;
+    }
+    if (total > max_servers) {
+      const double scale =
+          static_cast<double>(max_servers) / static_cast<double>(total);
+      for (uint32_t& w : weights) {
+        w = std::max<uint32_t>(
+            1,
+            static_cast<uint32_t>(std::lround(static_cast<double>(w) * scale)));
+      }
+    }
+    for (uint32_t pos : SmoothWeightedCycle(weights)) {
+      AddServer(table.member(indexes[pos]), table.group(), &list);
+    }
+  }
+  const int n = list.servers_size();
+  if (n > 0 && table.panic() && options.drop_in_panic_percent > 0) {
+    const double p = options.drop_in_panic_percent / 100.0;
+    AddDrops(static_cast<int>(std::lround(n * p / (1 - p))),
+             absl::StrCat("drop/", table.group(), "/panic"), &list);
+  } else if (n > 0 && overload_drop_fraction > 0) {
+    const double p = std::min(0.9, overload_drop_fraction);
+    AddDrops(std::max(1, static_cast<int>(std::lround(n * p / (1 - p)))),
+             absl::StrCat("drop/", table.group(), "/overload"), &list);
+  }
+  return list;
+}
+
+// One BalanceLoad stream. Reads happen one at a time (the initial request,
+// then client stats); writes one at a time, newest list next.
+class GrpclbService::Stream final
+    : public grpc::ServerBidiReactor<lb::LoadBalanceRequest,
+                                     lb::LoadBalanceResponse>,
+      public Group::Listener {
+ public:
+  Stream(GrpclbService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    reporter_.name = "anonymous";
+    if (service_->report_auth_ != nullptr) {
+      report_refusal_ = service_->report_auth_->Authorize(*context, &reporter_);
+    }
+    bool shutting_down;
+    {
+      aside::MutexLock lock(&service_->mu_);
+      shutting_down = service_->shutting_down_;
+      service_->streams_.insert(this);
+    }
+    if (shutting_down) {
+      aside::MutexLock lock(&mu_);
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "server is shutting down"));
+      return;
+    }
+    if (service_->stream_limit_ != nullptr) {
+      grpc::Status refused = service_->stream_limit_->Acquire(
+          ClientPeer(context_->peer()), &counted_peer_);
+      if (!refused.ok()) {
+        aside::MutexLock lock(&mu_);
+        FinishLocked(refused);
+        return;
+      }
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      aside::MutexLock lock(&mu_);
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
+    if (group_ == nullptr) {
+      HandleInitial();
+    } else if (request_.has_client_stats()) {
+      HandleStats(request_.client_stats());
+    }
+    bool finished;
+    {
+      aside::MutexLock lock(&mu_);
+      finished = finished_;
+    }
+    if (!finished) {
+      request_.Clear();
+      StartRead(&request_);
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    aside::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      return;
+    }
+    WriteNextLocked();
+  }
+
+  void OnPublish(Group& /*group*/) override {
+    aside::MutexLock lock(&mu_);
+    dirty_ = true;
+    WriteNextLocked();
+  }
+
+  void OnRemoved(Group& group, uint64_t /*generation*/) override {
+    aside::MutexLock lock(&mu_);
+    ForceFinishLocked(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     absl::StrCat("group '", group.name(), "' was deleted")));
+  }
+
+  void OnCancel() override {
+    aside::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    if (group_ != nullptr) {
+      group_->RemoveListener(this);
+      if (service_->metrics_ != nullptr) {
+        service_->metrics_->grpclb_streams.Decrement();
+      }
+    }
+    if (service_->stream_limit_ != nullptr) {
+      service_->stream_limit_->Release(counted_peer_);
+    }
+    {
+      aside::MutexLock lock(&service_->mu_);
+      service_->streams_.erase(this);
+    }
+    delete this;
+  }
+
+  // Whether the stream serves `group` (any thread).
+  bool ServesGroup(const std::string& group) {
+    aside::MutexLock lock(&mu_);
+    return group_ != nullptr && group_->name() == group;
+  }
+
+  // Re-checks load-based drops (ticker thread).
+  void Recheck() {
+    aside::MutexLock lock(&mu_);
+    if (group_ != nullptr &&
+        group_->spec_snapshot()->grpclb.max_requests_per_second > 0) {
+      dirty_ = true;
+      WriteNextLocked();
+    }
+  }
+
+  void Shutdown() {
+    aside::MutexLock lock(&mu_);
+    ForceFinishLocked(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+  }
+
+ private:
+  void HandleInitial() {
+    if (!request_.has_initial_request()) {
+      aside::MutexLock lock(&mu_);
+      FinishLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                "the first message must be initial_request"));
+      return;
+    }
+    const std::string& name = request_.initial_request().name();
+    GroupPtr group = name.size() <= 512
+                         ? ResolveGrpclbName(*service_->groups_, name)
+                         : nullptr;
+    if (group == nullptr) {
+      aside::MutexLock lock(&mu_);
+      FinishLocked(grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          absl::StrCat("no group for grpclb name '", name.substr(0, 512),
+                       "' (by alias or by the host's first label)")));
+      return;
+    }
+    {
+      aside::MutexLock lock(&mu_);
+      group_ = group;
+      pending_initial_ = true;
+      dirty_ = true;
+    }
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->grpclb_streams.Increment();
+    }
+    Log(LogLevel::kDebug, "grpclb.stream",
+        {{"name", name},
+         {"group", group->name()},
+         {"peer", ClientPeer(context_->peer())}});
+    // Added without holding mu_ (publication calls in with the group's
+    // listener lock held).
+    group->AddListener(this);
+    aside::MutexLock lock(&mu_);
+    WriteNextLocked();
+  }
+
+  void HandleStats(const lb::ClientStats& stats) {
+    if (!report_refusal_.ok()) {
+      if (service_->metrics_ != nullptr) {
+        service_->metrics_->load_reports_refused
+            .Add({{"protocol", "grpclb"},
+                  {"reason",
+                   std::string(ReportAuth::RefusalReason(report_refusal_))}})
+            .Increment();
+        service_->metrics_->grpclb_client_stats
+            .Add({{"group", group_->name()}, {"result", "refused"}})
+            .Increment();
+      }
+      if (!said_refused_) {
+        said_refused_ = true;
+        Log(LogLevel::kDebug, "grpclb.client_stats_refused",
+            {{"group", group_->name()},
+             {"peer", ClientPeer(context_->peer())},
+             {"reason", report_refusal_.error_message()}});
+      }
+      return;
+    }
+    std::vector<std::pair<std::string, int64_t>> dropped;
+    for (const lb::ClientStatsPerToken& t : stats.calls_finished_with_drop()) {
+      dropped.emplace_back(t.load_balance_token().substr(0, 256),
+                           t.num_calls());
+    }
+    absl::Status s = service_->loads_->AddClientStats(
+        group_->name(), stats.num_calls_started(), stats.num_calls_finished(),
+        stats.num_calls_finished_with_client_failed_to_send(),
+        stats.num_calls_finished_known_received(), dropped);
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->grpclb_client_stats
+          .Add({{"group", group_->name()},
+                {"result", s.ok() ? "ok" : "rejected"}})
+          .Increment();
+      if (s.ok()) {
+        service_->metrics_->load_reporter_observations
+            .Add({{"protocol", "grpclb"},
+                  {"group", group_->name()},
+                  {"reporter", reporter_.name}})
+            .Increment();
+      } else {
+        service_->metrics_->load_reports_refused
+            .Add({{"protocol", "grpclb"}, {"reason", "invalid"}})
+            .Increment();
+      }
+    }
+  }
+
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || group_ == nullptr) {
+      return;
+    }
+    if (pending_initial_) {
+      pending_initial_ = false;
+      response_.Clear();
+      ToProto(service_->stats_interval_,
+              response_.mutable_initial_response()
+                  ->mutable_client_stats_report_interval());
+      writing_ = true;
+      StartWrite(&response_);
+      return;
+    }
+    if (!dirty_) {
+      return;
+    }
+    dirty_ = false;
+    TableConstPtr table = group_->table();
+    const GrpclbSpec options = group_->spec_snapshot()->grpclb;
+    double overload = 0;
+    if (options.max_requests_per_second > 0) {
+      const double rate =
+          service_->loads_->GroupRequestsPerSecond(group_->name());
+      if (rate > options.max_requests_per_second) {
+        overload = 1 - options.max_requests_per_second / rate;
+      }
+    }
+    lb::ServerList list =
+        BuildServerList(*table, options, service_->max_servers_, overload);
+    std::string bytes = list.SerializeAsString();
+    if (bytes == last_sent_) {
+      return;  // nothing a client would see changed
+    }
+    last_sent_ = std::move(bytes);
+    response_.Clear();
+    *response_.mutable_server_list() = std::move(list);
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->grpclb_server_lists.Add({{"group", group_->name()}})
+          .Increment();
+    }
+    writing_ = true;
+    StartWrite(&response_);
+  }
+
+  void FinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!finished_) {
+      finished_ = true;
+      Finish(status);
+    }
+  }
+
+  void ForceFinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool stuck = writing_;
+    FinishLocked(status);
+    if (stuck) {
+      context_->TryCancel();
+    }
+  }
+
+  GrpclbService* const service_;
+  grpc::CallbackServerContext* const context_;
+  // The address counted against the per-peer stream limit.
+  std::string counted_peer_;
+  lb::LoadBalanceRequest request_;
+  // Set once by the reading side (under mu_) before any listener or writer
+  // uses it; other threads read it under mu_.
+  GroupPtr group_;
+  // Who the caller reports as, or why it may not (set in the constructor;
+  // read by the reading side only).
+  ReportAuth::Reporter reporter_;
+  grpc::Status report_refusal_;
+  bool said_refused_ = false;
+
+  // Taken after the service's mu_, never before.
+  aside::Mutex mu_;
+  lb::LoadBalanceResponse response_ ABSL_GUARDED_BY(mu_);
+  std::string last_sent_ ABSL_GUARDED_BY(mu_);
+  bool pending_initial_ ABSL_GUARDED_BY(mu_) = false;
+  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+GrpclbService::GrpclbService(GroupRegistry* groups, LoadAggregator* loads,
+                             Metrics* metrics, absl::Duration stats_interval,
+                             uint32_t max_servers,
+                             const ReportAuth* report_auth)
+    : groups_(groups),
+      loads_(loads),
+      metrics_(metrics),
+      stats_interval_(stats_interval),
+      max_servers_(max_servers),
+      report_auth_(report_auth) {
+  ticker_ = std::thread([this] { Ticker(); });
+}
+
+GrpclbService::~GrpclbService() {
+  Shutdown();
+  {
+    aside::MutexLock lock(&mu_);
+    stop_ = true;  // wakes the ticker when the lock is released
+  }
+  ticker_.join();
+}
+
+grpc::ServerBidiReactor<lb::LoadBalanceRequest, lb::LoadBalanceResponse>*
+GrpclbService::BalanceLoad(grpc::CallbackServerContext* context) {
+  return new Stream(this, context);
+}
+
+void GrpclbService::Shutdown() {
+  aside::MutexLock lock(&mu_);
+  shutting_down_ = true;
+  for (Stream* s : streams_) {
+    s->Shutdown();
+  }
+}
+
+size_t GrpclbService::streams() const {
+  aside::MutexLock lock(&mu_);
+  return streams_.size();
+}
+
+uint32_t GrpclbService::streams_for(const std::string& group) const {
+  aside::MutexLock lock(&mu_);
+  uint32_t n = 0;
+  for (Stream* s : streams_) {
+    if (s->ServesGroup(group)) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+void GrpclbService::Ticker() {
+  aside::MutexLock lock(&mu_);
+  while (!stop_) {
+    mu_.AwaitWithTimeout(aside::Cond(&stop_), absl::Seconds(1));
+    if (stop_) {
+      break;
+    }
+    for (Stream* s : streams_) {
+      s->Recheck();
+    }
+  }
+}
+
+void GrpclbService::LimitStreamsPerPeer(uint32_t max) {
+  stream_limit_ = std::make_unique<PeerStreamLimit>(
+      "max_balancer_streams_per_peer", "grpclb streams", max, metrics_);
+}
+
+}  // namespace aside::server

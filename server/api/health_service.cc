@@ -1,0 +1,165 @@
+#include "server/api/health_service.h"
+
+namespace aside::server {
+
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+// One Watch stream: writes the current status, then every change. At most
+// one write is in flight; changes that happen meanwhile collapse into the
+// next write of the then-current status.
+class HealthService::Watcher final
+    : public grpc::ServerWriteReactor<HealthCheckResponse> {
+ public:
+  Watcher(HealthService* service, std::string name)
+      : service_(service), name_(std::move(name)) {}
+
+  void Start() {
+    {
+      aside::MutexLock lock(&service_->mu_);
+      service_->watchers_.insert(this);
+    }
+    Changed();
+  }
+
+  // Re-reads the status and writes it if it differs from the last one sent.
+  void Changed() {
+    aside::MutexLock lock(&mu_);
+    if (finished_) {
+      return;
+    }
+    if (writing_) {
+      dirty_ = true;
+      return;
+    }
+    WriteIfChangedLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    aside::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status::CANCELLED);
+      return;
+    }
+    if (service_->shutting_down_.load()) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "server is shutting down"));
+      return;
+    }
+    if (dirty_) {
+      dirty_ = false;
+      WriteIfChangedLocked();
+    }
+  }
+
+  void OnCancel() override {
+    aside::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    {
+      aside::MutexLock lock(&service_->mu_);
+      service_->watchers_.erase(this);
+    }
+    delete this;
+  }
+
+ private:
+  void WriteIfChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto status =
+        service_->Status(name_).value_or(HealthCheckResponse::SERVICE_UNKNOWN);
+    if (sent_any_ && status == last_) {
+      if (service_->shutting_down_.load()) {
+        FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                  "server is shutting down"));
+      }
+      return;
+    }
+    sent_any_ = true;
+    last_ = status;
+    response_.set_status(status);
+    writing_ = true;
+    StartWrite(&response_);
+  }
+
+  void FinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || writing_) {
+      return;
+    }
+    finished_ = true;
+    Finish(status);
+  }
+
+  HealthService* const service_;
+  const std::string name_;
+  aside::Mutex mu_;
+  HealthCheckResponse response_ ABSL_GUARDED_BY(mu_);
+  HealthCheckResponse::ServingStatus last_ ABSL_GUARDED_BY(mu_) =
+      HealthCheckResponse::UNKNOWN;
+  bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+HealthService::HealthService(GroupRegistry* groups) : groups_(groups) {}
+
+HealthService::~HealthService() = default;
+
+std::optional<HealthCheckResponse::ServingStatus> HealthService::Status(
+    const std::string& service) const {
+  const bool serving = !shutting_down_.load();
+  if (service.empty() || service == "aside.v1.LoadBalancer" ||
+      service == "aside.v1.Admin" || service == "grpc.lb.v1.LoadBalancer") {
+    return serving ? HealthCheckResponse::SERVING
+                   : HealthCheckResponse::NOT_SERVING;
+  }
+  GroupPtr group = groups_->Find(service);
+  if (group == nullptr) {
+    return std::nullopt;
+  }
+  const bool ok = serving && group->table()->eligible_count() > 0;
+  return ok ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+}
+
+grpc::ServerUnaryReactor* HealthService::Check(
+    grpc::CallbackServerContext* context, const HealthCheckRequest* request,
+    HealthCheckResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto status = Status(request->service());
+  if (!status) {
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     "unknown service '" + request->service() +
+                         "' (use \"\", a service name or a group name)"));
+  } else {
+    response->set_status(*status);
+    reactor->Finish(grpc::Status::OK);
+  }
+  return reactor;
+}
+
+grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
+    grpc::CallbackServerContext* /*context*/,
+    const HealthCheckRequest* request) {
+  auto* watcher = new Watcher(this, request->service());
+  watcher->Start();
+  return watcher;
+}
+
+void HealthService::Notify() {
+  aside::MutexLock lock(&mu_);
+  for (Watcher* w : watchers_) {
+    w->Changed();
+  }
+}
+
+void HealthService::Shutdown() {
+  shutting_down_.store(true);
+  Notify();
+}
+
+}  // namespace aside::server

@@ -1,0 +1,565 @@
+#include "server/api/xds/ads_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "lib/hash.h"
+#include "lib/sync.h"
+#include "server/base/log.h"
+#include "server/net/guarded_relay.h"
+
+namespace aside::server::xds {
+
+namespace discovery = envoy::service::discovery::v3;
+
+namespace {
+
+// The types a stream answers, in the order pending responses are sent
+// (clusters before their endpoints).
+constexpr const char* kTypes[] = {kListenerType, kRouteType, kClusterType,
+                                  kEndpointType};
+constexpr size_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);
+constexpr const char* kTypeLabels[] = {"listener", "route", "cluster",
+                                       "endpoint"};
+// Bounds on what one client may ask for.
+constexpr size_t kMaxNamesPerType = 1000;
+constexpr size_t kMaxNameBytes = 512;
+
+int TypeIndex(const std::string& type_url) {
+  for (size_t i = 0; i < kTypeCount; ++i) {
+    if (type_url == kTypes[i]) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+// Forwards publications and deletions of watched groups to every stream.
+class AdsService::GroupWatcher final : public Group::Listener {
+ public:
+  explicit GroupWatcher(AdsService* service) : service_(service) {}
+  void OnPublish(Group& group) override { service_->PokeUsers(group.name()); }
+  void OnRemoved(Group& group, uint64_t /*generation*/) override {
+    service_->PokeUsers(group.name());
+  }
+
+ private:
+  AdsService* const service_;
+};
+
+// One ADS stream. Reads one request at a time; writes one response at a
+// time, always the newest state of the next type that has something to
+// send.
+class AdsService::Stream final
+    : public grpc::ServerBidiReactor<discovery::DiscoveryRequest,
+                                     discovery::DiscoveryResponse> {
+ public:
+  Stream(AdsService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    bool shutting_down;
+    {
+      aside::MutexLock lock(&service_->mu_);
+      shutting_down = service_->shutting_down_;
+      service_->streams_.insert(this);
+    }
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->xds_streams.Add({{"service", "ads"}}).Increment();
+    }
+    grpc::Status refused;
+    if (!shutting_down && service_->stream_limit_ != nullptr) {
+      refused = service_->stream_limit_->Acquire(ClientPeer(context_->peer()),
+                                                 &counted_peer_);
+    }
+    aside::MutexLock lock(&mu_);
+    if (shutting_down) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "server is shutting down"));
+      return;
+    }
+    if (!refused.ok()) {
+      FinishLocked(refused);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    {
+      aside::MutexLock lock(&mu_);
+      if (!ok) {
+        FinishLocked(grpc::Status::OK);
+        return;
+      }
+      HandleRequestLocked();
+      WriteNextLocked();
+      if (!finished_) {
+        request_.Clear();
+        StartRead(&request_);
+      }
+    }
+    service_->RegisterPending();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      aside::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) {
+        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+        return;
+      }
+      WriteNextLocked();
+    }
+    service_->RegisterPending();
+  }
+
+  void OnCancel() override {
+    aside::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->xds_streams.Add({{"service", "ads"}}).Decrement();
+    }
+    if (service_->stream_limit_ != nullptr) {
+      service_->stream_limit_->Release(counted_peer_);
+    }
+    {
+      aside::MutexLock lock(&service_->mu_);
+      service_->streams_.erase(this);
+    }
+    delete this;
+  }
+
+  // Re-evaluates what the client should have (publication callbacks and the
+  // ticker, with the service's mu_ held). `forget` starts the set of groups
+  // the stream uses afresh (the ticker's full pass).
+  void Poke(bool forget = false) {
+    aside::MutexLock lock(&mu_);
+    if (forget) {
+      uses_.clear();
+    }
+    WriteNextLocked();
+  }
+
+  // Re-evaluates only when the stream's resources came from `group`.
+  void PokeIfUses(const std::string& group) {
+    aside::MutexLock lock(&mu_);
+    if (uses_.contains(group)) {
+      WriteNextLocked();
+    }
+  }
+
+  void Shutdown() {
+    aside::MutexLock lock(&mu_);
+    const bool stuck = writing_;
+    FinishLocked(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+    if (stuck) {
+      context_->TryCancel();
+    }
+  }
+
+ private:
+  struct TypeState {
+    bool subscribed = false;
+    std::vector<std::string> names;  // sorted, unique
+    // Answer even when the version did not change (new names).
+    bool must_respond = false;
+    std::string sent_version;
+    std::string sent_nonce;
+    std::string acked_version;
+    std::string rejected_version;
+  };
+
+  void HandleRequestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (request_.has_node() && !have_node_) {
+      have_node_ = true;
+      node_id_ = request_.node().id().substr(0, 256);
+      ring_hash_safe_ = RingHashSafe(request_.node());
+      typed_policies_ = ReadsTypedPolicies(request_.node());
+      no_route_safe_ = NoRouteListenerSafe(request_.node());
+      Log(LogLevel::kInfo, "xds.stream",
+          {{"node", node_id_},
+           {"user_agent", request_.node().user_agent_name().substr(0, 128)},
+           {"user_agent_version",
+            request_.node().user_agent_version().substr(0, 128)},
+           {"ring_hash", ring_hash_safe_ ? "yes" : "no"},
+           {"typed_policies", typed_policies_ ? "yes" : "no"},
+           {"peer", ClientPeer(context_->peer())}});
+    }
+    const int type = TypeIndex(request_.type_url());
+    if (type < 0) {
+      Count("other", "unknown_type");
+      return;
+    }
+    TypeState& t = types_[type];
+    const char* label = kTypeLabels[type];
+    if (!request_.response_nonce().empty()) {
+      if (request_.response_nonce() != t.sent_nonce) {
+        Count(label, "stale");
+        return;
+      }
+      if (request_.has_error_detail()) {
+        t.rejected_version = t.sent_version;
+        Count(label, "nack");
+        Log(LogLevel::kWarn, "xds.nack",
+            {{"node", node_id_},
+             {"type", label},
+             {"version", t.sent_version},
+             {"error", request_.error_detail().message().substr(0, 1024)},
+             {"peer", ClientPeer(context_->peer())}});
+      } else {
+        t.acked_version = request_.version_info();
+        Count(label, "ack");
+      }
+    }
+    std::vector<std::string> names;
+    for (const std::string& n : request_.resource_names()) {
+      if (n.size() <= kMaxNameBytes && names.size() < kMaxNamesPerType) {
+        names.push_back(n);
+      }
+    }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    if (!t.subscribed || names != t.names) {
+      if (request_.response_nonce().empty()) {
+        Count(label, "subscribe");
+      }
+      t.subscribed = true;
+      t.names = std::move(names);
+      t.must_respond = true;
+    }
+  }
+
+  // Resources of `type` for the subscribed names, plus the unknown names.
+  std::vector<ResourcePtr> ResolveLocked(int type, size_t* unknown)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<ResourcePtr> out;
+    for (const std::string& name : types_[type].names) {
+      ResourceCache::Found f;
+      switch (type) {
+        case 0:
+          f = service_->cache_.Listener(name, ring_hash_safe_);
+          break;
+        case 2:
+          f = service_->cache_.Cluster(name, ring_hash_safe_, typed_policies_);
+          if (f.ring_hash_fallback && f.group != nullptr) {
+            NoteFallbackLocked(f.group->name());
+          }
+          break;
+        case 3:
+          f = service_->cache_.Endpoints(name);
+          break;
+        default:
+          break;  // routes are inline in listeners: none by name
+      }
+      if (f.group != nullptr) {
+        uses_.insert(f.group->name());
+        service_->WatchLater(f.group);
+      }
+      if (type == 0) {
+        if (f.resource != nullptr) {
+          real_listeners_.insert(name);
+        } else if (no_route_safe_ && !real_listeners_.contains(name)) {
+          // Never a group on this stream: a listener that fails calls at
+          // once (BuildNoRouteListener), still counted as unknown. Encoded
+          // once per name, not on every re-evaluation.
+          ++*unknown;
+          ResourcePtr& r = no_route_listeners_[name];
+          if (r == nullptr) {
+            r = MakeResource(name, BuildNoRouteListener(name));
+          }
+          out.push_back(r);
+          continue;
+        }
+      }
+      if (f.resource == nullptr) {
+        ++*unknown;
+      } else {
+        out.push_back(std::move(f.resource));
+      }
+    }
+    if (type == 0) {
+      // Only subscribed names are remembered.
+      const std::vector<std::string>& subscribed = types_[0].names;
+      auto gone = [&subscribed](const std::string& n) {
+        return !std::binary_search(subscribed.begin(), subscribed.end(), n);
+      };
+      std::erase_if(real_listeners_, gone);
+      std::erase_if(no_route_listeners_,
+                    [&gone](const auto& entry) { return gone(entry.first); });
+    }
+    return out;
+  }
+
+  void NoteFallbackLocked(const std::string& group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!fallbacks_logged_.insert(group).second) {
+      return;
+    }
+    Log(LogLevel::kWarn, "xds.ring_hash_fallback",
+        {{"group", group},
+         {"node", node_id_},
+         {"reason",
+          "the client is not known to support RING_HASH (gRPC C-core "
+          "before 1.53 crashes on it); serving weighted round robin "
+          "through localities"}});
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->xds_ring_hash_fallbacks.Add({{"group", group}})
+          .Increment();
+    }
+  }
+
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_) {
+      return;
+    }
+    for (size_t type = 0; type < kTypeCount; ++type) {
+      TypeState& t = types_[type];
+      if (!t.subscribed) {
+        continue;
+      }
+      size_t unknown = 0;
+      std::vector<ResourcePtr> resources =
+          ResolveLocked(static_cast<int>(type), &unknown);
+      std::string versions;
+      for (const ResourcePtr& r : resources) {
+        absl::StrAppend(&versions, r->name, "\n", r->version, "\n");
+      }
+      char version[17];
+      std::snprintf(version, sizeof(version), "%016llx",
+                    static_cast<unsigned long long>(Fnv1a64(versions)));
+      if (version == t.rejected_version) {
+        t.must_respond = false;
+        continue;  // never send a rejected version again
+      }
+      if (version == t.sent_version && !t.must_respond) {
+        continue;
+      }
+      response_.Clear();
+      response_.set_type_url(kTypes[type]);
+      response_.set_version_info(version);
+      response_.set_nonce(absl::StrCat(++nonce_));
+      for (const ResourcePtr& r : resources) {
+        *response_.add_resources() = r->any;
+      }
+      t.sent_version = version;
+      t.sent_nonce = response_.nonce();
+      t.must_respond = false;
+      if (service_->metrics_ != nullptr) {
+        service_->metrics_->xds_responses.Add({{"type", kTypeLabels[type]}})
+            .Increment();
+        if (unknown > 0) {
+          service_->metrics_->xds_unknown_resources
+              .Add({{"type", kTypeLabels[type]}})
+              .Increment(static_cast<double>(unknown));
+        }
+      }
+      writing_ = true;
+      StartWrite(&response_);
+      return;
+    }
+  }
+
+  void Count(const std::string& type, const char* result) {
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->xds_requests.Add({{"type", type}, {"result", result}})
+          .Increment();
+    }
+  }
+
+  void FinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!finished_) {
+      finished_ = true;
+      Finish(status);
+    }
+  }
+
+  AdsService* const service_;
+  grpc::CallbackServerContext* const context_;
+  // The address counted against the per-peer stream limit.
+  std::string counted_peer_;
+
+  aside::Mutex mu_;
+  discovery::DiscoveryRequest request_ ABSL_GUARDED_BY(mu_);
+  discovery::DiscoveryResponse response_ ABSL_GUARDED_BY(mu_);
+  TypeState types_[kTypeCount] ABSL_GUARDED_BY(mu_);
+  bool have_node_ ABSL_GUARDED_BY(mu_) = false;
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  bool ring_hash_safe_ ABSL_GUARDED_BY(mu_) = false;
+  // Clusters carry the typed policies (ReadsTypedPolicies).
+  bool typed_policies_ ABSL_GUARDED_BY(mu_) = false;
+  // Unknown listener names get BuildNoRouteListener (NoRouteListenerSafe).
+  bool no_route_safe_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::string> fallbacks_logged_ ABSL_GUARDED_BY(mu_);
+  // Subscribed listener names this stream was sent a group's listener for:
+  // once gone, such a name is left out rather than sent a no-route one.
+  std::set<std::string> real_listeners_ ABSL_GUARDED_BY(mu_);
+  // The no-route listeners sent for subscribed names no group answers.
+  std::map<std::string, ResourcePtr> no_route_listeners_ ABSL_GUARDED_BY(mu_);
+  // Groups the stream's resources came from since the ticker's last full
+  // pass: publications of other groups do not concern it. Every write
+  // completion re-evaluates every type, so a type skipped by an early
+  // return is resolved (and recorded) right after.
+  std::set<std::string> uses_ ABSL_GUARDED_BY(mu_);
+  uint64_t nonce_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+AdsService::AdsService(GroupRegistry* groups, Metrics* metrics,
+                       const LoadAggregator* loads)
+    : groups_(groups),
+      metrics_(metrics),
+      cache_(groups, loads),
+      watcher_(std::make_unique<GroupWatcher>(this)) {
+  ticker_ = std::thread([this] { Ticker(); });
+}
+
+AdsService::~AdsService() {
+  Shutdown();
+  {
+    aside::MutexLock lock(&mu_);
+    stop_ = true;  // wakes the ticker as the lock is released
+  }
+  ticker_.join();
+  aside::MutexLock lock(&watched_mu_);
+  for (auto& [name, group] : watched_) {
+    group->RemoveListener(watcher_.get());
+  }
+  watched_.clear();
+}
+
+grpc::ServerBidiReactor<discovery::DiscoveryRequest,
+                        discovery::DiscoveryResponse>*
+AdsService::StreamAggregatedResources(grpc::CallbackServerContext* context) {
+  return new Stream(this, context);
+}
+
+void AdsService::Shutdown() {
+  aside::MutexLock lock(&mu_);
+  shutting_down_ = true;
+  for (Stream* s : streams_) {
+    s->Shutdown();
+  }
+}
+
+size_t AdsService::streams() const {
+  aside::MutexLock lock(&mu_);
+  return streams_.size();
+}
+
+void AdsService::PokeAll() {
+  aside::MutexLock lock(&mu_);
+  for (Stream* s : streams_) {
+    s->Poke();
+  }
+}
+
+void AdsService::PokeUsers(const std::string& group) {
+  aside::MutexLock lock(&mu_);
+  for (Stream* s : streams_) {
+    s->PokeIfUses(group);
+  }
+}
+
+void AdsService::WatchLater(const GroupPtr& group) {
+  aside::MutexLock lock(&pending_mu_);
+  if (!known_.contains(group.get())) {
+    pending_.push_back(group);
+  }
+}
+
+void AdsService::Forget(const Group* group) {
+  aside::MutexLock lock(&pending_mu_);
+  known_.erase(group);
+}
+
+void AdsService::RegisterPending() {
+  std::vector<GroupPtr> pending;
+  {
+    aside::MutexLock lock(&pending_mu_);
+    pending.swap(pending_);
+  }
+  bool added = false;
+  {
+    aside::MutexLock lock(&watched_mu_);
+    for (GroupPtr& g : pending) {
+      auto it = watched_.find(g->name());
+      if (it != watched_.end() && it->second == g) {
+        continue;
+      }
+      if (it != watched_.end()) {
+        it->second->RemoveListener(watcher_.get());
+        Forget(it->second.get());
+      }
+      g->AddListener(watcher_.get());
+      watched_[g->name()] = g;
+      {
+        aside::MutexLock known(&pending_mu_);
+        known_.insert(g.get());
+      }
+      added = true;
+    }
+  }
+  // A publication between the streams' lookup and the subscription above
+  // went unheard: look again.
+  if (added) {
+    PokeAll();
+    RegisterPending();
+  }
+}
+
+void AdsService::Ticker() {
+  mu_.Lock();
+  while (!stop_) {
+    mu_.AwaitWithTimeout(
+        [this] {
+          mu_.AssertHeld();
+          return stop_;
+        },
+        absl::Seconds(1));
+    if (stop_) {
+      break;
+    }
+    // Names may now resolve to groups created meanwhile, or (aliases
+    // changed) to other groups.
+    for (Stream* s : streams_) {
+      s->Poke(/*forget=*/true);
+    }
+    mu_.Unlock();
+    RegisterPending();
+    {
+      aside::MutexLock watched(&watched_mu_);
+      for (auto it = watched_.begin(); it != watched_.end();) {
+        if (groups_->Find(it->first) != it->second) {
+          it->second->RemoveListener(watcher_.get());
+          Forget(it->second.get());
+          it = watched_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    cache_.Prune();
+    mu_.Lock();
+  }
+  mu_.Unlock();
+}
+
+void AdsService::LimitStreamsPerPeer(uint32_t max) {
+  stream_limit_ = std::make_unique<PeerStreamLimit>(
+      "max_balancer_streams_per_peer", "ADS streams", max, metrics_);
+}
+
+}  // namespace aside::server::xds

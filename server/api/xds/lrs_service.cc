@@ -1,0 +1,218 @@
+#include "server/api/xds/lrs_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "lib/address.h"
+#include "lib/sync.h"
+#include "proto/convert.h"
+#include "server/api/xds/xds_resources.h"
+#include "server/base/log.h"
+#include "server/net/guarded_relay.h"
+
+namespace aside::server::xds {
+
+namespace lrs = envoy::service::load_stats::v3;
+
+class LrsService::Stream final
+    : public grpc::ServerBidiReactor<lrs::LoadStatsRequest,
+                                     lrs::LoadStatsResponse> {
+ public:
+  Stream(LrsService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    bool shutting_down;
+    {
+      aside::MutexLock lock(&service_->mu_);
+      shutting_down = service_->shutting_down_;
+      service_->streams_.insert(this);
+    }
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Increment();
+    }
+    grpc::Status refusal;
+    if (service_->report_auth_ != nullptr) {
+      refusal = service_->report_auth_->Authorize(*context, &source_);
+    }
+    aside::MutexLock lock(&mu_);
+    if (shutting_down) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "server is shutting down"));
+      return;
+    }
+    if (!refusal.ok()) {
+      if (service_->metrics_ != nullptr) {
+        service_->metrics_->load_reports_refused
+            .Add({{"protocol", "lrs"},
+                  {"reason", std::string(ReportAuth::RefusalReason(refusal))}})
+            .Increment();
+      }
+      FinishLocked(refusal);
+      return;
+    }
+    if (service_->stream_limit_ != nullptr) {
+      grpc::Status refused = service_->stream_limit_->Acquire(
+          ClientPeer(context_->peer()), &counted_peer_);
+      if (!refused.ok()) {
+        FinishLocked(refused);
+        return;
+      }
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    aside::MutexLock lock(&mu_);
+    if (!ok) {
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
+    if (reporter_.empty()) {
+      // The first message names the client; answer with what to report.
+      reporter_ = absl::StrCat("xds:", request_.node().id().substr(0, 64), "@",
+                               ClientPeer(context_->peer()).substr(0, 60));
+      response_.set_send_all_clusters(true);
+      ToProto(service_->interval_, response_.mutable_load_reporting_interval());
+      StartWrite(&response_);
+    }
+    service_->Apply(reporter_, request_, source_);
+    request_.Clear();
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      aside::MutexLock lock(&mu_);
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+    }
+  }
+
+  void OnCancel() override {
+    aside::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Decrement();
+    }
+    if (service_->stream_limit_ != nullptr) {
+      service_->stream_limit_->Release(counted_peer_);
+    }
+    {
+      aside::MutexLock lock(&service_->mu_);
+      service_->streams_.erase(this);
+    }
+    delete this;
+  }
+
+  void Shutdown() {
+    aside::MutexLock lock(&mu_);
+    FinishLocked(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+    context_->TryCancel();
+  }
+
+ private:
+  void FinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!finished_) {
+      finished_ = true;
+      Finish(status);
+    }
+  }
+
+  LrsService* const service_;
+  grpc::CallbackServerContext* const context_;
+  // The address counted against the per-peer stream limit.
+  std::string counted_peer_;
+  aside::Mutex mu_;
+  lrs::LoadStatsRequest request_ ABSL_GUARDED_BY(mu_);
+  lrs::LoadStatsResponse response_ ABSL_GUARDED_BY(mu_);
+  std::string reporter_ ABSL_GUARDED_BY(mu_);
+  // Set in the constructor, before the first read.
+  ReportAuth::Reporter source_{"anonymous", ""};
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+LrsService::LrsService(GroupRegistry* groups, LoadAggregator* loads,
+                       Metrics* metrics, absl::Duration interval,
+                       const ReportAuth* report_auth)
+    : groups_(groups),
+      loads_(loads),
+      metrics_(metrics),
+      interval_(interval),
+      report_auth_(report_auth) {}
+
+grpc::ServerBidiReactor<lrs::LoadStatsRequest, lrs::LoadStatsResponse>*
+LrsService::StreamLoadStats(grpc::CallbackServerContext* context) {
+  return new Stream(this, context);
+}
+
+void LrsService::Shutdown() {
+  aside::MutexLock lock(&mu_);
+  shutting_down_ = true;
+  for (Stream* s : streams_) {
+    s->Shutdown();
+  }
+}
+
+size_t LrsService::Apply(const std::string& reporter,
+                         const lrs::LoadStatsRequest& report,
+                         const ReportAuth::Reporter& source) {
+  size_t accepted = 0;
+  for (const envoy::config::endpoint::v3::ClusterStats& c :
+       report.cluster_stats()) {
+    const std::string& group = c.cluster_service_name().empty()
+                                   ? c.cluster_name()
+                                   : c.cluster_service_name();
+    if (c.total_dropped_requests() > 0 && groups_->Find(group) != nullptr) {
+      loads_->AddDroppedCalls(group, c.total_dropped_requests());
+    }
+    for (const envoy::config::endpoint::v3::UpstreamLocalityStats& l :
+         c.upstream_locality_stats()) {
+      LoadObservation o;
+      o.source = source.source;
+      o.group = group;
+      o.address = BackendFromLocality(l.locality());
+      o.deltas = true;
+      o.requests = l.total_successful_requests() + l.total_error_requests();
+      o.failures = l.total_error_requests();
+      o.in_flight = l.total_requests_in_progress();
+      absl::Status s = loads_->Add(reporter, o);
+      if (metrics_ != nullptr) {
+        metrics_->xds_load_reports
+            .Add({{"result", s.ok() ? "accepted" : "rejected"}})
+            .Increment();
+        if (s.ok()) {
+          metrics_->load_reporter_observations
+              .Add({{"protocol", "lrs"},
+                    {"group", group},
+                    {"reporter", source.name}})
+              .Increment();
+        } else {
+          metrics_->load_reports_refused
+              .Add({{"protocol", "lrs"},
+                    {"reason", s.code() == absl::StatusCode::kNotFound
+                                   ? "unknown_backend"
+                                   : "invalid"}})
+              .Increment();
+        }
+      }
+      if (s.ok()) {
+        ++accepted;
+      } else {
+        Log(LogLevel::kDebug, "xds.load_report_rejected",
+            {{"reporter", reporter},
+             {"cluster", group.substr(0, 256)},
+             {"locality", l.locality().sub_zone().substr(0, 256)},
+             {"reason", std::string(s.message())}});
+      }
+    }
+  }
+  return accepted;
+}
+
+void LrsService::LimitStreamsPerPeer(uint32_t max) {
+  stream_limit_ = std::make_unique<PeerStreamLimit>(
+      "max_balancer_streams_per_peer", "LRS streams", max, metrics_);
+}
+
+}  // namespace aside::server::xds

@@ -1,0 +1,608 @@
+#include "server/groups/group_registry.h"
+
+#include <openssl/err.h>
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "lib/status_macros.h"
+#include "server/base/log.h"
+#include "server/discovery/dns_discovery.h"
+#include "server/groups/group_table_builder.h"
+#include "server/groups/rebuild_scheduler.h"
+
+namespace aside::server {
+
+Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
+             std::shared_ptr<GroupMetrics> group_metrics,
+             std::shared_ptr<const std::string> session_key,
+             std::string server_id, GroupInputs inputs)
+    : name_(spec.name),
+      generations_(generations),
+      metrics_(metrics),
+      session_key_(std::move(session_key)),
+      server_id_(std::move(server_id)),
+      group_metrics_(std::move(group_metrics)),
+      loads_(inputs.clock),
+      inputs_(inputs),
+      spec_cell_(std::make_shared<const GroupSpec>(spec)),
+      spec_(spec),
+      members_(spec.name, inputs.health, spec.outlier, inputs.clock) {}
+
+Group::~Group() = default;
+
+GroupSpec Group::spec() const { return *spec_cell_.Acquire(); }
+
+std::shared_ptr<const GroupSpec> Group::spec_snapshot() const {
+  return spec_cell_.Acquire();
+}
+
+absl::Status Group::Init(const Persist& persist) {
+  aside::MutexLock lock(&mu_);
+  const int64_t start = MonotonicNanos();
+  ASIDE_ASSIGN_OR_RETURN(TableConstPtr table,
+                         CreateTableLocked(PrepareLocked(spec_)));
+  if (persist) {
+    ASIDE_RETURN_IF_ERROR(persist(table->generation()));
+  }
+  PublishLocked(std::move(table), start);
+  return absl::OkStatus();
+}
+
+void Group::UseOwnGenerations(uint64_t first) {
+  own_generations_ = std::make_unique<GenerationSource>(first - 1);
+  generations_ = own_generations_.get();
+}
+
+absl::Status Group::Update(GroupSpec spec, const Persist& persist,
+                           uint64_t min_generation) {
+  aside::MutexLock lock(&mu_);
+  const int64_t start = MonotonicNanos();
+  if (min_generation > 0) {
+    generations_->Raise(min_generation);
+  }
+  // An explicit update is an acknowledged mutation: it always publishes a
+  // new generation (callers wait for it), even when nothing changed.
+  ASIDE_ASSIGN_OR_RETURN(TableConstPtr table,
+                         CreateTableLocked(PrepareLocked(spec)));
+  if (persist) {
+    ASIDE_RETURN_IF_ERROR(persist(table->generation()));
+  }
+  if (spec.dns != spec_.dns) {
+    UnwatchDnsLocked();
+    {
+      aside::MutexLock lock(&dns_mu_);
+      dns_members_.clear();
+      dns_error_.clear();
+    }
+    WatchDnsLocked(spec);
+  }
+  // The spec first: listeners told of the new table read the spec that
+  // made it.
+  spec_cell_.Publish(std::make_shared<const GroupSpec>(spec));
+  spec_ = std::move(spec);
+  PublishLocked(std::move(table), start);
+  return absl::OkStatus();
+}
+
+void Group::Rebuild() {
+  {
+    aside::MutexLock lock(&mu_);
+    RebuildLocked();
+  }
+  aside::MutexLock lock(&rebuilds_mu_);
+  ++rebuilds_;  // waiters wake as the lock is released
+}
+
+void Group::RebuildLocked() {
+  const int64_t start = MonotonicNanos();
+  const TableConstPtr current = table_.Acquire();
+  if (current == nullptr) {
+    return;  // Init has not published (or failed): nothing to rebuild
+  }
+  TableSpec next = PrepareLocked(spec_);
+  if (SameTable(next, *current)) {
+    return;  // nothing a pick or a subscriber would see changed
+  }
+  absl::StatusOr<TableConstPtr> table = CreateTableLocked(std::move(next));
+  if (!table.ok()) {
+    // The spec was validated when it was accepted; a failure here is a bug.
+    if (metrics_ != nullptr) {
+      metrics_->internal_errors.Increment();
+    }
+    Log(LogLevel::kError, "group.rebuild_failed",
+        {{"group", name_}, {"error", std::string(table.status().message())}});
+    return;
+  }
+  PublishLocked(*std::move(table), start);
+}
+
+bool Group::AwaitRebuilds(uint64_t count, absl::Duration timeout) const {
+  aside::MutexLock lock(&rebuilds_mu_);
+  return rebuilds_mu_.AwaitWithTimeout(
+      [&] {
+        rebuilds_mu_.AssertHeld();
+        return rebuilds_ >= count;
+      },
+      timeout);
+}
+
+uint64_t Group::rebuilds() const {
+  aside::MutexLock lock(&rebuilds_mu_);
+  return rebuilds_;
+}
+
+TableSpec Group::PrepareLocked(const GroupSpec& spec) {
+  std::vector<Backend> backends;
+  {
+    aside::MutexLock lock(&dns_mu_);
+    backends = MergeMembers(spec.backends, dns_members_);
+  }
+  members_.Sync(spec, backends, inputs_.clock->NowNanos());
+  // Read after Sync: a target acquired there counts as ready since its
+  // creation, which must not lie in the build's future (a ramp would
+  // start at full weight).
+  const int64_t now = inputs_.clock->NowNanos();
+  TableSpec next = BuildTableSpec(
+      spec, backends, members_.Statuses(backends, now), session_key_, now);
+  next.zone_weights = members_.ZoneWeights(spec, next.members, inputs_.loads,
+                                           now, inputs_.clock->WallNow());
+  ScheduleTimedRebuildLocked(spec, now);
+  return next;
+}
+
+absl::StatusOr<TableConstPtr> Group::CreateTableLocked(TableSpec next) {
+  next.generation = generations_->Next();
+  TableConstPtr previous = table_.Acquire();
+  return Table::Create(std::move(next), previous.get(), &loads_);
+}
+
+void Group::ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now) {
+  if (inputs_.scheduler == nullptr) {
+    return;
+  }
+  const std::optional<int64_t> next = members_.NextTimedRebuild(spec, now);
+  if (!next) {
+    return;
+  }
+  if (std::shared_ptr<Group> self = weak_from_this().lock()) {
+    inputs_.scheduler->Schedule(
+        self, absl::Nanoseconds(std::max<int64_t>(0, *next - now)));
+  }
+}
+
+void Group::OnLoadReport(const std::string& address, uint64_t requests,
+                         uint64_t failures, uint32_t consecutive_failures,
+                         absl::Duration mean_latency,
+                         absl::Duration mean_first_byte_latency,
+                         bool failures_corroborated) {
+  if (requests > 0 && mean_latency > absl::ZeroDuration()) {
+    TableConstPtr table = table_.Acquire();
+    const int64_t i = table->Find(address);
+    if (i >= 0) {
+      Completion c;
+      c.now_nanos = inputs_.clock->NowNanos();
+      c.latency_nanos = absl::ToInt64Nanoseconds(mean_latency);
+      c.first_byte_nanos =
+          mean_first_byte_latency > absl::ZeroDuration()
+              ? absl::ToInt64Nanoseconds(mean_first_byte_latency)
+              : -1;
+      c.ok = failures < requests;
+      table->member(static_cast<uint32_t>(i))
+          .load->Observe(c, table->load_model());
+    }
+  }
+  OutlierDetector& outliers = members_.outliers();
+  if (!outliers.enabled() || !failures_corroborated) {
+    return;
+  }
+  if (outliers.ReportBatch(address, requests, failures, consecutive_failures) &&
+      inputs_.scheduler != nullptr) {
+    inputs_.scheduler->Schedule(shared_from_this(), absl::ZeroDuration());
+  }
+}
+
+std::vector<OutlierDetector::Ejection> Group::Ejections() const {
+  return members_.outliers().Ejections();
+}
+
+void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
+  {
+    aside::MutexLock lock(&encode_mu_);
+    if (TableConstPtr before = table_.Acquire(); before != nullptr) {
+      recent_tables_.push_back(std::move(before));
+      while (recent_tables_.size() > kDeltaBases) {
+        recent_tables_.pop_front();
+      }
+    }
+    encoded_.reset();
+  }
+  table_.Publish(table);
+  loads_.Prune();
+  {
+    aside::MutexLock lock(&listeners_mu_);
+    for (Listener* l : listeners_) {
+      l->OnPublish(*this);
+    }
+  }
+  if (metrics_ != nullptr) {
+    group_metrics_->ready->Set(table->ready_count());
+    group_metrics_->total->Set(static_cast<double>(table->size()));
+    group_metrics_->panic->Set(table->panic() ? 1 : 0);
+    group_metrics_->generation->Set(static_cast<double>(table->generation()));
+    group_metrics_->rebuilds->Increment();
+    metrics_->table_rebuild_duration.Observe(
+        static_cast<double>(MonotonicNanos() - build_start_nanos) * 1e-9);
+  }
+}
+
+void Group::StartDiscovery() {
+  aside::MutexLock lock(&mu_);
+  WatchDnsLocked(spec_);
+}
+
+void Group::StopDiscovery() {
+  aside::MutexLock lock(&mu_);
+  UnwatchDnsLocked();
+}
+
+void Group::WatchDnsLocked(const GroupSpec& spec) {
+  if (!spec.dns || inputs_.dns == nullptr) {
+    return;
+  }
+  std::weak_ptr<Group> self = weak_from_this();
+  absl::StatusOr<DnsWatchId> id = inputs_.dns->Watch(
+      name_, *spec.dns,
+      [self](const absl::StatusOr<std::vector<Backend>>& members) {
+        if (std::shared_ptr<Group> g = self.lock()) {
+          g->OnDnsResult(members);
+        }
+      });
+  if (!id.ok()) {
+    aside::MutexLock lock(&dns_mu_);
+    dns_error_ = std::string(id.status().message());
+    return;
+  }
+  dns_watch_ = *id;
+}
+
+void Group::UnwatchDnsLocked() {
+  if (dns_watch_ != 0 && inputs_.dns != nullptr) {
+    inputs_.dns->Unwatch(dns_watch_);
+  }
+  dns_watch_ = 0;
+}
+
+void Group::OnDnsResult(const absl::StatusOr<std::vector<Backend>>& members) {
+  {
+    aside::MutexLock lock(&dns_mu_);
+    if (!members.ok()) {
+      dns_error_ = std::string(members.status().message());
+      Log(LogLevel::kWarn, "dns.failed",
+          {{"group", name_}, {"error", dns_error_}});
+      return;
+    }
+    dns_error_.clear();
+    if (*members == dns_members_) {
+      return;
+    }
+    dns_members_ = *members;
+  }
+  Log(LogLevel::kInfo, "dns.members",
+      {{"group", name_}, {"members", absl::StrCat(members->size())}});
+  if (inputs_.scheduler != nullptr) {
+    inputs_.scheduler->Schedule(shared_from_this(), absl::ZeroDuration());
+  } else {
+    Rebuild();
+  }
+}
+
+std::string Group::dns_error() const {
+  aside::MutexLock lock(&dns_mu_);
+  return dns_error_;
+}
+
+void Group::AddListener(Listener* listener) {
+  aside::MutexLock lock(&listeners_mu_);
+  listeners_.push_back(listener);
+}
+
+void Group::RemoveListener(Listener* listener) {
+  aside::MutexLock lock(&listeners_mu_);
+  listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), listener),
+                   listeners_.end());
+}
+
+void Group::NotifyRemoved(uint64_t generation) {
+  aside::MutexLock lock(&listeners_mu_);
+  for (Listener* l : listeners_) {
+    l->OnRemoved(*this, generation);
+  }
+}
+
+std::shared_ptr<const EncodedUpdate> Group::Encoded() {
+  TableConstPtr current = table_.Acquire();
+  aside::MutexLock lock(&encode_mu_);
+  if (encoded_ == nullptr || encoded_->generation != current->generation()) {
+    const Table* previous =
+        !recent_tables_.empty() &&
+                recent_tables_.back()->generation() < current->generation()
+            ? recent_tables_.back().get()
+            : nullptr;
+    encoded_ = EncodeUpdate(previous, current, server_id_,
+                            std::vector<std::shared_ptr<const Table>>(
+                                recent_tables_.begin(), recent_tables_.end()));
+  }
+  return encoded_;
+}
+
+GenerationSource::GenerationSource(uint64_t base, Reserver reserver)
+    : last_(base), reserver_(std::move(reserver)) {}
+
+uint64_t GenerationSource::Next() {
+  aside::MutexLock lock(&mu_);
+  ++last_;
+  if (reserver_ && last_ >= reserved_) {
+    // A failed reservation is retried on the next generation; the clock-based
+    // base still keeps restarts ahead in the common case.
+    if (reserver_(last_ + kReserveBlock).ok()) {
+      reserved_ = last_ + kReserveBlock;
+    }
+  }
+  return last_;
+}
+
+void GenerationSource::Raise(uint64_t next) {
+  aside::MutexLock lock(&mu_);
+  if (next > 0 && last_ < next - 1) {
+    last_ = next - 1;
+  }
+}
+
+uint64_t GenerationSource::last() const {
+  aside::MutexLock lock(&mu_);
+  return last_;
+}
+
+namespace {
+
+// Fills `out` from OpenSSL's CSPRNG; an error names what the bytes were for.
+absl::Status RandomBytes(absl::Span<unsigned char> out,
+                         absl::string_view what) {
+  if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1) {
+    char reason[256] = "unknown error";
+    if (const unsigned long code = ERR_get_error(); code != 0) {
+      ERR_error_string_n(code, reason, sizeof(reason));
+    }
+    return absl::InternalError(
+        absl::StrCat("cannot draw random bytes for the ", what, ": ", reason));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GroupRegistry>> GroupRegistry::Create(
+    Metrics* metrics, uint64_t generation_base, size_t max_groups,
+    GenerationSource::Reserver reserver) {
+  // The key that signs sticky session tokens: random per process unless the
+  // state layer installs a persisted one. Never a weak key: without random
+  // bytes the server does not start.
+  std::string key(32, '\0');
+  ASIDE_RETURN_IF_ERROR(RandomBytes(
+      absl::MakeSpan(reinterpret_cast<unsigned char*>(key.data()), key.size()),
+      "session key"));
+  unsigned char id[12];
+  ASIDE_RETURN_IF_ERROR(RandomBytes(absl::MakeSpan(id), "server id"));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string server_id;
+  for (unsigned char c : id) {
+    server_id.push_back(kHex[c >> 4]);
+    server_id.push_back(kHex[c & 15]);
+  }
+  return std::unique_ptr<GroupRegistry>(new GroupRegistry(
+      metrics, generation_base, max_groups, std::move(reserver), std::move(key),
+      std::move(server_id)));
+}
+
+GroupRegistry::GroupRegistry(Metrics* metrics, uint64_t generation_base,
+                             size_t max_groups,
+                             GenerationSource::Reserver reserver,
+                             std::string session_key, std::string server_id)
+    : metrics_(metrics),
+      max_groups_(max_groups),
+      generations_(generation_base, std::move(reserver)),
+      session_key_(std::make_shared<const std::string>(std::move(session_key))),
+      server_id_(std::move(server_id)),
+      groups_(std::make_shared<const GroupMap>()) {}
+
+GroupPtr GroupRegistry::Find(absl::string_view name) const {
+  std::shared_ptr<const GroupMap> map = groups_.Acquire();
+  const GroupPtr* group = map->find(name);
+  return group == nullptr ? nullptr : *group;
+}
+
+std::vector<GroupPtr> GroupRegistry::List() const {
+  std::shared_ptr<const GroupMap> map = groups_.Acquire();
+  // Sorted on the map's own keys: comparing through the groups would visit
+  // every group object O(log G) times.
+  std::vector<std::pair<absl::string_view, const GroupPtr*>> named;
+  named.reserve(map->size());
+  map->ForEach([&](const std::string& name, const GroupPtr& group) {
+    named.emplace_back(name, &group);
+  });
+  std::sort(named.begin(), named.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<GroupPtr> out;
+  out.reserve(named.size());
+  for (const auto& [name, group] : named) {
+    out.push_back(*group);
+  }
+  return out;
+}
+
+size_t GroupRegistry::size() const { return groups_.Acquire()->size(); }
+
+std::shared_ptr<GroupMetrics> GroupRegistry::MetricsFor(
+    const std::string& name) {
+  if (metrics_ == nullptr) {
+    return nullptr;
+  }
+  std::weak_ptr<GroupMetrics>& slot = metrics_by_name_[name];
+  std::shared_ptr<GroupMetrics> existing = slot.lock();
+  if (existing == nullptr) {
+    existing = std::make_shared<GroupMetrics>(&metrics_->group_series(), name);
+    slot = existing;
+  }
+  // Forget names whose metrics are gone, once the map has doubled since
+  // the last sweep: a sweep on every add made starting with G groups cost
+  // O(G^2).
+  if (metrics_by_name_.size() >= metrics_sweep_at_) {
+    absl::erase_if(metrics_by_name_,
+                   [](const auto& entry) { return entry.second.expired(); });
+    metrics_sweep_at_ = std::max<size_t>(64, 2 * metrics_by_name_.size());
+  }
+  return existing;
+}
+
+void GroupRegistry::set_session_key(std::string key) {
+  session_key_ = std::make_shared<const std::string>(std::move(key));
+}
+
+absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist,
+                                uint64_t first_generation) {
+  GroupPtr group;
+  {
+    aside::MutexLock lock(&write_mu_);
+    std::shared_ptr<const GroupMap> current = groups_.Acquire();
+    if (current->contains(spec.name)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("group '", spec.name, "' already exists"));
+    }
+    ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
+    if (current->size() >= max_groups_) {
+      if (metrics_ != nullptr) {
+        metrics_->limit_refused.Add({{"limit", "max_groups"}}).Increment();
+      }
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "limits.max_groups: group limit reached (", max_groups_, " groups)"));
+    }
+    std::shared_ptr<GroupMetrics> group_metrics = MetricsFor(spec.name);
+    group = std::make_shared<Group>(std::move(spec), &generations_, metrics_,
+                                    std::move(group_metrics), session_key_,
+                                    server_id_, inputs_);
+    if (first_generation > 0) {
+      group->UseOwnGenerations(first_generation);
+    }
+    ASIDE_RETURN_IF_ERROR(group->Init(persist));
+    groups_.Publish(current->With(group->name(), group));
+    SetAliasesLocked(group->name(), group->spec_snapshot()->aliases);
+    // A probe result that arrived between the first build and now found no
+    // group to rebuild (health observers look groups up by name): take it in
+    // now. Usually nothing changed and this publishes nothing.
+    group->Rebuild();
+    group->StartDiscovery();
+  }
+  // Outside write_mu_: observers fan out to their own subscribers, which
+  // must not hold up other additions and removals. They look the name up,
+  // so a removal that overtakes this call is harmless.
+  aside::MutexLock lock(&observers_mu_);
+  for (Observer* o : observers_) {
+    o->OnAdded(group);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
+                                   const Persist& persist,
+                                   uint64_t min_generation) {
+  aside::MutexLock lock(&write_mu_);
+  std::shared_ptr<const GroupMap> current = groups_.Acquire();
+  const GroupPtr* found = current->find(group->name());
+  if (found == nullptr || *found != group || spec.name != group->name()) {
+    return absl::NotFoundError(
+        absl::StrCat("group '", group->name(), "' not found"));
+  }
+  ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
+  std::vector<std::string> aliases = spec.aliases;
+  ASIDE_RETURN_IF_ERROR(
+      group->Update(std::move(spec), persist, min_generation));
+  SetAliasesLocked(group->name(), aliases);
+  return absl::OkStatus();
+}
+
+absl::Status GroupRegistry::CheckNamespace(const GroupSpec& spec) const {
+  aside::MutexLock lock(&write_mu_);
+  return CheckNamespaceLocked(spec, *groups_.Acquire());
+}
+
+absl::Status GroupRegistry::CheckNamespaceLocked(const GroupSpec& spec,
+                                                 const GroupMap& map) const {
+  // The groups that could collide: the owners of any alias (a name or an
+  // alias of `spec` may overlap theirs), and the groups an alias of `spec`
+  // names outright or by its first label. Sorted, for a stable answer.
+  std::set<std::string> candidates;
+  for (const auto& [alias, owner] : alias_owners_) {
+    candidates.insert(owner);
+  }
+  for (const std::string& alias : spec.aliases) {
+    const std::string folded = FoldDialedName(alias);
+    candidates.insert(std::string(GrpclbLabel(folded)));
+    candidates.insert(folded);
+  }
+  candidates.erase(spec.name);
+  for (const std::string& name : candidates) {
+    if (const GroupPtr* other = map.find(name); other != nullptr) {
+      ASIDE_RETURN_IF_ERROR(
+          CheckGroupNamespace(spec, *(*other)->spec_snapshot()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void GroupRegistry::SetAliasesLocked(const std::string& group,
+                                     const std::vector<std::string>& aliases) {
+  absl::erase_if(alias_owners_,
+                 [&](const auto& entry) { return entry.second == group; });
+  for (const std::string& alias : aliases) {
+    alias_owners_.emplace(alias, group);
+  }
+}
+
+void GroupRegistry::AddObserver(Observer* observer) {
+  aside::MutexLock lock(&observers_mu_);
+  observers_.push_back(observer);
+}
+
+void GroupRegistry::RemoveObserver(Observer* observer) {
+  aside::MutexLock lock(&observers_mu_);
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer),
+                   observers_.end());
+}
+
+absl::Status GroupRegistry::Remove(absl::string_view name,
+                                   const Persist& persist,
+                                   uint64_t removal_generation) {
+  aside::MutexLock lock(&write_mu_);
+  std::shared_ptr<const GroupMap> current = groups_.Acquire();
+  if (!current->contains(name)) {
+    return absl::NotFoundError(
+        absl::StrCat("group '", EchoName(name), "' not found"));
+  }
+  const uint64_t generation =
+      removal_generation > 0 ? removal_generation : generations_.Next();
+  if (persist) {
+    ASIDE_RETURN_IF_ERROR(persist(generation));
+  }
+  GroupPtr removed = *current->find(name);
+  removed->StopDiscovery();
+  groups_.Publish(current->Without(name));
+  SetAliasesLocked(removed->name(), {});
+  removed->NotifyRemoved(generation);
+  return absl::OkStatus();
+}
+
+}  // namespace aside::server

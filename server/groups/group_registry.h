@@ -1,0 +1,384 @@
+// Groups at run time: each group turns its declared spec (plus health and
+// load, as later layers supply them) into an immutable Table and publishes
+// it; picks read the published table without locks.
+//
+// A build has three parts, each in its own file: the side state a group
+// keeps about its members (group_member_state.h: health handles, outlier
+// ejections, slow-start and zone timers) is synced first; the table's
+// contents follow from it (group_table_builder.h, pure); and the Group here
+// decides whether anything changed and, only then, takes a generation and
+// publishes.
+#ifndef ASIDE_SERVER_GROUPS_GROUP_REGISTRY_H_
+#define ASIDE_SERVER_GROUPS_GROUP_REGISTRY_H_
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "lib/clock.h"
+#include "lib/load/load_tracker.h"
+#include "lib/snapshot_cell.h"
+#include "lib/sync.h"
+#include "lib/table.h"
+#include "server/base/group_metrics.h"
+#include "server/base/metrics.h"
+#include "server/groups/group_map.h"
+#include "server/groups/group_member_state.h"
+#include "server/groups/table_encoding.h"
+#include "server/health/health_registry.h"
+#include "server/health/outlier_detector.h"
+#include "server/schema/group_spec.h"
+
+namespace aside::server {
+
+// Hands out table generations: strictly increasing across all groups of
+// the process, starting above `base` (see GroupRegistry). With a reserver
+// (the state store), generations are reserved in blocks so that a restart
+// never hands out one that was already used, even when the clock went back.
+// Thread-safe: Next and last from any thread; mu_ guards last_ and
+// reserved_, and the reserver runs under it (generations are handed out in
+// order of their reservation).
+class GenerationSource {
+ public:
+  static constexpr uint64_t kReserveBlock = 1'000'000;
+  using Reserver = std::function<absl::Status(uint64_t floor)>;
+
+  explicit GenerationSource(uint64_t base, Reserver reserver = nullptr);
+  uint64_t Next();
+  // Makes the next generation at least `next` (never lowers it).
+  void Raise(uint64_t next);
+  uint64_t last() const;
+
+ private:
+  mutable aside::Mutex mu_;
+  uint64_t last_ ABSL_GUARDED_BY(mu_);
+  uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  Reserver reserver_;
+};
+
+// Writes a change to durable storage before it is published; receives the
+// generation the change will be published with. An error aborts the change.
+using Persist = std::function<absl::Status(uint64_t generation)>;
+
+class DnsDiscovery;
+class HealthRegistry;
+class LoadAggregator;
+class RebuildScheduler;
+
+// What groups use to follow inputs that change on their own: DNS answers,
+// probe results, passive health from load reports, slow-start ramps. Any may
+// be null (no probing: every member healthy).
+struct GroupInputs {
+  DnsDiscovery* dns = nullptr;
+  RebuildScheduler* scheduler = nullptr;
+  HealthRegistry* health = nullptr;
+  // Utilisation for the locality policy's zone weights.
+  const LoadAggregator* loads = nullptr;
+  const Clock* clock = &SystemClock::Get();
+};
+
+// One group. Thread rules:
+// - table(), spec(), spec_snapshot(): any thread, lock-free.
+// - Init, Update, Rebuild: any thread (Admin handlers, the config loader,
+//   the RebuildScheduler's thread, DNS callbacks without a scheduler);
+//   they serialise on mu_, which guards spec_, the DNS watch id and the
+//   member side state (members_, except its outlier detector).
+// - OnLoadReport, Ejections: any thread; they touch only the table (read
+//   lock-free) and the outlier detector (its own lock), never mu_.
+// - OnDnsResult: DNS threads; dns_mu_ guards the discovered members.
+// - Listeners: listeners_mu_ (after mu_); encodings: encode_mu_ (after
+//   listeners_mu_); the rebuild count: rebuilds_mu_ (taken alone).
+class Group : public std::enable_shared_from_this<Group> {
+ public:
+  // Told about every publication (Watch streams). Callbacks run on the
+  // publishing thread with the group's locks held: they must only note the
+  // change and start non-blocking work, never call back into the group's
+  // mutating methods.
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    virtual void OnPublish(Group& group) = 0;
+    // The group was deleted; `generation` is the deletion's.
+    virtual void OnRemoved(Group& group, uint64_t generation) = 0;
+  };
+
+  Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
+        std::shared_ptr<GroupMetrics> group_metrics,
+        std::shared_ptr<const std::string> session_key,
+        std::string server_id = "", GroupInputs inputs = {});
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& server_id() const { return server_id_; }
+  // The current table; never null after Init() succeeded.
+  TableConstPtr table() const { return table_.Acquire(); }
+  // The current spec; lock-free (safe from listener callbacks).
+  GroupSpec spec() const;
+  std::shared_ptr<const GroupSpec> spec_snapshot() const;
+  // Never null when the registry was given Metrics.
+  const GroupMetrics* metrics() const { return group_metrics_.get(); }
+
+  // Builds the first table and, when `persist` succeeds (if given),
+  // publishes it.
+  absl::Status Init(const Persist& persist = nullptr);
+  // Gives the group a generation counter of its own, starting at
+  // `first` (a store revision's generation; see store.h), instead of the
+  // registry's. Before Init only.
+  void UseOwnGenerations(uint64_t first);
+  // Builds a table from `spec`, persists (if given), then publishes it and
+  // keeps the spec. An update is an acknowledged mutation: it always takes
+  // a new generation, newer than any before, even when nothing visible
+  // changed. On a build or persist error the table and spec stay as they
+  // were.
+  // With `min_generation` (a store revision's generation) the new table's
+  // generation is at least that.
+  absl::Status Update(GroupSpec spec, const Persist& persist = nullptr,
+                      uint64_t min_generation = 0);
+  // Rebuilds the table from the current spec and inputs (health, load) and,
+  // only if anything a pick or a subscriber sees changed, publishes it with
+  // a new generation (a no-op rebuild takes no generation). Called off the
+  // request path; concurrent calls are serialised.
+  void Rebuild();
+  // Rebuild() calls completed so far, whether they published or not, and a
+  // bounded wait for their count to reach `count` (an event to wait on
+  // instead of sleeping while timers run). True when it did.
+  uint64_t rebuilds() const;
+  bool AwaitRebuilds(uint64_t count, absl::Duration timeout) const;
+
+  void AddListener(Listener* listener);
+  void RemoveListener(Listener* listener);
+  // Tells the listeners the group is gone (called by the registry).
+  void NotifyRemoved(uint64_t generation);
+
+  // The newest table in Watch's wire form: encoded once per generation (its
+  // full form on first use) and shared by all subscribers.
+  std::shared_ptr<const EncodedUpdate> Encoded();
+
+  // Starts following the spec's DNS name (if any). Called once the group is
+  // published; StopDiscovery() before it is dropped.
+  void StartDiscovery();
+  void StopDiscovery();
+  // A DNS answer (or failure) for this group: new members are taken in a
+  // coalesced rebuild; a failure keeps the last members and is reported.
+  void OnDnsResult(const absl::StatusOr<std::vector<Backend>>& members);
+  // The last DNS failure ("" when the last resolution succeeded).
+  std::string dns_error() const;
+
+  // Passive health from load reports (ReportLoad, grpclb): new requests and
+  // failures of one backend since the reporter's last report, and the
+  // failures in a row it sees now. Ejections take effect in a rebuild.
+  // The mean latencies of those requests also feed the server's load models
+  // (peak-EWMA, least-time), so server-side picks see the fleet's view.
+  // `failures_corroborated` false (reporters holding most of the weight see
+  // no failures in a row; LoadAggregator) keeps the batch away from outlier
+  // detection.
+  void OnLoadReport(const std::string& address, uint64_t requests,
+                    uint64_t failures, uint32_t consecutive_failures,
+                    absl::Duration mean_latency,
+                    absl::Duration mean_first_byte_latency,
+                    bool failures_corroborated = true);
+  // Current outlier ejections of this group's backends.
+  std::vector<OutlierDetector::Ejection> Ejections() const;
+
+ private:
+  // Syncs the member side state with `spec` and the discovered members,
+  // schedules the next timed rebuild, and returns what the table would be
+  // (without a generation).
+  TableSpec PrepareLocked(const GroupSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a new generation and builds the table.
+  absl::StatusOr<TableConstPtr> CreateTableLocked(TableSpec next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RebuildLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishLocked(TableConstPtr table, int64_t build_start_nanos)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Schedules the next rebuild a slow-start ramp, an ejection expiry or a
+  // zone weight update needs.
+  void ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WatchDnsLocked(const GroupSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnwatchDnsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string name_;
+  // The registry's, or own_generations_ (set before Init, then fixed).
+  GenerationSource* generations_;
+  std::unique_ptr<GenerationSource> own_generations_;
+  Metrics* const metrics_;
+  const std::shared_ptr<const std::string> session_key_;
+  const std::string server_id_;
+  const std::shared_ptr<GroupMetrics> group_metrics_;
+  LoadTracker loads_;
+  SnapshotCell<Table> table_;
+
+  const GroupInputs inputs_;
+  SnapshotCell<GroupSpec> spec_cell_;
+  mutable aside::Mutex mu_;
+  GroupSpec spec_ ABSL_GUARDED_BY(mu_);
+  uint64_t dns_watch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Health handles, join times, zone smoothing: guarded by mu_; its
+  // outlier detector locks itself (see GroupMemberState).
+  GroupMemberState members_;
+
+  // Written by DNS callbacks, read by table builds. Taken alone or after
+  // mu_, never before it: DNS callbacks take it while an Unwatch (under mu_)
+  // waits for them.
+  mutable aside::Mutex dns_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<Backend> dns_members_ ABSL_GUARDED_BY(dns_mu_);
+  std::string dns_error_ ABSL_GUARDED_BY(dns_mu_);
+
+  // Taken alone.
+  mutable aside::Mutex rebuilds_mu_;
+  uint64_t rebuilds_ ABSL_GUARDED_BY(rebuilds_mu_) = 0;
+
+  mutable aside::Mutex listeners_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<Listener*> listeners_ ABSL_GUARDED_BY(listeners_mu_);
+
+  // The tables published before the current one, oldest first (the last is
+  // the base of its delta; all are bases of combined deltas, at most
+  // kDeltaBases) and the encoding of the current one, built on first use.
+  aside::Mutex encode_mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
+  std::deque<TableConstPtr> recent_tables_ ABSL_GUARDED_BY(encode_mu_);
+  std::shared_ptr<const EncodedUpdate> encoded_ ABSL_GUARDED_BY(encode_mu_);
+};
+
+using GroupPtr = std::shared_ptr<Group>;
+
+// All groups by name. Find() is lock-free (the map is an immutable snapshot
+// replaced on add and remove).
+//
+// Thread rules: Find, List, size from any thread (lock-free); Add and Remove
+// from any thread, serialised on write_mu_ (which guards metrics_by_name_);
+// set_inputs and set_session_key during start-up only, before groups are
+// added. AddObserver and RemoveObserver from any thread; observers_mu_
+// guards the observers and is taken alone (never with write_mu_), and held
+// while they are told, so an observer is never called after
+// RemoveObserver returned.
+class GroupRegistry {
+ public:
+  // Told about every group added (Watch streams waiting for a name).
+  // OnAdded runs on the adding thread once the group is in the map (Find
+  // returns it) and its first table is published, with observers_mu_ held
+  // and no other registry or group lock: it may take its own locks and call
+  // Find and the group's listener methods, but must not add or remove
+  // groups or (un)register observers. A group may already be removed again
+  // by the time it is told; look the name up rather than trust `group`.
+  class Observer {
+   public:
+    virtual ~Observer() = default;
+    virtual void OnAdded(const GroupPtr& group) = 0;
+  };
+
+  // `generation_base`: generations start above it. The server passes the
+  // start time in microseconds since the epoch (or the persisted generation,
+  // if higher) so generations never go backwards across restarts. Fails
+  // when no random bytes can be drawn for the session key or server id.
+  static absl::StatusOr<std::unique_ptr<GroupRegistry>> Create(
+      Metrics* metrics, uint64_t generation_base, size_t max_groups,
+      GenerationSource::Reserver reserver = nullptr);
+
+  // Installs DNS discovery and the rebuild scheduler (before groups are
+  // added).
+  void set_inputs(GroupInputs inputs) { inputs_ = inputs; }
+
+  GroupPtr Find(absl::string_view name) const;
+  // Sorted by name.
+  std::vector<GroupPtr> List() const;
+  size_t size() const;
+
+  // Adds a validated group, persists it (if `persist` is given) and
+  // publishes its first table. ALREADY_EXISTS, RESOURCE_EXHAUSTED (max
+  // groups), the table build error or the persist error; on error nothing
+  // changes.
+  // Names and aliases are one namespace (see CheckGroupNamespace): a name
+  // or alias that would take another group's grpclb clients is refused with
+  // ALREADY_EXISTS naming the owner, checked under the same lock as the
+  // change itself. With `first_generation` (a store revision's generation)
+  // the group counts its own generations from there
+  // (Group::UseOwnGenerations).
+  absl::Status Add(GroupSpec spec, const Persist& persist = nullptr,
+                   uint64_t first_generation = 0);
+  // Updates `group` (which must still be registered) to `spec` through
+  // Group::Update (with `min_generation`, see there), after the same
+  // namespace check. Changes that may touch aliases go through here, never
+  // through Group::Update directly.
+  absl::Status Update(const GroupPtr& group, GroupSpec spec,
+                      const Persist& persist = nullptr,
+                      uint64_t min_generation = 0);
+  // The namespace check alone, for a write that must be refused before it
+  // reaches a shared store (Add and Update check again under their lock).
+  absl::Status CheckNamespace(const GroupSpec& spec) const;
+  // Removes a group after persisting the removal (if given); its listeners
+  // hear OnRemoved, with `generation` when given (a store revision's), else
+  // a new one of the registry's.
+  absl::Status Remove(absl::string_view name, const Persist& persist = nullptr,
+                      uint64_t generation = 0);
+
+  // Registers an observer of added groups; RemoveObserver waits for a call
+  // in progress to return, after which the observer may be destroyed.
+  void AddObserver(Observer* observer);
+  void RemoveObserver(Observer* observer);
+
+  GenerationSource& generations() { return generations_; }
+  // Random per process; tells Watch subscribers which server's generation
+  // space an update belongs to.
+  const std::string& server_id() const { return server_id_; }
+  const std::shared_ptr<const std::string>& session_key() const {
+    return session_key_;
+  }
+  // Installs the key that signs sticky session tokens (before groups are
+  // added).
+  void set_session_key(std::string key);
+
+ private:
+  using GroupMap = ShardedMap<GroupPtr>;
+
+  GroupRegistry(Metrics* metrics, uint64_t generation_base, size_t max_groups,
+                GenerationSource::Reserver reserver, std::string session_key,
+                std::string server_id);
+
+  Metrics* const metrics_;
+  const size_t max_groups_;
+  GenerationSource generations_;
+  std::shared_ptr<const std::string> session_key_;
+  std::string server_id_;
+  GroupInputs inputs_;
+  std::shared_ptr<GroupMetrics> MetricsFor(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // The namespace check of `spec` against every other group of `map`.
+  absl::Status CheckNamespaceLocked(const GroupSpec& spec,
+                                    const GroupMap& map) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  void SetAliasesLocked(const std::string& group,
+                        const std::vector<std::string>& aliases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+
+  SnapshotCell<GroupMap> groups_;
+  mutable aside::Mutex write_mu_;  // serialises Add/Remove
+  absl::flat_hash_map<std::string, std::weak_ptr<GroupMetrics>> metrics_by_name_
+      ABSL_GUARDED_BY(write_mu_);
+  // metrics_by_name_ is swept of expired entries when it reaches this size
+  // (then set to twice what is left), so that adding G groups costs O(G).
+  size_t metrics_sweep_at_ ABSL_GUARDED_BY(write_mu_) = 64;
+  // Every alias of every group, with its group's name.
+  absl::flat_hash_map<std::string, std::string> alias_owners_
+      ABSL_GUARDED_BY(write_mu_);
+
+  aside::Mutex observers_mu_;
+  std::vector<Observer*> observers_ ABSL_GUARDED_BY(observers_mu_);
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_GROUPS_GROUP_REGISTRY_H_

@@ -1,0 +1,198 @@
+#include "server/load/load_view_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/base/log.h"
+#include "server/net/guarded_relay.h"
+
+namespace aside::server {
+
+// One LoadView stream: one write in flight, the newest export next.
+class LoadViewService::Stream final
+    : public grpc::ServerWriteReactor<v1::LoadViewUpdate> {
+ public:
+  Stream(LoadViewService* service, std::string subscriber)
+      : service_(service), subscriber_(std::move(subscriber)) {}
+
+  // Offers `exported` (called with the service's mu_ held).
+  void Offer(std::shared_ptr<const ExportedLoads> exported) {
+    aside::MutexLock lock(&mu_);
+    pending_ = std::move(exported);
+    WriteNextLocked();
+  }
+
+  void Shutdown() {
+    aside::MutexLock lock(&mu_);
+    FinishLocked(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+  }
+
+  void OnWriteDone(bool ok) override {
+    aside::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      return;
+    }
+    WriteNextLocked();
+  }
+
+  void OnCancel() override {
+    aside::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    {
+      aside::MutexLock lock(&service_->mu_);
+      service_->streams_.erase(this);
+      if (service_->metrics_ != nullptr) {
+        service_->metrics_->subscribers.Set(
+            static_cast<double>(service_->streams_.size()));
+      }
+    }
+    Log(LogLevel::kInfo, "fleet.load_view_subscriber_left",
+        {{"subscriber", subscriber_}});
+    delete this;
+  }
+
+ private:
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || pending_ == nullptr) {
+      return;
+    }
+    update_ = DiffExports(last_sent_.get(), *pending_);
+    if (last_sent_ == nullptr) {
+      update_.set_replica_id(service_->replica_id_);
+    }
+    last_sent_ = std::move(pending_);
+    pending_ = nullptr;
+    if (LoadViewMetrics* m = service_->metrics_; m != nullptr) {
+      m->bytes_sent.Increment(static_cast<double>(update_.ByteSizeLong()));
+      m->updates_sent.Increment();
+      m->entries_sent.Increment(update_.loads_size());
+    }
+    writing_ = true;
+    StartWrite(&update_);
+  }
+
+  void FinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!finished_) {
+      finished_ = true;
+      Finish(status);
+    }
+  }
+
+  LoadViewService* const service_;
+  const std::string subscriber_;
+  aside::Mutex mu_;
+  v1::LoadViewUpdate update_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const ExportedLoads> last_sent_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const ExportedLoads> pending_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+namespace {
+
+// A stream refused at once.
+class Refused final : public grpc::ServerWriteReactor<v1::LoadViewUpdate> {
+ public:
+  explicit Refused(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+LoadViewService::LoadViewService(std::string replica_id, LoadAggregator* loads,
+                                 const ReportAuth* auth,
+                                 absl::Duration interval,
+                                 LoadViewMetrics* metrics)
+    : replica_id_(std::move(replica_id)),
+      loads_(loads),
+      auth_(auth),
+      interval_(interval),
+      metrics_(metrics) {
+  ticker_ = std::thread([this] { Ticker(); });
+}
+
+LoadViewService::~LoadViewService() {
+  Shutdown();
+  {
+    aside::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  ticker_.join();
+}
+
+grpc::ServerWriteReactor<v1::LoadViewUpdate>* LoadViewService::LoadView(
+    grpc::CallbackServerContext* context, const v1::LoadViewRequest* request) {
+  if (auth_ != nullptr) {
+    ReportAuth::Reporter reporter;
+    if (grpc::Status s = auth_->Authorize(*context, &reporter); !s.ok()) {
+      return new Refused(s);
+    }
+  }
+  if (request->replica_id().empty() || request->replica_id().size() > 256) {
+    return new Refused(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "replica_id: required, at most 256 bytes"));
+  }
+  if (request->replica_id() == replica_id_) {
+    return new Refused(
+        grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                     absl::StrCat("replica_id: '", replica_id_,
+                                  "' is this replica; it does not subscribe "
+                                  "to itself")));
+  }
+  aside::MutexLock lock(&mu_);
+  if (shutting_down_) {
+    return new Refused(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+  }
+  auto* stream = new Stream(this, request->replica_id());
+  streams_.insert(stream);
+  if (metrics_ != nullptr) {
+    metrics_->subscribers.Set(static_cast<double>(streams_.size()));
+  }
+  Log(LogLevel::kInfo, "fleet.load_view_subscriber",
+      {{"subscriber", request->replica_id()},
+       {"peer", ClientPeer(context->peer())}});
+  stream->Offer(ExportLocked());
+  return stream;
+}
+
+std::shared_ptr<const ExportedLoads> LoadViewService::ExportLocked() {
+  return ids_.Next(loads_->ExportLocal());
+}
+
+void LoadViewService::Shutdown() {
+  aside::MutexLock lock(&mu_);
+  shutting_down_ = true;
+  for (Stream* s : streams_) {
+    s->Shutdown();
+  }
+}
+
+size_t LoadViewService::streams() const {
+  aside::MutexLock lock(&mu_);
+  return streams_.size();
+}
+
+void LoadViewService::Ticker() {
+  aside::MutexLock lock(&mu_);
+  while (!stop_) {
+    mu_.AwaitWithTimeout(aside::Cond(&stop_), interval_);
+    if (stop_) {
+      break;
+    }
+    if (streams_.empty() || shutting_down_) {
+      continue;
+    }
+    std::shared_ptr<const ExportedLoads> exported = ExportLocked();
+    for (Stream* s : streams_) {
+      s->Offer(exported);
+    }
+  }
+}
+
+}  // namespace aside::server

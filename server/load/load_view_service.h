@@ -1,0 +1,80 @@
+// aside.v1.Fleet/LoadView, the publishing side: streams this replica's own
+// load aggregates (LoadAggregator::ExportLocal) to peers that subscribe.
+//
+// A new stream gets a snapshot at once; then, every `interval`, one
+// ticker thread exports once and offers the export to every stream, which
+// sends what changed since the export it last sent (load_view_codec.h). A
+// stream still writing keeps only the newest export for later: a slow
+// subscriber gets fewer, larger updates, never a backlog. An update with
+// nothing in it is the heartbeat that tells the subscriber this replica is
+// alive.
+//
+// Subscribers need the `report` role or open mode (ReportAuth); a
+// subscriber that names this replica's own id is refused with
+// FAILED_PRECONDITION so that a replica never merges its own view.
+//
+// Threads: gRPC callback threads run the streams; the ticker offers
+// exports. Locks: the service's mu_ before a stream's, never after.
+#ifndef ASIDE_SERVER_LOAD_LOAD_VIEW_SERVICE_H_
+#define ASIDE_SERVER_LOAD_LOAD_VIEW_SERVICE_H_
+
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
+#include "aside/v1/fleet.grpc.pb.h"
+#include "lib/sync.h"
+#include "server/auth/report_auth.h"
+#include "server/load/load_aggregator.h"
+#include "server/load/load_view_codec.h"
+#include "server/load/load_view_metrics.h"
+
+namespace aside::server {
+
+class LoadViewService final : public v1::Fleet::CallbackService {
+ public:
+  // `loads`, `auth` and `metrics` (any may be null but loads) must outlive
+  // this.
+  LoadViewService(std::string replica_id, LoadAggregator* loads,
+                  const ReportAuth* auth, absl::Duration interval,
+                  LoadViewMetrics* metrics);
+  ~LoadViewService() override;
+
+  grpc::ServerWriteReactor<v1::LoadViewUpdate>* LoadView(
+      grpc::CallbackServerContext* context,
+      const v1::LoadViewRequest* request) override;
+
+  // Ends every stream with UNAVAILABLE and refuses new ones. Idempotent.
+  void Shutdown();
+
+  const std::string& replica_id() const { return replica_id_; }
+  size_t streams() const;
+
+ private:
+  class Stream;
+
+  void Ticker();
+  // A fresh export (ids kept from the last one).
+  std::shared_ptr<const ExportedLoads> ExportLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string replica_id_;
+  LoadAggregator* const loads_;
+  const ReportAuth* const auth_;
+  const absl::Duration interval_;
+  LoadViewMetrics* const metrics_;
+
+  mutable aside::Mutex mu_;
+  std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
+  ExportIds ids_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread ticker_;
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_LOAD_LOAD_VIEW_SERVICE_H_

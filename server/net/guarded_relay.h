@@ -1,0 +1,94 @@
+// Moves a plaintext gRPC port's bytes between each client and gRPC through
+// an H2RequestGuard (server/net/h2_request_guard.h), so that an oversized
+// request is refused before gRPC buffers it.
+//
+// The connection gate (server/net/connection_gate.h) accepts a client and calls
+// Adopt(); gRPC gets one end of a Unix socket pair, the relay keeps the
+// other and the client's socket. The relay's end is bound to an abstract
+// name that carries the client's address, so that gRPC's peer string
+// ("unix-abstract:aside-relay/…/ipv4:10.0.0.7:51234") still names the
+// client: ClientPeer() turns it back into "ipv4:10.0.0.7:51234" for
+// everything that reads a call's peer. A bound socket that never listens
+// takes no connections, so nothing else can reach gRPC through the name.
+//
+// - Each direction buffers at most kHighWater (256 KiB) before the relay
+//   stops reading its source: a peer that does not read slows the other
+//   down through TCP, as it would against gRPC directly.
+// - An end-of-stream from the client is passed on (shutdown of the pair's
+//   write side) once its bytes are. gRPC closing its end gives the client
+//   what gRPC sent, then an end of stream (a FIN, so that nothing sent is
+//   lost to a reset); the connection closes when the client closes too, or
+//   after a grace of 1 s. An error on the client's side, and the guard's
+//   failure, close both at once.
+// - Threads: `threads` relay threads (epoll), connections spread round
+//   robin; each connection lives on one thread and shares no state.
+//
+// Metrics: aside_limit_refused_total{limit=<options.guard.limit_name>}
+// counts refused calls (server/base/metrics.h).
+//
+// Thread-safety: Adopt() from one thread (the gate's); the destructor from
+// the owner once no Adopt() runs. Cost per connection: two descriptors and
+// two epoll registrations more than gRPC alone, and per byte one read, one
+// copy and one write more.
+#ifndef ASIDE_SERVER_NET_GUARDED_RELAY_H_
+#define ASIDE_SERVER_NET_GUARDED_RELAY_H_
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "server/base/metrics.h"
+#include "server/net/h2_request_guard.h"
+
+namespace aside::server {
+
+struct GuardedRelayOptions {
+  H2RequestGuardOptions guard;
+  int threads = 1;             // at least 1
+  std::string tag = "grpc";    // in the socket names: which port
+  Metrics* metrics = nullptr;  // not null; outlives the relay
+};
+
+class GuardedRelay {
+ public:
+  static constexpr size_t kHighWater = 256 << 10;
+
+  static std::unique_ptr<GuardedRelay> Start(GuardedRelayOptions options);
+  GuardedRelay(const GuardedRelay&) = delete;
+  GuardedRelay& operator=(const GuardedRelay&) = delete;
+  // Closes every relayed connection and joins the threads.
+  ~GuardedRelay();
+
+  // Takes `client` (a connected socket) whose address is `addr`, and
+  // returns the descriptor for gRPC; or -1 (errno set) and `client` stays
+  // the caller's.
+  int Adopt(int client, const sockaddr* addr, socklen_t len);
+
+  class Worker;
+
+ private:
+  GuardedRelay() = default;
+
+  GuardedRelayOptions options_;
+  uint64_t next_seq_ = 0;
+  size_t next_worker_ = 0;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> threads_;
+};
+
+// gRPC's form of a socket address: "ipv4:1.2.3.4:5", "ipv6:[::1]:5" (a
+// v4-mapped IPv6 address in the IPv4 form, as gRPC writes it).
+std::string GrpcPeerString(const sockaddr* addr, socklen_t len);
+
+// The client's address of a call: what the relay's socket name carries, or
+// `grpc_peer` itself for a connection that did not come through a relay.
+std::string ClientPeer(absl::string_view grpc_peer);
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_NET_GUARDED_RELAY_H_

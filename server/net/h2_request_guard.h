@@ -1,0 +1,136 @@
+// Refuses an oversized gRPC request message before gRPC buffers it.
+//
+// gRPC 1.51 checks a request against its receive limit only once the whole
+// message is in memory: its HTTP/2 transport grants the peer flow-control
+// window until the length the message's prefix declares has arrived, so one
+// 1 GiB Pick costs 1 GiB however small the limit. The guard sits between
+// the client's bytes and gRPC's (server/net/guarded_relay.h moves them) and
+// reads the HTTP/2 frames going by: every request DATA frame is held until
+// it is whole (at most the frame size the server announced, 16 KiB by
+// default) and its gRPC message prefixes (1 flag byte, 4 length bytes, per
+// message; gRPC's wire format, PROTOCOL-HTTP2.md) are read. A prefix
+// declaring more than the limit ends that call at once:
+//
+//   - gRPC gets RST_STREAM(CANCEL) for the stream and never the frame;
+//   - the client gets the stream's trailers, grpc-status 8
+//     (RESOURCE_EXHAUSTED) and a grpc-message naming the limit (after the
+//     response headers if gRPC already sent them, otherwise as a
+//     trailers-only response), then RST_STREAM(NO_ERROR);
+//   - the frame and every later DATA frame of that stream are dropped, and
+//     the client's connection window is given back with WINDOW_UPDATE, so
+//     the connection's other calls go on.
+//
+// So a request costs at most its limit and one frame in gRPC's buffers, and
+// an oversized one one frame here. Everything else passes unchanged and
+// unparsed beyond the 9-byte frame headers. The guard's own frames to the
+// client go between the server's frames, never inside one, and never
+// before the server's first SETTINGS. Header blocks are never altered:
+// HPACK state stays the two ends' own (the guard's trailers are literals
+// that touch no dynamic table).
+//
+// What the guard does not judge it leaves to gRPC: a byte stream that is
+// not HTTP/2, a frame larger than the announced size or a malformed DATA
+// frame turns the guard into a plain pipe for the rest of the connection
+// (`passthrough()`), and gRPC closes the connection for the error. It
+// tracks one entry per open stream; past `max_streams` open streams it
+// stops the connection (`failed()`; the relay closes it).
+//
+// Thread-safety: none; one guard per connection, used by one thread.
+// Cost: per byte, a copy into the output buffers; per request DATA frame, a
+// walk over its message prefixes; per open stream, a hash-map entry.
+#ifndef ASIDE_SERVER_NET_H2_REQUEST_GUARD_H_
+#define ASIDE_SERVER_NET_H2_REQUEST_GUARD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace aside::server {
+
+struct H2RequestGuardOptions {
+  // The largest request message accepted, in bytes (gRPC's own limit on the
+  // port: refusing here what gRPC would refuse anyway).
+  uint32_t max_message_bytes = 4 << 20;
+  // Named in the refusal, e.g. "limits.max_receive_message_bytes".
+  std::string limit_name = "limits.max_receive_message_bytes";
+  // Open streams tracked before the connection is given up (a client that
+  // honours the server's max concurrent streams stays far below).
+  uint32_t max_streams = 4096;
+};
+
+class H2RequestGuard {
+ public:
+  explicit H2RequestGuard(H2RequestGuardOptions options);
+
+  // Bytes from the client. Appends to `to_server` what gRPC may read and to
+  // `to_client` the guard's own frames that can go now.
+  void FromClient(std::string_view bytes, std::string* to_server,
+                  std::string* to_client);
+  // Bytes from gRPC. Appends them to `to_client`, with the guard's pending
+  // frames at the frame boundaries.
+  void FromServer(std::string_view bytes, std::string* to_client);
+
+  // Calls refused so far.
+  uint64_t refused() const { return refused_; }
+  // The largest message length a refused call declared.
+  uint64_t largest_refused() const { return largest_refused_; }
+  bool passthrough() const { return passthrough_; }
+  // Too many open streams: the connection should be closed.
+  bool failed() const { return failed_; }
+  // Bytes held (a partial frame), for tests.
+  size_t held() const { return client_frame_.size(); }
+  size_t tracked_streams() const { return streams_.size(); }
+
+ private:
+  struct Stream {
+    uint8_t prefix[5] = {0, 0, 0, 0, 0};
+    uint8_t prefix_have = 0;
+    uint32_t message_left = 0;  // bytes of the current message to come
+    bool server_headers = false;
+    bool refused = false;
+  };
+
+  void OnClientFrame(std::string_view frame, std::string* to_server,
+                     std::string* to_client);
+  void OnClientData(uint32_t stream_id, uint8_t flags, std::string_view frame,
+                    std::string* to_server, std::string* to_client);
+  // The largest declared message length in `data` if it exceeds the limit
+  // (updating the stream's state as if read), otherwise 0.
+  uint64_t Walk(Stream& s, std::string_view data);
+  void Refuse(uint32_t stream_id, Stream& s, uint64_t declared,
+              std::string* to_server);
+  void OnServerFrameHeader(const uint8_t* header);
+  void FlushInjected(std::string* to_client);
+
+  const H2RequestGuardOptions options_;
+  bool passthrough_ = false;
+  bool failed_ = false;
+  uint64_t refused_ = 0;
+  uint64_t largest_refused_ = 0;
+
+  // Client to server: the preface, then whole frames for DATA (held in
+  // `client_frame_`) and streamed payloads for everything else.
+  size_t preface_left_;
+  std::string client_frame_;         // header (and, for DATA, payload) so far
+  uint32_t client_stream_left_ = 0;  // payload bytes of a streamed frame
+  uint32_t last_client_stream_ = 0;
+  absl::flat_hash_map<uint32_t, Stream> streams_;
+
+  // Server to client: frame headers are read, payloads streamed; SETTINGS
+  // payloads are read for the frame size.
+  uint8_t server_header_[9] = {};
+  uint8_t server_header_have_ = 0;
+  uint32_t server_payload_left_ = 0;
+  bool server_settings_ = false;
+  std::string settings_;
+  bool server_started_ = false;  // its first frame (SETTINGS) went out
+  uint32_t max_frame_ = 16384;
+  std::string injected_;  // the guard's frames waiting for a boundary
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_NET_H2_REQUEST_GUARD_H_

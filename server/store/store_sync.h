@@ -1,0 +1,139 @@
+// Keeps the GroupRegistry's store-owned groups equal to what the Store holds
+// (server/store/store.h), whichever store runs: the snapshot at start, the
+// change feed after it (in revision order), a fresh snapshot after a resync;
+// and Admin writes, which go to the store first and are applied here once it
+// committed them.
+//
+// Revisions. For every stored name it remembers the revision last applied
+// (deletions included), and applies a change only when it is newer: the
+// change feed and the Admin thread that wrote a change may both deliver it,
+// in either order, and an older one never overwrites a newer one. Beside
+// each revision it keeps the definition stored at it, so that an Admin
+// read-modify-write (Mutate) takes the two as one pair and conditions its
+// write on the very revision it read.
+//
+// Generations (store.h): with a store whose generations derive from
+// revisions, a change at revision R publishes the group at R << 20 on every
+// replica, and its removal carries R << 20.
+//
+// Groups the config file declares win over stored groups of the same name
+// (logged as state.group_shadowed). A stored definition that does not
+// convert or validate is logged (store.bad_value) and counted
+// (aside_store_errors_total{kind="bad_value"}); the group keeps its last
+// good definition.
+//
+// Threads: any thread; mu_ serialises applications (it is taken before the
+// registry's and the groups' locks, never after).
+#ifndef ASIDE_SERVER_STORE_STORE_SYNC_H_
+#define ASIDE_SERVER_STORE_STORE_SYNC_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "lib/sync.h"
+#include "server/base/metrics.h"
+#include "server/groups/group_registry.h"
+#include "server/store/store.h"
+
+namespace aside::server {
+
+class StoreSync {
+ public:
+  // `metrics` may be null.
+  StoreSync(Store* store, GroupRegistry* groups, Metrics* metrics);
+
+  Store& store() { return *store_; }
+
+  // Applies the snapshot a server starts from. With `strict` a group that
+  // does not load fails the start (naming the store); otherwise it is
+  // logged and counted.
+  absl::Status ApplyInitial(const StoreSnapshot& snapshot, bool strict);
+  // Starts following the store's changes after `revision` (nullopt: no
+  // snapshot was applied; the store loads one when it answers).
+  void Follow(std::optional<int64_t> revision);
+  void StopFollowing();
+
+  // The feed (public for tests): a snapshot replaces every stored group.
+  void ApplySnapshot(const StoreSnapshot& snapshot);
+  void ApplyChanges(const std::vector<StoreChange>& changes);
+
+  // Admin writes are read-modify-writes of one stored group. `edit` gets
+  // the group's definition as stored at one revision (nullptr: absent) and
+  // returns the new definition, validated and store-owned (nullopt: delete
+  // the group), or an error to answer with. The write is conditioned on
+  // exactly the revision `edit` read, so it is never applied over a value it
+  // did not read:
+  //   - the first read is this replica's view; when `edit` refuses it with
+  //     NOT_FOUND or ALREADY_EXISTS, or `expected_revision` is newer, the
+  //     group is read from the store itself and `edit` runs again, so a
+  //     write made through another replica is seen, not contradicted;
+  //   - when the conditional write loses (the store moved on), with
+  //     kRetryOnConflict `edit` runs again on the value read from the
+  //     store, at most kMaxWriteAttempts times in all; with kAbortOnConflict
+  //     (or after the last attempt) the answer is ABORTED naming the
+  //     revision;
+  //   - `expected_revision` (0: none) is the caller's own precondition: the
+  //     write is made only on the definition stored at that revision,
+  //     ABORTED otherwise.
+  // `edit` may run more than once and must not have side effects. The
+  // result is the group as published (null after a delete), the generation
+  // (of a delete) and the store revision of the write.
+  enum class OnConflict { kRetryOnConflict, kAbortOnConflict };
+  static constexpr int kMaxWriteAttempts = 8;
+  using Edit = std::function<absl::StatusOr<std::optional<GroupSpec>>(
+      const GroupSpec* current)>;
+  struct Written {
+    GroupPtr group;
+    uint64_t generation = 0;
+    int64_t revision = 0;
+  };
+  absl::StatusOr<Written> Mutate(const std::string& name,
+                                 int64_t expected_revision,
+                                 OnConflict on_conflict, const Edit& edit);
+
+  // The revision last applied for `name` (0: none, or deleted).
+  int64_t revision(const std::string& name) const;
+
+ private:
+  struct Applied {
+    int64_t revision = 0;
+    bool present = false;
+    // The definition stored at `revision`, as validated (the last good one
+    // after a bad value); null when absent or never converted.
+    std::shared_ptr<const GroupSpec> spec;
+  };
+  // A definition and the store revision it was read at.
+  struct Read {
+    std::shared_ptr<const GroupSpec> spec;
+    int64_t revision = 0;
+  };
+  Read ReadLocal(const std::string& name) const;
+  absl::StatusOr<Read> ReadFromStore(const std::string& name) const;
+  // Writes `next` (nullopt: a delete) conditioned on `expected` and applies
+  // it here once committed.
+  absl::StatusOr<Written> Write(const std::string& name,
+                                std::optional<GroupSpec> next,
+                                int64_t expected);
+  // Applies one change if it is newer than what was applied for its name.
+  absl::Status ApplyLocked(const StoreChange& change)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t GenerationFor(int64_t revision) const;
+  void BadValue(const std::string& name, int64_t revision,
+                absl::string_view error);
+
+  Store* const store_;
+  GroupRegistry* const groups_;
+  Metrics* const metrics_;
+  mutable aside::Mutex mu_;
+  absl::flat_hash_map<std::string, Applied> applied_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_STORE_STORE_SYNC_H_

@@ -1,0 +1,355 @@
+// Groups on a fake clock with a manual rebuild scheduler: rebuilds take a
+// generation only for a published change, and timed rebuilds (merge window,
+// slow start, ejection expiry) happen when the clock says so. No sockets, no
+// sleeps.
+#include "server/groups/group_registry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "lib/clock.h"
+#include "server/groups/group_table_builder.h"
+#include "server/groups/rebuild_scheduler.h"
+#include "tests/testing/status_matchers.h"
+
+namespace aside::server {
+namespace {
+
+using ::aside::testing::StatusIs;
+using ::testing::HasSubstr;
+
+Backend Member(const std::string& address, uint32_t weight = 100) {
+  Backend b;
+  b.address = address;
+  b.weight = weight;
+  return b;
+}
+
+GroupSpec Spec(std::vector<Backend> backends) {
+  GroupSpec spec;
+  spec.name = "web";
+  spec.policy.kind = PolicyKind::kWeightedRoundRobin;
+  spec.health_check.kind = HealthCheckSpec::Kind::kNone;
+  spec.backends = std::move(backends);
+  return spec;
+}
+
+class GroupRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(registry_, GroupRegistry::Create(nullptr, 1000, 100));
+    registry_->set_inputs({.scheduler = &scheduler_, .clock = &clock_});
+  }
+
+  GroupPtr Add(GroupSpec spec) {
+    EXPECT_OK(registry_->Add(std::move(spec)));
+    return registry_->Find("web");
+  }
+
+  uint32_t Weight(const GroupPtr& g, const std::string& address) {
+    TableConstPtr t = g->table();
+    return t->member(static_cast<uint32_t>(t->Find(address))).weight;
+  }
+  bool Ready(const GroupPtr& g, const std::string& address) {
+    TableConstPtr t = g->table();
+    return t->member(static_cast<uint32_t>(t->Find(address))).ready;
+  }
+
+  // Moves the clock to the next pending rebuild and runs it.
+  bool RunNext() {
+    std::optional<int64_t> due = scheduler_.NextDue();
+    if (!due) {
+      return false;
+    }
+    if (*due > clock_.NowNanos()) {
+      clock_.Advance(absl::Nanoseconds(*due - clock_.NowNanos()));
+    }
+    return scheduler_.RunDue() > 0;
+  }
+
+  FakeClock clock_;
+  RebuildScheduler scheduler_{&clock_, RebuildScheduler::Mode::kManual};
+  std::unique_ptr<GroupRegistry> registry_;
+};
+
+TEST_F(GroupRegistryTest, NoOpRebuildTakesNoGeneration) {
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80"), Member("10.0.0.2:80")}));
+  TableConstPtr first = g->table();
+  const uint64_t taken = registry_->generations().last();
+  EXPECT_EQ(first->generation(), taken);
+
+  // Nothing changed: the same table stays published and no generation is
+  // used up.
+  const uint64_t rebuilds = g->rebuilds();
+  for (int i = 0; i < 5; ++i) {
+    g->Rebuild();
+  }
+  EXPECT_EQ(g->table(), first);
+  EXPECT_EQ(registry_->generations().last(), taken);
+  EXPECT_EQ(g->rebuilds(), rebuilds + 5);
+
+  // A real change publishes the next generation.
+  GroupSpec spec = g->spec();
+  spec.backends[1].drained = true;
+  ASSERT_OK(g->Update(spec));
+  EXPECT_EQ(g->table()->generation(), taken + 1);
+  EXPECT_FALSE(Ready(g, "10.0.0.2:80"));
+}
+
+// Records what an observer sees when it is told of an added group.
+class RecordingObserver : public GroupRegistry::Observer {
+ public:
+  explicit RecordingObserver(GroupRegistry* registry) : registry_(registry) {}
+  void OnAdded(const GroupPtr& group) override {
+    names.push_back(group->name());
+    found_by_name.push_back(registry_->Find(group->name()) == group);
+    published.push_back(group->table() != nullptr);
+  }
+  std::vector<std::string> names;
+  std::vector<bool> found_by_name;
+  std::vector<bool> published;
+
+ private:
+  GroupRegistry* const registry_;
+};
+
+TEST_F(GroupRegistryTest, ObserversHearOfAddedGroupsOnceTheyCanBeFound) {
+  RecordingObserver observer(registry_.get());
+  registry_->AddObserver(&observer);
+  Add(Spec({Member("10.0.0.1:80")}));
+  GroupSpec api = Spec({Member("10.0.0.2:80")});
+  api.name = "api";
+  ASSERT_OK(registry_->Add(api));
+  // A refused addition is not announced.
+  EXPECT_FALSE(registry_->Add(api).ok());
+  EXPECT_THAT(observer.names, ::testing::ElementsAre("web", "api"));
+  EXPECT_THAT(observer.found_by_name, ::testing::ElementsAre(true, true));
+  EXPECT_THAT(observer.published, ::testing::ElementsAre(true, true));
+
+  registry_->RemoveObserver(&observer);
+  GroupSpec later = Spec({Member("10.0.0.3:80")});
+  later.name = "later";
+  ASSERT_OK(registry_->Add(later));
+  EXPECT_EQ(observer.names.size(), 2u);
+}
+
+TEST_F(GroupRegistryTest, ReapplyingTheSpecPublishesOnlyExplicitUpdates) {
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80")}));
+  TableConstPtr first = g->table();
+  // A rebuild re-applies the current spec: nothing changed, nothing is
+  // published.
+  g->Rebuild();
+  EXPECT_EQ(g->table(), first);
+  EXPECT_EQ(registry_->generations().last(), first->generation());
+
+  // An explicit update with the same spec is an acknowledged mutation: it
+  // is persisted and gets a generation newer than any before, so a caller
+  // can wait for it.
+  int persisted = 0;
+  uint64_t persisted_generation = 0;
+  const Persist persist = [&](uint64_t generation) {
+    ++persisted;
+    persisted_generation = generation;
+    return absl::OkStatus();
+  };
+  ASSERT_OK(g->Update(g->spec(), persist));
+  EXPECT_EQ(persisted, 1);
+  EXPECT_EQ(g->table()->generation(), first->generation() + 1);
+  EXPECT_EQ(persisted_generation, g->table()->generation());
+}
+
+TEST_F(GroupRegistryTest, RequestsInsideTheMergeWindowFoldIntoOneRebuild) {
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80")}));
+  for (int i = 0; i < 3; ++i) {
+    scheduler_.Schedule(g, absl::Milliseconds(20));
+    clock_.Advance(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(scheduler_.RunDue(), 0u);  // 15 ms in: not yet
+  clock_.Advance(absl::Milliseconds(5));
+  EXPECT_EQ(scheduler_.RunDue(), 1u);  // the first request's window ends
+  EXPECT_EQ(scheduler_.rebuilds(), 1u);
+  EXPECT_FALSE(scheduler_.NextDue().has_value());
+  // An earlier request moves the rebuild forward.
+  scheduler_.Schedule(g, absl::Seconds(10));
+  scheduler_.Schedule(g, absl::Milliseconds(1));
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(scheduler_.RunDue(), 1u);
+}
+
+TEST_F(GroupRegistryTest, SlowStartRampsWithTheClock) {
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80")}));
+  GroupSpec spec = g->spec();
+  spec.slow_start = absl::Seconds(10);
+  spec.backends.push_back(Member("10.0.0.2:80"));
+  ASSERT_OK(g->Update(spec));
+  // The new member starts at 10 %, the old one is past its ramp (it joined
+  // before slow start was on, at the same instant: also 10 %).
+  EXPECT_EQ(Weight(g, "10.0.0.2:80"), 10u);
+
+  std::vector<uint32_t> seen = {Weight(g, "10.0.0.2:80")};
+  uint64_t generation = g->table()->generation();
+  for (int step = 0; step < 20 && RunNext(); ++step) {
+    const uint32_t w = Weight(g, "10.0.0.2:80");
+    if (w != seen.back()) {
+      seen.push_back(w);
+      // Each visible step is one new generation, never more.
+      EXPECT_EQ(g->table()->generation(), generation + 1);
+      generation = g->table()->generation();
+    }
+  }
+  EXPECT_EQ(seen.back(), 100u);
+  EXPECT_GE(seen.size(), 9u);  // ramped in steps, not at once
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  // Ramp over: nothing more is scheduled, and rebuilding changes nothing.
+  EXPECT_FALSE(scheduler_.NextDue().has_value());
+  g->Rebuild();
+  EXPECT_EQ(g->table()->generation(), generation);
+}
+
+TEST_F(GroupRegistryTest, EjectionEndsWhenItsTimeIsUp) {
+  GroupSpec spec = Spec(
+      {Member("10.0.0.1:80"), Member("10.0.0.2:80"), Member("10.0.0.3:80")});
+  spec.panic_threshold = 0;
+  spec.outlier.enabled = true;
+  spec.outlier.consecutive_failures = 3;
+  spec.outlier.max_ejection_percent = 50;
+  spec.outlier.base_ejection_time = absl::Seconds(30);
+  GroupPtr g = Add(spec);
+
+  g->OnLoadReport("10.0.0.2:80", 5, 5, 5, absl::ZeroDuration(),
+                  absl::ZeroDuration());
+  ASSERT_EQ(scheduler_.RunDue(), 1u);  // asked for at once
+  EXPECT_FALSE(Ready(g, "10.0.0.2:80"));
+  const uint64_t ejected_generation = g->table()->generation();
+
+  // The expiry is scheduled; just before it nothing changes.
+  ASSERT_TRUE(scheduler_.NextDue().has_value());
+  EXPECT_EQ(*scheduler_.NextDue(), clock_.NowNanos() + 30'000'000'000);
+  clock_.Advance(absl::Seconds(29));
+  EXPECT_EQ(scheduler_.RunDue(), 0u);
+  EXPECT_FALSE(Ready(g, "10.0.0.2:80"));
+  // At its end the backend is back, in one new generation.
+  ASSERT_TRUE(RunNext());
+  EXPECT_TRUE(Ready(g, "10.0.0.2:80"));
+  EXPECT_EQ(g->table()->generation(), ejected_generation + 1);
+}
+
+TEST_F(GroupRegistryTest, AwaitRebuildsIsBounded) {
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80")}));
+  const uint64_t done = g->rebuilds();
+  EXPECT_FALSE(g->AwaitRebuilds(done + 1, absl::Milliseconds(1)));
+  g->Rebuild();
+  EXPECT_TRUE(g->AwaitRebuilds(done + 1, absl::Milliseconds(1)));
+}
+
+GroupSpec Named(const std::string& name, std::vector<std::string> aliases,
+                GroupSource source = GroupSource::kStore) {
+  GroupSpec spec = Spec({Member("10.0.0.1:80")});
+  spec.name = name;
+  spec.aliases = std::move(aliases);
+  spec.source = source;
+  spec.file = source == GroupSource::kFile ? "aside.yaml" : "";
+  return spec;
+}
+
+TEST_F(GroupRegistryTest, NamesAndAliasesAreOneNamespace) {
+  ASSERT_OK(registry_->Add(Named("web", {"www.example"}, GroupSource::kFile)));
+  EXPECT_THAT(registry_->Add(Named("evil", {"web"})),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("aliases[0]: alias 'web' is already the name "
+                                 "of group 'web' (config file aside.yaml)")));
+  EXPECT_THAT(registry_->Add(Named("evil", {"www.example"})),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("already an alias of group 'web'")));
+  EXPECT_THAT(registry_->Add(Named("evil", {"web.default.svc"})),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("would take the clients of group 'web'")));
+  EXPECT_THAT(registry_->Add(Named("www.example", {})),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("name 'www.example' is already an alias")));
+  EXPECT_EQ(registry_->Find("evil"), nullptr);
+  // What the refused groups tried to take still resolves as before.
+  EXPECT_EQ(registry_->size(), 1u);
+
+  ASSERT_OK(registry_->Add(Named("api", {"api.example"})));
+  GroupPtr api = registry_->Find("api");
+  EXPECT_THAT(registry_->Update(api, Named("api", {"www.example:443"})),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("overlaps alias 'www.example'")));
+  EXPECT_EQ(api->spec().aliases, std::vector<std::string>{"api.example"});
+  ASSERT_OK(registry_->Update(api, Named("api", {"api.example", "api2"})));
+  ASSERT_OK(registry_->Remove("api"));
+  // Removed: its aliases are free again.
+  ASSERT_OK(registry_->Add(Named("other", {"api2"})));
+}
+
+TEST_F(GroupRegistryTest, RacingAddsOfOneAliasLetExactlyOneWin) {
+  constexpr int kThreads = 8;
+  std::vector<std::thread> threads;
+  std::atomic<int> added{0};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      if (registry_->Add(Named(absl::StrCat("g", i), {"shared"})).ok()) {
+        ++added;
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(added.load(), 1);
+}
+
+TEST(GroupTableBuilderTest, DeclaredMembersWinOverDiscoveredOnes) {
+  std::vector<Backend> merged =
+      MergeMembers({Member("10.0.0.1:80", 5)},
+                   {Member("10.0.0.1:80", 7), Member("10.0.0.9:80", 7)});
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0].weight, 5u);
+  EXPECT_EQ(merged[1].address, "10.0.0.9:80");
+}
+
+TEST(GroupTableBuilderTest, ReadinessAndWeightsFollowTheStatuses) {
+  GroupSpec spec = Spec(
+      {Member("10.0.0.3:80"), Member("10.0.0.1:80"), Member("10.0.0.2:80")});
+  spec.backends[2].drained = true;
+  spec.slow_start = absl::Seconds(10);
+  std::vector<MemberStatus> statuses(3);
+  statuses[0].ejected = true;
+  statuses[1].ramp_since = 0;  // halfway through its ramp at t = 5 s
+  statuses[1].health = HealthState::kHealthy;
+  TableSpec ts =
+      BuildTableSpec(spec, spec.backends, statuses, nullptr, 5'000'000'000);
+  ASSERT_EQ(ts.members.size(), 3u);
+  EXPECT_EQ(ts.members[0].backend.address, "10.0.0.1:80");  // sorted
+  EXPECT_TRUE(ts.members[0].ready);
+  EXPECT_LT(ts.members[0].weight, 100u);
+  EXPECT_GT(ts.members[0].weight, 10u);
+  EXPECT_FALSE(ts.members[1].ready);  // drained
+  EXPECT_FALSE(ts.members[2].ready);  // ejected
+  EXPECT_EQ(ts.members[2].weight, 100u);
+
+  // The same inputs make the same table; any visible difference does not.
+  ASSERT_OK_AND_ASSIGN(TableConstPtr table,
+                       Table::Create(ts, nullptr, nullptr));
+  EXPECT_TRUE(SameTable(ts, *table));
+  TableSpec other = ts;
+  other.members[2].ready = true;
+  EXPECT_FALSE(SameTable(other, *table));
+  other = ts;
+  other.panic_threshold = 10;
+  EXPECT_FALSE(SameTable(other, *table));
+  other = ts;
+  other.members.pop_back();
+  EXPECT_FALSE(SameTable(other, *table));
+}
+
+}  // namespace
+}  // namespace aside::server
