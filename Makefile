@@ -54,7 +54,7 @@ CHECK_DIR ?= build-clang
 
 # The project's own C++ sources (tracked files only; generated code lives in
 # the build directory).
-SOURCES = $(shell git ls-files -- '*.h' '*.cc' | grep -E '^(lib|server|client|tests|bench|proto|examples|cmake)/')
+SOURCES = $(shell git ls-files -- '*.h' '*.cc' | grep -E '^(lib|server|client|tools|tests|bench|proto|examples|cmake)/')
 
 .PHONY: all deps configure build run test test-unit bench format fuzz \
         format-check check-generated thread-safety check-no-fetch tidy clean

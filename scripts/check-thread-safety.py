@@ -22,8 +22,8 @@ import subprocess
 import sys
 import time
 
-SOURCE_DIRS = ("lib", "server", "client", "proto", "tests", "bench",
-               "examples", "cmake")
+SOURCE_DIRS = ("lib", "server", "client", "tools", "proto", "tests",
+               "bench", "examples", "cmake")
 # GCC options clang does not know, and options that would turn other
 # warnings into errors or write output.
 DROP = {"-Werror", "-Wno-error=tsan", "-fno-sanitize-recover=undefined"}

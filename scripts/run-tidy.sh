@@ -8,12 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build-clang}
 jobs=${2:-2}
-regex=${3:-"$PWD/(lib|server|client|proto|tests|bench|examples)/.*\\.cc\$"}
+regex=${3:-"$PWD/(lib|server|client|tools|proto|tests|bench|examples)/.*\\.cc\$"}
 tidy=$(command -v run-clang-tidy || command -v run-clang-tidy-14)
 start=$(date +%s)
 # -quiet: no per-file banner; the findings and the summary are printed.
 # Headers: the project's own, not the generated ones under the build tree.
 "$tidy" -p "$build_dir" -j "$jobs" -quiet \
-  -header-filter="^$PWD/(lib|server|client|proto|tests|bench|examples)/" \
+  -header-filter="^$PWD/(lib|server|client|tools|proto|tests|bench|examples)/" \
   "$regex"
 echo "run-tidy: clean in $(( $(date +%s) - start )) s"

@@ -1,0 +1,189 @@
+// The commands that change groups (ctl.h): create-group from flags or from
+// a group file (the config file's shorthand in YAML or JSON, or protobuf
+// JSON), delete-group, add-backend, remove-backend, drain and undrain.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "lib/policy_config.h"
+#include "proto/convert.h"
+#include "proto/yaml/group_yaml.h"
+#include "tools/asidectl/ctl.h"
+#include "tools/asidectl/flags.h"
+#include "tools/asidectl/format.h"
+
+namespace aside::asidectl {
+namespace {
+
+// Reported as a usage error (exit code 2).
+absl::Status Usage(absl::string_view message) {
+  return absl::InvalidArgumentError(message);
+}
+
+}  // namespace
+
+int Ctl::CreateGroup(const Args& a) {
+  if (Missing(a, 1, "group name or file")) return kUsageError;
+  const bool from_file =
+      absl::EndsWith(a[0], ".json") || absl::EndsWith(a[0], ".yaml") ||
+      absl::EndsWith(a[0], ".yml") || a[0].find('/') != std::string::npos;
+  if (!from_file) {
+    v1::Group g;
+    g.set_name(a[0]);
+    for (const std::string& b : absl::GetFlag(FLAGS_backend)) {
+      absl::StatusOr<v1::Backend> backend = ParseBackend(b);
+      if (!backend.ok()) return UsageFail(backend.status().message());
+      *g.add_backends() = *std::move(backend);
+    }
+    if (const std::string policy = absl::GetFlag(FLAGS_policy);
+        !policy.empty()) {
+      absl::StatusOr<PolicyKind> kind = ParsePolicyName(policy);
+      if (!kind.ok()) {
+        return UsageFail(absl::StrCat("--policy: ", kind.status().message()));
+      }
+      PolicyConfig c;
+      c.kind = *kind;
+      ToProto(c, g.mutable_policy());
+    }
+    if (const std::string check = absl::GetFlag(FLAGS_health_check);
+        !check.empty()) {
+      v1::HealthCheck::Kind kind;
+      if (!v1::HealthCheck::Kind_Parse(absl::AsciiStrToUpper(check), &kind)) {
+        return UsageFail("--health-check: one of tcp, http, grpc, none");
+      }
+      g.mutable_health_check()->set_kind(kind);
+    }
+    return CreateOne(g);
+  }
+  absl::StatusOr<std::vector<v1::Group>> groups = LoadGroups(a[0]);
+  if (!groups.ok()) return UsageFail(groups.status().message());
+  for (const v1::Group& g : *groups) {
+    if (int rc = CreateOne(g); rc != 0) return rc;
+  }
+  return 0;
+}
+
+int Ctl::CreateOne(const v1::Group& group) {
+  v1::CreateGroupRequest req;
+  *req.mutable_group() = group;
+  v1::Group out;
+  auto ctx = Context();
+  grpc::Status s = admin_->CreateGroup(ctx.get(), req, &out);
+  if (!s.ok()) return Fail(s);
+  if (json_) {
+    std::cout << ToJson(out) << "\n";
+  } else {
+    std::cout << "created group " << out.name() << " (generation "
+              << out.generation() << ", " << out.state_size() << " backends)\n";
+  }
+  return 0;
+}
+
+// The group file in the config file's shorthand (YAML or JSON) or in
+// protobuf JSON, through the converter the server's config loader uses.
+absl::StatusOr<std::vector<v1::Group>> Ctl::LoadGroups(
+    const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Usage(absl::StrCat(path, ": cannot open file"));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<std::vector<v1::Group>> groups =
+      yaml::GroupsFromText(text.str(), path);
+  if (!groups.ok()) return Usage(groups.status().message());
+  return groups;
+}
+
+int Ctl::DeleteGroup(const Args& a) {
+  if (Missing(a, 1, "group name")) return kUsageError;
+  v1::DeleteGroupRequest req;
+  req.set_name(a[0]);
+  v1::DeleteGroupResponse out;
+  auto ctx = Context();
+  grpc::Status s = admin_->DeleteGroup(ctx.get(), req, &out);
+  if (!s.ok()) return Fail(s);
+  if (json_) {
+    std::cout << ToJson(out) << "\n";
+  } else {
+    std::cout << "deleted group " << a[0] << " (generation " << out.generation()
+              << ")\n";
+  }
+  return 0;
+}
+
+int Ctl::AddBackends(const Args& a) {
+  if (Missing(a, 2, "group name and backend address")) return kUsageError;
+  v1::AddBackendsRequest req;
+  req.set_group(a[0]);
+  for (size_t i = 1; i < a.size(); ++i) {
+    absl::StatusOr<v1::Backend> backend = ParseBackend(a[i]);
+    if (!backend.ok()) return UsageFail(backend.status().message());
+    *req.add_backends() = *std::move(backend);
+  }
+  v1::Group out;
+  auto ctx = Context();
+  return Changed(admin_->AddBackends(ctx.get(), req, &out), out,
+                 absl::StrCat("added ", a.size() - 1, " backend(s)"));
+}
+
+int Ctl::RemoveBackends(const Args& a) {
+  if (Missing(a, 2, "group name and backend address")) return kUsageError;
+  v1::RemoveBackendsRequest req;
+  req.set_group(a[0]);
+  for (size_t i = 1; i < a.size(); ++i) req.add_addresses(a[i]);
+  v1::Group out;
+  auto ctx = Context();
+  return Changed(admin_->RemoveBackends(ctx.get(), req, &out), out,
+                 absl::StrCat("removed ", a.size() - 1, " backend(s)"));
+}
+
+int Ctl::Drain(const Args& a, bool drained) {
+  if (Missing(a, 2, "group name and backend address")) return kUsageError;
+  v1::DrainBackendsRequest req;
+  req.set_group(a[0]);
+  req.set_drained(drained);
+  for (size_t i = 1; i < a.size(); ++i) req.add_addresses(a[i]);
+  v1::Group out;
+  auto ctx = Context();
+  return Changed(admin_->DrainBackends(ctx.get(), req, &out), out,
+                 absl::StrCat(drained ? "drained " : "undrained ", a.size() - 1,
+                              " backend(s)"));
+}
+
+int Ctl::Changed(const grpc::Status& s, const v1::Group& out,
+                 const std::string& what) {
+  if (!s.ok()) return Fail(s);
+  if (json_) {
+    std::cout << ToJson(out) << "\n";
+  } else {
+    std::cout << what << " (group " << out.name() << ", generation "
+              << out.generation() << ")\n";
+  }
+  return 0;
+}
+
+absl::StatusOr<v1::Backend> Ctl::ParseBackend(const std::string& spec) {
+  v1::Backend b;
+  std::vector<std::string> parts =
+      absl::StrSplit(spec, absl::MaxSplits('=', 1));
+  b.set_address(parts[0]);
+  if (parts.size() == 2) {
+    uint32_t w = 0;
+    if (!absl::SimpleAtoi(parts[1], &w)) {
+      return Usage(
+          absl::StrCat("backend '", spec, "': weight is not a number"));
+    }
+    b.set_weight(w);
+  }
+  return b;
+}
+
+}  // namespace aside::asidectl
