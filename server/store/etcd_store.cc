@@ -242,6 +242,114 @@ absl::StatusOr<int64_t> EtcdStore::DeleteGroup(const std::string& name,
   return txn->revision;
 }
 
+std::vector<absl::StatusOr<int64_t>> EtcdStore::Commit(
+    const std::vector<StoreWrite>& writes) {
+  if (writes.size() == 1) {
+    // Alone: exactly the Txn PutGroup or DeleteGroup makes.
+    const StoreWrite& w = writes[0];
+    return {w.definition.has_value()
+                ? PutGroup(*w.definition, w.expected_revision)
+                : DeleteGroup(w.name, w.expected_revision)};
+  }
+  std::vector<absl::StatusOr<int64_t>> out(writes.size(), int64_t{0});
+  // The writes still to make, by index, with their keys and operations.
+  struct Live {
+    size_t index;
+    std::string key;
+    etcd::Compare guard;
+    etcd::Op op;
+  };
+  std::vector<Live> live;
+  live.reserve(writes.size());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const StoreWrite& w = writes[i];
+    std::string key = GroupKey(w.name);
+    if (!w.definition.has_value()) {
+      live.push_back({i, key,
+                      etcd::Compare::ModRevision(key, w.expected_revision),
+                      etcd::Op::Delete(key)});
+      continue;
+    }
+    absl::StatusOr<std::string> value = EncodeStoredGroup(*w.definition);
+    if (!value.ok()) {
+      out[i] = value.status();
+      continue;
+    }
+    live.push_back({i, key,
+                    w.expected_revision == 0
+                        ? etcd::Compare::Absent(key)
+                        : etcd::Compare::ModRevision(key, w.expected_revision),
+                    etcd::Op::Put(key, *std::move(value))});
+  }
+  auto what = [&](const StoreWrite& w) {
+    return w.definition.has_value()
+               ? absl::StrCat("writing group '", w.name, "'")
+               : absl::StrCat("deleting group '", w.name, "'");
+  };
+  // Each round either commits every live write or finds at least one whose
+  // guard failed (ABORTED, out of the next round): at most one round more
+  // than there are conflicts.
+  while (!live.empty()) {
+    std::vector<etcd::Compare> compares;
+    std::vector<etcd::Op> success, failure;
+    compares.reserve(live.size());
+    success.reserve(live.size());
+    failure.reserve(live.size());
+    for (const Live& l : live) {
+      compares.push_back(l.guard);
+      success.push_back(l.op);
+      failure.push_back(etcd::Op::Get(l.key));
+    }
+    absl::StatusOr<etcd::TxnResult> txn =
+        client_->Txn(compares, success, failure);
+    if (!txn.ok()) {
+      for (const Live& l : live) {
+        out[l.index] = Failed(what(writes[l.index]), txn.status());
+      }
+      break;
+    }
+    if (txn->succeeded) {
+      for (const Live& l : live) {
+        out[l.index] = txn->revision;
+      }
+      break;
+    }
+    // The failure branch read every key at the Txn's revision: a guard
+    // failed exactly where the key's mod_revision (0: absent) is not the
+    // expected one.
+    std::vector<Live> next;
+    for (size_t j = 0; j < live.size(); ++j) {
+      const StoreWrite& w = writes[live[j].index];
+      const int64_t now = j < txn->reads.size() && !txn->reads[j].empty()
+                              ? txn->reads[j][0].mod_revision
+                              : 0;
+      if (now == w.expected_revision) {
+        next.push_back(std::move(live[j]));
+        continue;
+      }
+      if (metrics_ != nullptr) {
+        metrics_->store_errors.Add({{"kind", "conflict"}}).Increment();
+      }
+      out[live[j].index] = absl::AbortedError(
+          absl::StrCat("group '", w.name,
+                       "' was changed through another replica (store revision ",
+                       txn->revision, "); read it again and retry"));
+    }
+    if (next.size() == live.size()) {
+      // No guard failed by the reads, yet the Txn failed: not expected of
+      // etcd; answer rather than loop.
+      for (const Live& l : live) {
+        out[l.index] = Failed(
+            what(writes[l.index]),
+            absl::InternalError("the batch failed with every guard holding"));
+      }
+      break;
+    }
+    live = std::move(next);
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> EtcdStore::SessionKey(const std::string& proposed) {
   absl::StatusOr<etcd::CreateResult> r =
       client_->CreateIfAbsent(prefix_ + "session_key", proposed);

@@ -62,6 +62,9 @@ class EtcdStore final : public Store {
                                    int64_t expected_revision) override;
   absl::StatusOr<int64_t> DeleteGroup(const std::string& name,
                                       int64_t expected_revision) override;
+  // One Txn for the batch (see the .cc for how a conflict stays per write).
+  std::vector<absl::StatusOr<int64_t>> Commit(
+      const std::vector<StoreWrite>& writes) override;
   absl::Status RaiseGenerationFloor(uint64_t) override {
     return absl::OkStatus();
   }

@@ -48,6 +48,27 @@ absl::StatusOr<int64_t> SqliteStore::DeleteGroup(const std::string& name,
   return 0;
 }
 
+std::vector<absl::StatusOr<int64_t>> SqliteStore::Commit(
+    const std::vector<StoreWrite>& writes) {
+  std::vector<StateStore::Write> batch;
+  batch.reserve(writes.size());
+  for (const StoreWrite& w : writes) {
+    batch.push_back(
+        {.name = w.name,
+         .definition = w.definition.has_value() ? &*w.definition : nullptr});
+  }
+  std::vector<absl::StatusOr<int64_t>> out;
+  out.reserve(writes.size());
+  for (absl::Status& s : db_->WriteBatch(batch)) {
+    if (s.ok()) {
+      out.push_back(0);
+    } else {
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
 absl::Status SqliteStore::RaiseGenerationFloor(uint64_t floor) {
   return db_->RaiseGenerationFloor(floor);
 }

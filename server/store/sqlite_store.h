@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "server/store/state_store.h"
 #include "server/store/store.h"
@@ -30,6 +31,9 @@ class SqliteStore final : public Store {
                                    int64_t expected_revision) override;
   absl::StatusOr<int64_t> DeleteGroup(const std::string& name,
                                       int64_t expected_revision) override;
+  // One transaction (StateStore::WriteBatch).
+  std::vector<absl::StatusOr<int64_t>> Commit(
+      const std::vector<StoreWrite>& writes) override;
   absl::Status RaiseGenerationFloor(uint64_t floor) override;
   absl::StatusOr<std::string> SessionKey(const std::string& proposed) override;
   bool revision_generations() const override { return false; }

@@ -281,30 +281,48 @@ absl::Status StateStore::RaiseFloorLocked(uint64_t floor) {
   return absl::OkStatus();
 }
 
+absl::Status StateStore::PutGroupLocked(const v1::Group& definition,
+                                        uint64_t generation) {
+  const std::string blob = definition.SerializeAsString();
+  Statement st(db_,
+               "INSERT INTO groups(name, definition, generation) "
+               "VALUES(?1, ?2, ?3) ON CONFLICT(name) DO UPDATE SET "
+               "definition = excluded.definition, "
+               "generation = excluded.generation");
+  if (st.prepare_rc() != SQLITE_OK) {
+    return Error("write group", st.prepare_rc());
+  }
+  sqlite3_bind_text(st.get(), 1, definition.name().c_str(), -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st.get(), 2, blob.data(), static_cast<int>(blob.size()),
+                    SQLITE_STATIC);
+  sqlite3_bind_int64(st.get(), 3, static_cast<sqlite3_int64>(generation));
+  const int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) {
+    return Error("write group", rc);
+  }
+  return RaiseFloorLocked(generation + 1);
+}
+
+absl::Status StateStore::DeleteGroupLocked(const std::string& name,
+                                           uint64_t generation) {
+  Statement st(db_, "DELETE FROM groups WHERE name = ?1");
+  if (st.prepare_rc() != SQLITE_OK) {
+    return Error("delete group", st.prepare_rc());
+  }
+  sqlite3_bind_text(st.get(), 1, name.c_str(), -1, SQLITE_STATIC);
+  const int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) {
+    return Error("delete group", rc);
+  }
+  return RaiseFloorLocked(generation + 1);
+}
+
 absl::Status StateStore::PutGroup(const v1::Group& definition,
                                   uint64_t generation) {
-  const std::string blob = definition.SerializeAsString();
   aside::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
     mu_.AssertHeld();  // Transaction runs the body under the lock
-    Statement st(db_,
-                 "INSERT INTO groups(name, definition, generation) "
-                 "VALUES(?1, ?2, ?3) ON CONFLICT(name) DO UPDATE SET "
-                 "definition = excluded.definition, "
-                 "generation = excluded.generation");
-    if (st.prepare_rc() != SQLITE_OK) {
-      return Error("write group", st.prepare_rc());
-    }
-    sqlite3_bind_text(st.get(), 1, definition.name().c_str(), -1,
-                      SQLITE_STATIC);
-    sqlite3_bind_blob(st.get(), 2, blob.data(), static_cast<int>(blob.size()),
-                      SQLITE_STATIC);
-    sqlite3_bind_int64(st.get(), 3, static_cast<sqlite3_int64>(generation));
-    const int rc = sqlite3_step(st.get());
-    if (rc != SQLITE_DONE) {
-      return Error("write group", rc);
-    }
-    return RaiseFloorLocked(generation + 1);
+    return PutGroupLocked(definition, generation);
   });
 }
 
@@ -313,17 +331,89 @@ absl::Status StateStore::DeleteGroup(const std::string& name,
   aside::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
     mu_.AssertHeld();  // Transaction runs the body under the lock
-    Statement st(db_, "DELETE FROM groups WHERE name = ?1");
-    if (st.prepare_rc() != SQLITE_OK) {
-      return Error("delete group", st.prepare_rc());
-    }
-    sqlite3_bind_text(st.get(), 1, name.c_str(), -1, SQLITE_STATIC);
-    const int rc = sqlite3_step(st.get());
-    if (rc != SQLITE_DONE) {
-      return Error("delete group", rc);
-    }
-    return RaiseFloorLocked(generation + 1);
+    return DeleteGroupLocked(name, generation);
   });
+}
+
+std::vector<absl::Status> StateStore::WriteBatch(
+    const std::vector<Write>& writes) {
+  std::vector<absl::Status> out(writes.size());
+  // Writes that failed in a way that made SQLite roll the whole
+  // transaction back (some full-disk and I/O errors do): they keep their
+  // error, and the batch is made again without them.
+  std::vector<bool> dropped(writes.size(), false);
+  aside::MutexLock lock(&mu_);
+  auto fail_rest = [&](const absl::Status& s) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!dropped[i] && out[i].ok()) {
+        out[i] = s;
+      }
+    }
+  };
+  for (;;) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!dropped[i]) {
+        out[i] = absl::OkStatus();
+      }
+    }
+    if (absl::Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) {
+      fail_rest(s);
+      return out;
+    }
+    bool again = false;
+    size_t attempted = 0;
+    for (; attempted < writes.size(); ++attempted) {
+      const size_t i = attempted;
+      if (dropped[i]) {
+        continue;
+      }
+      if (absl::Status s = Exec("SAVEPOINT aside_write"); !s.ok()) {
+        out[i] = s;
+        ++attempted;
+        break;
+      }
+      const Write& w = writes[i];
+      out[i] = w.definition != nullptr ? PutGroupLocked(*w.definition, 0)
+                                       : DeleteGroupLocked(w.name, 0);
+      if (sqlite3_get_autocommit(db_)) {
+        // The transaction is gone, with the writes before this one.
+        if (out[i].ok()) {
+          fail_rest(Error("write batch", sqlite3_errcode(db_)));
+          return out;
+        }
+        dropped[i] = true;
+        again = true;
+        break;
+      }
+      if (!out[i].ok()) {
+        (void)Exec("ROLLBACK TO aside_write");
+      }
+      if (absl::Status s = Exec("RELEASE aside_write"); !s.ok()) {
+        (void)Exec("ROLLBACK TO aside_write");
+        out[i] = s;
+        ++attempted;
+        break;
+      }
+    }
+    if (again) {
+      continue;
+    }
+    // A savepoint that could not be opened or released ends the batch
+    // there: the writes after it are not made.
+    for (size_t i = attempted; i < writes.size(); ++i) {
+      if (!dropped[i]) {
+        out[i] = absl::UnavailableError(absl::StrCat(
+            "state store ", path_, ": an earlier write of the batch failed"));
+      }
+    }
+    if (absl::Status s = Exec("COMMIT"); !s.ok()) {
+      if (!sqlite3_get_autocommit(db_)) {
+        (void)Exec("ROLLBACK");
+      }
+      fail_rest(s);
+    }
+    return out;
+  }
 }
 
 absl::Status StateStore::RaiseGenerationFloor(uint64_t floor) {

@@ -49,6 +49,15 @@ class StateStore {
   // to `generation` + 1, in one transaction.
   absl::Status PutGroup(const v1::Group& definition, uint64_t generation);
   absl::Status DeleteGroup(const std::string& name, uint64_t generation);
+  // Several puts (a definition) and deletes (none) in one transaction, one
+  // sync to disk: each write is made or not on its own (inside a savepoint,
+  // so one that fails, such as one past the size cap, changes nothing and
+  // the others commit). Returns one status per write; every OK is on disk.
+  struct Write {
+    std::string name;
+    const v1::Group* definition = nullptr;  // null: delete `name`
+  };
+  std::vector<absl::Status> WriteBatch(const std::vector<Write>& writes);
   // Raises the generation floor (never lowers it).
   absl::Status RaiseGenerationFloor(uint64_t floor);
   absl::Status SetSessionKey(const std::string& key);
@@ -70,6 +79,10 @@ class StateStore {
   absl::Status SetMetaLocked(const char* key, const std::string& value)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RaiseFloorLocked(uint64_t floor)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PutGroupLocked(const v1::Group& definition, uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeleteGroupLocked(const std::string& name, uint64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   aside::Mutex mu_;

@@ -65,6 +65,15 @@ struct StoreSnapshot {
 };
 
 // What metrics, logs and ListTargets say about the store.
+// One write of a batch (Store::Commit): `definition` stored under its name,
+// or, without one, `name` deleted; either on the condition PutGroup and
+// DeleteGroup state for `expected_revision`.
+struct StoreWrite {
+  std::string name;
+  std::optional<v1::Group> definition;
+  int64_t expected_revision = 0;
+};
+
 struct StoreState {
   std::string type;      // "sqlite" or "etcd"
   std::string location;  // the database path, or the endpoints
@@ -104,6 +113,24 @@ class Store {
   // Deletes a group on the same condition.
   virtual absl::StatusOr<int64_t> DeleteGroup(const std::string& name,
                                               int64_t expected_revision) = 0;
+  // Commits several writes to distinct groups together, as one store
+  // transaction where the store has them (one SQLite transaction, one etcd
+  // Txn), so that they cost one commit. Each write still succeeds or fails
+  // on its own, all or nothing: one whose condition no longer holds is
+  // ABORTED and changes nothing, and the others commit. Returns one result
+  // per write, in order, as PutGroup or DeleteGroup would; every write
+  // that succeeded is durable. The default makes them one at a time.
+  virtual std::vector<absl::StatusOr<int64_t>> Commit(
+      const std::vector<StoreWrite>& writes) {
+    std::vector<absl::StatusOr<int64_t>> out;
+    out.reserve(writes.size());
+    for (const StoreWrite& w : writes) {
+      out.push_back(w.definition.has_value()
+                        ? PutGroup(*w.definition, w.expected_revision)
+                        : DeleteGroup(w.name, w.expected_revision));
+    }
+    return out;
+  }
   // Raises the generation floor (never lowers it); a no-op for stores whose
   // generations derive from revisions.
   virtual absl::Status RaiseGenerationFloor(uint64_t floor) = 0;

@@ -45,6 +45,46 @@ TEST(StateStoreTest, RoundTripsGroupsFloorAndKey) {
   EXPECT_EQ(integrity, "ok");
 }
 
+// Group commit: one transaction, each write made or refused on its own.
+TEST(StateStoreTest, ABatchRefusesAWritePastTheCapAloneAndCommitsTheRest) {
+  TempDir dir;
+  // The smallest cap (16 pages): room for small groups, not for one with
+  // a megabyte of metadata.
+  constexpr uint64_t kSmallCap = 1;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, StateStore::Open(dir.path(), kSmallCap));
+    v1::Group old;
+    old.set_name("old");
+    ASSERT_OK(store->PutGroup(old, 1));
+    v1::Group a, big, b;
+    a.set_name("a");
+    a.add_backends()->set_address("10.0.0.1:80");
+    big.set_name("big");
+    (*big.add_backends()->mutable_metadata())["blob"] =
+        std::string(1 << 20, 'x');
+    b.set_name("b");
+    b.add_backends()->set_address("10.0.0.2:80");
+    const std::vector<absl::Status> results =
+        store->WriteBatch({{.name = "a", .definition = &a},
+                           {.name = "big", .definition = &big},
+                           {.name = "old"},
+                           {.name = "b", .definition = &b}});
+    ASSERT_EQ(results.size(), 4u);
+    EXPECT_OK(results[0]);
+    EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kResourceExhausted,
+                                     HasSubstr("state store")));
+    EXPECT_OK(results[2]);
+    EXPECT_OK(results[3]);
+  }
+  ASSERT_OK_AND_ASSIGN(auto store, StateStore::Open(dir.path(), kSmallCap));
+  ASSERT_OK_AND_ASSIGN(StateStore::Contents c, store->Load());
+  ASSERT_EQ(c.groups.size(), 2u);
+  EXPECT_EQ(c.groups[0].name(), "a");
+  EXPECT_EQ(c.groups[1].name(), "b");
+  ASSERT_OK_AND_ASSIGN(std::string integrity, store->IntegrityCheck());
+  EXPECT_EQ(integrity, "ok");
+}
+
 TEST(StateStoreTest, UsesWalAndFullSync) {
   TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto store, StateStore::Open(dir.path(), kCap));
