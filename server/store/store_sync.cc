@@ -9,7 +9,7 @@
 namespace aside::server {
 
 StoreSync::StoreSync(Store* store, GroupRegistry* groups, Metrics* metrics)
-    : store_(store), groups_(groups), metrics_(metrics) {}
+    : store_(store), committer_(store), groups_(groups), metrics_(metrics) {}
 
 uint64_t StoreSync::GenerationFor(int64_t revision) const {
   return store_->revision_generations() && revision > 0
@@ -258,8 +258,9 @@ absl::StatusOr<StoreSync::Written> StoreSync::Mutate(const std::string& name,
 absl::StatusOr<StoreSync::Written> StoreSync::Write(
     const std::string& name, std::optional<GroupSpec> next, int64_t expected) {
   if (!next.has_value()) {
-    ASIDE_ASSIGN_OR_RETURN(const int64_t written,
-                           store_->DeleteGroup(name, expected));
+    ASIDE_ASSIGN_OR_RETURN(
+        const int64_t written,
+        committer_.Commit({.name = name, .expected_revision = expected}));
     aside::MutexLock lock(&mu_);
     if (written == 0) {
       applied_.erase(name);
@@ -280,7 +281,9 @@ absl::StatusOr<StoreSync::Written> StoreSync::Write(
   // it: every replica would refuse to serve the write.
   ASIDE_RETURN_IF_ERROR(groups_->CheckNamespace(spec));
   ASIDE_ASSIGN_OR_RETURN(const int64_t written,
-                         store_->PutGroup(definition, expected));
+                         committer_.Commit({.name = name,
+                                            .definition = definition,
+                                            .expected_revision = expected}));
   aside::MutexLock lock(&mu_);
   const GroupPtr before = groups_->Find(name);
   absl::Status s;

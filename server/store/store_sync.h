@@ -22,6 +22,10 @@
 // (aside_store_errors_total{kind="bad_value"}); the group keeps its last
 // good definition.
 //
+// Writes go through a GroupCommitter (server/store/group_commit.h): Admin
+// writes made at the same time, to different groups, share one store
+// commit, and each is applied and answered once its own commit returned.
+//
 // Threads: any thread; mu_ serialises applications (it is taken before the
 // registry's and the groups' locks, never after).
 #ifndef ASIDE_SERVER_STORE_STORE_SYNC_H_
@@ -40,6 +44,7 @@
 #include "server/base/metrics.h"
 #include "server/groups/group_registry.h"
 #include "server/store/store.h"
+#include "server/store/group_commit.h"
 
 namespace aside::server {
 
@@ -49,6 +54,7 @@ class StoreSync {
   StoreSync(Store* store, GroupRegistry* groups, Metrics* metrics);
 
   Store& store() { return *store_; }
+  const GroupCommitter& committer() const { return committer_; }
 
   // Applies the snapshot a server starts from. With `strict` a group that
   // does not load fails the start (naming the store); otherwise it is
@@ -128,6 +134,7 @@ class StoreSync {
                 absl::string_view error);
 
   Store* const store_;
+  GroupCommitter committer_;
   GroupRegistry* const groups_;
   Metrics* const metrics_;
   mutable aside::Mutex mu_;
