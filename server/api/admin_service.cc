@@ -232,6 +232,41 @@ void AdminService::Describe(const Group& group, bool with_backends,
   }
 }
 
+AdminService::MutationScope::MutationScope(AdminService* admin,
+                                           std::string name,
+                                           bool claims_aliases)
+    : admin_(admin), name_(std::move(name)), claims_aliases_(claims_aliases) {
+  aside::MutexLock lock(&admin_->mutation_mu_);
+  if (claims_aliases_) {
+    ++admin_->claims_waiting_;
+    admin_->mutation_mu_.Await([this] {
+      admin_->mutation_mu_.AssertHeld();
+      return !admin_->claiming_ && admin_->sharing_ == 0 &&
+             !admin_->mutating_.contains(name_);
+    });
+    --admin_->claims_waiting_;
+    admin_->claiming_ = true;
+  } else {
+    admin_->mutation_mu_.Await([this] {
+      admin_->mutation_mu_.AssertHeld();
+      return !admin_->claiming_ && admin_->claims_waiting_ == 0 &&
+             !admin_->mutating_.contains(name_);
+    });
+    ++admin_->sharing_;
+  }
+  admin_->mutating_.insert(name_);
+}
+
+AdminService::MutationScope::~MutationScope() {
+  aside::MutexLock lock(&admin_->mutation_mu_);
+  admin_->mutating_.erase(name_);
+  if (claims_aliases_) {
+    admin_->claiming_ = false;
+  } else {
+    --admin_->sharing_;
+  }
+}
+
 grpc::Status AdminService::CheckMutable(const std::string& name) const {
   if (name.empty()) {
     return Invalid("group: a group name is required");
@@ -325,8 +360,8 @@ grpc::Status AdminService::DoCreateGroup(const v1::CreateGroupRequest& request,
   if (!spec.ok()) {
     return ToGrpcStatus(spec.status());
   }
-  aside::MutexLock lock(&mutation_mu_);
   const std::string name = spec->name;
+  MutationScope scope(this, name, !spec->aliases.empty());
   if (groups_->Find(name) != nullptr && store_ == nullptr) {
     return {grpc::StatusCode::ALREADY_EXISTS,
             absl::StrCat("group '", name, "' already exists")};
@@ -415,7 +450,12 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
     return Invalid("group: required");
   }
   const std::string& name = request.group().name();
-  aside::MutexLock lock(&mutation_mu_);
+  const auto& paths = request.update_mask().paths();
+  MutationScope scope(
+      this, name,
+      request.group().aliases_size() > 0 &&
+          (paths.empty() ||
+           std::find(paths.begin(), paths.end(), "aliases") != paths.end()));
   if (grpc::Status s = CheckMutable(name); !s.ok()) {
     return s;
   }
@@ -437,7 +477,7 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
 
 grpc::Status AdminService::DoDeleteGroup(const v1::DeleteGroupRequest& request,
                                          v1::DeleteGroupResponse* response) {
-  aside::MutexLock lock(&mutation_mu_);
+  MutationScope scope(this, request.name(), false);
   if (grpc::Status s = CheckMutable(request.name()); !s.ok()) {
     return s;
   }
@@ -504,7 +544,7 @@ grpc::Status AdminService::DoAddBackends(const v1::AddBackendsRequest& request,
     }
     added.push_back(*std::move(b));
   }
-  aside::MutexLock lock(&mutation_mu_);
+  MutationScope scope(this, request.group(), false);
   if (grpc::Status s = CheckMutable(request.group()); !s.ok()) {
     return s;
   }
@@ -555,7 +595,7 @@ grpc::Status AdminService::EditBackends(
   if (grpc::Status s = CanonicalAddresses(addresses, &canonical); !s.ok()) {
     return s;
   }
-  aside::MutexLock lock(&mutation_mu_);
+  MutationScope scope(this, group_name, false);
   if (grpc::Status s = CheckMutable(group_name); !s.ok()) {
     return s;
   }

@@ -6,16 +6,20 @@
 // from, then applied and acknowledged. A lost race is retried on the stored
 // value for changes that commute (add, remove, drain or undrain named
 // backends; delete) and ABORTED for those that replace fields
-// (UpdateGroup) or carry the caller's expected_revision. Mutations through
-// one replica are also serialised here. Groups declared in the config file are
-// read-only here (FAILED_PRECONDITION naming the file).
+// (UpdateGroup) or carry the caller's expected_revision. Mutations of one
+// group through one replica are also serialised here; mutations of
+// different groups run at once, and their store writes share commits
+// (StoreSync's GroupCommitter). A mutation that gives a group aliases runs
+// alone, so that two at once cannot both claim one name. Groups declared in
+// the config file are read-only here (FAILED_PRECONDITION naming the file).
 //
 // Threads: gRPC's callback threads call the RPC methods concurrently, each
 // handled inline (no reactor state outlives the call). Reads (GetGroup,
 // ListGroups, ListTargets) take no lock of their own: they read published
-// group snapshots. Mutations hold mutation_mu_ from the read of the current
-// spec to the publication of the new one; the state store and the registry
-// take their own locks inside it, never the other way round.
+// group snapshots. A mutation holds its group's MutationScope from the read
+// of the current spec to the publication of the new one (mutation_mu_ only
+// guards who holds which); the state store and the registry take their own
+// locks inside it, never the other way round.
 // set_grpclb_streams() is for wiring, before the server serves.
 #ifndef ASIDE_SERVER_API_ADMIN_SERVICE_H_
 #define ASIDE_SERVER_API_ADMIN_SERVICE_H_
@@ -25,6 +29,7 @@
 #include <functional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "lib/sync.h"
 #include "server/auth/admin_auth.h"
@@ -128,8 +133,7 @@ class AdminService final : public v1::Admin::CallbackService {
                       StoreSync::OnConflict on_conflict,
                       const StoreSync::Edit& edit, v1::Group* response,
                       uint64_t* deleted_generation = nullptr,
-                      int64_t* revision = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutation_mu_);
+                      int64_t* revision = nullptr);
   // Finds each of `addresses` in a store-owned group and applies `edit` to
   // it (NOT_FOUND naming the first missing one), then writes the result.
   grpc::Status EditBackends(
@@ -155,9 +159,28 @@ class AdminService final : public v1::Admin::CallbackService {
   const HealthRegistry* const health_;
   GrpclbStreams grpclb_streams_;
   Members members_;
-  // Serialises mutations (see the file comment); taken before the store's
-  // and the registry's locks.
+  // One mutation of `name` through this replica at a time; with
+  // `claims_aliases`, no other mutation at all (see the file comment).
+  class MutationScope {
+   public:
+    MutationScope(AdminService* admin, std::string name, bool claims_aliases);
+    ~MutationScope();
+    MutationScope(const MutationScope&) = delete;
+    MutationScope& operator=(const MutationScope&) = delete;
+
+   private:
+    AdminService* const admin_;
+    const std::string name_;
+    const bool claims_aliases_;
+  };
+  // Who holds a MutationScope; taken before the store's and the registry's
+  // locks, and never held while a mutation runs.
   aside::Mutex mutation_mu_;
+  absl::flat_hash_set<std::string> mutating_ ABSL_GUARDED_BY(mutation_mu_);
+  int sharing_ ABSL_GUARDED_BY(mutation_mu_) = 0;  // scopes not claiming
+  bool claiming_ ABSL_GUARDED_BY(mutation_mu_) = false;
+  // Claiming scopes waiting: new sharing ones wait behind them.
+  int claims_waiting_ ABSL_GUARDED_BY(mutation_mu_) = 0;
 };
 
 }  // namespace aside::server
