@@ -70,6 +70,48 @@ AdminService::AdminService(GroupRegistry* groups, StoreSync* store,
       loads_(loads),
       health_(health) {}
 
+AdminService::~AdminService() {
+  std::vector<std::thread> workers;
+  {
+    aside::MutexLock lock(&workers_mu_);
+    stopping_ = true;
+    workers.swap(workers_);
+  }
+  for (std::thread& t : workers) {
+    t.join();
+  }
+}
+
+void AdminService::RunMutation(std::function<void()> job) {
+  aside::MutexLock lock(&workers_mu_);
+  if (workers_.empty()) {
+    workers_.reserve(kMutationWorkers);
+    for (int i = 0; i < kMutationWorkers; ++i) {
+      workers_.emplace_back([this] { MutationWorker(); });
+    }
+  }
+  jobs_.push_back(std::move(job));
+}
+
+void AdminService::MutationWorker() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      aside::MutexLock lock(&workers_mu_);
+      workers_mu_.Await([this] {
+        workers_mu_.AssertHeld();
+        return !jobs_.empty() || stopping_;
+      });
+      if (jobs_.empty()) {
+        return;  // stopping, and nothing left to finish
+      }
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* AdminService::Handle(
     grpc::CallbackServerContext* context, const char* method, AdminRole role,
@@ -80,22 +122,33 @@ grpc::ServerUnaryReactor* AdminService::Handle(
                             ? auth_->Authorize(*context, role)
                             : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                                            "admin: no credentials configured");
+  auto finish = [this, context, method, role, reactor](grpc::Status status) {
+    if (role == AdminRole::kAdmin && metrics_ != nullptr) {
+      metrics_->admin_mutations
+          .Add({{"method", method}, {"result", CodeName(status.error_code())}})
+          .Increment();
+    }
+    if (role == AdminRole::kAdmin) {
+      Log(status.ok() ? LogLevel::kInfo : LogLevel::kWarn, "admin.mutation",
+          {{"method", method},
+           {"peer", ClientPeer(context->peer())},
+           {"result", CodeName(status.error_code())},
+           {"message", status.error_message()}});
+    }
+    reactor->Finish(status);
+  };
+  if (status.ok() && role == AdminRole::kAdmin) {
+    // Off gRPC's callback threads (see the file comment); the call, its
+    // request and its response live until the reactor finishes.
+    RunMutation([this, request, response, op, finish] {
+      finish((this->*op)(*request, response));
+    });
+    return reactor;
+  }
   if (status.ok()) {
     status = (this->*op)(*request, response);
   }
-  if (role == AdminRole::kAdmin && metrics_ != nullptr) {
-    metrics_->admin_mutations
-        .Add({{"method", method}, {"result", CodeName(status.error_code())}})
-        .Increment();
-  }
-  if (role == AdminRole::kAdmin) {
-    Log(status.ok() ? LogLevel::kInfo : LogLevel::kWarn, "admin.mutation",
-        {{"method", method},
-         {"peer", ClientPeer(context->peer())},
-         {"result", CodeName(status.error_code())},
-         {"message", status.error_message()}});
-  }
-  reactor->Finish(status);
+  finish(status);
   return reactor;
 }
 

@@ -13,8 +13,13 @@
 // alone, so that two at once cannot both claim one name. Groups declared in
 // the config file are read-only here (FAILED_PRECONDITION naming the file).
 //
-// Threads: gRPC's callback threads call the RPC methods concurrently, each
-// handled inline (no reactor state outlives the call). Reads (GetGroup,
+// Threads: gRPC's callback threads call the RPC methods concurrently. Reads
+// are handled inline (no reactor state outlives the call). Mutations wait
+// for a store commit, and gRPC 1.51 runs callback handlers on a couple of
+// threads only, so a mutation blocking one would hold up every other call
+// and keep concurrent writes from ever meeting in one commit: they run on
+// kMutationWorkers threads of this service's own, which finish the call's
+// reactor (calls beyond that queue, in order). Reads (GetGroup,
 // ListGroups, ListTargets) take no lock of their own: they read published
 // group snapshots. A mutation holds its group's MutationScope from the read
 // of the current spec to the publication of the new one (mutation_mu_ only
@@ -26,7 +31,10 @@
 
 #include <prometheus/counter.h>
 
+#include <deque>
 #include <functional>
+#include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -44,10 +52,16 @@ inline constexpr int kMaxBackendsPerRequest = 1000;
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
+  // Threads running mutations (see the file comment): the most writes
+  // through one replica that can share a store commit.
+  static constexpr int kMutationWorkers = 32;
+
   // `store` may be null (nothing is persisted: for tests of validation).
   AdminService(GroupRegistry* groups, StoreSync* store, const AdminAuth* auth,
                Metrics* metrics, const LoadAggregator* loads = nullptr,
                const HealthRegistry* health = nullptr);
+  // Finishes the mutations queued and in flight, then stops the workers.
+  ~AdminService() override;
 
   grpc::ServerUnaryReactor* CreateGroup(grpc::CallbackServerContext* context,
                                         const v1::CreateGroupRequest* request,
@@ -151,6 +165,10 @@ class AdminService final : public v1::Admin::CallbackService {
       const Request* request, Response* response,
       grpc::Status (AdminService::*op)(const Request&, Response*));
 
+  // Runs `job` on a mutation worker (started on first use).
+  void RunMutation(std::function<void()> job);
+  void MutationWorker();
+
   GroupRegistry* const groups_;
   StoreSync* const store_;
   const AdminAuth* const auth_;
@@ -181,6 +199,12 @@ class AdminService final : public v1::Admin::CallbackService {
   bool claiming_ ABSL_GUARDED_BY(mutation_mu_) = false;
   // Claiming scopes waiting: new sharing ones wait behind them.
   int claims_waiting_ ABSL_GUARDED_BY(mutation_mu_) = 0;
+
+  // The mutation workers and their queue.
+  aside::Mutex workers_mu_;
+  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(workers_mu_);
+  bool stopping_ ABSL_GUARDED_BY(workers_mu_) = false;
+  std::vector<std::thread> workers_ ABSL_GUARDED_BY(workers_mu_);
 };
 
 }  // namespace aside::server
