@@ -84,13 +84,14 @@ AdminService::~AdminService() {
 
 void AdminService::RunMutation(std::function<void()> job) {
   aside::MutexLock lock(&workers_mu_);
-  if (workers_.empty()) {
-    workers_.reserve(kMutationWorkers);
-    for (int i = 0; i < kMutationWorkers; ++i) {
-      workers_.emplace_back([this] { MutationWorker(); });
-    }
-  }
   jobs_.push_back(std::move(job));
+  // A worker more only when every one is busy: writes one at a time keep
+  // to one thread (and one malloc arena), bursts get up to
+  // kMutationWorkers.
+  if (idle_workers_ < jobs_.size() &&
+      workers_.size() < static_cast<size_t>(kMutationWorkers)) {
+    workers_.emplace_back([this] { MutationWorker(); });
+  }
 }
 
 void AdminService::MutationWorker() {
@@ -98,10 +99,12 @@ void AdminService::MutationWorker() {
     std::function<void()> job;
     {
       aside::MutexLock lock(&workers_mu_);
+      ++idle_workers_;
       workers_mu_.Await([this] {
         workers_mu_.AssertHeld();
         return !jobs_.empty() || stopping_;
       });
+      --idle_workers_;
       if (jobs_.empty()) {
         return;  // stopping, and nothing left to finish
       }

@@ -18,8 +18,9 @@
 // for a store commit, and gRPC 1.51 runs callback handlers on a couple of
 // threads only, so a mutation blocking one would hold up every other call
 // and keep concurrent writes from ever meeting in one commit: they run on
-// kMutationWorkers threads of this service's own, which finish the call's
-// reactor (calls beyond that queue, in order). Reads (GetGroup,
+// up to kMutationWorkers threads of this service's own (started as
+// concurrent mutations need them), which finish the call's reactor (calls
+// beyond that queue, in order). Reads (GetGroup,
 // ListGroups, ListTargets) take no lock of their own: they read published
 // group snapshots. A mutation holds its group's MutationScope from the read
 // of the current spec to the publication of the new one (mutation_mu_ only
@@ -165,7 +166,7 @@ class AdminService final : public v1::Admin::CallbackService {
       const Request* request, Response* response,
       grpc::Status (AdminService::*op)(const Request&, Response*));
 
-  // Runs `job` on a mutation worker (started on first use).
+  // Runs `job` on a mutation worker (one more started when all are busy).
   void RunMutation(std::function<void()> job);
   void MutationWorker();
 
@@ -204,6 +205,7 @@ class AdminService final : public v1::Admin::CallbackService {
   aside::Mutex workers_mu_;
   std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(workers_mu_);
   bool stopping_ ABSL_GUARDED_BY(workers_mu_) = false;
+  size_t idle_workers_ ABSL_GUARDED_BY(workers_mu_) = 0;
   std::vector<std::thread> workers_ ABSL_GUARDED_BY(workers_mu_);
 };
 
