@@ -34,7 +34,7 @@
 #include "absl/time/clock.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "lib/command_line.h"
-#include "server/etcd/etcd_client.h"
+#include "server/store/etcd/etcd_client.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/process.h"
 

@@ -31,7 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "lib/sync.h"
-#include "server/store.h"
+#include "server/store/store.h"
 
 namespace aside::server {
 
