@@ -61,6 +61,28 @@ class FleetTest : public ::aside::testing::FleetTestBase {
   Replica& A() { return *replicas_[0]; }
   Replica& B() { return *replicas_[1]; }
   Replica& C() { return *replicas_[2]; }
+
+  // Waits until the three replicas agree on `name`'s single backend and
+  // generation, then checks that the backend's port is the last
+  // acknowledged write's or a later attempted one's (whose reply was lost).
+  void ExpectReplicasAgreeOnALastWrite(const std::string& name, int acked,
+                                       int attempted) {
+    std::string final_backends;
+    ASSERT_TRUE(Eventually(
+        [&] {
+          final_backends = A().Backends(name);
+          return final_backends == B().Backends(name) &&
+                 final_backends == C().Backends(name) &&
+                 A().Generation(name) == C().Generation(name) &&
+                 B().Generation(name) == C().Generation(name);
+        },
+        absl::Seconds(30)))
+        << name;
+    const int port =
+        std::stoi(final_backends.substr(final_backends.find(':') + 1));
+    EXPECT_GE(port, acked) << name;
+    EXPECT_LE(port, attempted) << name;
+  }
 };
 
 TEST_F(FleetTest, GroupCreatedOnAServesFromBAndCWithTheSameGeneration) {
@@ -462,22 +484,7 @@ TEST_F(FleetTest, AcknowledgedMutationsSurviveLeaderKills) {
   EXPECT_GT(acknowledged, mutations / 2);
   for (int g = 0; g < kGroups; ++g) {
     const std::string name = absl::StrCat("d", g);
-    std::string final_backends;
-    ASSERT_TRUE(Eventually(
-        [&] {
-          final_backends = A().Backends(name);
-          return final_backends == B().Backends(name) &&
-                 final_backends == C().Backends(name) &&
-                 A().Generation(name) == C().Generation(name) &&
-                 B().Generation(name) == C().Generation(name);
-        },
-        absl::Seconds(30)))
-        << name;
-    const int port =
-        std::stoi(final_backends.substr(final_backends.find(':') + 1));
-    // The acknowledged write, or a later one that failed only in its reply.
-    EXPECT_GE(port, acked[g]) << name;
-    EXPECT_LE(port, attempted[g]) << name;
+    ExpectReplicasAgreeOnALastWrite(name, acked[g], attempted[g]);
   }
 }
 
@@ -575,22 +582,7 @@ TEST_F(FleetTest, ConcurrentBatchedWritesSurviveLeaderKills) {
   Drain();
   for (int w = 0; w < kWriters; ++w) {
     const std::string name = absl::StrCat("b", w);
-    std::string final_backends;
-    ASSERT_TRUE(Eventually(
-        [&] {
-          final_backends = A().Backends(name);
-          return final_backends == B().Backends(name) &&
-                 final_backends == C().Backends(name) &&
-                 A().Generation(name) == C().Generation(name) &&
-                 B().Generation(name) == C().Generation(name);
-        },
-        absl::Seconds(30)))
-        << name;
-    const int port =
-        std::stoi(final_backends.substr(final_backends.find(':') + 1));
-    // The last acknowledged write, or a later one whose reply was lost.
-    EXPECT_GE(port, acked[w]) << name;
-    EXPECT_LE(port, attempted[w]) << name;
+    ExpectReplicasAgreeOnALastWrite(name, acked[w], attempted[w]);
   }
   aside::MutexLock lock(&mu);
   RecordProperty("acknowledged", acknowledged);
