@@ -43,8 +43,8 @@
 #include "lib/sync.h"
 #include "server/base/metrics.h"
 #include "server/groups/group_registry.h"
-#include "server/store/store.h"
 #include "server/store/group_commit.h"
+#include "server/store/store.h"
 
 namespace aside::server {
 

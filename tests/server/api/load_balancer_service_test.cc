@@ -1,9 +1,10 @@
 // Pick over real gRPC on loopback against an in-process server.
+#include "server/api/load_balancer_service.h"
+
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "server/api/load_balancer_service.h"
 #include "server/server.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
