@@ -240,11 +240,13 @@ TEST_F(H2AbuseTest, TenThousandStreamsOnOneConnectionAreRefusedPastTheCap) {
   ExpectServedInBoundedMemory(run);
   // limits.max_concurrent_streams (100) holds: gRPC 1.51 treats streams
   // past it as a connection error and closes the connection, ending its
-  // streams UNAVAILABLE; the attacker never holds 10 000.
+  // streams UNAVAILABLE; the attacker never holds 10 000. (Whether the
+  // attacker reads a RST_STREAM or GOAWAY before the close depends on how
+  // far its writes ran ahead of the server's, so only the close is
+  // asserted: the connection ends before the attacker's SETTINGS and 10 000
+  // HEADERS frames have all been sent.)
   EXPECT_EQ(Field(run.summary, "closed_by_server"), 1) << run.summary;
-  EXPECT_GT(Field(run.summary, "rst_received") + Field(run.summary, "refused"),
-            0)
-      << run.summary;
+  EXPECT_LT(Field(run.summary, "frames"), 1 + 10000) << run.summary;
 }
 
 TEST_F(H2AbuseTest, OversizedMetadataIsRefused) {
