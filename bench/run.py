@@ -346,7 +346,7 @@ def run_fanout_procs(args, out_dir):
 
     with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
         tokens = os.path.join(tmp, "tokens")
-        with open(tokens, "w") as f:
+        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(f"{token} admin\n")
         config = os.path.join(tmp, "aside.yaml")
         with open(config, "w") as f:
@@ -434,7 +434,7 @@ def run_fanout_rate(args, out_dir):
             tempfile.TemporaryDirectory(prefix="aside-bench-",
                                         dir=shm) as fast:
         tokens = os.path.join(tmp, "tokens")
-        with open(tokens, "w") as f:
+        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(f"{token} admin\n")
         config = os.path.join(tmp, "aside.yaml")
         with open(config, "w") as f:
@@ -553,7 +553,7 @@ def run_fanout_stall(args, out_dir):
     runs = []
     with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
         tokens = os.path.join(tmp, "tokens")
-        with open(tokens, "w") as f:
+        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(f"{token} admin\n")
         for rep in range(reps):
             server = Server(args.bin_dir, os.path.join(tmp, f"state-{rep}"),
@@ -600,7 +600,7 @@ def run_fanout(args, out_dir):
 
     with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
         tokens = os.path.join(tmp, "tokens")
-        with open(tokens, "w") as f:
+        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(f"{token} admin\n")
         # Every subscriber runs on loopback, one address: lift the per-peer
         # Watch cap (10 000 by default) above the largest run plus the
@@ -1430,7 +1430,7 @@ def run_fanout_xds(args, out_dir):
     runs = []
     with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
         tokens = os.path.join(tmp, "tokens")
-        with open(tokens, "w") as f:
+        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(f"{token} admin\n")
         # Every stream comes from one loopback address.
         config = os.path.join(tmp, "aside.yaml")

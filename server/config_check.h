@@ -25,8 +25,9 @@ absl::Status CheckReferencedFiles(const ServerConfig& config);
 // token, TLS private key, etcd client key and credentials) that anyone may
 // read (mode o+r), one message per file naming it, its mode and the fix.
 // Group-readable files pass: Kubernetes mounts secrets for the pod's
-// fsGroup (0440). The server logs each at start (config.secret_readable);
-// --check-config prints each as a warning.
+// fsGroup (0440). The server binary refuses to start on any, and
+// --check-config fails on them, unless --allow-readable-secrets (then they
+// are warnings, and AsideServer::Create logs each: config.secret_readable).
 std::vector<std::string> SecretFilesReadableByOthers(
     const ServerConfig& config);
 

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -60,6 +61,9 @@ ABSL_FLAG(std::string, import_state, "",
           "exit");
 ABSL_FLAG(std::string, check_config, "",
           "validate the file, print every error, exit");
+ABSL_FLAG(bool, allow_readable_secrets, false,
+          "start even when a secret file the config names is readable by "
+          "every user (each is logged as a warning)");
 
 namespace {
 
@@ -84,6 +88,11 @@ constexpr absl::string_view kUsage = R"(usage: aside-server [flags]
   --log-format FORMAT   text (key=value) or json
   --log-level LEVEL     debug, info, warn or error
   --check-config FILE   validate FILE, print every error, exit (0 when valid)
+  --allow-readable-secrets   start (and pass --check-config) even when a
+                        secret file the config names (token, session key,
+                        private key, credentials) is readable by every user,
+                        e.g. a Kubernetes Secret mounted with the default
+                        mode 0644; each is logged as a warning
   --export-state FILE   write the Admin-created groups of the configured
                         store to FILE (JSON) and exit
   --import-state FILE   create the groups of FILE in the configured store
@@ -95,6 +104,33 @@ constexpr absl::string_view kUsage = R"(usage: aside-server [flags]
 
 Flags override the config file.
 )";
+
+// Secret files every user may read: refused (each named on stderr with its
+// mode and the fix) unless --allow-readable-secrets, with which
+// --check-config prints them as warnings and the server logs them at start.
+// False when refused.
+bool ReportReadableSecrets(const aside::server::ServerConfig& config,
+                           absl::string_view prefix) {
+  const std::vector<std::string> readable =
+      aside::server::SecretFilesReadableByOthers(config);
+  if (absl::GetFlag(FLAGS_allow_readable_secrets)) {
+    if (prefix.empty()) {  // --check-config
+      for (const std::string& r : readable) {
+        std::cerr << "warning: " << r << "\n";
+      }
+    }
+    return true;
+  }
+  for (const std::string& r : readable) {
+    std::cerr << prefix << r << "\n";
+  }
+  if (!readable.empty()) {
+    std::cerr << prefix
+              << "refusing secret files every user may read; pass "
+                 "--allow-readable-secrets to accept them\n";
+  }
+  return readable.empty();
+}
 
 }  // namespace
 
@@ -120,8 +156,8 @@ int main(int argc, char** argv) {
       std::cerr << s.message() << "\n";
       return 1;
     }
-    for (const std::string& warning : SecretFilesReadableByOthers(*config)) {
-      std::cerr << "warning: " << warning << "\n";
+    if (!ReportReadableSecrets(*config, "")) {
+      return 1;
     }
     std::cout << check_config << ": ok (" << config->groups.size()
               << " groups)\n";
@@ -246,6 +282,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  if (!ReportReadableSecrets(*config, "aside-server: ")) {
+    return 1;
+  }
   const size_t group_count = config->groups.size();
   const ServerConfig started_with = *config;
   absl::StatusOr<std::unique_ptr<AsideServer>> server =

@@ -131,7 +131,7 @@ TEST(OverloadTest, GroupsPastTheCapAreRefusedAndCounted) {
   const std::string token = "overload-test-admin-token";
   const std::string config = absl::StrCat(
       "limits: {max_groups: 1}\nadmin: {token_file: ",
-      dir.WriteFile("tokens", token + " admin\n"), "}\n", R"(groups:
+      dir.WriteSecret("tokens", token + " admin\n"), "}\n", R"(groups:
   - name: web
     policy: round_robin
     health_check: {kind: none}

@@ -35,7 +35,8 @@ class AsidectlTest : public ::testing::Test {
         dir_.path() + "/state",
         {"--config", dir_.WriteFile("aside.yaml", kClientTestConfig),
          "--admin-token-file",
-         dir_.WriteFile("tokens", absl::StrCat(kClientTestToken, " admin\n"))});
+         dir_.WriteSecret("tokens",
+                          absl::StrCat(kClientTestToken, " admin\n"))});
     ASSERT_OK(server);
     server_ = *std::move(server);
   }

@@ -61,8 +61,8 @@ TEST(ClientBinaryTest, LocalPicksFollowTheTableAndAdminChangesReachEveryStub) {
       StartServer(dir.path() + "/state",
                   {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
                    "--admin-token-file",
-                   dir.WriteFile("tokens",
-                                 absl::StrCat(kClientTestToken, " admin\n"))}));
+                   dir.WriteSecret(
+                       "tokens", absl::StrCat(kClientTestToken, " admin\n"))}));
   std::vector<std::unique_ptr<Client>> stubs;
   for (int i = 0; i < 3; ++i) {
     ClientOptions o = StubOptions(server.target());
@@ -148,8 +148,8 @@ TEST(ClientBinaryTest, UnknownGroupsFailWithNotFoundUntilCreated) {
       StartServer(dir.path() + "/state",
                   {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
                    "--admin-token-file",
-                   dir.WriteFile("tokens",
-                                 absl::StrCat(kClientTestToken, " admin\n"))}));
+                   dir.WriteSecret(
+                       "tokens", absl::StrCat(kClientTestToken, " admin\n"))}));
   Admin admin(server.target());
   ASSERT_OK(admin.Create("extra", {"127.0.0.1:9311", "127.0.0.1:9312"}));
   LogSink log;
@@ -214,9 +214,9 @@ TEST(ClientBinaryTest, LoadReportsReachTheServer) {
           dir.path() + "/state",
           {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
            "--admin-token-file",
-           dir.WriteFile("tokens",
-                         absl::StrCat(kClientTestToken, " admin\n",
-                                      kReportToken, " report stubs\n"))}));
+           dir.WriteSecret("tokens",
+                           absl::StrCat(kClientTestToken, " admin\n",
+                                        kReportToken, " report stubs\n"))}));
   ClientOptions o = StubOptions(server.target());
   o.reporter = "stub-1";
   o.report_token = kReportToken;
@@ -285,8 +285,8 @@ TEST(ClientBinaryTest, LoadReportsWithoutATokenAreRefused) {
       StartServer(dir.path() + "/state",
                   {"--config", dir.WriteFile("aside.yaml", kClientTestConfig),
                    "--admin-token-file",
-                   dir.WriteFile("tokens",
-                                 absl::StrCat(kClientTestToken, " admin\n"))}));
+                   dir.WriteSecret(
+                       "tokens", absl::StrCat(kClientTestToken, " admin\n"))}));
   ClientOptions o = StubOptions(server.target());
   o.reporter = "stub-1";
   o.groups = {"rr"};
@@ -387,7 +387,7 @@ void RunOutage(Outage outage) {
   TempDir dir;
   const std::string config = dir.WriteFile("aside.yaml", kClientTestConfig);
   const std::string tokens =
-      dir.WriteFile("tokens", absl::StrCat(kClientTestToken, " admin\n"));
+      dir.WriteSecret("tokens", absl::StrCat(kClientTestToken, " admin\n"));
   const std::string listen =
       absl::StrCat("127.0.0.1:", aside::testing::PickUnusedPort());
   const std::vector<std::string> flags = {

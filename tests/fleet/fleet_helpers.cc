@@ -110,10 +110,10 @@ void FleetTestBase::StartCluster(EtcdCluster::Options options) {
   ASSERT_OK(cluster.status());
   cluster_ = *std::move(cluster);
   tokens_ =
-      dir_.WriteFile("tokens", absl::StrCat(kFleetAdminToken, " admin\n",
-                                            kFleetReportToken, " report\n"));
+      dir_.WriteSecret("tokens", absl::StrCat(kFleetAdminToken, " admin\n",
+                                              kFleetReportToken, " report\n"));
   peer_token_ =
-      dir_.WriteFile("peer-token", absl::StrCat(kFleetReportToken, "\n"));
+      dir_.WriteSecret("peer-token", absl::StrCat(kFleetReportToken, "\n"));
 }
 
 std::string FleetTestBase::Config(const std::vector<std::string>& endpoints,

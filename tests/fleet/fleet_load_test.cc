@@ -55,10 +55,11 @@ v1::BackendLoad Load(const std::string& group, const std::string& address,
 class FleetLoadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    tokens_ = dir_.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n",
-                                                    kReportToken, " report\n"));
+    tokens_ = dir_.WriteSecret(
+        "tokens",
+        absl::StrCat(kAdminToken, " admin\n", kReportToken, " report\n"));
     peer_token_ =
-        dir_.WriteFile("peer-token", absl::StrCat(kReportToken, "\n"));
+        dir_.WriteSecret("peer-token", absl::StrCat(kReportToken, "\n"));
     a_ = Start("a", "");
     b_ = Start("b", absl::StrCat("  peers: [", a_.target(), "]\n"));
     lb_b_ = v1::LoadBalancer::NewStub(

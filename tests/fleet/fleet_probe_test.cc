@@ -90,7 +90,7 @@ class FleetProbeTest : public ::testing::Test {
     }
     ASSERT_OK(cluster.status());
     cluster_ = *std::move(cluster);
-    tokens_ = dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+    tokens_ = dir_.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
     // The servers first: a child process would inherit the backends'
     // listening sockets (Asio does not set close-on-exec), and a backend
     // stopped here would still accept connections there.

@@ -356,7 +356,7 @@ TEST(LoadViewConfigTest, CheckConfigNamesABadPeerTokenFile) {
   EXPECT_THAT(CheckReferencedFiles(c),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("fleet peer token file is empty")));
-  c.fleet_load.peer_token_file = dir.WriteFile("token", "s3cret-peer\n");
+  c.fleet_load.peer_token_file = dir.WriteSecret("token", "s3cret-peer\n");
   EXPECT_OK(CheckReferencedFiles(c));
 }
 

@@ -88,7 +88,7 @@ class StockClientsTest : public ::testing::Test {
     // Clients find the balancer by SRV, so its port is chosen up front and
     // kept across restarts. Aside starts before dnsmasq picks a port, and
     // again on another port if the one chosen was taken meanwhile.
-    tokens_ = dir_.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n"));
+    tokens_ = dir_.WriteSecret("tokens", absl::StrCat(kAdminToken, " admin\n"));
     absl::Status started;
     for (int attempt = 0; attempt < 5; ++attempt) {
       aside_port_ = aside::testing::PickUnusedPort();

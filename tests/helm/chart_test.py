@@ -970,7 +970,8 @@ def make_etcd_files(root, etcd):
     if "ca_file" in etcd:
         shutil.copy(root + cert, root + etcd["ca_file"])
     if "credentials_file" in etcd:
-        with open(root + etcd["credentials_file"], "w") as f:
+        with open(os.open(root + etcd["credentials_file"],
+                          os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write("aside:chart-test-password\n")
 
 
@@ -1031,12 +1032,14 @@ class ChartServerConfigTest(unittest.TestCase):
             if "session_key_file" in config:
                 path = root + config["session_key_file"]
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as f:
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600),
+                          "wb") as f:
                     f.write(os.urandom(32))
             if "token_file" in config.get("admin", {}):
                 path = root + config["admin"]["token_file"]
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "w") as f:
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600),
+                          "w") as f:
                     f.write("# test tokens\nsecret-admin-token admin\n"
                             "secret-read-token read\n")
             path = os.path.join(tmp, "aside.yaml")

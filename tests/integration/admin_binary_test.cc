@@ -36,7 +36,7 @@ constexpr char kToken[] = "integration-admin-token-42";
 TEST(AdminBinaryTest, GrpcurlStyleJsonWithATokenHeader) {
   TempDir dir;
   const std::string tokens =
-      dir.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+      dir.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
   ASSERT_OK_AND_ASSIGN(
       RunningServer server,
       aside::testing::StartServer(dir.path() + "/state",
@@ -220,7 +220,7 @@ std::string IntegrityCheck(const std::string& path) {
 TEST(AdminBinaryTest, AcknowledgedMutationsSurviveRepeatedSigkill) {
   TempDir dir;
   const std::string tokens =
-      dir.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+      dir.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
   const std::string state = dir.path() + "/state";
   std::mt19937 rng(20261129);
   Model model;
@@ -321,7 +321,7 @@ TEST(AdminBinaryTest, ConcurrentAcknowledgedWritesSurviveSigkill) {
   constexpr int kRounds = 16;
   TempDir dir;
   const std::string tokens =
-      dir.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+      dir.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
   const std::string state = dir.path() + "/state";
   std::mt19937 rng(20261203);
   // Per writer: the port of its last acknowledged write (0: none yet), and
@@ -517,7 +517,7 @@ class TlsTest : public ::testing::Test {
     admin_key_ = pki.Read("admin.key");
     other_cert_ = pki.Read("other.crt");
     other_key_ = pki.Read("other.key");
-    dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+    dir_.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
     config_ = dir_.WriteFile(
         "aside.yaml",
         absl::StrCat("tls:\n  cert_file: ", pki.path("server.crt"),

@@ -69,7 +69,8 @@ const std::set<std::string>& FixtureSetup() {
 bool Interactive(const std::string& command) {
   return absl::StrContains(command, "--watch") ||
          absl::StrContains(command, "asidectl watch ") ||
-         absl::StrContains(command, "create-group groups.yaml");
+         absl::StrContains(command, "create-group groups.yaml") ||
+         absl::StrContains(command, "apply-changes changes.yaml");
 }
 
 // Collapsed whitespace, generations (10+ digits) as <gen>.
@@ -98,7 +99,7 @@ class ReadmeWalkthroughTest : public ::testing::Test {
     readme_ = ReadAll(aside::testing::SourceDir() + "/README.md");
     ASSERT_FALSE(readme_.empty());
     var_ = dir_.path() + "/var";
-    // What `make run` writes once: "<48 hex digits> admin".
+    // What `make run` writes once, mode 0600: "<48 hex digits> admin".
     std::random_device random;
     std::string hex;
     for (int i = 0; i < 24; ++i) {
@@ -107,6 +108,9 @@ class ReadmeWalkthroughTest : public ::testing::Test {
     token_ = hex;
     std::filesystem::create_directories(var_);
     std::ofstream(var_ + "/demo-admin-token") << token_ << " admin\n";
+    std::filesystem::permissions(var_ + "/demo-admin-token",
+                                 std::filesystem::perms::owner_read |
+                                     std::filesystem::perms::owner_write);
     ASSERT_NO_FATAL_FAILURE(StartAsMakeRun());
     vars_["TOKEN"] = token_;
     grpcurl_ =

@@ -345,7 +345,7 @@ TEST_F(ReloadTest, RemovedGroupEndsItsWatchWithGroupRemoved) {
 
 TEST_F(ReloadTest, ConfigGroupNamedLikeAnAdminGroupFailsTheReload) {
   const std::string tokens =
-      dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+      dir_.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
   Start(Config(100), {"--admin-token-file", tokens});
   v1::CreateGroupRequest create;
   create.mutable_group()->set_name("owned");
@@ -384,7 +384,7 @@ TEST_F(ReloadTest, ConfigGroupNamedLikeAnAdminGroupFailsTheReload) {
 // file reaches the same decision.
 TEST_F(ReloadTest, AnAliasCollisionWithAnAdminGroupChangesNothing) {
   const std::string tokens =
-      dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+      dir_.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
   Start(Config(100), {"--admin-token-file", tokens});
   v1::CreateGroupRequest create;
   create.mutable_group()->set_name("owned");

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@ namespace {
 
 using ::aside::testing::Process;
 using ::aside::testing::TempDir;
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 
@@ -386,6 +388,48 @@ TEST(ServerBinaryStartupTest, ConfigErrorsExitBeforeBindingAnyPort) {
   EXPECT_THAT((*process)->StderrText(),
               HasSubstr(bad + ":3:5: groups[0].bogus: unknown key"));
   EXPECT_THAT((*process)->StderrText(), ::testing::Not(HasSubstr("listening")));
+}
+
+TEST(ServerBinaryStartupTest,
+     SecretFilesEveryoneMayReadAreRefusedUnlessAllowed) {
+  TempDir dir;
+  const std::string tokens =
+      dir.WriteSecret("tokens", "tok-0123456789abcdef admin\n");
+  ASSERT_EQ(chmod(tokens.c_str(), 0644), 0);
+  const std::string config = dir.WriteFile(
+      "aside.yaml", absl::StrCat("admin: {token_file: ", tokens, "}\n"));
+  const std::string server = aside::testing::BinDir() + "/aside-server";
+  auto r = aside::testing::RunCommand({server, "--check-config", config});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(tokens + ": admin token file is readable by "
+                                           "every user (mode 0644)"));
+  EXPECT_THAT(r.output, HasSubstr("--allow-readable-secrets"));
+  r = aside::testing::RunCommand(
+      {server, "--check-config", config, "--allow-readable-secrets"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("warning: " + tokens));
+
+  // Start-up refuses before binding anything, naming the file and the fix.
+  const int port = aside::testing::PickUnusedPort();
+  auto process = Process::Start(
+      {server, "--config", config, "--state-dir", dir.path() + "/state",
+       "--listen", "127.0.0.1:" + std::to_string(port), "--metrics", ""});
+  ASSERT_OK(process);
+  std::optional<int> status = (*process)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 1);
+  (*process)->DrainStderr(absl::Seconds(5));
+  EXPECT_THAT(
+      (*process)->StderrText(),
+      AllOf(HasSubstr(tokens + ": admin token file is readable"),
+            HasSubstr("chmod o-r"), HasSubstr("--allow-readable-secrets")));
+  EXPECT_THAT((*process)->StderrText(), ::testing::Not(HasSubstr("listening")));
+
+  // Group-readable (a Kubernetes Secret for the pod's fsGroup, 0440) passes.
+  ASSERT_EQ(chmod(tokens.c_str(), 0440), 0);
+  r = aside::testing::RunCommand({server, "--check-config", config});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST(ServerBinaryStartupTest, UnknownFlagIsAUsageError) {

@@ -161,7 +161,7 @@ groups:
     backends: [)",
                                                   dead_address_, "]\n"));
     const std::string tokens =
-        dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+        dir_.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
     ASSERT_OK_AND_ASSIGN(
         server_, testing::StartServer(
                      dir_.path() + "/state",

@@ -43,9 +43,9 @@ TEST_F(ConfigCheckTest, NothingNamedIsFine) {
 
 TEST_F(ConfigCheckTest, FilesThatLoadPass) {
   ServerConfig c;
-  c.session_key_file = dir_.WriteFile("key", std::string(32, 'k'));
+  c.session_key_file = dir_.WriteSecret("key", std::string(32, 'k'));
   c.admin_token_file =
-      dir_.WriteFile("tokens", "0123456789abcdef-token admin\n");
+      dir_.WriteSecret("tokens", "0123456789abcdef-token admin\n");
   c.tls_cert_file = Path("a.crt");
   c.tls_key_file = Path("a.key");
   c.tls_client_ca_file = Path("b.crt");
@@ -71,7 +71,7 @@ TEST_F(ConfigCheckTest, EveryMissingOrBrokenFileIsNamed) {
 
   c = ServerConfig{};
   c.session_key_file = dir_.WriteFile("short", "too short");
-  c.admin_token_file = dir_.WriteFile("tokens", "tok admin\n");
+  c.admin_token_file = dir_.WriteSecret("tokens", "tok admin\n");
   c.tls_cert_file = dir_.WriteFile("garbage.crt", "not a certificate\n");
   c.tls_key_file = Path("a.key");
   c.tls_client_ca_file = Path("a.key");  // a key, not a certificate
@@ -122,8 +122,8 @@ TEST_F(ConfigCheckTest, EtcdStoreFilesAreLoadedToo) {
 TEST_F(ConfigCheckTest, SecretFilesEveryoneMayReadAreNamedWithTheirMode) {
   ServerConfig c;
   c.admin_token_file =
-      dir_.WriteFile("tokens", "0123456789abcdef-token admin\n");
-  c.session_key_file = dir_.WriteFile("key", std::string(32, 'k'));
+      dir_.WriteSecret("tokens", "0123456789abcdef-token admin\n");
+  c.session_key_file = dir_.WriteSecret("key", std::string(32, 'k'));
   c.tls_key_file = Path("a.key");
   ASSERT_EQ(chmod(c.admin_token_file.c_str(), 0644), 0);
   ASSERT_EQ(chmod(c.session_key_file.c_str(), 0440), 0);  // group: passes

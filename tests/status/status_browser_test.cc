@@ -51,7 +51,7 @@ class StatusBrowserTest : public ::testing::Test {
         "{kind: http, interval: 500ms, timeout: 300ms, rise: 1, fall: 1, "
         "jitter: 0}";
     const std::string tokens =
-        dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+        dir_.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
     const std::string config =
         absl::StrCat("admin: {token_file: ", tokens,
                      "}\n"

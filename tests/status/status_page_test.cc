@@ -335,7 +335,7 @@ TEST_F(StatusPageTest, PageIsSelfContainedAndPointsAtItsData) {
 
 TEST_F(StatusPageTest, TokenGuardsTheDataNotThePage) {
   const std::string tokens =
-      dir_.WriteFile("tokens", absl::StrCat(kToken, " read\n"));
+      dir_.WriteSecret("tokens", absl::StrCat(kToken, " read\n"));
   StartServer(absl::StrCat("admin: {token_file: ", tokens,
                            "}\nstatus_page: {require_token: true}\n"));
   absl::StatusOr<testing::HttpResponse> r = Get("/status.json");

@@ -47,6 +47,16 @@ std::string TempDir::WriteFile(const std::string& name,
   return full;
 }
 
+std::string TempDir::WriteSecret(const std::string& name,
+                                 const std::string& contents) const {
+  const std::string full = WriteFile(name, contents);
+  std::filesystem::permissions(
+      full,
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+      std::filesystem::perm_options::replace);
+  return full;
+}
+
 std::string BinDir() {
   const char* dir = std::getenv("ASIDE_BIN_DIR");
   return dir != nullptr ? dir : ASIDE_BIN_DIR;

@@ -25,6 +25,10 @@ class TempDir {
   // Writes `contents` to path()/name and returns the full path.
   std::string WriteFile(const std::string& name,
                         const std::string& contents) const;
+  // WriteFile, readable and writable by the owner only (0600), as the
+  // server wants its secret files (tokens, keys, credentials).
+  std::string WriteSecret(const std::string& name,
+                          const std::string& contents) const;
 
  private:
   std::string path_;

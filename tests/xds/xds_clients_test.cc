@@ -83,7 +83,7 @@ class XdsClientsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_OK_AND_ASSIGN(backends_, GreeterBackends::Start(kBackends, &log_));
-    tokens_ = dir_.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n"));
+    tokens_ = dir_.WriteSecret("tokens", absl::StrCat(kAdminToken, " admin\n"));
     // LRS reports every second (the grpclb report interval).
     config_ = dir_.WriteFile(
         "aside.yaml",

@@ -28,7 +28,7 @@ class MalformedRequestTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string tokens =
-        dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+        dir_.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
     absl::StatusOr<ServerConfig> config =
         ParseConfig(absl::StrCat("state_dir: ", dir_.path(), "/state\n",
                                  "listen: 127.0.0.1:0\nmetrics: \"\"\n",

@@ -196,7 +196,7 @@ class WatchTest : public ::testing::Test {
 
   void Start(const std::string& extra) {
     const std::string tokens =
-        dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+        dir_.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
     std::string backends;
     for (int i = 1; i <= 20; ++i) {
       absl::StrAppend(&backends, "      - 127.0.0.1:", 9000 + i, "\n");
@@ -535,7 +535,7 @@ long RssKib() {
 TEST(WatchSlowReaderTest, NeverReadingIsBoundedAndEndedAndHarmsNoOne) {
   aside::testing::TempDir dir;
   const std::string tokens =
-      dir.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+      dir.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
   absl::StatusOr<ServerConfig> config =
       ParseConfig(absl::StrCat("state_dir: ", dir.path(), "/state\n",
                                "listen: 127.0.0.1:0\nmetrics: \"\"\n",

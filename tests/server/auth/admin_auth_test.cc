@@ -16,7 +16,7 @@ using ::testing::HasSubstr;
 class AdminAuthFileTest : public ::testing::Test {
  protected:
   absl::StatusOr<std::unique_ptr<AdminAuth>> Load(const std::string& text) {
-    path_ = dir_.WriteFile("tokens", text);
+    path_ = dir_.WriteSecret("tokens", text);
     return AdminAuth::Create(path_, {});
   }
 

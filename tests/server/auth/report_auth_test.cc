@@ -417,9 +417,9 @@ TEST(ReportAuthConfigTest, SettingsAreCheckedWithTheirLine) {
 TEST(ReportAuthTokenFileTest, TokensMayBeNamed) {
   aside::testing::TempDir dir;
   const std::string path =
-      dir.WriteFile("tokens",
-                    "a-token-0123456789abc report stubs-eu\n"
-                    "b-token-0123456789abc admin\n");
+      dir.WriteSecret("tokens",
+                      "a-token-0123456789abc report stubs-eu\n"
+                      "b-token-0123456789abc admin\n");
   ASSERT_OK_AND_ASSIGN(auto auth, AdminAuth::Create(path, {}));
   EXPECT_EQ(auth->RoleOfToken("a-token-0123456789abc"), AdminRole::kReport);
   auto bad = AdminAuth::Create(

@@ -58,7 +58,7 @@ class GroupHealthTest : public ::testing::Test {
  protected:
   void Start(const std::string& groups) {
     const std::string tokens =
-        dir_.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+        dir_.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
     absl::StatusOr<ServerConfig> config = ParseConfig(
         absl::StrCat(
             "state_dir: ", dir_.path(), "\n",
