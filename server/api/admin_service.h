@@ -50,6 +50,7 @@
 namespace aside::server {
 
 inline constexpr int kMaxBackendsPerRequest = 1000;
+inline constexpr int kMaxChangesPerRequest = 1000;
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
@@ -99,6 +100,13 @@ class AdminService final : public v1::Admin::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::ListMembersRequest* request,
       v1::ListMembersResponse* response) override;
+  // Each group's changes run in order on one mutation worker, different
+  // groups' on different workers (so their writes share commits); the last
+  // to finish finishes the call. No worker waits for another.
+  grpc::ServerUnaryReactor* ApplyGroupChanges(
+      grpc::CallbackServerContext* context,
+      const v1::ApplyGroupChangesRequest* request,
+      v1::ApplyGroupChangesResponse* response) override;
 
   // Fills ListMembers (the fleet membership, with the etcd store). Set once
   // while wiring, before serving; without it ListMembers is empty.
@@ -133,6 +141,11 @@ class AdminService final : public v1::Admin::CallbackService {
                                 v1::Group* response);
   grpc::Status DoDrainBackends(const v1::DrainBackendsRequest& request,
                                v1::Group* response);
+  // One change of ApplyGroupChanges, on the calling thread; fills `result`
+  // (its group, code and message, and on success the generation and store
+  // revision).
+  void DoGroupChange(const v1::GroupChange& change,
+                     v1::GroupChangeResult* result);
 
  private:
   // INVALID_ARGUMENT for a bad name, FAILED_PRECONDITION for a group the

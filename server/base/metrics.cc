@@ -185,6 +185,14 @@ Metrics::Metrics()
                        .Help("Store errors by kind (unavailable, request, "
                              "conflict, bad_value, compacted, watch).")
                        .Register(*registry_)),
+      store_commit_writes(
+          prometheus::BuildHistogram()
+              .Name("aside_store_commit_writes")
+              .Help("Writes per store commit (concurrent Admin writes share "
+                    "one commit).")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16,
+                                                               32, 64, 128})),
       fleet_members(prometheus::BuildGauge()
                         .Name("aside_fleet_members")
                         .Help("Live fleet members this replica sees (etcd "

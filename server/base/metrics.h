@@ -106,6 +106,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& store_up;
   prometheus::Family<prometheus::Gauge>& store_revision;
   prometheus::Family<prometheus::Counter>& store_errors;
+  // Writes per store commit (the group commit's batch size: 1 while writes
+  // come one at a time).
+  prometheus::Histogram& store_commit_writes;
   // Fleet membership and probe ownership (etcd store only): live members
   // this replica sees, health targets it probes, health transitions it
   // published and applied from other replicas, takeovers of a departed

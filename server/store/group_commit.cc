@@ -56,6 +56,9 @@ absl::StatusOr<int64_t> GroupCommitter::Commit(StoreWrite write) {
     stats_.writes += batch.size();
     stats_.largest_batch = std::max(stats_.largest_batch, batch.size());
     mu_.Unlock();
+    if (writes_per_commit_ != nullptr) {
+      writes_per_commit_->Observe(static_cast<double>(batch.size()));
+    }
     std::vector<StoreWrite> writes;
     writes.reserve(batch.size());
     for (Pending* p : batch) {

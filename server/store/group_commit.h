@@ -22,6 +22,8 @@
 #ifndef ASIDE_SERVER_STORE_GROUP_COMMIT_H_
 #define ASIDE_SERVER_STORE_GROUP_COMMIT_H_
 
+#include <prometheus/histogram.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -43,7 +45,10 @@ class GroupCommitter {
   // and framing; a single larger write still goes (alone).
   static constexpr size_t kMaxBatchBytes = size_t{1} << 20;
 
-  explicit GroupCommitter(Store* store) : store_(store) {}
+  // `writes_per_commit` (may be null) observes each commit's batch size.
+  explicit GroupCommitter(Store* store,
+                          prometheus::Histogram* writes_per_commit = nullptr)
+      : store_(store), writes_per_commit_(writes_per_commit) {}
   GroupCommitter(const GroupCommitter&) = delete;
   GroupCommitter& operator=(const GroupCommitter&) = delete;
 
@@ -70,6 +75,7 @@ class GroupCommitter {
   std::vector<Pending*> TakeBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
+  prometheus::Histogram* const writes_per_commit_;
   mutable aside::Mutex mu_;
   std::deque<Pending*> queue_ ABSL_GUARDED_BY(mu_);
   bool committing_ ABSL_GUARDED_BY(mu_) = false;

@@ -9,7 +9,11 @@
 namespace aside::server {
 
 StoreSync::StoreSync(Store* store, GroupRegistry* groups, Metrics* metrics)
-    : store_(store), committer_(store), groups_(groups), metrics_(metrics) {}
+    : store_(store),
+      committer_(store,
+                 metrics != nullptr ? &metrics->store_commit_writes : nullptr),
+      groups_(groups),
+      metrics_(metrics) {}
 
 uint64_t StoreSync::GenerationFor(int64_t revision) const {
   return store_->revision_generations() && revision > 0

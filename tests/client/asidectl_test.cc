@@ -190,6 +190,45 @@ TEST_F(AsidectlTest, MutationsFromFlagsAndFiles) {
               AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("weight")));
 }
 
+TEST_F(AsidectlTest, ApplyChangesFromAFileAnswersEachChange) {
+  // YAML, with the fields as the proto spells them.
+  const std::string yaml = dir_.WriteFile("changes.yaml", R"(changes:
+  - create_group:
+      group:
+        name: batch
+        health_check: {kind: NONE}
+        backends: [{address: "127.0.0.1:9901"}, {address: "127.0.0.1:9902"}]
+  - drain_backends: {group: batch, addresses: ["127.0.0.1:9902"], drained: true}
+  - add_backends: {group: missing, backends: [{address: "127.0.0.1:9903"}]}
+)");
+  CommandResult r = Ctl({"apply-changes", yaml});
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // one change failed
+  EXPECT_THAT(r.output, AllOf(HasSubstr("0 create_group batch: ok (generation"),
+                              HasSubstr("1 drain_backends batch: ok"),
+                              HasSubstr("2 add_backends missing: NOT_FOUND"),
+                              HasSubstr("applied 2 of 3 changes")));
+  r = Ctl({"group", "batch"});
+  EXPECT_THAT(r.output, HasSubstr("ready:       1 of 2"));
+  // Protobuf JSON, all of it succeeding, with --json.
+  const std::string json =
+      dir_.WriteFile("changes.json",
+                     R"({"changes": [{"drainBackends": {"group": "batch",
+          "addresses": ["127.0.0.1:9902"], "drained": false}},
+          {"deleteGroup": {"name": "batch"}}]})");
+  r = Ctl({"apply-changes", json, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("\"results\""),
+                              HasSubstr("\"group\": \"batch\"")));
+  r = Ctl({"group", "batch"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  // A file that is no list of changes is a usage error naming the file.
+  const std::string bad =
+      dir_.WriteFile("bad.yaml", "changes:\n  - frobnicate: {group: x}\n");
+  r = Ctl({"apply-changes", bad});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("bad.yaml"), HasSubstr("frobnicate")));
+}
+
 TEST_F(AsidectlTest, TokensFromTheEnvironmentAndBadTokens) {
   CommandResult r = Ctl({"groups"}, /*token=*/false);
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -48,6 +48,7 @@ int Ctl::RunOnce(const std::string& command, const Args& a) {
   if (command == "remove-backend") return RemoveBackends(a);
   if (command == "drain") return Drain(a, true);
   if (command == "undrain") return Drain(a, false);
+  if (command == "apply-changes") return ApplyChanges(a);
   return UsageFail(absl::StrCat("unknown command '", command, "'"));
 }
 

@@ -5,7 +5,8 @@
 //   ctl.cc             dispatch, call contexts, error and usage reporting
 //   read_commands.cc   groups, group, targets, members, pick, watch
 //   write_commands.cc  create-group (flags or a group file), delete-group,
-//                      add-backend, remove-backend, drain, undrain
+//                      add-backend, remove-backend, drain, undrain,
+//                      apply-changes (a file of many changes)
 //   status_view.cc     status, and the --watch redraw of the read commands
 // xds-bootstrap calls no server and lives in main.cc.
 //
@@ -77,6 +78,9 @@ class Ctl {
   int AddBackends(const Args& a);
   int RemoveBackends(const Args& a);
   int Drain(const Args& a, bool drained);
+  // A file of changes (YAML or protobuf JSON of an ApplyGroupChangesRequest)
+  // through ApplyGroupChanges: a line per change; 1 when any failed.
+  int ApplyChanges(const Args& a);
   // Prints the result of a call that changed a group; `what` says what.
   int Changed(const grpc::Status& s, const v1::Group& out,
               const std::string& what);

@@ -56,6 +56,11 @@ commands:
   remove-backend GROUP ADDR...
   drain GROUP ADDR...
   undrain GROUP ADDR...
+  apply-changes FILE              apply many changes in one call, each with its
+                                  own result (YAML or JSON: {changes: [
+                                  {drain_backends: {group: G, addresses: [A],
+                                  drained: true}}, ...]}; FILE - reads stdin;
+                                  exit 1 if any change failed)
   xds-bootstrap [--node-id ID] [--region R --zone Z --sub-zone S]
                 [--tls-ca CA [--tls-cert CRT --tls-key KEY]]
                                   print a bootstrap for stock gRPC xDS clients

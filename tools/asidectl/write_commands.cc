@@ -1,6 +1,7 @@
 // The commands that change groups (ctl.h): create-group from flags or from
 // a group file (the config file's shorthand in YAML or JSON, or protobuf
-// JSON), delete-group, add-backend, remove-backend, drain and undrain.
+// JSON), delete-group, add-backend, remove-backend, drain and undrain, and
+// apply-changes from a file of many changes (ApplyGroupChanges).
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,9 +15,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "google/protobuf/util/json_util.h"
+#include "lib/json.h"
 #include "lib/policy_config.h"
 #include "proto/convert.h"
 #include "proto/yaml/group_yaml.h"
+#include "proto/yaml/yaml_reader.h"
 #include "tools/asidectl/ctl.h"
 #include "tools/asidectl/flags.h"
 #include "tools/asidectl/format.h"
@@ -29,7 +33,148 @@ absl::Status Usage(absl::string_view message) {
   return absl::InvalidArgumentError(message);
 }
 
+// A YAML tree as JSON text: plain scalars that read as numbers, booleans or
+// null stay bare, every other scalar is a string. JSON is YAML, so a JSON
+// file comes out as it went in.
+void AppendYamlAsJson(const YAML::Node& node, std::string* out) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      out->push_back('{');
+      bool first = true;
+      for (const auto& kv : node) {
+        if (!first) out->push_back(',');
+        first = false;
+        AppendJsonString(out, kv.first.Scalar());
+        out->push_back(':');
+        AppendYamlAsJson(kv.second, out);
+      }
+      out->push_back('}');
+      return;
+    }
+    case YAML::NodeType::Sequence: {
+      out->push_back('[');
+      for (size_t i = 0; i < node.size(); ++i) {
+        if (i > 0) out->push_back(',');
+        AppendYamlAsJson(node[i], out);
+      }
+      out->push_back(']');
+      return;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& v = node.Scalar();
+      double number = 0;
+      const bool plain = node.Tag() == "?";
+      if (plain && (v == "true" || v == "false" || v == "null" ||
+                    absl::SimpleAtod(v, &number))) {
+        out->append(v);
+      } else {
+        AppendJsonString(out, v);
+      }
+      return;
+    }
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      out->append("null");
+      return;
+  }
+}
+
+// The change's kind as its field is spelled in the file.
+const char* ChangeName(const v1::GroupChange& c) {
+  switch (c.change_case()) {
+    case v1::GroupChange::kCreateGroup:
+      return "create_group";
+    case v1::GroupChange::kUpdateGroup:
+      return "update_group";
+    case v1::GroupChange::kDeleteGroup:
+      return "delete_group";
+    case v1::GroupChange::kAddBackends:
+      return "add_backends";
+    case v1::GroupChange::kRemoveBackends:
+      return "remove_backends";
+    case v1::GroupChange::kDrainBackends:
+      return "drain_backends";
+    case v1::GroupChange::CHANGE_NOT_SET:
+      break;
+  }
+  return "(no change)";
+}
+
 }  // namespace
+
+int Ctl::ApplyChanges(const Args& a) {
+  if (Missing(a, 1, "changes file (or - for standard input)")) {
+    return kUsageError;
+  }
+  const std::string& path = a[0];
+  std::stringstream text;
+  if (path == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return UsageFail(absl::StrCat(path, ": cannot open file"));
+    text << in.rdbuf();
+  }
+  const std::string name = path == "-" ? "<stdin>" : path;
+  absl::StatusOr<YAML::Node> root = yaml::LoadYaml(text.str(), name);
+  if (!root.ok()) return UsageFail(root.status().message());
+  std::string json;
+  AppendYamlAsJson(*root, &json);
+  v1::ApplyGroupChangesRequest all;
+  if (auto s = google::protobuf::util::JsonStringToMessage(json, &all);
+      !s.ok()) {
+    return UsageFail(absl::StrCat(
+        name, ": not an ApplyGroupChangesRequest ({changes: [...]}): ",
+        s.message().as_string()));
+  }
+  if (all.changes().empty()) {
+    return UsageFail(absl::StrCat(name, ": no changes"));
+  }
+  // More than one call's worth goes in calls of kMaxChanges, in order.
+  constexpr int kMaxChanges = 1000;
+  v1::ApplyGroupChangesResponse results;
+  for (int start = 0; start < all.changes_size(); start += kMaxChanges) {
+    v1::ApplyGroupChangesRequest req;
+    for (int i = start; i < std::min(all.changes_size(), start + kMaxChanges);
+         ++i) {
+      *req.add_changes() = all.changes(i);
+    }
+    v1::ApplyGroupChangesResponse out;
+    auto ctx = Context();
+    grpc::Status s = admin_->ApplyGroupChanges(ctx.get(), req, &out);
+    if (!s.ok()) {
+      if (start > 0) {
+        Say(absl::StrCat("asidectl: ", command_, ": changes 0..", start - 1,
+                         " were sent and answered before this call failed"));
+      }
+      return Fail(s);
+    }
+    results.mutable_results()->MergeFrom(out.results());
+  }
+  int failed = 0;
+  for (const v1::GroupChangeResult& r : results.results()) {
+    failed += r.code() != 0 ? 1 : 0;
+  }
+  if (json_) {
+    std::cout << ToJson(results) << "\n";
+  } else {
+    for (int i = 0; i < results.results_size(); ++i) {
+      const v1::GroupChangeResult& r = results.results(i);
+      std::cout << i << " " << ChangeName(all.changes(i)) << " " << r.group()
+                << ": ";
+      if (r.code() == 0) {
+        std::cout << "ok (generation " << r.generation() << ")\n";
+      } else {
+        std::cout << absl::StatusCodeToString(
+                         static_cast<absl::StatusCode>(r.code()))
+                  << ": " << r.message() << "\n";
+      }
+    }
+    std::cout << "applied " << results.results_size() - failed << " of "
+              << results.results_size() << " changes\n";
+  }
+  return failed == 0 ? 0 : 1;
+}
 
 int Ctl::CreateGroup(const Args& a) {
   if (Missing(a, 1, "group name or file")) return kUsageError;

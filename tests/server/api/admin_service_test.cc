@@ -616,5 +616,136 @@ TEST_F(AdminTest, AFullStoreFailsTheMutationAndLeavesMemoryUnchanged) {
   EXPECT_TRUE(Create(R"({"name":"small","healthCheck":{"kind":"NONE"}})").ok());
 }
 
+#define ASSERT_GRPC_OK(expr)                              \
+  do {                                                    \
+    const grpc::Status status_ = (expr);                  \
+    ASSERT_TRUE(status_.ok()) << status_.error_message(); \
+  } while (0)
+
+// A change of ApplyGroupChanges from its protobuf JSON.
+v1::GroupChange Change(const std::string& json) {
+  v1::GroupChange c;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json, &c).ok())
+      << json;
+  return c;
+}
+
+TEST_F(AdminTest, ApplyGroupChangesAnswersEachChangeOnItsOwn) {
+  v1::ApplyGroupChangesRequest request;
+  *request.add_changes() = Change(R"({"createGroup":{"group":{"name":"web",
+      "healthCheck":{"kind":"NONE"},"backends":[{"address":"127.0.0.1:8001"},
+      {"address":"127.0.0.1:8002"}]}}})");
+  *request.add_changes() = Change(
+      R"({"drainBackends":{"group":"web","addresses":["127.0.0.1:8002"],
+      "drained":true}})");
+  *request.add_changes() = Change(
+      R"({"createGroup":{"group":{"name":"api","healthCheck":{"kind":"NONE"}}}})");
+  // Fails alone: the address is not in the group.
+  *request.add_changes() = Change(
+      R"({"drainBackends":{"group":"web","addresses":["127.0.0.1:9999"],
+      "drained":true}})");
+  *request.add_changes() = Change(
+      R"({"addBackends":{"group":"nope","backends":[{"address":"127.0.0.1:1"}]}})");
+  request.add_changes();  // nothing set
+  *request.add_changes() = Change(
+      R"({"removeBackends":{"group":"from-file","addresses":["127.0.0.1:7001"]}})");
+  *request.add_changes() = Change(
+      R"({"addBackends":{"group":"web","backends":[{"address":"127.0.0.1:8003"}]}})");
+  *request.add_changes() = Change(R"({"deleteGroup":{"name":"api"}})");
+  v1::ApplyGroupChangesResponse response;
+  ASSERT_GRPC_OK(
+      admin_->ApplyGroupChanges(Context().get(), request, &response));
+  ASSERT_EQ(response.results_size(), request.changes_size());
+  const std::vector<grpc::StatusCode> want = {
+      grpc::StatusCode::OK,
+      grpc::StatusCode::OK,
+      grpc::StatusCode::OK,
+      grpc::StatusCode::NOT_FOUND,
+      grpc::StatusCode::NOT_FOUND,
+      grpc::StatusCode::INVALID_ARGUMENT,
+      grpc::StatusCode::FAILED_PRECONDITION,
+      grpc::StatusCode::OK,
+      grpc::StatusCode::OK};
+  for (int i = 0; i < response.results_size(); ++i) {
+    EXPECT_EQ(response.results(i).code(), want[i])
+        << i << ": " << response.results(i).message();
+  }
+  EXPECT_EQ(response.results(0).group(), "web");
+  EXPECT_THAT(response.results(3).message(), HasSubstr("127.0.0.1:9999"));
+  EXPECT_THAT(response.results(4).message(), HasSubstr("nope"));
+  EXPECT_THAT(response.results(5).message(), HasSubstr("drain_backends"));
+  EXPECT_THAT(response.results(6).message(), HasSubstr("file"));
+  // One group's changes apply in order: each a later generation.
+  EXPECT_GT(response.results(1).generation(), response.results(0).generation());
+  EXPECT_GT(response.results(7).generation(), response.results(1).generation());
+  EXPECT_GT(response.results(8).generation(), 0u);
+  // What the successful changes did, and nothing of the failed ones.
+  v1::Group web;
+  ASSERT_GRPC_OK(Get("web", &web));
+  ASSERT_EQ(web.backends_size(), 3);
+  EXPECT_FALSE(web.backends(0).drained());
+  EXPECT_TRUE(web.backends(1).drained());
+  EXPECT_EQ(web.generation(), response.results(7).generation());
+  v1::Group gone;
+  EXPECT_EQ(Get("api", &gone).error_code(), grpc::StatusCode::NOT_FOUND);
+  v1::Group file;
+  ASSERT_GRPC_OK(Get("from-file", &file));
+  EXPECT_EQ(file.backends_size(), 1);
+}
+
+TEST_F(AdminTest, ApplyGroupChangesRefusesABadListAsAWhole) {
+  v1::ApplyGroupChangesRequest request;
+  v1::ApplyGroupChangesResponse response;
+  grpc::Status s =
+      admin_->ApplyGroupChanges(Context().get(), request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("changes: 0 entries"));
+  for (int i = 0; i <= kMaxChangesPerRequest; ++i) {
+    *request.add_changes() = Change(
+        R"({"createGroup":{"group":{"name":"many","healthCheck":{"kind":"NONE"}}}})");
+  }
+  s = admin_->ApplyGroupChanges(Context().get(), request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("1001 entries"));
+  request.mutable_changes()->DeleteSubrange(1, kMaxChangesPerRequest);
+  s = admin_->ApplyGroupChanges(Context(kReadToken).get(), request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  s = admin_->ApplyGroupChanges(Context(nullptr).get(), request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  v1::Group g;
+  EXPECT_EQ(Get("many", &g).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(AdminTest, ApplyGroupChangesOfManyGroupsShareCommitsAndSurviveARestart) {
+  constexpr int kGroups = 300;
+  v1::ApplyGroupChangesRequest request;
+  for (int i = 0; i < kGroups; ++i) {
+    *request.add_changes() = Change(absl::StrCat(
+        R"({"createGroup":{"group":{"name":"g)", i,
+        R"(","healthCheck":{"kind":"NONE"},"backends":[{"address":"127.0.0.1:)",
+        8000 + i, R"("}]}}})"));
+  }
+  for (int i = 0; i < kGroups; i += 2) {
+    *request.add_changes() = Change(absl::StrCat(
+        R"({"drainBackends":{"group":"g)", i, R"(","addresses":["127.0.0.1:)",
+        8000 + i, R"("],"drained":true}})"));
+  }
+  v1::ApplyGroupChangesResponse response;
+  ASSERT_GRPC_OK(
+      admin_->ApplyGroupChanges(Context().get(), request, &response));
+  ASSERT_EQ(response.results_size(), request.changes_size());
+  for (const v1::GroupChangeResult& r : response.results()) {
+    ASSERT_EQ(r.code(), 0) << r.group() << ": " << r.message();
+  }
+  Stop();
+  Start();
+  for (int i = 0; i < kGroups; ++i) {
+    v1::Group g;
+    ASSERT_GRPC_OK(Get(absl::StrCat("g", i), &g));
+    ASSERT_EQ(g.backends_size(), 1);
+    EXPECT_EQ(g.backends(0).drained(), i % 2 == 0) << i;
+  }
+}
+
 }  // namespace
 }  // namespace aside::server
