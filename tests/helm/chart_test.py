@@ -935,6 +935,16 @@ class ChartChecksumTest(unittest.TestCase):
                        hashlib.sha256((body + "\n").encode()).hexdigest()})
 
 
+def write_secret(path, text):
+    """Writes a secret file as a Secret volume with the chart's defaultMode
+    (0440) would give it to the pod: readable by no other user, which the
+    server requires of its secrets."""
+    mode = "wb" if isinstance(text, bytes) else "w"
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+              mode) as f:
+        f.write(text)
+
+
 def make_tls(root, tls):
     """Writes a self-signed certificate and key (and the same certificate as
     the client CA) where the config's tls section names them, under root."""
@@ -948,6 +958,7 @@ def make_tls(root, tls):
          "-keyout", root + tls["key_file"],
          "-out", root + tls["cert_file"]],
         check=True, capture_output=True, timeout=60)
+    os.chmod(root + tls["key_file"], 0o600)
     if "client_ca_file" in tls:
         shutil.copy(root + tls["cert_file"], root + tls["client_ca_file"])
 
@@ -967,12 +978,12 @@ def make_etcd_files(root, etcd):
          "-subj", "/CN=aside-etcd-client", "-keyout", root + key,
          "-out", root + cert],
         check=True, capture_output=True, timeout=60)
+    os.chmod(root + key, 0o600)
     if "ca_file" in etcd:
         shutil.copy(root + cert, root + etcd["ca_file"])
     if "credentials_file" in etcd:
-        with open(os.open(root + etcd["credentials_file"],
-                          os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write("aside:chart-test-password\n")
+        write_secret(root + etcd["credentials_file"],
+                     "aside:chart-test-password\n")
 
 
 def health_check(address, timeout=10):
@@ -1032,16 +1043,12 @@ class ChartServerConfigTest(unittest.TestCase):
             if "session_key_file" in config:
                 path = root + config["session_key_file"]
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600),
-                          "wb") as f:
-                    f.write(os.urandom(32))
+                write_secret(path, os.urandom(32))
             if "token_file" in config.get("admin", {}):
                 path = root + config["admin"]["token_file"]
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600),
-                          "w") as f:
-                    f.write("# test tokens\nsecret-admin-token admin\n"
-                            "secret-read-token read\n")
+                write_secret(path, "# test tokens\nsecret-admin-token admin\n"
+                             "secret-read-token read\n")
             path = os.path.join(tmp, "aside.yaml")
             with open(path, "w") as f:
                 f.write(text)
@@ -1072,8 +1079,8 @@ class ChartServerConfigTest(unittest.TestCase):
             with open(path, "w") as f:
                 f.write(cm["data"]["aside.yaml"].replace(
                     "/etc/aside/admin/tokens", os.path.join(tmp, "tokens")))
-            with open(os.path.join(tmp, "tokens"), "w") as f:
-                f.write("secret-admin-token admin\n")
+            write_secret(os.path.join(tmp, "tokens"),
+                         "secret-admin-token admin\n")
             result = self.run_check(path)
         self.assertEqual(result.returncode, 1, result.stdout)
         for name in ("/etc/aside/etcd-tls/ca.crt: cannot open etcd CA bundle",
@@ -1130,8 +1137,8 @@ class ChartServeTest(unittest.TestCase):
                 make_tls(root, config["tls"])
             if "token_file" in served.get("admin", {}):
                 os.makedirs(os.path.dirname(served["admin"]["token_file"]))
-                with open(served["admin"]["token_file"], "w") as f:
-                    f.write("t0ken-for-the-chart-test admin\n")
+                write_secret(served["admin"]["token_file"],
+                             "t0ken-for-the-chart-test admin\n")
             moved = {}
             for key in ("listen", "health_listen", "metrics"):
                 if served.get(key):
@@ -1238,8 +1245,8 @@ class ChartFleetTest(unittest.TestCase):
                 served = yaml.safe_load(text)
                 os.makedirs(served["state_dir"])
                 os.makedirs(os.path.dirname(served["admin"]["token_file"]))
-                with open(served["admin"]["token_file"], "w") as f:
-                    f.write("%s admin\n" % token)
+                write_secret(served["admin"]["token_file"],
+                             "%s admin\n" % token)
                 for key in ("listen", "health_listen", "metrics"):
                     served[key] = "127.0.0.1:%d" % free_port()
                 path = os.path.join(root, "aside.yaml")
