@@ -276,10 +276,13 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
           "(admin.token_file, admin.allowed_identities): every load report "
           "is refused"}});
   }
+  server->orca_ = std::make_unique<OrcaCollector>(clock, &server->metrics_);
+  server->orca_->Start();
   server->groups_->set_inputs({.dns = server->dns_.get(),
                                .scheduler = server->scheduler_.get(),
                                .health = server->health_.get(),
                                .loads = server->loads_.get(),
+                               .orca = server->orca_.get(),
                                .clock = clock});
   // A flip republishes every group that holds the target, once per merge
   // window however many flips arrive.
@@ -790,6 +793,9 @@ void AsideServer::Shutdown(absl::Duration grace) {
   }
   if (lrs_service_ != nullptr) {
     lrs_service_->Shutdown();
+  }
+  if (orca_ != nullptr) {
+    orca_->Stop();
   }
   const auto deadline =
       std::chrono::system_clock::now() +

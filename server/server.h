@@ -29,6 +29,7 @@
 #include "server/load/load_view_metrics.h"
 #include "server/load/load_view_peers.h"
 #include "server/load/load_view_service.h"
+#include "server/load/orca_collector.h"
 #include "server/net/connection_gate.h"
 #include "server/net/metrics_port.h"
 #include "server/status/events.h"
@@ -75,6 +76,7 @@ class AsideServer {
   GrpclbService& grpclb() { return *grpclb_service_; }
   xds::AdsService& ads() { return *ads_service_; }
   HealthRegistry& health() { return *health_; }
+  OrcaCollector& orca() { return *orca_; }
   GroupRegistry& groups() { return *groups_; }
   Metrics& metrics() { return metrics_; }
   StatusPage* status_page() { return status_page_.get(); }
@@ -109,6 +111,9 @@ class AsideServer {
   // Applies the store's changes to groups_: stopped in the destructor,
   // before the groups go.
   std::unique_ptr<StoreSync> sync_;
+  // Backends' own load reports: before groups_, whose member state ends its
+  // subscription when it goes; its streams stop in Shutdown.
+  std::unique_ptr<OrcaCollector> orca_;
   // Before groups_: groups hold handles into it (handles may outlive it, but
   // its probes should stop before the groups go).
   std::unique_ptr<HealthRegistry> health_;

@@ -227,6 +227,47 @@ void Converter::HealthCheck(const YAML::Node& node, const Paths& at,
   }
 }
 
+void Converter::Orca(const YAML::Node& node, const Paths& at,
+                     v1::OrcaOptions* out) {
+  if (!reader_.CheckMap(
+          node, at.yaml,
+          {"enabled", "interval", "weights", "move_keys", "blackout_period",
+           "weight_expiration_period", "error_utilization_penalty"})) {
+    return;
+  }
+  // Writing the section turns reports on unless it says otherwise.
+  bool flag = true;
+  if (YAML::Node n = Child(node, at, "enabled")) {
+    reader_.GetBool(n, at.Key("enabled").yaml, &flag);
+  }
+  out->set_enabled(flag);
+  if (YAML::Node n = Child(node, at, "weights");
+      n && reader_.GetBool(n, at.Key("weights").yaml, &flag)) {
+    out->set_weights(flag);
+  }
+  if (YAML::Node n = Child(node, at, "move_keys");
+      n && reader_.GetBool(n, at.Key("move_keys").yaml, &flag)) {
+    out->set_move_keys(flag);
+  }
+  if (YAML::Node n = Child(node, at, "interval")) {
+    Duration(n, at.Key("interval"), [&] { return out->mutable_interval(); });
+  }
+  if (YAML::Node n = Child(node, at, "blackout_period")) {
+    Duration(n, at.Key("blackout_period"),
+             [&] { return out->mutable_blackout_period(); });
+  }
+  if (YAML::Node n = Child(node, at, "weight_expiration_period")) {
+    Duration(n, at.Key("weight_expiration_period"),
+             [&] { return out->mutable_weight_expiration_period(); });
+  }
+  double penalty = 0;
+  if (YAML::Node n = Child(node, at, "error_utilization_penalty");
+      n && reader_.GetDouble(n, at.Key("error_utilization_penalty").yaml,
+                             &penalty)) {
+    out->set_error_utilization_penalty(penalty);
+  }
+}
+
 void Converter::Outlier(const YAML::Node& node, const Paths& at,
                         v1::OutlierDetection* out) {
   if (!reader_.CheckMap(
@@ -300,10 +341,10 @@ void Converter::Dns(const YAML::Node& node, const Paths& at,
 
 void Converter::Group(const YAML::Node& node, const Paths& at, v1::Group* out) {
   Mark(node, at);
-  if (!reader_.CheckMap(
-          node, at.yaml,
-          {"name", "policy", "backends", "health_check", "panic_threshold",
-           "slow_start", "outlier_detection", "dns", "aliases", "grpclb"})) {
+  if (!reader_.CheckMap(node, at.yaml,
+                        {"name", "policy", "backends", "health_check",
+                         "panic_threshold", "slow_start", "outlier_detection",
+                         "dns", "aliases", "grpclb", "orca"})) {
     return;
   }
   std::string name;
@@ -343,6 +384,9 @@ void Converter::Group(const YAML::Node& node, const Paths& at, v1::Group* out) {
   }
   if (YAML::Node n = Child(node, at, "dns")) {
     Dns(n, at.Key("dns"), out->mutable_dns());
+  }
+  if (YAML::Node n = Child(node, at, "orca")) {
+    Orca(n, at.Key("orca"), out->mutable_orca());
   }
   if (YAML::Node a = Child(node, at, "aliases")) {
     const Paths ap = at.Key("aliases");

@@ -72,6 +72,7 @@ class Converter {
   void Outlier(const YAML::Node& node, const Paths& at,
                v1::OutlierDetection* out);
   void Dns(const YAML::Node& node, const Paths& at, v1::DnsDiscovery* out);
+  void Orca(const YAML::Node& node, const Paths& at, v1::OrcaOptions* out);
 
   YamlReader& reader_;
   FieldMarks& marks_;

@@ -453,10 +453,11 @@ absl::StatusOr<GroupSpec> MergeUpdate(const GroupSpec& current,
   std::vector<std::string> paths(request.update_mask().paths().begin(),
                                  request.update_mask().paths().end());
   if (paths.empty()) {
-    paths = {
-        "policy",     "backends",          "health_check", "panic_threshold",
-        "slow_start", "outlier_detection", "dns",          "aliases",
-        "grpclb"};
+    paths = {"policy",       "backends",
+             "health_check", "panic_threshold",
+             "slow_start",   "outlier_detection",
+             "dns",          "aliases",
+             "grpclb",       "orca"};
   }
   for (const std::string& path : paths) {
     if (path == "policy") {
@@ -488,11 +489,14 @@ absl::StatusOr<GroupSpec> MergeUpdate(const GroupSpec& current,
     } else if (path == "grpclb") {
       merged.clear_grpclb();
       if (in.has_grpclb()) *merged.mutable_grpclb() = in.grpclb();
+    } else if (path == "orca") {
+      merged.clear_orca();
+      if (in.has_orca()) *merged.mutable_orca() = in.orca();
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "update_mask: unknown path '", path,
           "' (allowed: policy, backends, health_check, panic_threshold, "
-          "slow_start, outlier_detection, dns, aliases, grpclb)"));
+          "slow_start, outlier_detection, dns, aliases, grpclb, orca)"));
     }
   }
   return GroupSpecFromProto("group", merged);

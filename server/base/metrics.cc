@@ -232,9 +232,28 @@ Metrics::Metrics()
               .Help("From seeing a member depart to the first probe here of "
                     "the targets taken over.")
               .Register(*registry_)
-              .Add({}, prometheus::Histogram::BucketBoundaries{
-                           0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30})) {
+              .Add({},
+                   prometheus::Histogram::BucketBoundaries{0.05, 0.1, 0.25, 0.5,
+                                                           1, 2, 5, 10, 30})),
+      orca_streams(prometheus::BuildGauge()
+                       .Name("aside_orca_streams")
+                       .Help("Out-of-band ORCA streams open to backends.")
+                       .Register(*registry_)
+                       .Add({})),
+      orca_reports(prometheus::BuildCounter()
+                       .Name("aside_orca_reports_total")
+                       .Help("ORCA reports from backends, by result "
+                             "(accepted, rejected, throttled).")
+                       .Register(*registry_)),
+      orca_utilization(prometheus::BuildGauge()
+                           .Name("aside_orca_backend_utilization")
+                           .Help("A backend's last accepted ORCA utilisation "
+                                 "(application, else CPU), by address.")
+                           .Register(*registry_)) {
   build_info.Add({{"version", ASIDE_VERSION}}).Set(1);
+  for (const char* result : {"accepted", "rejected", "throttled"}) {
+    orca_reports.Add({{"result", result}});
+  }
   // Present at zero, so that an alert on their rate sees the first refusal.
   for (const char* limit :
        {"max_watch_streams_per_peer", "max_balancer_streams_per_peer",

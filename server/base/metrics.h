@@ -120,6 +120,12 @@ class Metrics {
   prometheus::Counter& fleet_transitions_applied;
   prometheus::Counter& fleet_takeovers;
   prometheus::Histogram& fleet_takeover_seconds;
+  // Out-of-band ORCA (server/load/orca_collector.h): streams open to
+  // backends, their reports by result (accepted, rejected, throttled), and
+  // each reporting backend's utilisation (application, else CPU).
+  prometheus::Gauge& orca_streams;
+  prometheus::Family<prometheus::Counter>& orca_reports;
+  prometheus::Family<prometheus::Gauge>& orca_utilization;
 
  private:
   GroupSeries group_series_;

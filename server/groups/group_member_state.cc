@@ -4,9 +4,11 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "server/base/log.h"
 #include "server/health/slow_start.h"
 #include "server/load/load_aggregator.h"
+#include "server/load/orca_collector.h"
 
 namespace aside::server {
 namespace {
@@ -17,10 +19,18 @@ double Round3(double v) { return std::round(v * 1000) / 1000; }
 
 GroupMemberState::GroupMemberState(std::string group, HealthRegistry* health,
                                    const OutlierSpec& outlier,
-                                   const Clock* clock)
+                                   const Clock* clock, OrcaCollector* orca)
     : group_(std::move(group)),
       health_registry_(health),
+      orca_(orca),
+      orca_key_(absl::StrCat(group_, "@", reinterpret_cast<uintptr_t>(this))),
       outliers_(outlier, clock) {}
+
+GroupMemberState::~GroupMemberState() {
+  if (orca_ != nullptr && orca_wanted_) {
+    orca_->Want(orca_key_, {}, absl::ZeroDuration());
+  }
+}
 
 void GroupMemberState::Sync(const GroupSpec& spec,
                             const std::vector<Backend>& backends, int64_t now) {
@@ -57,6 +67,12 @@ void GroupMemberState::Sync(const GroupSpec& spec,
   }
   // Old handles are released only now, after the new ones exist.
   members_ = std::move(next);
+  if (orca_ != nullptr && (spec.orca.enabled || orca_wanted_)) {
+    orca_wanted_ = spec.orca.enabled;
+    orca_->Want(orca_key_,
+                spec.orca.enabled ? addresses : std::vector<std::string>{},
+                spec.orca.interval);
+  }
   outliers_.SetMembers(addresses);
   // A changed spec may end ejections; the build that follows sees it.
   outliers_.SetSpec(spec.outlier);
@@ -103,7 +119,15 @@ std::vector<ZoneWeight> GroupMemberState::ZoneWeights(
     HostLoadReport h;
     h.locality = m.backend.locality;
     h.ready = m.ready;
-    if (loads != nullptr) {
+    std::optional<OrcaCollector::Report> orca;
+    if (orca_ != nullptr && spec.orca.enabled) {
+      orca = orca_->Latest(m.backend.address);
+    }
+    if (orca.has_value()) {
+      // The backend's own out-of-band report wins over a reporter's.
+      h.utilization = OrcaUtilization(orca->load);
+      h.reported_at_nanos = orca->received_nanos;
+    } else if (loads != nullptr) {
       const LoadSnapshot l = loads->Snapshot(group_, m.backend.address);
       if (l.utilization.has_value()) {
         h.utilization = *l.utilization;
@@ -121,9 +145,53 @@ std::vector<ZoneWeight> GroupMemberState::ZoneWeights(
   return weights;
 }
 
+std::vector<uint32_t> GroupMemberState::OrcaWeights(
+    const GroupSpec& spec, const std::vector<Backend>& backends, int64_t now) {
+  if (orca_ == nullptr || !OrcaWeightsApply(spec.orca, spec.policy)) {
+    orca_members_.clear();
+    return {};
+  }
+  OrcaWeightParams params;
+  params.blackout_nanos = absl::ToInt64Nanoseconds(spec.orca.blackout_period);
+  params.expiration_nanos =
+      absl::ToInt64Nanoseconds(spec.orca.weight_expiration_period);
+  params.error_utilization_penalty = spec.orca.error_utilization_penalty;
+  std::map<std::string, MemberOrca, std::less<>> next;
+  std::vector<double> weights;
+  weights.reserve(backends.size());
+  for (const Backend& b : backends) {
+    MemberOrca m;
+    if (auto old = orca_members_.find(b.address); old != orca_members_.end()) {
+      m = old->second;
+    }
+    if (std::optional<OrcaCollector::Report> r = orca_->Latest(b.address);
+        r && r->seq != m.seq) {
+      m.weight.OnReport(r->load, r->received_nanos, params);
+      m.seq = r->seq;
+    }
+    weights.push_back(b.weight == 0 ? 0 : m.weight.Weight(now, params));
+    next.emplace(b.address, std::move(m));
+  }
+  orca_members_ = std::move(next);
+  std::vector<uint32_t> table = OrcaTableWeights(weights);
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (backends[i].weight == 0) {
+      table[i] = 0;
+    }
+  }
+  return table;
+}
+
 std::optional<int64_t> GroupMemberState::NextTimedRebuild(const GroupSpec& spec,
                                                           int64_t now) const {
   std::optional<int64_t> next = outliers_.NextExpiry();
+  if (orca_ != nullptr && spec.orca.enabled) {
+    // Reports arrive every interval; weights and zone utilisation follow.
+    const int64_t tick = now + absl::ToInt64Nanoseconds(spec.orca.interval);
+    if (!next || tick < *next) {
+      next = tick;
+    }
+  }
   if (spec.policy.kind == PolicyKind::kLocality) {
     // Zone weights follow load reports every update_period.
     const int64_t tick =

@@ -1,7 +1,9 @@
 // The state a group keeps about its members beside the table: health
 // handles (one per member, acquired from the shared HealthRegistry), when
 // each member joined, outlier ejections from load reports, and the smoothed
-// zone utilisation of the locality policy. A rebuild first brings this in
+// zone utilisation of the locality policy, and the ORCA weight state of
+// each member (gRFC A58, from the OrcaCollector's reports, for groups with an
+// `orca:` block, which this subscribes to). A rebuild first brings this in
 // line with the group's spec and members (Sync), then reads it to build the
 // table (Statuses, ZoneWeights), then asks when time alone will change the
 // table next (NextTimedRebuild: slow-start ramps, ejection expiries, zone
@@ -25,6 +27,7 @@
 
 #include "absl/time/time.h"
 #include "lib/clock.h"
+#include "lib/load/orca_weight.h"
 #include "lib/policies/locality.h"
 #include "lib/table.h"
 #include "server/groups/group_table_builder.h"
@@ -35,19 +38,24 @@
 namespace aside::server {
 
 class LoadAggregator;
+class OrcaCollector;
 
 class GroupMemberState {
  public:
-  // `health` may be null (no probing: every member healthy).
+  // `health` may be null (no probing: every member healthy); `orca` may be
+  // null (no ORCA reports: `orca:` blocks change nothing).
   GroupMemberState(std::string group, HealthRegistry* health,
-                   const OutlierSpec& outlier, const Clock* clock);
+                   const OutlierSpec& outlier, const Clock* clock,
+                   OrcaCollector* orca = nullptr);
+  ~GroupMemberState();  // ends the group's ORCA subscription
   GroupMemberState(const GroupMemberState&) = delete;
   GroupMemberState& operator=(const GroupMemberState&) = delete;
 
   // Brings health handles and outlier members in line with `spec` and
   // `backends` at monotonic time `now`: new members get a handle (when the
   // spec probes) and a join time; a changed health check gets new handles;
-  // handles of members that left are released after the new ones exist.
+  // handles of members that left are released after the new ones exist;
+  // the ORCA subscription follows the spec's `orca` block and members.
   void Sync(const GroupSpec& spec, const std::vector<Backend>& backends,
             int64_t now);
 
@@ -64,9 +72,18 @@ class GroupMemberState {
                                       const LoadAggregator* loads, int64_t now,
                                       absl::Time wall_now);
 
+  // The members' ORCA weights as table weights (in the order of
+  // `backends`; 0 where a configured weight of 0 drains the member), after
+  // folding in the reports that arrived since the last call; empty when the
+  // spec's weights do not follow ORCA or no member has a usable weight (the
+  // configured weights stay).
+  std::vector<uint32_t> OrcaWeights(const GroupSpec& spec,
+                                    const std::vector<Backend>& backends,
+                                    int64_t now);
+
   // When time alone next changes the table (a ramp step, an ejection
-  // expiry, a zone weight update), as monotonic nanoseconds; none when
-  // nothing is pending.
+  // expiry, a zone weight update, the next ORCA report), as monotonic
+  // nanoseconds; none when nothing is pending.
   std::optional<int64_t> NextTimedRebuild(const GroupSpec& spec,
                                           int64_t now) const;
 
@@ -80,8 +97,20 @@ class GroupMemberState {
     int64_t added_nanos = 0;
   };
 
+  // A member's ORCA weight state and the last report folded in.
+  struct MemberOrca {
+    OrcaEndpointWeight weight;
+    uint64_t seq = 0;
+  };
+
   const std::string group_;
   HealthRegistry* const health_registry_;
+  OrcaCollector* const orca_;
+  // This object's name at the collector (groups of one name may overlap
+  // while one is replaced).
+  const std::string orca_key_;
+  bool orca_wanted_ = false;
+  std::map<std::string, MemberOrca, std::less<>> orca_members_;
   std::map<std::string, MemberHealth, std::less<>> members_;
   // Smoothed zone utilisation of the locality policy (null otherwise).
   std::unique_ptr<ZoneWeightCalculator> zones_;

@@ -30,7 +30,8 @@ Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
       inputs_(inputs),
       spec_cell_(std::make_shared<const GroupSpec>(spec)),
       spec_(spec),
-      members_(spec.name, inputs.health, spec.outlier, inputs.clock) {}
+      members_(spec.name, inputs.health, spec.outlier, inputs.clock,
+               inputs.orca) {}
 
 Group::~Group() = default;
 
@@ -146,8 +147,12 @@ TableSpec Group::PrepareLocked(const GroupSpec& spec) {
   // creation, which must not lie in the build's future (a ramp would
   // start at full weight).
   const int64_t now = inputs_.clock->NowNanos();
-  TableSpec next = BuildTableSpec(
-      spec, backends, members_.Statuses(backends, now), session_key_, now);
+  std::vector<MemberStatus> statuses = members_.Statuses(backends, now);
+  const std::vector<uint32_t> orca = members_.OrcaWeights(spec, backends, now);
+  for (size_t i = 0; i < orca.size(); ++i) {
+    statuses[i].orca_weight = orca[i];
+  }
+  TableSpec next = BuildTableSpec(spec, backends, statuses, session_key_, now);
   next.zone_weights = members_.ZoneWeights(spec, next.members, inputs_.loads,
                                            now, inputs_.clock->WallNow());
   ScheduleTimedRebuildLocked(spec, now);

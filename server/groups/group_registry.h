@@ -73,6 +73,7 @@ using Persist = std::function<absl::Status(uint64_t generation)>;
 class DnsDiscovery;
 class HealthRegistry;
 class LoadAggregator;
+class OrcaCollector;
 class RebuildScheduler;
 
 // What groups use to follow inputs that change on their own: DNS answers,
@@ -84,6 +85,8 @@ struct GroupInputs {
   HealthRegistry* health = nullptr;
   // Utilisation for the locality policy's zone weights.
   const LoadAggregator* loads = nullptr;
+  // Backends' own load reports (groups with an `orca:` block).
+  OrcaCollector* orca = nullptr;
   const Clock* clock = &SystemClock::Get();
 };
 

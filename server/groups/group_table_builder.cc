@@ -49,12 +49,14 @@ TableSpec BuildTableSpec(const GroupSpec& spec,
     const MemberStatus& status = statuses[i];
     Member m;
     m.backend = b;
-    m.weight = b.weight;
+    const uint32_t weight =
+        status.orca_weight > 0 && b.weight > 0 ? status.orca_weight : b.weight;
+    m.weight = weight;
     m.health = status.health;
     m.ready = !b.drained && status.healthy && !status.ejected;
     if (slow_start && m.ready && status.ramp_since.has_value()) {
       m.weight =
-          SlowStartWeight(b.weight, *status.ramp_since, now, spec.slow_start);
+          SlowStartWeight(weight, *status.ramp_since, now, spec.slow_start);
     }
     ts.members.push_back(std::move(m));
   }

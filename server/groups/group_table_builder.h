@@ -35,6 +35,9 @@ struct MemberStatus {
   // became ready or joined the group, whichever is later); none when
   // unknown (no ramp).
   std::optional<int64_t> ramp_since;
+  // The weight from the backend's ORCA reports (gRFC A58), replacing the
+  // configured one; 0: none (the configured weight stays).
+  uint32_t orca_weight = 0;
 };
 
 // The declared members, then the discovered ones whose address is not

@@ -269,6 +269,41 @@ absl::Status ValidateOutlier(absl::string_view field, const OutlierSpec& spec) {
                      spec.max_ejection_percent, kPercent);
 }
 
+absl::Status ValidateOrca(absl::string_view field, const OrcaSpec& spec,
+                          const PolicyConfig& policy) {
+  ASIDE_RETURN_IF_ERROR(CheckDuration(JoinFieldPath(field, "interval"),
+                                      spec.interval, kOrcaInterval));
+  ASIDE_RETURN_IF_ERROR(CheckDuration(JoinFieldPath(field, "blackout_period"),
+                                      spec.blackout_period, kOrcaBlackout));
+  ASIDE_RETURN_IF_ERROR(
+      CheckDuration(JoinFieldPath(field, "weight_expiration_period"),
+                    spec.weight_expiration_period, kOrcaExpiration));
+  if (spec.weight_expiration_period < 2 * spec.interval) {
+    return InvalidField(
+        JoinFieldPath(field, "weight_expiration_period"),
+        absl::StrCat(absl::FormatDuration(spec.weight_expiration_period),
+                     " is shorter than two intervals (",
+                     absl::FormatDuration(2 * spec.interval),
+                     "): every weight would expire between reports"));
+  }
+  ASIDE_RETURN_IF_ERROR(
+      CheckNumber(JoinFieldPath(field, "error_utilization_penalty"),
+                  spec.error_utilization_penalty, kOrcaPenalty));
+  if (spec.enabled && spec.weights && IsHashPolicy(policy.kind) &&
+      !spec.move_keys) {
+    return InvalidField(
+        JoinFieldPath(field, "weights"),
+        "a hash policy's keys would move as utilisation changes; set "
+        "orca.move_keys: true to accept that, or leave weights off");
+  }
+  return absl::OkStatus();
+}
+
+bool OrcaWeightsApply(const OrcaSpec& orca, const PolicyConfig& policy) {
+  return orca.enabled && orca.weights &&
+         (!IsHashPolicy(policy.kind) || orca.move_keys);
+}
+
 absl::Status ValidateDns(absl::string_view field, const DnsSpec& spec,
                          absl::Duration min_interval) {
   if (spec.name.empty() || spec.name.size() > kMaxDnsNameBytes ||
@@ -369,6 +404,7 @@ absl::Status ValidateGroupSpec(GroupSpec& spec) {
           absl::StrCat("must be 1..", kMaxAliasBytes, " bytes without spaces"));
     }
   }
+  ASIDE_RETURN_IF_ERROR(ValidateOrca("orca", spec.orca, spec.policy));
   ASIDE_RETURN_IF_ERROR(CheckNumber("grpclb.drop_in_panic_percent",
                                     spec.grpclb.drop_in_panic_percent,
                                     kGrpclbDropInPanic));

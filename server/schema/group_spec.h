@@ -118,6 +118,43 @@ inline constexpr Range<double> kPercent{0, 100};
 
 absl::Status ValidateOutlier(absl::string_view field, const OutlierSpec& spec);
 
+// --- Backend load reports (ORCA) ---------------------------------------------
+
+// Out-of-band ORCA (gRFC A51): the server streams each backend's own load
+// reports (xds.service.orca.v3.OpenRcaService) and, with `weights`, turns
+// them into effective weights as gRFC A58 does (lib/load/orca_weight.h).
+struct OrcaSpec {
+  bool enabled = false;
+  // How often the backend is asked to report.
+  absl::Duration interval = absl::Seconds(1);
+  // Effective weights follow the reports (else they are only shown, and
+  // feed the locality policy's zone utilisation).
+  bool weights = false;
+  // Hash policies keep their configured weights unless the group accepts
+  // that keys move as utilisation changes.
+  bool move_keys = false;
+  absl::Duration blackout_period = absl::Seconds(10);
+  absl::Duration weight_expiration_period = absl::Minutes(3);
+  double error_utilization_penalty = 1.0;
+  friend bool operator==(const OrcaSpec&, const OrcaSpec&) = default;
+};
+
+inline constexpr Range<absl::Duration> kOrcaInterval{absl::Milliseconds(100),
+                                                     absl::Minutes(5)};
+inline constexpr Range<absl::Duration> kOrcaBlackout{absl::ZeroDuration(),
+                                                     absl::Hours(1)};
+inline constexpr Range<absl::Duration> kOrcaExpiration{absl::Seconds(1),
+                                                       absl::Hours(24)};
+inline constexpr Range<double> kOrcaPenalty{0, 100};
+
+// Ranges, an expiration of at least two intervals, and move_keys on a hash
+// policy with weights.
+absl::Status ValidateOrca(absl::string_view field, const OrcaSpec& spec,
+                          const PolicyConfig& policy);
+
+// Whether `spec`'s effective weights follow its backends' ORCA reports.
+bool OrcaWeightsApply(const OrcaSpec& orca, const PolicyConfig& policy);
+
 // --- DNS discovery of members ------------------------------------------------
 
 struct DnsSpec {
@@ -173,6 +210,7 @@ struct GroupSpec {
   std::optional<DnsSpec> dns;
   std::vector<std::string> aliases;
   GrpclbSpec grpclb;
+  OrcaSpec orca;
 
   GroupSource source = GroupSource::kFile;
   // The config file that declares it (source kFile).
@@ -191,7 +229,7 @@ inline constexpr Range<absl::Duration> kSlowStart{absl::ZeroDuration(),
 
 // Validates a whole group (name, policy, backends, unique addresses, weight
 // sum, health check, panic threshold, slow start, outlier, dns, aliases,
-// grpclb) and canonicalises backend addresses in place. Field paths are
+// grpclb, orca) and canonicalises backend addresses in place. Field paths are
 // relative to the group: "backends[2].weight", "policy.maglev.table_size".
 absl::Status ValidateGroupSpec(GroupSpec& spec);
 

@@ -180,6 +180,23 @@ absl::StatusOr<GroupSpec> ConvertGroup(const v1::Group& pb) {
     spec.grpclb.drop_in_panic_percent = pb.grpclb().drop_in_panic_percent();
     spec.grpclb.max_requests_per_second = pb.grpclb().max_requests_per_second();
   }
+  if (pb.has_orca()) {
+    const v1::OrcaOptions& o = pb.orca();
+    spec.orca.enabled = o.enabled();
+    spec.orca.weights = o.weights();
+    spec.orca.move_keys = o.move_keys();
+    ASIDE_RETURN_IF_ERROR(ReadDuration("orca.interval", o.has_interval(),
+                                       o.interval(), &spec.orca.interval));
+    ASIDE_RETURN_IF_ERROR(
+        ReadDuration("orca.blackout_period", o.has_blackout_period(),
+                     o.blackout_period(), &spec.orca.blackout_period));
+    ASIDE_RETURN_IF_ERROR(ReadDuration(
+        "orca.weight_expiration_period", o.has_weight_expiration_period(),
+        o.weight_expiration_period(), &spec.orca.weight_expiration_period));
+    if (o.has_error_utilization_penalty()) {
+      spec.orca.error_utilization_penalty = o.error_utilization_penalty();
+    }
+  }
   spec.source = GroupSource::kStore;
   ASIDE_RETURN_IF_ERROR(ValidateGroupSpec(spec));
   return spec;
@@ -238,6 +255,17 @@ void GroupSpecToProto(const GroupSpec& spec, v1::Group* pb,
         spec.grpclb.drop_in_panic_percent);
     pb->mutable_grpclb()->set_max_requests_per_second(
         spec.grpclb.max_requests_per_second);
+  }
+  if (spec.orca != OrcaSpec{}) {
+    v1::OrcaOptions* o = pb->mutable_orca();
+    o->set_enabled(spec.orca.enabled);
+    ToProto(spec.orca.interval, o->mutable_interval());
+    o->set_weights(spec.orca.weights);
+    o->set_move_keys(spec.orca.move_keys);
+    ToProto(spec.orca.blackout_period, o->mutable_blackout_period());
+    ToProto(spec.orca.weight_expiration_period,
+            o->mutable_weight_expiration_period());
+    o->set_error_utilization_penalty(spec.orca.error_utilization_penalty);
   }
   pb->set_source(spec.source == GroupSource::kFile ? v1::GROUP_SOURCE_FILE
                                                    : v1::GROUP_SOURCE_STORE);
