@@ -69,6 +69,9 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a,
         "health.max_concurrent_probes");
   check(a.health_merge_window == b.health_merge_window, "health.merge_window");
   check(a.admin_token_file == b.admin_token_file, "admin.token_file");
+  check(a.load_reports_open == b.load_reports_open, "load_reports.auth");
+  check(a.load_reports_trusted_networks == b.load_reports_trusted_networks,
+        "load_reports.trusted_networks");
   check(a.status_page_history_interval == b.status_page_history_interval,
         "status_page.history_interval");
   check(a.admin_identities == b.admin_identities, "admin.allowed_identities");

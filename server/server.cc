@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/address.h"
+#include "lib/ip_network.h"
 #include "lib/status_macros.h"
 #include "proto/convert.h"
 #include "server/api/parse_error_interceptor.h"
@@ -146,6 +147,21 @@ absl::Status CheckFileAgainstStored(const ServerConfig& cfg,
 
 }  // namespace
 
+namespace {
+
+// load_reports.trusted_networks, checked when the config was read.
+std::vector<IpNetwork> TrustedNetworks(const ServerConfig& cfg) {
+  std::vector<IpNetwork> out;
+  for (const std::string& text : cfg.load_reports_trusted_networks) {
+    if (absl::StatusOr<IpNetwork> n = ParseNetwork(text); n.ok()) {
+      out.push_back(*std::move(n));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
     ServerConfig config, const Clock* clock) {
   // gRPC's locks are absl::Mutex, and Debian builds abseil without NDEBUG,
@@ -267,8 +283,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
         return g != nullptr && g->table()->Find(address) >= 0;
       },
       cfg.load_reports_max_reporter_share);
-  server->report_auth_ =
-      std::make_unique<ReportAuth>(cfg.load_reports_open, server->auth_.get());
+  server->report_auth_ = std::make_unique<ReportAuth>(
+      cfg.load_reports_open, server->auth_.get(), TrustedNetworks(cfg));
   if (!server->report_auth_->usable()) {
     Log(LogLevel::kWarn, "load_reports.refused",
         {{"reason",

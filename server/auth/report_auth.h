@@ -9,6 +9,11 @@
 // - open: anyone who reaches the port may report. For trusted networks,
 //   chosen knowingly. Callers that do present a valid report credential
 //   still count under its name.
+// In token mode, `trusted_networks` (load_reports.trusted_networks) lets
+// callers without a credential report when their address is in one of
+// them: for stock clients that cannot carry one (grpc-js's LRS has neither
+// TLS nor call credentials towards its management server). They count as
+// "trusted_network", each host a source of its own.
 //
 // A reporter has a `name` (a bounded metric label: the credential's name,
 // or "anonymous") and a `source`, the unit whose influence on the load
@@ -23,8 +28,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/string_view.h"
+#include "lib/ip_network.h"
 #include "server/auth/admin_auth.h"
 
 namespace aside::server {
@@ -37,7 +45,11 @@ class ReportAuth {
   };
 
   // `auth` (may be null: no credentials) must outlive this.
-  ReportAuth(bool open, const AdminAuth* auth) : open_(open), auth_(auth) {}
+  ReportAuth(bool open, const AdminAuth* auth,
+             std::vector<IpNetwork> trusted_networks = {})
+      : open_(open),
+        auth_(auth),
+        trusted_networks_(std::move(trusted_networks)) {}
 
   // OK and fills `out`, or UNAUTHENTICATED / PERMISSION_DENIED.
   grpc::Status Authorize(const grpc::ServerContextBase& context,
@@ -58,6 +70,7 @@ class ReportAuth {
  private:
   const bool open_;
   const AdminAuth* const auth_;
+  const std::vector<IpNetwork> trusted_networks_;
 };
 
 }  // namespace aside::server

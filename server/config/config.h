@@ -183,6 +183,10 @@ struct ServerConfig {
   // `admin` role; `auth: open` from anyone who reaches the port (trusted
   // networks only, chosen knowingly; docs/operations.md).
   bool load_reports_open = false;
+  // With `auth: token`, callers without a credential whose address lies in
+  // one of these networks (CIDR) may report too, each host a source of its
+  // own: stock clients that can carry no credential (grpc-js's LRS).
+  std::vector<std::string> load_reports_trusted_networks;
   // Most weight one reporter (one credential; in open mode one peer host)
   // carries in a backend's load estimate, as a share of all reporters'
   // (server/load/load_aggregator.h).

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "lib/address.h"
+#include "lib/ip_network.h"
 
 namespace aside::server {
 namespace {
@@ -447,7 +448,28 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
     }
   }
   if (const YAML::Node lr = root["load_reports"]; lr) {
-    if (r.CheckMap(lr, "load_reports", {"auth", "max_reporter_share"})) {
+    if (r.CheckMap(lr, "load_reports",
+                   {"auth", "max_reporter_share", "trusted_networks"})) {
+      if (const YAML::Node n = lr["trusted_networks"]; n) {
+        if (!n.IsSequence()) {
+          r.Error(n, "load_reports.trusted_networks",
+                  "expected a list of networks (\"10.0.0.0/8\")");
+        } else {
+          for (size_t i = 0; i < n.size(); ++i) {
+            const std::string field =
+                absl::StrCat("load_reports.trusted_networks[", i, "]");
+            std::string text;
+            if (!r.GetString(n[i], field, &text)) {
+              continue;
+            }
+            if (absl::Status s = ParseNetwork(text).status(); !s.ok()) {
+              r.Error(n[i], field, s.message());
+            } else {
+              out->load_reports_trusted_networks.push_back(text);
+            }
+          }
+        }
+      }
       if (lr["auth"]) {
         std::string mode;
         if (r.GetString(lr["auth"], "load_reports.auth", &mode)) {

@@ -1148,4 +1148,49 @@ TEST_F(XdsClientsTest, NodeClientsEjectAFailingBackendThemselves) {
 }
 
 }  // namespace
+// grpc-js has neither TLS nor call credentials towards its management
+// server, so its LRS reports carry no credential: with token auth they
+// count only from a trusted network.
+TEST_F(XdsClientsTest, NodeLoadReportsCountFromATrustedNetworkOnly) {
+  auto restart = [&](const std::string& networks) {
+    server_.process->Signal(SIGTERM);
+    ASSERT_TRUE(server_.process->Wait(kWait).has_value());
+    dir_.WriteFile(
+        "aside.yaml",
+        absl::StrCat("admin: {token_file: ", tokens_, "}\n",
+                     "load_reports: {auth: token, trusted_networks: [",
+                     networks, "]}\n"));
+    ASSERT_OK(StartAside());
+  };
+  auto reporters = [&] {
+    int n = 0;
+    const v1::Group group = GetGroup();
+    for (const v1::TableBackend& b : group.state()) {
+      n += b.has_load() && b.load().reporters() >= 1 ? 1 : 0;
+    }
+    return n;
+  };
+  // Loopback is not in 10.0.0.0/8: the reports are refused.
+  restart("10.0.0.0/8, \"fd00::/8\"");
+  CreateGroup({100, 100});
+  StartNodeClient({"xds:///web", "node"});
+  WaitUntilClientsCall({0, 1}, 20);
+  ASSERT_TRUE(aside::testing::Eventually(
+      [&] {
+        return MetricValue({"aside_load_reports_refused_total", "lrs"}) > 0;
+      },
+      kWait));
+  EXPECT_EQ(reporters(), 0);
+  clients_.clear();
+
+  // From 127.0.0.0/8 they count, under the client's host.
+  restart("127.0.0.0/8");
+  StartNodeClient({"xds:///web", "node"});
+  WaitUntilClientsCall({0, 1}, 20);
+  EXPECT_TRUE(
+      aside::testing::Eventually([&] { return reporters() == 2; }, kWait));
+  EXPECT_GE(MetricValue({"aside_xds_load_reports_total", "accepted"}), 2);
+  EXPECT_EQ(MetricValue({"aside_load_reports_refused_total", "lrs"}), 0);
+}
+
 }  // namespace aside

@@ -187,6 +187,50 @@ TEST_F(ReportAuthTest, OpenModeTakesAnonymousReports) {
       R"(aside_load_reporter_observations_total{group="web",protocol="aside",reporter="liar"} 1)"));
 }
 
+TEST_F(ReportAuthTest, TrustedNetworksTakeReportsWithoutACredential) {
+  // Loopback is trusted; a credential still counts under its name.
+  Start(
+      "load_reports: {auth: token, trusted_networks: [\"10.0.0.0/8\", "
+      "127.0.0.0/8]}\n",
+      kWeb);
+  v1::ReportLoadResponse response;
+  ASSERT_TRUE(Report("", "pod-1",
+                     {Load("web", kWebBackends[0], 1, absl::Milliseconds(1))},
+                     &response)
+                  .ok());
+  EXPECT_EQ(response.accepted(), 1u);
+  EXPECT_TRUE(MetricsContain(
+      R"(aside_load_reporter_observations_total{group="web",protocol="aside",reporter="trusted_network"} 1)"));
+  ASSERT_TRUE(Report(kLiarToken, "pod-2",
+                     {Load("web", kWebBackends[0], 1, absl::Milliseconds(1))})
+                  .ok());
+  EXPECT_TRUE(MetricsContain(
+      R"(aside_load_reporter_observations_total{group="web",protocol="aside",reporter="liar"} 1)"));
+}
+
+TEST_F(ReportAuthTest, OutsideTheTrustedNetworksACredentialIsStillNeeded) {
+  Start("load_reports: {trusted_networks: [\"10.0.0.0/8\", \"::1\"]}\n", kWeb);
+  const grpc::Status s = Report(
+      "", "pod-1", {Load("web", kWebBackends[0], 1, absl::Milliseconds(1))});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << s.error_message();
+}
+
+TEST(TrustedNetworksConfigTest, BadNetworksAreNamedWithTheirLine) {
+  absl::StatusOr<ServerConfig> config = ParseConfig(
+      "load_reports:\n  trusted_networks: [10.0.0.0/8, 10.0.0.1/8]\n",
+      "t.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("t.yaml:2:34: load_reports.trusted_networks[1]: "
+                        "'10.0.0.1/8' has host bits set past /8"));
+  EXPECT_THAT(
+      ParseConfig("load_reports: {trusted_networks: 10.0.0.0/8}\n", "t.yaml")
+          .status()
+          .message(),
+      HasSubstr("expected a list of networks"));
+}
+
 TEST_F(ReportAuthTest, GrpclbStatsAndLrsNeedACredentialToo) {
   Start("grpclb: {client_stats_report_interval: 1s}\n", kWeb);
   // grpclb: the server list still comes; the stats are dropped and counted.
