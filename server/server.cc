@@ -293,6 +293,14 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
           "is refused"}});
   }
   server->orca_ = std::make_unique<OrcaCollector>(clock, &server->metrics_);
+  if (server->ownership_ != nullptr) {
+    // One ORCA stream per backend in the fleet, held by its owner; the
+    // others take its reports from the load view.
+    server->orca_->set_owns(
+        [ownership = server->ownership_.get()](const std::string& address) {
+          return ownership->OwnsKey(fleet::OrcaFleetKey(address));
+        });
+  }
   server->orca_->Start();
   server->groups_->set_inputs({.dns = server->dns_.get(),
                                .scheduler = server->scheduler_.get(),
@@ -367,6 +375,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->load_view_service_ = std::make_unique<LoadViewService>(
       server->replica_id_, server->loads_.get(), server->report_auth_.get(),
       cfg.fleet_load.load_share_interval, server->load_view_metrics_.get());
+  server->load_view_service_->set_orca(server->orca_.get());
   if (!cfg.fleet_load.peer_token_file.empty()) {
     ASIDE_ASSIGN_OR_RETURN(
         std::string token,
@@ -388,6 +397,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->admin_service_ = std::make_unique<AdminService>(
       server->groups_.get(), server->sync_.get(), server->auth_.get(),
       &server->metrics_, server->loads_.get(), server->health_.get());
+  server->admin_service_->set_orca(server->orca_.get());
   server->grpclb_service_ = std::make_unique<GrpclbService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers,
@@ -452,6 +462,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
         .groups = server->groups_.get(),
         .health = server->health_.get(),
         .loads = server->loads_.get(),
+        .orca = server->orca_.get(),
         .grpclb = server->grpclb_service_.get(),
         .store =
             [store, membership = server->membership_.get()] {
@@ -722,6 +733,7 @@ void AsideServer::StartLoadViewPeers() {
   }
   load_view_peers_ = std::make_unique<LoadViewPeers>(
       std::move(options), loads_.get(), load_view_metrics_.get());
+  load_view_peers_->set_orca(orca_.get());
   std::vector<LoadViewPeer> peers;
   for (const std::string& address : config_.fleet_load.peers) {
     peers.push_back({.id = "", .address = address});

@@ -261,6 +261,9 @@ void AdminService::Describe(const Group& group, bool with_backends,
         view->set_consecutive_failures(l.consecutive_failures);
       }
     }
+    if (orca_ != nullptr && spec.orca.enabled) {
+      OrcaViewsToProto(*orca_, out);
+    }
     if (loads_ != nullptr) {
       const ClientStatsTotals stats = loads_->ClientStats(spec.name);
       const uint32_t streams = grpclb_streams_ ? grpclb_streams_(spec.name) : 0;

@@ -45,6 +45,7 @@
 #include "server/base/metrics.h"
 #include "server/groups/group_registry.h"
 #include "server/load/load_aggregator.h"
+#include "server/load/orca_collector.h"
 #include "server/store/store_sync.h"
 
 namespace aside::server {
@@ -120,6 +121,10 @@ class AdminService final : public v1::Admin::CallbackService {
     grpclb_streams_ = std::move(streams);
   }
 
+  // The backends' ORCA reports (GetGroup's state[].orca). Set once while
+  // wiring, before serving.
+  void set_orca(const OrcaCollector* orca) { orca_ = orca; }
+
   // The operations without RPC plumbing (authorisation is the caller's).
   grpc::Status DoCreateGroup(const v1::CreateGroupRequest& request,
                              v1::Group* response);
@@ -190,6 +195,7 @@ class AdminService final : public v1::Admin::CallbackService {
   const LoadAggregator* const loads_;
   const HealthRegistry* const health_;
   GrpclbStreams grpclb_streams_;
+  const OrcaCollector* orca_ = nullptr;
   Members members_;
   // One mutation of `name` through this replica at a time; with
   // `claims_aliases`, no other mutation at all (see the file comment).

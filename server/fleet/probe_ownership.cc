@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "lib/hash.h"
 #include "lib/rendezvous.h"
 #include "server/base/log.h"
 #include "server/fleet/fleet_records.h"
@@ -102,6 +103,18 @@ void ProbeOwnership::Stop() {
   }
   registry_->RemoveObserver(observer_);
   registry_->SetFleetHooks({});
+}
+
+uint64_t OrcaFleetKey(absl::string_view canonical_address) {
+  return XxHash64(absl::StrCat("orca|", canonical_address), 0);
+}
+
+bool ProbeOwnership::OwnsKey(uint64_t key) const {
+  aside::MutexLock lock(&mu_);
+  if (!confirmed_ || member_hashes_.empty()) {
+    return false;
+  }
+  return member_hashes_[RendezvousOwner(key, member_hashes_)] == self_hash_;
 }
 
 bool ProbeOwnership::Owns(uint64_t fleet_key, absl::Duration timeout) const {

@@ -59,6 +59,10 @@
 
 namespace aside::server::fleet {
 
+// The key whose owner holds the backend's ORCA stream: the backend's
+// address alone (every group's reports of it come from one stream).
+uint64_t OrcaFleetKey(absl::string_view canonical_address);
+
 class ProbeOwnership {
  public:
   // Installs the registry hooks and subscribes to `membership`; threads
@@ -76,6 +80,12 @@ class ProbeOwnership {
 
   // Whether this replica probes the target (`timeout`: its probe timeout).
   bool Owns(uint64_t fleet_key, absl::Duration timeout) const;
+  // Whether this replica is the rendezvous owner of `key` among the live
+  // members; false without confirmed membership (a replica that just
+  // started must not take what an owner already holds). For ORCA streams
+  // (OrcaFleetKey), whose holders fall back on their own when no owner
+  // serves a key (server/load/orca_collector.h).
+  bool OwnsKey(uint64_t key) const;
 
  private:
   void OnMembers(const std::vector<Member>& members);

@@ -58,6 +58,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "lib/clock.h"
+#include "lib/load/orca_weight.h"
 #include "lib/sync.h"
 
 namespace aside::server {
@@ -146,11 +147,26 @@ struct GroupCallTotals {
                          const GroupCallTotals&) = default;
 };
 
+// A backend's latest ORCA report from one replica's own stream
+// (server/load/orca_collector.h); `seq` counts that replica's reports of
+// the backend.
+struct OrcaShare {
+  std::string address;
+  OrcaLoad load;
+  uint64_t seq = 0;
+  // The publisher owns the backend's stream.
+  bool owner = false;
+
+  friend bool operator==(const OrcaShare&, const OrcaShare&) = default;
+};
+
 // What a replica shares: its own aggregates, sorted by (group, address,
-// source), and its groups' call totals, sorted by group.
+// source), its groups' call totals, sorted by group, and the ORCA reports
+// of its own streams, sorted by address.
 struct LocalLoads {
   std::vector<SourceAggregate> sources;
   std::vector<GroupCallTotals> calls;
+  std::vector<OrcaShare> orca;
 };
 
 // What one message from a peer says.
@@ -165,6 +181,7 @@ struct PeerLoadUpdate {
   std::vector<SourceAggregate> loads;
   std::vector<Key> removed;
   std::vector<GroupCallTotals> calls;
+  std::vector<OrcaShare> orca;
 };
 
 class LoadAggregator {

@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "server/load/orca_collector.h"
 
 namespace aside::server {
 namespace {
@@ -108,6 +109,26 @@ v1::LoadViewUpdate DiffExports(const ExportedLoads* prev,
       ++j;
     }
   }
+  // ORCA reports: sent when their report is new (both lists are sorted by
+  // address).
+  const auto& po = p.loads.orca;
+  size_t o = 0;
+  for (const OrcaShare& share : cur.loads.orca) {
+    while (o < po.size() && po[o].address < share.address) {
+      ++o;
+    }
+    if (o < po.size() && po[o] == share) {
+      continue;
+    }
+    v1::OrcaReport* r = u.add_orca();
+    r->set_address(share.address);
+    r->set_cpu_utilization(share.load.cpu_utilization);
+    r->set_application_utilization(share.load.application_utilization);
+    r->set_qps(share.load.qps);
+    r->set_eps(share.load.eps);
+    r->set_seq(share.seq);
+    r->set_owner(share.owner);
+  }
   // Group calls: sent whole when new or changed (they only grow).
   const auto& pc = p.loads.calls;
   size_t k = 0;
@@ -199,6 +220,25 @@ PeerLoadUpdate LoadViewDecoder::Decode(const v1::LoadViewUpdate& u,
     c.dropped.insert(in.dropped().begin(), in.dropped().end());
     c.lrs_dropped = in.lrs_dropped();
     out.calls.push_back(std::move(c));
+  }
+  for (int i = 0; i < u.orca_size(); ++i) {
+    const v1::OrcaReport& in = u.orca(i);
+    OrcaShare share;
+    share.address = in.address();
+    share.load.cpu_utilization = in.cpu_utilization();
+    share.load.application_utilization = in.application_utilization();
+    share.load.qps = in.qps();
+    share.load.eps = in.eps();
+    share.seq = in.seq();
+    share.owner = in.owner();
+    if (std::string why;
+        share.address.empty() || !CheckOrcaLoad(share.load, &why)) {
+      rejected->push_back(absl::StrCat(
+          "orca[", i, "].",
+          share.address.empty() ? std::string("address: required") : why));
+      continue;
+    }
+    out.orca.push_back(std::move(share));
   }
   return out;
 }

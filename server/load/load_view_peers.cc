@@ -215,6 +215,11 @@ class LoadViewPeers::Link {
     holding_ = true;
     const std::vector<std::pair<size_t, std::string>> refused =
         owner_->loads_->ApplyPeer(peer_id_, decoded);
+    if (owner_->orca_ != nullptr) {
+      for (const OrcaShare& share : decoded.orca) {
+        owner_->orca_->ApplyPeer(share);
+      }
+    }
     for (const auto& [i, reason] : refused) {
       rejected.push_back(absl::StrCat("loads[", index[i], "].", reason));
     }

@@ -29,6 +29,7 @@
 #include "lib/sync.h"
 #include "server/load/load_aggregator.h"
 #include "server/load/load_view_metrics.h"
+#include "server/load/orca_collector.h"
 
 namespace aside::server {
 
@@ -59,6 +60,9 @@ class LoadViewPeers {
   LoadViewPeers(const LoadViewPeers&) = delete;
   LoadViewPeers& operator=(const LoadViewPeers&) = delete;
 
+  // Hands the peers' ORCA reports to `orca` too (before Start).
+  void set_orca(OrcaCollector* orca) { orca_ = orca; }
+
   // Replaces the peer list (by address); peers that left are forgotten at
   // once. Entries naming this replica's id are skipped.
   void SetPeers(std::vector<LoadViewPeer> peers);
@@ -83,6 +87,7 @@ class LoadViewPeers {
 
   const Options options_;
   LoadAggregator* const loads_;
+  OrcaCollector* orca_ = nullptr;
   LoadViewMetrics* const metrics_;
 
   mutable aside::Mutex mu_;

@@ -162,7 +162,11 @@ grpc::ServerWriteReactor<v1::LoadViewUpdate>* LoadViewService::LoadView(
 }
 
 std::shared_ptr<const ExportedLoads> LoadViewService::ExportLocked() {
-  return ids_.Next(loads_->ExportLocal());
+  LocalLoads local = loads_->ExportLocal();
+  if (orca_ != nullptr) {
+    local.orca = orca_->ExportOwn();
+  }
+  return ids_.Next(std::move(local));
 }
 
 void LoadViewService::Shutdown() {

@@ -1,7 +1,9 @@
 // aside.v1.Fleet/LoadView, the publishing side: streams this replica's own
 // load aggregates (LoadAggregator::ExportLocal) to peers that subscribe.
 //
-// A new stream gets a snapshot at once; then, every `interval`, one
+// The reports of this replica's own ORCA streams ride along
+// (OrcaCollector::ExportOwn), so that one stream per backend serves the
+// fleet. A new stream gets a snapshot at once; then, every `interval`, one
 // ticker thread exports once and offers the export to every stream, which
 // sends what changed since the export it last sent (load_view_codec.h). A
 // stream still writing keeps only the newest export for later: a slow
@@ -31,6 +33,7 @@
 #include "server/load/load_aggregator.h"
 #include "server/load/load_view_codec.h"
 #include "server/load/load_view_metrics.h"
+#include "server/load/orca_collector.h"
 
 namespace aside::server {
 
@@ -46,6 +49,10 @@ class LoadViewService final : public v1::Fleet::CallbackService {
   grpc::ServerWriteReactor<v1::LoadViewUpdate>* LoadView(
       grpc::CallbackServerContext* context,
       const v1::LoadViewRequest* request) override;
+
+  // Shares the reports of this replica's own ORCA streams too (before the
+  // first stream).
+  void set_orca(const OrcaCollector* orca) { orca_ = orca; }
 
   // Ends every stream with UNAVAILABLE and refuses new ones. Idempotent.
   void Shutdown();
@@ -66,6 +73,7 @@ class LoadViewService final : public v1::Fleet::CallbackService {
   const ReportAuth* const auth_;
   const absl::Duration interval_;
   LoadViewMetrics* const metrics_;
+  const OrcaCollector* orca_ = nullptr;
 
   mutable aside::Mutex mu_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);

@@ -8,10 +8,12 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "lib/random.h"
 #include "server/base/log.h"
 #include "server/base/metrics.h"
+#include "server/load/load_aggregator.h"
 #include "xds/service/orca/v3/orca.grpc.pb.h"
 
 namespace aside::server {
@@ -25,6 +27,11 @@ constexpr double kBackoffFactor = 1.6;
 constexpr double kBackoffJitter = 0.2;
 constexpr absl::Duration kLogEvery = absl::Minutes(1);
 constexpr absl::Duration kStopWait = absl::Seconds(10);
+// How often a replica that does not own a wanted backend asks again.
+constexpr absl::Duration kOwnershipRecheck = absl::Seconds(1);
+// A backend not owned here, with no report from its owner for three
+// intervals and this, is streamed here.
+constexpr absl::Duration kOrphanGrace = absl::Seconds(3);
 
 // Checks one value of a report; names it in `why` when it is refused.
 bool CheckValue(const char* field, double v, double max, std::string* why) {
@@ -44,14 +51,9 @@ bool ReadReport(const OrcaLoadReport& r, OrcaLoad* out, std::string* why) {
     out->qps = static_cast<double>(r.rps());
   }
   out->eps = r.eps();
-  return CheckValue("cpu_utilization", out->cpu_utilization, kMaxUtilization,
-                    why) &&
-         CheckValue("application_utilization", out->application_utilization,
-                    kMaxUtilization, why) &&
+  return CheckOrcaLoad(*out, why) &&
          CheckValue("mem_utilization", r.mem_utilization(), kMaxUtilization,
-                    why) &&
-         CheckValue("rps_fractional", out->qps, kMaxRate, why) &&
-         CheckValue("eps", out->eps, kMaxRate, why);
+                    why);
 }
 
 std::string ChannelUri(const std::string& address) {
@@ -60,6 +62,15 @@ std::string ChannelUri(const std::string& address) {
 }
 
 }  // namespace
+
+bool CheckOrcaLoad(const OrcaLoad& load, std::string* why) {
+  return CheckValue("cpu_utilization", load.cpu_utilization, kMaxUtilization,
+                    why) &&
+         CheckValue("application_utilization", load.application_utilization,
+                    kMaxUtilization, why) &&
+         CheckValue("rps_fractional", load.qps, kMaxRate, why) &&
+         CheckValue("eps", load.eps, kMaxRate, why);
+}
 
 // One StreamCoreMetrics call. Holds itself alive until gRPC is done with
 // it (OnDone); the collector holds it too while it is the backend's
@@ -132,6 +143,11 @@ OrcaCollector::OrcaCollector(const Clock* clock, Metrics* metrics,
     : clock_(clock), metrics_(metrics), options_(options) {}
 
 OrcaCollector::~OrcaCollector() { Stop(); }
+
+void OrcaCollector::set_owns(
+    std::function<bool(const std::string& address)> owns) {
+  owns_ = std::move(owns);
+}
 
 void OrcaCollector::Start() {
   thread_ = std::thread([this] { Run(); });
@@ -219,6 +235,7 @@ void OrcaCollector::Want(const std::string& group,
       if (b.wanted_by.empty()) {
         b.backoff = options_.min_backoff;
         b.due_nanos = 0;
+        b.wanted_since = clock_->NowNanos();
       }
       b.wanted_by[group] = interval;
       if (std::shared_ptr<Stream> old = RecomputeLocked(b)) {
@@ -290,6 +307,8 @@ std::vector<OrcaCollector::BackendView> OrcaCollector::BackendsLocked() const {
     v.last_error = b.last_error;
     if (b.unimplemented) {
       v.state = "unimplemented";
+    } else if (b.stream == nullptr && b.last_from_peer) {
+      v.state = "peer";
     } else if (b.stream != nullptr) {
       v.state = b.delivered ? "streaming" : "connecting";
     } else {
@@ -346,6 +365,17 @@ std::optional<int64_t> OrcaCollector::OpenDueLocked(int64_t now) {
       next = next ? std::min(*next, b.due_nanos) : b.due_nanos;
       continue;
     }
+    if (owns_ != nullptr && !owns_(address)) {
+      const int64_t orphan_at =
+          std::max(b.wanted_since, b.last_peer_nanos) +
+          absl::ToInt64Nanoseconds(3 * b.interval + kOrphanGrace);
+      if (now < orphan_at) {
+        const int64_t recheck = std::min(
+            orphan_at, now + absl::ToInt64Nanoseconds(kOwnershipRecheck));
+        next = next ? std::min(*next, recheck) : recheck;
+        continue;
+      }
+    }
     b.stream = std::make_shared<Stream>(this, address, b.interval,
                                         options_.max_report_bytes);
     b.delivered = false;
@@ -366,6 +396,65 @@ std::optional<int64_t> OrcaCollector::OpenDueLocked(int64_t now) {
     mu_.Lock();
   }
   return next;
+}
+
+void OrcaCollector::AcceptLocked(const std::string& address, Backend& b,
+                                 const OrcaLoad& load, int64_t now,
+                                 bool from_peer) {
+  ++b.accepted;
+  Report r;
+  r.load = load;
+  r.received_nanos = now;
+  r.received_at = clock_->WallNow();
+  r.seq = b.accepted;
+  b.last = r;
+  b.last_from_peer = from_peer;
+  if (metrics_ != nullptr) {
+    metrics_->orca_utilization.Add({{"address", address}})
+        .Set(OrcaUtilization(load));
+  }
+}
+
+std::vector<OrcaShare> OrcaCollector::ExportOwn() const {
+  aside::MutexLock lock(&mu_);
+  std::vector<OrcaShare> out;
+  for (const auto& [address, b] : backends_) {
+    if (!b.last.has_value() || b.last_from_peer) {
+      continue;
+    }
+    OrcaShare share;
+    share.address = address;
+    share.load = b.last->load;
+    share.seq = b.last->seq;
+    share.owner = owns_ == nullptr || owns_(address);
+    out.push_back(std::move(share));
+  }
+  return out;
+}
+
+void OrcaCollector::ApplyPeer(const OrcaShare& share) {
+  const int64_t now = clock_->NowNanos();
+  std::shared_ptr<Stream> cancel;
+  {
+    aside::MutexLock lock(&mu_);
+    auto it = backends_.find(share.address);
+    if (it == backends_.end()) {
+      return;  // not wanted here
+    }
+    Backend& b = it->second;
+    if (b.stream != nullptr) {
+      if (!share.owner || owns_ == nullptr || owns_(share.address)) {
+        return;  // this replica's stream serves it
+      }
+      // The owner serves it: this replica's stream (an orphan's) closes.
+      cancel = b.stream;
+    }
+    b.last_peer_nanos = now;
+    AcceptLocked(share.address, b, share.load, now, /*from_peer=*/true);
+  }
+  if (cancel != nullptr) {
+    cancel->Cancel();
+  }
 }
 
 void OrcaCollector::CountReport(const char* result) {
@@ -403,18 +492,8 @@ void OrcaCollector::OnReport(Stream* stream, const OrcaLoad& load, bool valid,
                    absl::ToInt64Nanoseconds(b.interval) / 2) {
       result = "throttled";
     } else {
-      ++b.accepted;
       b.last_accept_nanos = now;
-      Report r;
-      r.load = load;
-      r.received_nanos = now;
-      r.received_at = clock_->WallNow();
-      r.seq = b.accepted;
-      b.last = r;
-      if (metrics_ != nullptr) {
-        metrics_->orca_utilization.Add({{"address", stream->address()}})
-            .Set(OrcaUtilization(load));
-      }
+      AcceptLocked(stream->address(), b, load, now, /*from_peer=*/false);
     }
   }
   CountReport(result);
@@ -468,6 +547,34 @@ void OrcaCollector::OnDone(Stream* stream, int code, const std::string& message,
       message.substr(0, 200));
   b.due_nanos = now + absl::ToInt64Nanoseconds(wait);
   ++wakeups_;
+}
+
+void OrcaViewsToProto(const OrcaCollector& orca, v1::Group* group) {
+  absl::flat_hash_map<std::string, OrcaCollector::BackendView> views;
+  for (OrcaCollector::BackendView& v : orca.Backends()) {
+    std::string address = v.address;
+    views.emplace(std::move(address), std::move(v));
+  }
+  const absl::Time now = absl::Now();
+  for (v1::TableBackend& tb : *group->mutable_state()) {
+    auto it = views.find(tb.backend().address());
+    if (it == views.end()) {
+      continue;
+    }
+    const OrcaCollector::BackendView& v = it->second;
+    v1::OrcaView* out = tb.mutable_orca();
+    out->set_state(v.state);
+    out->set_last_error(v.last_error);
+    if (v.last.has_value()) {
+      out->set_utilization(OrcaUtilization(v.last->load));
+      out->set_qps(v.last->load.qps);
+      out->set_eps(v.last->load.eps);
+      const int64_t age = absl::ToInt64Nanoseconds(
+          std::max(absl::ZeroDuration(), now - v.last->received_at));
+      out->mutable_age()->set_seconds(age / 1'000'000'000);
+      out->mutable_age()->set_nanos(static_cast<int32_t>(age % 1'000'000'000));
+    }
+  }
 }
 
 }  // namespace aside::server

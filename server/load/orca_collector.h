@@ -42,6 +42,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
+#include "aside/v1/admin.pb.h"
 #include "lib/clock.h"
 #include "lib/load/orca_weight.h"
 #include "lib/sync.h"
@@ -49,6 +50,11 @@
 namespace aside::server {
 
 class Metrics;
+struct OrcaShare;
+
+// Whether every value of `load` is finite and within its bound (utilisation
+// 0..100, qps and eps 0..1e9); else names the first that is not in `why`.
+bool CheckOrcaLoad(const OrcaLoad& load, std::string* why);
 
 class OrcaCollector {
  public:
@@ -73,7 +79,8 @@ class OrcaCollector {
   // What the status page shows of one backend.
   struct BackendView {
     std::string address;
-    // "connecting", "streaming", "backoff", "unimplemented".
+    // "connecting", "streaming", "backoff", "unimplemented", or "peer" (its
+    // reports come from the replica that owns it).
     std::string state;
     absl::Duration interval;
     std::optional<Report> last;
@@ -90,6 +97,16 @@ class OrcaCollector {
   OrcaCollector(const OrcaCollector&) = delete;
   OrcaCollector& operator=(const OrcaCollector&) = delete;
 
+  // Fleet (etcd store): `owns(address)` says whether this replica holds
+  // the backend's stream (rendezvous over the live members, as for probes;
+  // ProbeOwnership::OwnsKey). A backend it does not own gets its reports
+  // from the owner through the load view (ApplyPeer). When none arrive for
+  // three intervals + 3 s after the backend is wanted, or since the last
+  // one, it opens a stream of its own (the owner may lack the group: config
+  // files can differ) and closes it again once the owner's reports arrive.
+  // Without it every replica holds its own streams. Before Start.
+  void set_owns(std::function<bool(const std::string& address)> owns);
+
   void Start();
   void Stop();
 
@@ -101,6 +118,14 @@ class OrcaCollector {
   std::optional<Report> Latest(const std::string& address) const;
   // Every wanted backend, by address.
   std::vector<BackendView> Backends() const;
+  // The latest reports of this replica's own streams, sorted by address
+  // (what the load view shares with peers).
+  std::vector<OrcaShare> ExportOwn() const;
+  // A report another replica shared, for a backend wanted here: taken as
+  // the backend's latest unless this replica's own stream serves it (and
+  // this replica owns it, or the sender does not).
+  void ApplyPeer(const OrcaShare& share);
+
   // Streams open now (for tests and the metric).
   size_t open_streams() const;
   // Waits until `done` holds of Backends(), checked again on every change
@@ -123,6 +148,11 @@ class OrcaCollector {
     bool unimplemented = false;
     bool delivered = false;  // the current stream delivered a report
     std::optional<Report> last;
+    // The last report came from a peer (ApplyPeer), not a stream here.
+    bool last_from_peer = false;
+    // When a group first wanted it, and when a peer's report last came.
+    int64_t wanted_since = 0;
+    int64_t last_peer_nanos = 0;
     uint64_t accepted = 0;
     uint64_t rejected = 0;
     int64_t last_accept_nanos = 0;
@@ -148,10 +178,15 @@ class OrcaCollector {
   // Destroys the streams gRPC is done with, outside the lock.
   void DropFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountReport(const char* result);
+  // Takes `load` as the backend's latest report.
+  void AcceptLocked(const std::string& address, Backend& b,
+                    const OrcaLoad& load, int64_t now, bool from_peer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* const clock_;
   Metrics* const metrics_;
   const Options options_;
+  std::function<bool(const std::string&)> owns_;
 
   mutable aside::Mutex mu_;
   std::map<std::string, Backend> backends_ ABSL_GUARDED_BY(mu_);
@@ -166,6 +201,10 @@ class OrcaCollector {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
+
+// Fills state[i].orca of `group` (its backends' last reports) from
+// `orca` (Admin's GetGroup).
+void OrcaViewsToProto(const OrcaCollector& orca, v1::Group* group);
 
 }  // namespace aside::server
 

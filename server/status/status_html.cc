@@ -340,7 +340,30 @@ function backendRow(g, b) {
           num(l.latency_ewma_ms, 2) + " ms)")),
     loadCell(l.requests_per_second),
     loadCell(l.errors_per_second),
-    el("td", {class: "num"}, num(l.picks_per_second)));
+    el("td", {class: "num"}, num(l.picks_per_second)),
+    utilCell(g, b));
+}
+
+// The backend's utilisation: its own ORCA report when the group asks for
+// them (what its weight follows), else what load reporters said.
+function utilCell(g, b) {
+  const o = b.orca;
+  if (g.orca) {
+    if (!o || o.utilization === undefined) {
+      return el("td", {class: "num"}, nm(
+          o && o.state === "unimplemented" ? "the backend serves no ORCA" :
+          "no ORCA report yet" + (o && o.last_error ? ": " + o.last_error : "")));
+    }
+    return el("td", {class: "num", title: "ORCA: qps " + num(o.qps) +
+                     ", eps " + num(o.eps) + ", " + num(o.age_seconds, 1) +
+                     " s ago" + (o.state === "peer" ? " (from the replica " +
+                     "holding its stream)" : "") +
+                     (g.orca_weights ? "; the weight follows it" : "")},
+              num(o.utilization, 2));
+  }
+  const l = b.load || {};
+  return el("td", {class: "num"}, l.utilization !== undefined ?
+            num(l.utilization, 2) : nm("no utilisation reported"));
 }
 
 function groupCard(g) {
@@ -362,7 +385,7 @@ function groupCard(g) {
   const table = el("table", {},
     el("thead", {}, el("tr", {}, ...["backend", "weight", "health",
       "probe", "state", "in flight", "ewma ms", "req/s", "err/s",
-      "picks/s"].map((h, i) => el("th", {class: i === 1 || i === 3 ||
+      "picks/s", "util"].map((h, i) => el("th", {class: i === 1 || i === 3 ||
       i > 4 ? "num" : ""}, h)))),
     body);
   const h = history ? history.groups.find(x => x.name === g.name) : null;

@@ -14,6 +14,7 @@
 #include "server/groups/group_registry.h"
 #include "server/health/health_registry.h"
 #include "server/load/load_aggregator.h"
+#include "server/load/orca_collector.h"
 #include "server/status/events.h"
 #include "server/status/history.h"
 
@@ -166,6 +167,14 @@ std::string StatusPage::Json() {
   if (sources_.health != nullptr) {
     targets = sources_.health->List();
   }
+  // ORCA reports by backend (one lock of the collector's, briefly).
+  absl::flat_hash_map<std::string, OrcaCollector::BackendView> orca;
+  if (sources_.orca != nullptr) {
+    for (OrcaCollector::BackendView& b : sources_.orca->Backends()) {
+      std::string address = b.address;
+      orca.emplace(std::move(address), std::move(b));
+    }
+  }
   absl::flat_hash_map<std::string, const TargetInfo*> target_by_member;
   for (const TargetInfo& t : targets) {
     for (const std::string& g : t.groups) {
@@ -252,6 +261,8 @@ std::string StatusPage::Json() {
     j.Bool("panic", table.panic());
     j.Double("panic_threshold", spec.panic_threshold);
     j.String("health_check", HealthCheckKindName(spec.health_check.kind));
+    j.Bool("orca", spec.orca.enabled);
+    j.Bool("orca_weights", OrcaWeightsApply(spec.orca, spec.policy));
     j.Double("picks_per_second", rate(g.name()));
     uint64_t watch = 0;
     if (const GroupMetrics* gm = g.metrics(); gm != nullptr) {
@@ -320,6 +331,33 @@ std::string StatusPage::Json() {
         j.Close('}');
       } else {
         j.str().append("null,");
+      }
+      if (spec.orca.enabled && sources_.orca != nullptr) {
+        // The backend's own report: what its weight follows.
+        j.Key("orca");
+        auto o = orca.find(address);
+        if (o == orca.end()) {
+          j.str().append("null,");
+        } else {
+          j.Open('{');
+          j.String("state", o->second.state);
+          if (o->second.last.has_value()) {
+            const OrcaLoad& r = o->second.last->load;
+            j.Double("utilization", OrcaUtilization(r));
+            j.Double("cpu_utilization", r.cpu_utilization);
+            j.Double("application_utilization", r.application_utilization);
+            j.Double("qps", r.qps);
+            j.Double("eps", r.eps);
+            j.Double(
+                "age_seconds",
+                absl::ToDoubleSeconds(wall_now - o->second.last->received_at));
+          }
+          j.Uint("rejected", o->second.rejected);
+          if (!o->second.last_error.empty()) {
+            j.String("last_error", o->second.last_error);
+          }
+          j.Close('}');
+        }
       }
       j.Key("load");
       j.Open('{');

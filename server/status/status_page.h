@@ -60,6 +60,7 @@ class GroupRegistry;
 class GrpclbService;
 class HealthRegistry;
 class LoadAggregator;
+class OrcaCollector;
 class StatusHistory;
 
 // What the page says about the state store. The store's owner fills it in
@@ -77,6 +78,7 @@ struct StatusSources {
   // Optional: without them the page leaves their parts out.
   const HealthRegistry* health = nullptr;
   const LoadAggregator* loads = nullptr;
+  const OrcaCollector* orca = nullptr;
   const GrpclbService* grpclb = nullptr;
   std::function<StoreStatus()> store;
   const StatusHistory* history = nullptr;

@@ -325,6 +325,51 @@ TEST(LoadViewCodecTest, UnknownIdsAreRejectedWithTheField) {
                           HasSubstr("loads[2].id: required")));
 }
 
+TEST(LoadViewCodecTest, OrcaReportsAreSentWhenNewAndCheckedWhenRead) {
+  auto share = [](const std::string& address, double cpu, uint64_t seq) {
+    OrcaShare s;
+    s.address = address;
+    s.load.qps = 100;
+    s.load.cpu_utilization = cpu;
+    s.seq = seq;
+    s.owner = true;
+    return s;
+  };
+  ExportIds ids;
+  LocalLoads first;
+  first.orca = {share("10.0.0.1:80", 0.2, 1), share("10.0.0.2:80", 0.4, 1)};
+  auto e1 = ids.Next(first);
+  LocalLoads second;
+  second.orca = {share("10.0.0.1:80", 0.2, 1), share("10.0.0.2:80", 0.5, 2)};
+  auto e2 = ids.Next(second);
+  const v1::LoadViewUpdate snapshot = DiffExports(nullptr, *e1);
+  ASSERT_EQ(snapshot.orca_size(), 2);
+  const v1::LoadViewUpdate delta = DiffExports(e1.get(), *e2);
+  ASSERT_EQ(delta.orca_size(), 1);  // only the new report
+  EXPECT_EQ(delta.orca(0).address(), "10.0.0.2:80");
+  EXPECT_EQ(delta.orca(0).seq(), 2u);
+  EXPECT_TRUE(delta.orca(0).owner());
+
+  LoadViewDecoder decoder;
+  std::vector<std::string> rejected;
+  std::vector<int> index;
+  PeerLoadUpdate d = decoder.Decode(delta, &rejected, &index);
+  ASSERT_THAT(d.orca, SizeIs(1));
+  EXPECT_EQ(d.orca[0], share("10.0.0.2:80", 0.5, 2));
+  EXPECT_THAT(rejected, IsEmpty());
+
+  // A peer's bad values are refused with the field, like a backend's.
+  v1::LoadViewUpdate bad;
+  v1::OrcaReport* r = bad.add_orca();
+  r->set_address("10.0.0.3:80");
+  r->set_qps(-1);
+  bad.add_orca()->set_qps(1);  // no address
+  d = decoder.Decode(bad, &rejected, &index);
+  EXPECT_THAT(d.orca, IsEmpty());
+  EXPECT_THAT(rejected, ElementsAre(HasSubstr("orca[0].rps_fractional"),
+                                    HasSubstr("orca[1].address: required")));
+}
+
 TEST(LoadViewConfigTest, FleetKeysAreCheckedWithTheirLine) {
   EXPECT_THAT(ParseConfig("fleet:\n  load_share_interval: 10ms\n", "t.yaml"),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -69,6 +69,12 @@ class FakeOrca final : public xds::service::orca::v3::OpenRcaService::Service {
     }
     changed_.notify_all();
   }
+  // Streams open now.
+  int open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return open_;
+  }
+  // Streams opened in all.
   int streams() {
     std::lock_guard<std::mutex> lock(mu_);
     return streams_;

@@ -74,6 +74,27 @@ int Ctl::PrintGroup(const v1::Group& g) {
   }
   std::cout << "\n";
   PrintTable(rows);
+  if (g.has_orca() && g.orca().enabled()) {
+    // The backends' own reports (ORCA), which weights follow when the
+    // group says weights: true.
+    std::vector<std::vector<std::string>> orca = {
+        {"ADDRESS", "ORCA", "UTIL", "QPS", "EPS", "REPORTED", "ERROR"}};
+    for (const v1::TableBackend& b : g.state()) {
+      const v1::OrcaView& o = b.orca();
+      const bool reported = o.has_age();
+      orca.push_back(
+          {b.backend().address(), o.state().empty() ? "-" : o.state(),
+           reported ? absl::StrFormat("%.2f", o.utilization()) : "-",
+           reported ? absl::StrFormat("%.1f", o.qps()) : "-",
+           reported ? absl::StrFormat("%.1f", o.eps()) : "-",
+           reported ? absl::StrFormat("%.1fs ago",
+                                      o.age().seconds() + o.age().nanos() / 1e9)
+                    : "never",
+           o.last_error().empty() ? "-" : o.last_error()});
+    }
+    std::cout << "\n";
+    PrintTable(orca);
+  }
   return 0;
 }
 

@@ -17,6 +17,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "lib/clock.h"
 #include "server/base/metrics.h"
+#include "server/load/load_aggregator.h"
 #include "tests/testing/fake_orca.h"
 #include "xds/service/orca/v3/orca.grpc.pb.h"
 
@@ -249,6 +250,77 @@ TEST(OrcaCollectorTest, StopEndsEveryStream) {
   EXPECT_EQ(orca.open_streams(), 0u);
   EXPECT_TRUE(a.orca().AwaitOpen(0));
   EXPECT_TRUE(b.orca().AwaitOpen(0));
+}
+
+OrcaShare Share(const std::string& address, double qps, bool owner) {
+  OrcaShare s;
+  s.address = address;
+  s.load.qps = qps;
+  s.load.cpu_utilization = 0.5;
+  s.seq = 1;
+  s.owner = owner;
+  return s;
+}
+
+TEST(OrcaCollectorFleetTest, ABackendOwnedElsewhereTakesTheOwnersReports) {
+  OrcaBackend backend;
+  backend.orca().Set(OrcaReport(100, 0.5));
+  OrcaCollector orca(&SystemClock::Get(), nullptr, FastRetries());
+  orca.set_owns([](const std::string&) { return false; });
+  orca.Start();
+  orca.Want("web", {backend.address()}, absl::Seconds(1));
+  orca.ApplyPeer(Share(backend.address(), 70, /*owner=*/true));
+  ASSERT_TRUE(orca.Latest(backend.address()).has_value());
+  EXPECT_DOUBLE_EQ(orca.Latest(backend.address())->load.qps, 70);
+  EXPECT_EQ(orca.Backends()[0].state, "peer");
+  // Shared onwards only by the replica holding the stream.
+  EXPECT_TRUE(orca.ExportOwn().empty());
+  EXPECT_EQ(orca.open_streams(), 0u);
+  // A backend no group here wants is not taken.
+  orca.ApplyPeer(Share("127.0.0.1:1", 70, true));
+  EXPECT_FALSE(orca.Latest("127.0.0.1:1").has_value());
+  EXPECT_EQ(backend.orca().streams(), 0);
+}
+
+TEST(OrcaCollectorFleetTest,
+     AnUnservedBackendIsStreamedHereUntilItsOwnerReports) {
+  OrcaBackend backend;
+  backend.orca().Set(OrcaReport(100, 0.5));
+  OrcaCollector orca(&SystemClock::Get(), nullptr, FastRetries());
+  orca.set_owns([](const std::string&) { return false; });
+  orca.Start();
+  const absl::Time wanted = absl::Now();
+  orca.Want("web", {backend.address()}, absl::Milliseconds(100));
+  // No owner reports: after three intervals and the grace, a stream here.
+  ASSERT_TRUE(backend.orca().AwaitStreams(1));
+  EXPECT_GE(absl::Now() - wanted, absl::Seconds(3));
+  ASSERT_TRUE(orca.AwaitBackends(Accepted(backend.address(), 1), kWait));
+  std::vector<OrcaShare> own = orca.ExportOwn();
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_FALSE(own[0].owner);
+  // Another non-owner's report changes nothing; the owner's closes ours.
+  orca.ApplyPeer(Share(backend.address(), 70, /*owner=*/false));
+  EXPECT_DOUBLE_EQ(orca.Latest(backend.address())->load.qps, 100);
+  orca.ApplyPeer(Share(backend.address(), 70, /*owner=*/true));
+  EXPECT_DOUBLE_EQ(orca.Latest(backend.address())->load.qps, 70);
+  EXPECT_TRUE(backend.orca().AwaitOpen(0));
+}
+
+TEST(OrcaCollectorFleetTest, TheOwnerKeepsItsStreamAndSharesIt) {
+  OrcaBackend backend;
+  backend.orca().Set(OrcaReport(100, 0.5));
+  OrcaCollector orca(&SystemClock::Get(), nullptr, FastRetries());
+  orca.set_owns([](const std::string&) { return true; });
+  orca.Start();
+  orca.Want("web", {backend.address()}, absl::Milliseconds(100));
+  ASSERT_TRUE(orca.AwaitBackends(Accepted(backend.address(), 1), kWait));
+  orca.ApplyPeer(Share(backend.address(), 70, /*owner=*/true));
+  EXPECT_DOUBLE_EQ(orca.Latest(backend.address())->load.qps, 100);
+  std::vector<OrcaShare> own = orca.ExportOwn();
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_TRUE(own[0].owner);
+  EXPECT_DOUBLE_EQ(own[0].load.qps, 100);
+  EXPECT_EQ(backend.orca().open(), 1);
 }
 
 }  // namespace
