@@ -495,8 +495,9 @@ void OrcaCollector::OnReport(Stream* stream, const OrcaLoad& load, bool valid,
       b.last_accept_nanos = now;
       AcceptLocked(stream->address(), b, load, now, /*from_peer=*/false);
     }
+    // Counted with the report taken: whoever sees one sees the other.
+    CountReport(result);
   }
-  CountReport(result);
   if (log) {
     Log(LogLevel::kWarn, "orca.report_rejected",
         {{"backend", stream->address()}, {"error", why}});
