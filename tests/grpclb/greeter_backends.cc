@@ -93,7 +93,7 @@ class GreeterBackends::Greeter final : public helloworld::Greeter::Service {
 };
 
 absl::StatusOr<std::unique_ptr<GreeterBackends>> GreeterBackends::Start(
-    int count, CallLog* log) {
+    int count, CallLog* log, const std::function<grpc::Service*(int)>& extra) {
   std::unique_ptr<GreeterBackends> b(new GreeterBackends());
   // Read by every ServerBuilder built after it.
   grpc::EnableDefaultHealthCheckService(true);
@@ -104,6 +104,9 @@ absl::StatusOr<std::unique_ptr<GreeterBackends>> GreeterBackends::Start(
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port);
     builder.RegisterService(b->services_.back().get());
+    if (extra != nullptr) {
+      builder.RegisterService(extra(i));
+    }
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (server == nullptr || port == 0) {
       return absl::InternalError(absl::StrCat("backend ", i, ": start failed"));

@@ -62,8 +62,11 @@ class CallLog {
 // from the test thread; calls are served on gRPC's threads.
 class GreeterBackends {
  public:
-  static absl::StatusOr<std::unique_ptr<GreeterBackends>> Start(int count,
-                                                                CallLog* log);
+  // With `extra`, backend i also serves extra(i) (which must outlive the
+  // backends), e.g. an ORCA service.
+  static absl::StatusOr<std::unique_ptr<GreeterBackends>> Start(
+      int count, CallLog* log,
+      const std::function<grpc::Service*(int)>& extra = nullptr);
   ~GreeterBackends();
 
   int port(int i) const { return ports_[i]; }

@@ -35,6 +35,7 @@
 #include "tests/grpclb/greeter_backends.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/eventually.h"
+#include "tests/testing/fake_orca.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
 #include "tests/testing/status_matchers.h"
@@ -82,7 +83,10 @@ struct StockClient {
 class XdsClientsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(backends_, GreeterBackends::Start(kBackends, &log_));
+    // Every backend also publishes its load over ORCA (for groups that ask).
+    ASSERT_OK_AND_ASSIGN(
+        backends_, GreeterBackends::Start(
+                       kBackends, &log_, [this](int i) { return &orcas_[i]; }));
     tokens_ = dir_.WriteSecret("tokens", absl::StrCat(kAdminToken, " admin\n"));
     // LRS reports every second (the grpclb report interval).
     config_ = dir_.WriteFile(
@@ -463,6 +467,7 @@ class XdsClientsTest : public ::testing::Test {
 
   TempDir dir_;
   CallLog log_;
+  aside::testing::FakeOrca orcas_[kBackends];
   std::unique_ptr<GreeterBackends> backends_;
   RunningServer server_;
   std::unique_ptr<v1::Admin::Stub> admin_;
@@ -1191,6 +1196,40 @@ TEST_F(XdsClientsTest, NodeLoadReportsCountFromATrustedNetworkOnly) {
       aside::testing::Eventually([&] { return reporters() == 2; }, kWait));
   EXPECT_GE(MetricValue({"aside_xds_load_reports_total", "accepted"}), 2);
   EXPECT_EQ(MetricValue({"aside_load_reports_refused_total", "lrs"}), 0);
+}
+
+// Weights from the backends' own ORCA reports reach every stock client
+// through the endpoint weights: 100 qps at utilisation 0.2 and 0.8 weigh
+// 500 : 125 (gRFC A58), so every client splits its calls 0.8 : 0.2.
+TEST_F(XdsClientsTest, OrcaWeightsReachStockClients) {
+  orcas_[0].Set(aside::testing::OrcaReport(100, 0.2));
+  orcas_[1].Set(aside::testing::OrcaReport(100, 0.8));
+  v1::CreateGroupRequest request;
+  v1::Group* g = request.mutable_group();
+  g->set_name("web");
+  g->mutable_policy()->mutable_weighted_round_robin();
+  g->mutable_health_check()->set_kind(v1::HealthCheck::NONE);
+  v1::OrcaOptions* orca = g->mutable_orca();
+  orca->set_enabled(true);
+  orca->set_weights(true);
+  orca->mutable_interval()->set_nanos(200'000'000);
+  orca->mutable_blackout_period()->set_seconds(0);
+  for (int i = 0; i < 2; ++i) {
+    g->add_backends()->set_address(backends_->address(i));
+  }
+  v1::Group created;
+  const grpc::Status s =
+      admin_->CreateGroup(AdminContext().get(), request, &created);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(aside::testing::Eventually([&] {
+    const v1::Group group = GetGroup();
+    return group.state_size() == 2 &&
+           group.state(0).effective_weight() +
+                   group.state(1).effective_weight() ==
+               1250;
+  }));
+  StartClients();
+  ExpectSplit({0.8, 0.2}, 2000);
 }
 
 }  // namespace aside
