@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_callback.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
@@ -150,7 +151,10 @@ void OrcaCollector::set_owns(
 }
 
 void OrcaCollector::Start() {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "aside-orca");
+    Run();
+  });
 }
 
 void OrcaCollector::Stop() {

@@ -55,6 +55,10 @@ class ReportAuthTest : public ::testing::Test {
                             grpc::InsecureChannelCredentials());
     stub_ = v1::LoadBalancer::NewStub(channel_);
   }
+  // A report without a credential is taken and counts as `reporter`; one
+  // with a report credential still counts under the credential's name.
+  void ExpectReportsWithoutACredentialCountAs(const std::string& reporter);
+
   void TearDown() override {
     if (server_ != nullptr) {
       server_->Shutdown(absl::Seconds(1));
@@ -134,6 +138,24 @@ constexpr char kWeb[] = R"(  - name: web
 const char* const kWebBackends[] = {"127.0.0.1:9001", "127.0.0.1:9002",
                                     "127.0.0.1:9003", "127.0.0.1:9004"};
 
+void ReportAuthTest::ExpectReportsWithoutACredentialCountAs(
+    const std::string& reporter) {
+  v1::ReportLoadResponse response;
+  ASSERT_TRUE(Report("", "pod-1",
+                     {Load("web", kWebBackends[0], 1, absl::Milliseconds(1))},
+                     &response)
+                  .ok());
+  EXPECT_EQ(response.accepted(), 1u);
+  EXPECT_TRUE(MetricsContain(absl::StrCat(
+      R"(aside_load_reporter_observations_total{group="web",protocol="aside",reporter=")",
+      reporter, R"("} 1)")));
+  ASSERT_TRUE(Report(kLiarToken, "pod-2",
+                     {Load("web", kWebBackends[0], 1, absl::Milliseconds(1))})
+                  .ok());
+  EXPECT_TRUE(MetricsContain(
+      R"(aside_load_reporter_observations_total{group="web",protocol="aside",reporter="liar"} 1)"));
+}
+
 TEST_F(ReportAuthTest, ByDefaultReportsNeedAReportCredential) {
   Start("", kWeb);
   const std::vector<v1::BackendLoad> loads = {
@@ -171,41 +193,16 @@ TEST_F(ReportAuthTest, ByDefaultReportsNeedAReportCredential) {
 
 TEST_F(ReportAuthTest, OpenModeTakesAnonymousReports) {
   Start("load_reports: {auth: open}\n", kWeb);
-  v1::ReportLoadResponse response;
-  ASSERT_TRUE(Report("", "pod-1",
-                     {Load("web", kWebBackends[0], 1, absl::Milliseconds(1))},
-                     &response)
-                  .ok());
-  EXPECT_EQ(response.accepted(), 1u);
-  EXPECT_TRUE(MetricsContain(
-      R"(aside_load_reporter_observations_total{group="web",protocol="aside",reporter="anonymous"} 1)"));
-  // A caller with a report credential still counts under its name.
-  ASSERT_TRUE(Report(kLiarToken, "pod-2",
-                     {Load("web", kWebBackends[0], 1, absl::Milliseconds(1))})
-                  .ok());
-  EXPECT_TRUE(MetricsContain(
-      R"(aside_load_reporter_observations_total{group="web",protocol="aside",reporter="liar"} 1)"));
+  ExpectReportsWithoutACredentialCountAs("anonymous");
 }
 
 TEST_F(ReportAuthTest, TrustedNetworksTakeReportsWithoutACredential) {
-  // Loopback is trusted; a credential still counts under its name.
+  // Loopback is trusted.
   Start(
       "load_reports: {auth: token, trusted_networks: [\"10.0.0.0/8\", "
       "127.0.0.0/8]}\n",
       kWeb);
-  v1::ReportLoadResponse response;
-  ASSERT_TRUE(Report("", "pod-1",
-                     {Load("web", kWebBackends[0], 1, absl::Milliseconds(1))},
-                     &response)
-                  .ok());
-  EXPECT_EQ(response.accepted(), 1u);
-  EXPECT_TRUE(MetricsContain(
-      R"(aside_load_reporter_observations_total{group="web",protocol="aside",reporter="trusted_network"} 1)"));
-  ASSERT_TRUE(Report(kLiarToken, "pod-2",
-                     {Load("web", kWebBackends[0], 1, absl::Milliseconds(1))})
-                  .ok());
-  EXPECT_TRUE(MetricsContain(
-      R"(aside_load_reporter_observations_total{group="web",protocol="aside",reporter="liar"} 1)"));
+  ExpectReportsWithoutACredentialCountAs("trusted_network");
 }
 
 TEST_F(ReportAuthTest, OutsideTheTrustedNetworksACredentialIsStillNeeded) {
