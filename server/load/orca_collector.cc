@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "lib/random.h"
 #include "server/base/log.h"
@@ -216,9 +217,13 @@ void OrcaCollector::Want(const std::string& group,
         return;
       }
     }
+    // Backends the group no longer wants; those it keeps keep their
+    // stream and reports.
+    const absl::flat_hash_set<std::string> keep(addresses.begin(),
+                                                addresses.end());
     for (const std::string& a : mine) {
       auto it = backends_.find(a);
-      if (it == backends_.end()) {
+      if (it == backends_.end() || keep.contains(a)) {
         continue;
       }
       it->second.wanted_by.erase(group);

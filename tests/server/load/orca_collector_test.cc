@@ -106,6 +106,27 @@ TEST(OrcaCollectorTest, GroupsSharingABackendShareOneStream) {
   EXPECT_EQ(backend.orca().streams(), 1);
 }
 
+TEST(OrcaCollectorTest, ABackendAddedToAGroupLeavesTheOthersStreamsAlone) {
+  OrcaBackend a;
+  OrcaBackend b;
+  a.orca().Set(OrcaReport(10, 0.5));
+  b.orca().Set(OrcaReport(20, 0.5));
+  OrcaCollector orca(&SystemClock::Get(), nullptr, FastRetries());
+  orca.Start();
+  orca.Want("web", {a.address()}, absl::Milliseconds(100));
+  ASSERT_TRUE(orca.AwaitBackends(Accepted(a.address(), 2), kWait));
+  const uint64_t seen = orca.Latest(a.address())->seq;
+  orca.Want("web", {a.address(), b.address()}, absl::Milliseconds(100));
+  ASSERT_TRUE(orca.AwaitBackends(Accepted(b.address(), 1), kWait));
+  // a's stream and its reports carried on.
+  EXPECT_EQ(a.orca().streams(), 1);
+  EXPECT_GE(orca.Latest(a.address())->seq, seen);
+  orca.Want("web", {b.address()}, absl::Milliseconds(100));
+  EXPECT_TRUE(a.orca().AwaitOpen(0));
+  EXPECT_FALSE(orca.Latest(a.address()).has_value());
+  EXPECT_EQ(b.orca().streams(), 1);
+}
+
 TEST(OrcaCollectorTest, TheShortestIntervalOfItsGroupsIsAskedFor) {
   OrcaBackend backend;
   backend.orca().Set(OrcaReport(10, 0.5));
