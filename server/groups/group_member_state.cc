@@ -173,20 +173,17 @@ std::vector<uint32_t> GroupMemberState::OrcaWeights(
     next.emplace(b.address, std::move(m));
   }
   orca_members_ = std::move(next);
-  std::vector<uint32_t> table = OrcaTableWeights(weights);
-  for (size_t i = 0; i < table.size(); ++i) {
-    if (backends[i].weight == 0) {
-      table[i] = 0;
-    }
-  }
-  return table;
+  // A drained member (weight 0) stays out of the mean; the table build
+  // keeps its configured 0 whatever its entry here.
+  return OrcaTableWeights(weights);
 }
 
 std::optional<int64_t> GroupMemberState::NextTimedRebuild(const GroupSpec& spec,
                                                           int64_t now) const {
   std::optional<int64_t> next = outliers_.NextExpiry();
-  if (orca_ != nullptr && spec.orca.enabled) {
-    // Reports arrive every interval; weights and zone utilisation follow.
+  if (orca_ != nullptr && OrcaWeightsApply(spec.orca, spec.policy)) {
+    // Reports arrive every interval and the weights follow them (zone
+    // utilisation follows on the locality policy's own ticks).
     const int64_t tick = now + absl::ToInt64Nanoseconds(spec.orca.interval);
     if (!next || tick < *next) {
       next = tick;

@@ -73,7 +73,7 @@ class GroupMemberState {
                                       absl::Time wall_now);
 
   // The members' ORCA weights as table weights (in the order of
-  // `backends`; 0 where a configured weight of 0 drains the member), after
+  // `backends`; a drained member's entry is not used), after
   // folding in the reports that arrived since the last call; empty when the
   // spec's weights do not follow ORCA or no member has a usable weight (the
   // configured weights stay).

@@ -207,8 +207,12 @@ void OrcaCollector::Want(const std::string& group,
       bool same = true;
       for (const std::string& a : addresses) {
         auto it = backends_.find(a);
-        same = same && it != backends_.end() &&
-               it->second.wanted_by[group] == interval;
+        if (it == backends_.end()) {
+          same = false;
+          break;
+        }
+        auto w = it->second.wanted_by.find(group);
+        same = same && w != it->second.wanted_by.end() && w->second == interval;
       }
       if (same) {
         if (addresses.empty()) {
@@ -289,6 +293,16 @@ std::optional<OrcaCollector::Report> OrcaCollector::Latest(
 std::vector<OrcaCollector::BackendView> OrcaCollector::Backends() const {
   aside::MutexLock lock(&mu_);
   return BackendsLocked();
+}
+
+absl::flat_hash_map<std::string, OrcaCollector::BackendView>
+OrcaCollector::BackendsByAddress() const {
+  absl::flat_hash_map<std::string, BackendView> out;
+  for (BackendView& v : Backends()) {
+    std::string address = v.address;
+    out.emplace(std::move(address), std::move(v));
+  }
+  return out;
 }
 
 bool OrcaCollector::AwaitBackends(
@@ -560,11 +574,8 @@ void OrcaCollector::OnDone(Stream* stream, int code, const std::string& message,
 }
 
 void OrcaViewsToProto(const OrcaCollector& orca, v1::Group* group) {
-  absl::flat_hash_map<std::string, OrcaCollector::BackendView> views;
-  for (OrcaCollector::BackendView& v : orca.Backends()) {
-    std::string address = v.address;
-    views.emplace(std::move(address), std::move(v));
-  }
+  const absl::flat_hash_map<std::string, OrcaCollector::BackendView> views =
+      orca.BackendsByAddress();
   const absl::Time now = absl::Now();
   for (v1::TableBackend& tb : *group->mutable_state()) {
     auto it = views.find(tb.backend().address());

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "aside/v1/admin.pb.h"
 #include "lib/clock.h"
@@ -116,8 +117,9 @@ class OrcaCollector {
             absl::Duration interval);
 
   std::optional<Report> Latest(const std::string& address) const;
-  // Every wanted backend, by address.
+  // Every wanted backend, sorted by address, and the same keyed by it.
   std::vector<BackendView> Backends() const;
+  absl::flat_hash_map<std::string, BackendView> BackendsByAddress() const;
   // The latest reports of this replica's own streams, sorted by address
   // (what the load view shares with peers).
   std::vector<OrcaShare> ExportOwn() const;

@@ -170,10 +170,7 @@ std::string StatusPage::Json() {
   // ORCA reports by backend (one lock of the collector's, briefly).
   absl::flat_hash_map<std::string, OrcaCollector::BackendView> orca;
   if (sources_.orca != nullptr) {
-    for (OrcaCollector::BackendView& b : sources_.orca->Backends()) {
-      std::string address = b.address;
-      orca.emplace(std::move(address), std::move(b));
-    }
+    orca = sources_.orca->BackendsByAddress();
   }
   absl::flat_hash_map<std::string, const TargetInfo*> target_by_member;
   for (const TargetInfo& t : targets) {
