@@ -136,6 +136,7 @@ class Client {
   struct Reported {
     std::shared_ptr<client_internal::BackendStats> stats;
     uint64_t requests = 0;
+    uint64_t orca_reports = 0;  // BackendStats::orca_reports sent
   };
   bool CollectReport(v1::LoadReport* report, std::vector<Reported>* sent);
 

@@ -50,7 +50,27 @@ bool Client::CollectReport(v1::LoadReport* report,
       load->set_consecutive_failures(
           stats->consecutive_failures.load(std::memory_order_relaxed));
       load->set_reset(stats->reset_pending);
-      sent->push_back({stats, requests});
+      uint64_t orca_reports = stats->reported_orca;
+      {
+        aside::MutexLock orca_lock(&stats->orca_mu);
+        if (stats->orca_reports != orca_reports) {
+          orca_reports = stats->orca_reports;
+          // The backend's last per-call report; application utilisation
+          // only when set (gRFC A58 reads CPU when it is 0).
+          v1::Utilization* u = load->mutable_utilization();
+          u->set_cpu(stats->orca.cpu_utilization);
+          if (stats->orca.application_utilization > 0) {
+            u->set_application(stats->orca.application_utilization);
+          }
+          if (stats->orca.qps > 0) {
+            u->set_qps(stats->orca.qps);
+          }
+          if (stats->orca.eps > 0) {
+            u->set_eps(stats->orca.eps);
+          }
+        }
+      }
+      sent->push_back({stats, requests, orca_reports});
     }
   }
   return report->loads_size() > 0;
@@ -137,6 +157,7 @@ void Client::ReportLoop(int64_t start_nanos) {
       for (Reported& r : sent) {
         r.stats->reported_requests.store(r.requests, std::memory_order_relaxed);
         r.stats->reset_pending = false;
+        r.stats->reported_orca = r.orca_reports;
       }
       if (++writes_ok >= 2) {
         backoff.Reset();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "lib/load/orca_report.h"
+
 namespace aside {
 
 namespace client_internal {
@@ -113,6 +115,25 @@ void PickHandle::Done(bool ok) noexcept {
     return;
   }
   Record(ok, Now() - start_nanos_);
+}
+
+bool PickHandle::RecordBackendMetrics(absl::string_view serialized) noexcept {
+  // The bound of the load report's Utilization message (lookaside.proto),
+  // which the server enforces: a report beyond it is dropped here rather
+  // than cost the observation it would travel with.
+  constexpr double kMaxUtilization = 10;
+  if (stats_ == nullptr) {
+    return false;
+  }
+  const std::optional<OrcaLoad> load = ParseOrcaLoadReport(serialized);
+  if (!load || load->cpu_utilization > kMaxUtilization ||
+      load->application_utilization > kMaxUtilization) {
+    return false;
+  }
+  aside::MutexLock lock(&stats_->orca_mu);
+  stats_->orca = *load;
+  ++stats_->orca_reports;
+  return true;
 }
 
 void PickHandle::Record(bool ok, int64_t latency_nanos) noexcept {

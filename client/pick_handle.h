@@ -20,6 +20,8 @@
 #include "client/thread_counters.h"
 #include "lib/backend.h"
 #include "lib/clock.h"
+#include "lib/load/orca_weight.h"
+#include "lib/sync.h"
 #include "lib/table.h"
 
 namespace aside {
@@ -65,6 +67,15 @@ struct BackendStats {
   // must set `reset` (counters restarted).
   std::atomic<uint64_t> reported_requests{0};
   bool reset_pending = true;
+  // The backend's last per-call load report (ORCA trailer) and how many
+  // were recorded, written by PickHandle::RecordBackendMetrics on any
+  // thread, read by the reporter thread. A mutex, not atomics: a report's
+  // fields stay together, and only calls that carry a report take it.
+  mutable aside::Mutex orca_mu;
+  OrcaLoad orca ABSL_GUARDED_BY(orca_mu);
+  uint64_t orca_reports ABSL_GUARDED_BY(orca_mu) = 0;
+  // Reporter thread: orca_reports at the last report sent.
+  uint64_t reported_orca = 0;
 };
 
 // What a pick reads: immutable, published as one object.
@@ -174,6 +185,23 @@ class PickHandle {
   void Done(bool ok) noexcept;
   void Done(const absl::Status& status) noexcept { Done(status.ok()); }
   void Done(const grpc::Status& status) noexcept { Done(status.ok()); }
+  // Records the backend's per-call load report (ORCA, gRFC A51): a
+  // serialised xds.data.orca.v3.OrcaLoadReport, the value of the
+  // `endpoint-load-metrics-bin` trailer a gRPC backend sends when its
+  // handler records metrics (C++'s CallMetricRecorder, grpc-js's
+  // PerRequestMetricRecorder), decoded (not base64). gRPC C++'s core keeps
+  // that trailer for its own load-balancing policies and does not show it
+  // to the application (ClientContext, interceptors): a C++ caller gets the
+  // bytes only where the backend also returns them in a form the
+  // application sees (docs/operations.md, "ORCA"). The backend's last report
+  // goes with the next load report (BackendLoad.utilization: CPU and
+  // application utilisation, qps and eps as reported), where the server
+  // turns it into weights for groups with `orca: {weights: true}` and into
+  // the locality policy's utilisation. Returns false, recording nothing,
+  // for a malformed report or one whose utilisation is outside 0..10.
+  // Costs a parse of the few bytes and an uncontended lock; any thread,
+  // before or after Done (the handle must still exist).
+  bool RecordBackendMetrics(absl::string_view serialized) noexcept;
 
  private:
   friend class ClientGroup;

@@ -146,8 +146,9 @@ std::vector<ZoneWeight> GroupMemberState::ZoneWeights(
 }
 
 std::vector<uint32_t> GroupMemberState::OrcaWeights(
-    const GroupSpec& spec, const std::vector<Backend>& backends, int64_t now) {
-  if (orca_ == nullptr || !OrcaWeightsApply(spec.orca, spec.policy)) {
+    const GroupSpec& spec, const std::vector<Backend>& backends,
+    const LoadAggregator* loads, int64_t now, absl::Time wall_now) {
+  if (!OrcaWeightsApply(spec.orca, spec.policy)) {
     orca_members_.clear();
     return {};
   }
@@ -164,10 +165,24 @@ std::vector<uint32_t> GroupMemberState::OrcaWeights(
     if (auto old = orca_members_.find(b.address); old != orca_members_.end()) {
       m = old->second;
     }
-    if (std::optional<OrcaCollector::Report> r = orca_->Latest(b.address);
-        r && r->seq != m.seq) {
-      m.weight.OnReport(r->load, r->received_nanos, params);
-      m.seq = r->seq;
+    if (std::optional<OrcaCollector::Report> r =
+            orca_ != nullptr ? orca_->Latest(b.address) : std::nullopt) {
+      if (r->seq != m.seq) {
+        m.weight.OnReport(r->load, r->received_nanos, params);
+        m.seq = r->seq;
+      }
+    } else if (loads != nullptr) {
+      const LoadSnapshot l = loads->Snapshot(group_, b.address);
+      if (l.utilization.has_value() && l.utilization_at != m.call_report_at) {
+        OrcaLoad load;
+        load.cpu_utilization = *l.utilization;
+        load.qps = l.requests_per_second;
+        load.eps = l.requests_per_second * l.failure_ratio;
+        m.weight.OnReport(
+            load, now - absl::ToInt64Nanoseconds(wall_now - l.utilization_at),
+            params);
+        m.call_report_at = l.utilization_at;
+      }
     }
     weights.push_back(b.weight == 0 ? 0 : m.weight.Weight(now, params));
     next.emplace(b.address, std::move(m));
@@ -181,7 +196,7 @@ std::vector<uint32_t> GroupMemberState::OrcaWeights(
 std::optional<int64_t> GroupMemberState::NextTimedRebuild(const GroupSpec& spec,
                                                           int64_t now) const {
   std::optional<int64_t> next = outliers_.NextExpiry();
-  if (orca_ != nullptr && OrcaWeightsApply(spec.orca, spec.policy)) {
+  if (OrcaWeightsApply(spec.orca, spec.policy)) {
     // Reports arrive every interval and the weights follow them (zone
     // utilisation follows on the locality policy's own ticks).
     const int64_t tick = now + absl::ToInt64Nanoseconds(spec.orca.interval);

@@ -2,8 +2,9 @@
 // handles (one per member, acquired from the shared HealthRegistry), when
 // each member joined, outlier ejections from load reports, and the smoothed
 // zone utilisation of the locality policy, and the ORCA weight state of
-// each member (gRFC A58, from the OrcaCollector's reports, for groups with an
-// `orca:` block, which this subscribes to). A rebuild first brings this in
+// each member (gRFC A58, from the OrcaCollector's out-of-band reports, for
+// groups with an `orca:` block, which this subscribes to, else from the
+// per-call reports stubs forward). A rebuild first brings this in
 // line with the group's spec and members (Sync), then reads it to build the
 // table (Statuses, ZoneWeights), then asks when time alone will change the
 // table next (NextTimedRebuild: slow-start ramps, ejection expiries, zone
@@ -76,10 +77,16 @@ class GroupMemberState {
   // `backends`; a drained member's entry is not used), after
   // folding in the reports that arrived since the last call; empty when the
   // spec's weights do not follow ORCA or no member has a usable weight (the
-  // configured weights stay).
+  // configured weights stay). A member's reports are its out-of-band
+  // stream's (the collector's); a member without one takes the per-call
+  // reports the load reporters forwarded (`loads`, may be null): their
+  // bounded utilisation over the reporters, with the rates the reporters
+  // counted (qps: requests per second, eps: failures per second, over the
+  // fleet's load window) in gRFC A58's formula.
   std::vector<uint32_t> OrcaWeights(const GroupSpec& spec,
                                     const std::vector<Backend>& backends,
-                                    int64_t now);
+                                    const LoadAggregator* loads, int64_t now,
+                                    absl::Time wall_now);
 
   // When time alone next changes the table (a ramp step, an ejection
   // expiry, a zone weight update, the next ORCA report), as monotonic
@@ -100,7 +107,9 @@ class GroupMemberState {
   // A member's ORCA weight state and the last report folded in.
   struct MemberOrca {
     OrcaEndpointWeight weight;
-    uint64_t seq = 0;
+    uint64_t seq = 0;  // the out-of-band report's (OrcaCollector::Report)
+    // When the reporters' utilisation last changed (LoadSnapshot).
+    absl::Time call_report_at = absl::InfinitePast();
   };
 
   const std::string group_;

@@ -148,7 +148,8 @@ TableSpec Group::PrepareLocked(const GroupSpec& spec) {
   // start at full weight).
   const int64_t now = inputs_.clock->NowNanos();
   std::vector<MemberStatus> statuses = members_.Statuses(backends, now);
-  const std::vector<uint32_t> orca = members_.OrcaWeights(spec, backends, now);
+  const std::vector<uint32_t> orca = members_.OrcaWeights(
+      spec, backends, inputs_.loads, now, inputs_.clock->WallNow());
   for (size_t i = 0; i < orca.size(); ++i) {
     statuses[i].orca_weight = orca[i];
   }

@@ -1,0 +1,91 @@
+#include "lib/load/orca_report.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace aside {
+namespace {
+
+// Reads a varint at `*p` (at most 10 bytes), advancing `*p`.
+bool ReadVarint(const char** p, const char* end, uint64_t* out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+    const auto byte = static_cast<uint8_t>(**p);
+    ++*p;
+    v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<OrcaLoad> ParseOrcaLoadReport(absl::string_view bytes) {
+  OrcaLoad load;
+  const char* p = bytes.data();
+  const char* const end = bytes.data() + bytes.size();
+  while (p < end) {
+    uint64_t tag = 0;
+    if (!ReadVarint(&p, end, &tag) || (tag >> 3) == 0) {
+      return std::nullopt;
+    }
+    const uint64_t field = tag >> 3;
+    switch (tag & 7) {
+      case 0: {  // varint (rps, the deprecated integer form, is skipped)
+        uint64_t ignored = 0;
+        if (!ReadVarint(&p, end, &ignored)) {
+          return std::nullopt;
+        }
+        break;
+      }
+      case 1: {  // 64 bits
+        if (end - p < 8) {
+          return std::nullopt;
+        }
+        uint64_t bits = 0;
+        for (int i = 7; i >= 0; --i) {  // little-endian
+          bits = (bits << 8) | static_cast<uint8_t>(p[i]);
+        }
+        p += 8;
+        double v = 0;
+        std::memcpy(&v, &bits, sizeof(v));
+        double* target = field == 1   ? &load.cpu_utilization
+                         : field == 6 ? &load.qps
+                         : field == 7 ? &load.eps
+                         : field == 9 ? &load.application_utilization
+                                      : nullptr;
+        if (target != nullptr) {
+          if (!std::isfinite(v) || v < 0) {
+            return std::nullopt;
+          }
+          *target = v;
+        }
+        break;
+      }
+      case 2: {  // length-delimited (the maps)
+        uint64_t length = 0;
+        if (!ReadVarint(&p, end, &length) ||
+            length > static_cast<uint64_t>(end - p)) {
+          return std::nullopt;
+        }
+        p += length;
+        break;
+      }
+      case 5:  // 32 bits
+        if (end - p < 4) {
+          return std::nullopt;
+        }
+        p += 4;
+        break;
+      default:  // groups (3, 4) and the undefined 6, 7
+        return std::nullopt;
+    }
+  }
+  return load;
+}
+
+}  // namespace aside
