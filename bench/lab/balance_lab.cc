@@ -139,6 +139,9 @@ struct Flags {
 struct PolicyDef {
   const char* name;
   std::function<void(v1::Policy*)> set;
+  // Weights from the backends' own load reports (ORCA, gRFC A58), which
+  // lab_backend serves: every 250 ms, no blackout.
+  bool orca = false;
 };
 const std::vector<PolicyDef>& AllPolicies() {
   static const auto* all = new std::vector<PolicyDef>{
@@ -147,6 +150,8 @@ const std::vector<PolicyDef>& AllPolicies() {
       {"random", [](v1::Policy* p) { p->mutable_random(); }},
       {"weighted_round_robin",
        [](v1::Policy* p) { p->mutable_weighted_round_robin(); }},
+      {"wrr_orca", [](v1::Policy* p) { p->mutable_weighted_round_robin(); },
+       true},
       {"p2c_pending",
        [](v1::Policy* p) { p->mutable_p2c()->set_load(v1::P2c::PENDING); }},
       {"p2c_peak_ewma",
@@ -891,6 +896,13 @@ absl::Status Lab::CreateGroup(const PolicyDef& policy) {
   v1::Group* g = request.mutable_group();
   g->set_name(GroupName(policy.name));
   policy.set(g->mutable_policy());
+  if (policy.orca) {
+    v1::OrcaOptions* orca = g->mutable_orca();
+    orca->set_enabled(true);
+    orca->set_weights(true);
+    orca->mutable_interval()->set_nanos(250'000'000);
+    orca->mutable_blackout_period();  // 0 s
+  }
   // Active health checks as a production group would have them, tighter
   // than the 5 s default so that a dead backend leaves within seconds:
   // grpc.health.v1 every 1 s, 2 failures to fall, 2 successes to rise.

@@ -14,6 +14,13 @@
 // at the cold latency when the first call arrives and falls linearly to
 // --latency_us over the warm-up window (a JIT or cache warming up).
 //
+// Load reports: the backend serves ORCA's out-of-band service
+// (xds.service.orca.v3.OpenRcaService/StreamCoreMetrics, gRFC A51): every
+// report interval, its utilisation over the interval (the busy fraction of
+// its slots, plus the queue in slots, so a saturated backend reports more
+// than 1), and the calls per second it completed. Its A58 weight, qps over
+// utilisation, is then its capacity (slots over service time).
+//
 // Control: a call to /aside.lab.Control/Set with a text payload
 // "latency_us=N" or "workers=N" changes the setting for calls that start
 // after it; the reply is "ok". grpc.health.v1 is served (SERVING) for the
@@ -30,6 +37,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -48,6 +56,7 @@
 #include "absl/strings/strip.h"
 #include "lib/command_line.h"
 #include "lib/sync.h"
+#include "xds/service/orca/v3/orca.grpc.pb.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC address");
 ABSL_FLAG(std::string, name, "0", "the name replies carry");
@@ -97,6 +106,31 @@ class Backend {
   }
 
   const std::string& name() const { return name_; }
+
+  // Utilisation and completed calls per second since the last call (one
+  // reader: the one ORCA stream a backend has).
+  struct Load {
+    double utilization = 0;
+    double qps = 0;
+  };
+  Load TakeLoad() {
+    MutexLock lock(&mu_);
+    const Clock::time_point now = Clock::now();
+    AccountLocked(now);
+    const double seconds =
+        std::chrono::duration<double>(now - load_since_).count();
+    Load load;
+    if (seconds > 0) {
+      const double slots = std::max(workers_, 1);
+      load.utilization = busy_seconds_ / (seconds * slots) +
+                         static_cast<double>(waiting_.size()) / slots;
+      load.qps = static_cast<double>(completed_) / seconds;
+    }
+    load_since_ = now;
+    busy_seconds_ = 0;
+    completed_ = 0;
+    return load;
+  }
 
   // A call arrived: starts its service time now or queues it.
   void Submit(Call* call);
@@ -149,6 +183,13 @@ class Backend {
     return std::chrono::nanoseconds(ns);
   }
 
+  // Adds the slots' busy time since the last change.
+  void AccountLocked(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    busy_seconds_ +=
+        busy_ * std::chrono::duration<double>(now - busy_since_).count();
+    busy_since_ = now;
+  }
+
   void StartLocked(Call* call, Clock::time_point now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     due_.push({now + ServiceTimeLocked(now), call});
@@ -163,6 +204,11 @@ class Backend {
   int64_t warmup_ns_ ABSL_GUARDED_BY(mu_);
   int workers_ ABSL_GUARDED_BY(mu_);
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
+  // Load accounting (TakeLoad).
+  Clock::time_point busy_since_ ABSL_GUARDED_BY(mu_) = Clock::now();
+  Clock::time_point load_since_ ABSL_GUARDED_BY(mu_) = Clock::now();
+  double busy_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
   Clock::time_point first_call_ ABSL_GUARDED_BY(mu_);
   std::deque<Call*> waiting_ ABSL_GUARDED_BY(mu_);
   std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_
@@ -229,8 +275,10 @@ void Backend::Submit(Call* call) {
     waiting_.push_back(call);
     return;
   }
+  const Clock::time_point now = Clock::now();
+  AccountLocked(now);
   ++busy_;
-  StartLocked(call, Clock::now());  // the unlock wakes the timer thread
+  StartLocked(call, now);  // the unlock wakes the timer thread
 }
 
 void Backend::TimerLoop() {
@@ -261,12 +309,14 @@ void Backend::TimerLoop() {
     }
     Call* call = due_.top().call;
     due_.pop();
+    ++completed_;
     // The slot passes to the oldest waiting call, if any.
     if (!waiting_.empty()) {
       Call* next = waiting_.front();
       waiting_.pop_front();
       StartLocked(next, now);
     } else {
+      AccountLocked(now);
       --busy_;
     }
     mu_.Unlock();
@@ -282,6 +332,99 @@ class Service final : public grpc::CallbackGenericService {
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
     return new Call(context, backend_);
+  }
+
+ private:
+  Backend* const backend_;
+};
+
+// One StreamCoreMetrics stream: a thread of its own writes a report every
+// interval until the call ends, finishes it, and deletes the stream once
+// gRPC is done with it (OnDone).
+class OrcaStream final
+    : public grpc::ServerWriteReactor<xds::data::orca::v3::OrcaLoadReport> {
+ public:
+  OrcaStream(Backend* backend, Clock::duration interval) : backend_(backend) {
+    backend_->TakeLoad();  // the first report covers its own interval
+    std::thread([this, interval] { Run(interval); }).detach();
+  }
+
+  void OnWriteDone(bool ok) override {
+    MutexLock lock(&mu_);
+    writing_ = false;
+    ended_ = ended_ || !ok;
+  }
+  void OnCancel() override {
+    MutexLock lock(&mu_);
+    ended_ = true;
+  }
+  void OnDone() override {
+    MutexLock lock(&mu_);
+    ended_ = true;
+    done_ = true;
+  }
+
+ private:
+  void Run(Clock::duration interval) {
+    mu_.Lock();
+    Clock::time_point next = Clock::now() + interval;
+    while (true) {
+      mu_.AwaitUntil(
+          [this] {
+            mu_.AssertHeld();
+            return ended_;
+          },
+          next);
+      if (ended_) {
+        break;
+      }
+      next += interval;
+      if (writing_) {
+        continue;  // the last report is still on its way
+      }
+      const Backend::Load load = backend_->TakeLoad();
+      report_.set_cpu_utilization(std::min(load.utilization, 10.0));
+      report_.set_rps_fractional(load.qps);
+      writing_ = true;
+      mu_.Unlock();
+      StartWrite(&report_);
+      mu_.Lock();
+    }
+    mu_.Await([this] {  // a write in flight completes, ok or not
+      mu_.AssertHeld();
+      return !writing_;
+    });
+    mu_.Unlock();
+    Finish(grpc::Status::OK);
+    mu_.Lock();
+    mu_.Await([this] {
+      mu_.AssertHeld();
+      return done_;
+    });
+    mu_.Unlock();
+    delete this;
+  }
+
+  Backend* const backend_;
+  Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  xds::data::orca::v3::OrcaLoadReport report_;
+};
+
+class OrcaService final
+    : public xds::service::orca::v3::OpenRcaService::CallbackService {
+ public:
+  explicit OrcaService(Backend* backend) : backend_(backend) {}
+  grpc::ServerWriteReactor<xds::data::orca::v3::OrcaLoadReport>*
+  StreamCoreMetrics(
+      grpc::CallbackServerContext*,
+      const xds::service::orca::v3::OrcaLoadReportRequest* request) override {
+    const int64_t ms = request->report_interval().seconds() * 1000 +
+                       request->report_interval().nanos() / 1000000;
+    return new OrcaStream(
+        backend_, std::chrono::milliseconds(std::max<int64_t>(ms, 100)));
   }
 
  private:
@@ -319,11 +462,13 @@ int Main(int argc, char** argv) {
 
   Backend backend(flags);
   Service service(&backend);
+  OrcaService orca(&backend);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(),
                            &port);
+  builder.RegisterService(&orca);
   builder.RegisterCallbackGenericService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
