@@ -124,7 +124,7 @@ int Run() {
   }
   testing::TempDir dir;
   const std::string tokens =
-      dir.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+      dir.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
   const std::string config = dir.WriteFile(
       "aside.yaml",
       absl::StrCat("store:\n  type: etcd\n  etcd:\n    endpoints: [",

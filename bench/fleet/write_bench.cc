@@ -152,7 +152,7 @@ int Run() {
   const int many = absl::GetFlag(FLAGS_writers);
   testing::TempDir dir;
   const std::string tokens =
-      dir.WriteFile("tokens", absl::StrCat(kToken, " admin\n"));
+      dir.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
   auto cluster = testing::EtcdCluster::Start();
   if (!cluster.ok()) {
     std::cerr << "write_bench: " << cluster.status() << "\n";

@@ -391,7 +391,7 @@ class LabServer {
   static absl::StatusOr<std::unique_ptr<LabServer>> Start(const Flags& flags,
                                                           const TempDir& dir) {
     const std::string tokens =
-        dir.WriteFile("tokens", absl::StrCat(kAdminToken, " admin\n"));
+        dir.WriteSecret("tokens", absl::StrCat(kAdminToken, " admin\n"));
     const std::string config = dir.WriteFile(
         "lab.yaml", "listen: 127.0.0.1:0\nmetrics: 127.0.0.1:0\ngroups: []\n");
     auto server = std::unique_ptr<LabServer>(new LabServer());

@@ -1,6 +1,7 @@
 // scale_bench: the fixed cost of one Admin update, split into its parts.
 #include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -175,6 +176,8 @@ void UpdateCost(const std::vector<size_t>& sizes, int reps,
     std::ofstream tokens(dir + "/tokens");
     tokens << AdminRig::kToken << " admin bench\n";
   }
+  // A secret file as the server wants it: readable by its owner only.
+  chmod((dir + "/tokens").c_str(), 0600);
   auto auth = *AdminAuth::Create(dir + "/tokens", {});
   std::printf(
       "\n### Fixed cost of one Admin update (AddBackends or RemoveBackends of "
