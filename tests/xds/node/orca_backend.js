@@ -9,7 +9,8 @@
 // writes to stderr
 //     event=backend.started port=N
 // On SIGUSR1 it reports STEP_QPS and STEP_CPU from then on (a load step),
-// answered with "event=metrics.set ...". It counts the ORCA streams opened
+// on the next SIGUSR1 QPS and CPU again, and so on, each answered with
+// "event=metrics.set ...". It counts the ORCA streams opened
 // to it and writes "event=orca.stream streams=N" for each.
 'use strict';
 
@@ -29,7 +30,11 @@ function main(argv) {
   const recorder = new grpc.ServerMetricRecorder();
   apply(recorder, argv[0], argv[1]);
   if (argv.length === 4) {
-    process.on('SIGUSR1', () => apply(recorder, argv[2], argv[3]));
+    let stepped = false;
+    process.on('SIGUSR1', () => {
+      stepped = !stepped;
+      apply(recorder, argv[stepped ? 2 : 0], argv[stepped ? 3 : 1]);
+    });
   }
   const server = new grpc.Server();
   recorder.addToServer(server);
