@@ -27,20 +27,7 @@ import threading
 import time
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BACKEND = os.path.join(HERE, "..", "..", "tests", "xds", "node",
-                       "orca_backend.js")
-
-
-def read_line(process, needle, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        if needle in line:
-            return line
-    raise RuntimeError("no %r from %s" % (needle, process.args))
+from orca_cost import BACKEND, read_line
 
 
 def start_backend(args):
