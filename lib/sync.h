@@ -2,8 +2,9 @@
 // with the shape of absl::Mutex/absl::MutexLock (Lock, Unlock, Await,
 // AwaitWithTimeout, plus AwaitUntil for a steady-clock deadline), built on
 // std::mutex. It replaces std::condition_variable too: a waiter states the
-// condition it waits for, and every Unlock re-evaluates the conditions of
-// the waiters, so there is no notify to forget. Use it (not std::mutex, not
+// condition it waits for, and every release of the mutex (an Unlock, or a
+// wait) re-evaluates the conditions of the waiters, so there is no notify
+// to forget. Use it (not std::mutex, not
 // absl::Mutex) for shared state, with ABSL_GUARDED_BY on the state and
 // ABSL_EXCLUSIVE_LOCKS_REQUIRED on the methods that need the lock held.
 //
@@ -46,9 +47,7 @@ class ABSL_LOCKABLE Mutex {
     // mutex, so nothing here touches this object after a waiter may have
     // destroyed it (a waiter that owns the Mutex, such as a completion
     // flag on its stack, may free it as soon as its condition holds).
-    if (waiters_.load(std::memory_order_relaxed) > 0) {
-      changed_.notify_all();
-    }
+    NotifyWaiters();
     mu_.unlock();
   }
   bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
@@ -64,6 +63,7 @@ class ABSL_LOCKABLE Mutex {
   template <typename Condition>
   void Await(Condition condition) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    NotifyWaiters();
     waiters_.fetch_add(1, std::memory_order_relaxed);
     changed_.wait(lock, condition);
     waiters_.fetch_sub(1, std::memory_order_relaxed);
@@ -75,6 +75,7 @@ class ABSL_LOCKABLE Mutex {
   bool AwaitWithTimeout(Condition condition, absl::Duration timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    NotifyWaiters();
     waiters_.fetch_add(1, std::memory_order_relaxed);
     const bool ok = changed_.wait_for(
         lock,
@@ -93,6 +94,7 @@ class ABSL_LOCKABLE Mutex {
                   std::chrono::steady_clock::time_point deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    NotifyWaiters();
     waiters_.fetch_add(1, std::memory_order_relaxed);
     const bool ok = changed_.wait_until(lock, deadline, condition);
     waiters_.fetch_sub(1, std::memory_order_relaxed);
@@ -101,6 +103,16 @@ class ABSL_LOCKABLE Mutex {
   }
 
  private:
+  // Before the mutex is released, by Unlock or by a wait: the releasing
+  // thread may have changed what other waiters wait for (a thread that
+  // updates state and then waits releases the mutex in the wait, not in
+  // Unlock).
+  void NotifyWaiters() {
+    if (waiters_.load(std::memory_order_relaxed) > 0) {
+      changed_.notify_all();
+    }
+  }
+
   std::mutex mu_;
   std::condition_variable changed_;
   std::atomic<int> waiters_{0};

@@ -69,6 +69,41 @@ TEST(MutexTest, AwaitUntilWakesBeforeTheDeadline) {
   setter.join();
 }
 
+// A thread that changes state and then waits releases the mutex in the
+// wait, not in Unlock: the other waiters are told all the same. Here each
+// thread, in turn, changes what the other waits for and then waits in the
+// same critical section; without that, each would sleep out its timeout
+// (and the second wait of this thread ends before the other's, false).
+TEST(MutexTest, AChangeFollowedByAWaitWakesTheOtherWaiters) {
+  Mutex mu;
+  bool ready = false;  // guarded by mu
+  int step = 0;        // guarded by mu
+  std::thread other([&] {
+    MutexLock lock(&mu);
+    ready = true;
+    if (mu.AwaitWithTimeout(
+            [&] {
+              mu.AssertHeld();
+              return step >= 1;
+            },
+            absl::Seconds(20))) {
+      step = 2;
+    }
+  });
+  {
+    MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(Cond(&ready), absl::Seconds(5)));
+    step = 1;
+    EXPECT_TRUE(mu.AwaitWithTimeout(
+        [&] {
+          mu.AssertHeld();
+          return step == 2;
+        },
+        absl::Seconds(10)));
+  }
+  other.join();
+}
+
 // The waiter owns the mutex and frees it once its condition holds, while
 // the thread that made the condition true is still in Unlock. Under
 // ThreadSanitizer or AddressSanitizer a notification sent after the unlock
