@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -369,18 +370,40 @@ void ProbeOwnership::PublishLoop() {
     if (lease == 0) {
       continue;  // republished when registered again
     }
+    // One Txn per kMaxPutsPerTxn states: a replica's first states, or a
+    // takeover's republication, are a handful of etcd requests rather than
+    // one Put per target.
     absl::flat_hash_map<uint64_t, std::string> failed;
-    for (auto& [key, value] : batch) {
-      absl::StatusOr<int64_t> put =
-          client_->Put(HealthKey(prefix_, key), value, lease);
-      if (put.ok()) {
-        written_.insert(key);
+    std::vector<std::pair<uint64_t, std::string>> chunk;
+    auto flush = [&] {
+      std::vector<etcd::Op> puts;
+      puts.reserve(chunk.size());
+      for (const auto& [key, value] : chunk) {
+        puts.push_back(etcd::Op::Put(HealthKey(prefix_, key), value, lease));
+      }
+      if (client_->Txn({}, puts).ok()) {
+        for (const auto& entry : chunk) {
+          written_.insert(entry.first);
+        }
         if (metrics_.transitions_published != nullptr) {
-          metrics_.transitions_published->Increment();
+          metrics_.transitions_published->Increment(
+              static_cast<double>(chunk.size()));
         }
       } else {
-        failed.emplace(key, std::move(value));
+        for (auto& [key, value] : chunk) {
+          failed.emplace(key, std::move(value));
+        }
       }
+      chunk.clear();
+    };
+    for (auto& [key, value] : batch) {
+      chunk.emplace_back(key, std::move(value));
+      if (chunk.size() == kMaxPutsPerTxn) {
+        flush();
+      }
+    }
+    if (!chunk.empty()) {
+      flush();
     }
     if (failed.empty()) {
       backoff = absl::Milliseconds(100);

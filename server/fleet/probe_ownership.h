@@ -13,12 +13,12 @@
 // Publishing: the owner writes each health *transition* of its targets
 // (state and consecutive counts) to <prefix>health/<key> (fleet_records.h)
 // under its membership lease, from a publisher thread (etcd writes never
-// block the prober). On a takeover, and whenever it registers again, it
-// republishes the current state of the targets it owns. Every replica
-// follows <prefix>health/ and applies other replicas' states to its own
-// registry, so readiness, panic and picks agree fleet-wide. When an owner's
-// keys vanish with its lease, the last applied state stays until the new
-// owner publishes.
+// block the prober), as many as are waiting in one Txn. On a takeover, and
+// whenever it registers again, it republishes the current state of the
+// targets it owns. Every replica follows <prefix>health/ and applies other
+// replicas' states to its own registry, so readiness, panic and picks agree
+// fleet-wide. When an owner's keys vanish with its lease, the last applied
+// state stays until the new owner publishes.
 //
 // Targets the owner does not have. Groups are the same on every replica
 // once the store has propagated, but config-file groups may differ between
@@ -65,6 +65,10 @@ uint64_t OrcaFleetKey(absl::string_view canonical_address);
 
 class ProbeOwnership {
  public:
+  // Health states written per etcd Txn (etcd's default --max-txn-ops is
+  // 128).
+  static constexpr size_t kMaxPutsPerTxn = 128;
+
   // Installs the registry hooks and subscribes to `membership`; threads
   // start with Start(). Every pointer must outlive the object.
   ProbeOwnership(etcd::EtcdClient* client, std::string prefix,
