@@ -69,6 +69,10 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a,
         "health.max_concurrent_probes");
   check(a.health_merge_window == b.health_merge_window, "health.merge_window");
   check(a.admin_token_file == b.admin_token_file, "admin.token_file");
+  check(a.admin_max_queued_writes == b.admin_max_queued_writes,
+        "admin.max_queued_writes");
+  check(a.admin_max_write_wait == b.admin_max_write_wait,
+        "admin.max_write_wait");
   check(a.load_reports_open == b.load_reports_open, "load_reports.auth");
   check(a.load_reports_trusted_networks == b.load_reports_trusted_networks,
         "load_reports.trusted_networks");

@@ -396,7 +396,9 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       server->loads_.get(), server->report_auth_.get());
   server->admin_service_ = std::make_unique<AdminService>(
       server->groups_.get(), server->sync_.get(), server->auth_.get(),
-      &server->metrics_, server->loads_.get(), server->health_.get());
+      &server->metrics_, server->loads_.get(), server->health_.get(),
+      MutationQueue::Options{.max_queued = cfg.admin_max_queued_writes,
+                             .max_wait = cfg.admin_max_write_wait});
   server->admin_service_->set_orca(server->orca_.get());
   server->grpclb_service_ = std::make_unique<GrpclbService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,

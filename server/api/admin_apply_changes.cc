@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -85,6 +86,25 @@ grpc::ServerUnaryReactor* AdminService::ApplyGroupChanges(
     status = Invalid(absl::StrCat("changes: ", n, " entries (1 to ",
                                   kMaxChangesPerRequest, ")"));
   }
+  if (status.ok()) {
+    // One job per changed group (below): admitted or refused together.
+    absl::flat_hash_set<std::string> groups;
+    for (const v1::GroupChange& change : request->changes()) {
+      groups.insert(ChangedGroup(change));
+    }
+    if (grpc::Status refused = AdmitMutations(context, groups.size());
+        !refused.ok()) {
+      // Logged with the others refused (AdmitMutations).
+      if (metrics_ != nullptr) {
+        metrics_->admin_mutations
+            .Add({{"method", "ApplyGroupChanges"},
+                  {"result", CodeName(refused.error_code())}})
+            .Increment();
+      }
+      reactor->Finish(refused);
+      return reactor;
+    }
+  }
   const std::string peer = ClientPeer(context->peer());
   if (!status.ok()) {
     if (metrics_ != nullptr) {
@@ -149,7 +169,7 @@ grpc::ServerUnaryReactor* AdminService::ApplyGroupChanges(
   }
   auto left = std::make_shared<std::atomic<size_t>>(chains.size());
   for (std::vector<int>& chain : chains) {
-    RunMutation(
+    mutations_.Run(
         [this, request, response, chain = std::move(chain), left, finish] {
           for (int i : chain) {
             DoGroupChange(request->changes(i), response->mutable_results(i));

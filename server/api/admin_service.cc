@@ -62,57 +62,48 @@ grpc::Status CanonicalAddresses(
 AdminService::AdminService(GroupRegistry* groups, StoreSync* store,
                            const AdminAuth* auth, Metrics* metrics,
                            const LoadAggregator* loads,
-                           const HealthRegistry* health)
+                           const HealthRegistry* health,
+                           MutationQueue::Options queue)
     : groups_(groups),
       store_(store),
       auth_(auth),
       metrics_(metrics),
       loads_(loads),
-      health_(health) {}
+      health_(health),
+      mutations_([&queue] {
+        queue.max_workers = kMutationWorkers;
+        return queue;
+      }()) {}
 
-AdminService::~AdminService() {
-  std::vector<std::thread> workers;
-  {
-    aside::MutexLock lock(&workers_mu_);
-    stopping_ = true;
-    workers.swap(workers_);
-  }
-  for (std::thread& t : workers) {
-    t.join();
-  }
-}
+AdminService::~AdminService() = default;
 
-void AdminService::RunMutation(std::function<void()> job) {
-  aside::MutexLock lock(&workers_mu_);
-  jobs_.push_back(std::move(job));
-  // A worker more only when every one is busy: writes one at a time keep
-  // to one thread (and one malloc arena), bursts get up to
-  // kMutationWorkers.
-  if (idle_workers_ < jobs_.size() &&
-      workers_.size() < static_cast<size_t>(kMutationWorkers)) {
-    workers_.emplace_back([this] { MutationWorker(); });
+grpc::Status AdminService::AdmitMutations(grpc::CallbackServerContext* context,
+                                          size_t jobs) {
+  MutationQueue::Admission a = mutations_.Admit(jobs);
+  if (a.admitted) {
+    return grpc::Status::OK;
   }
-}
-
-void AdminService::MutationWorker() {
-  for (;;) {
-    std::function<void()> job;
-    {
-      aside::MutexLock lock(&workers_mu_);
-      ++idle_workers_;
-      workers_mu_.Await([this] {
-        workers_mu_.AssertHeld();
-        return !jobs_.empty() || stopping_;
-      });
-      --idle_workers_;
-      if (jobs_.empty()) {
-        return;  // stopping, and nothing left to finish
-      }
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    job();
+  const std::string ms = absl::StrCat(absl::ToInt64Milliseconds(a.retry_after));
+  // One log line per interval for all the refusals in it, not one per
+  // refusal: under overload the log must not become the next bottleneck.
+  const int64_t now = absl::GetCurrentTimeNanos();
+  int64_t last = refusal_logged_at_.load(std::memory_order_relaxed);
+  if (now - last >= absl::ToInt64Nanoseconds(kRefusalLogInterval) &&
+      refusal_logged_at_.compare_exchange_strong(last, now,
+                                                 std::memory_order_relaxed)) {
+    const uint64_t refused = mutations_.stats().refused;
+    Log(LogLevel::kWarn, "admin.writes_refused",
+        {{"refused", absl::StrCat(refused - refusals_logged_)},
+         {"reason", a.reason},
+         {"retry_after_ms", ms}});
+    refusals_logged_ = refused;
   }
+  context->AddTrailingMetadata(kRetryPushbackKey, ms);
+  context->AddTrailingMetadata(kRetryAfterKey, ms);
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      absl::StrCat("admin: writes are arriving faster than "
+                                   "the store commits them: ",
+                                   a.reason, "; retry in ", ms, " ms"));
 }
 
 template <typename Request, typename Response>
@@ -141,9 +132,29 @@ grpc::ServerUnaryReactor* AdminService::Handle(
     reactor->Finish(status);
   };
   if (status.ok() && role == AdminRole::kAdmin) {
+    if (grpc::Status refused = AdmitMutations(context, 1); !refused.ok()) {
+      // Counted like any answer, logged with the others refused
+      // (AdmitMutations).
+      if (metrics_ != nullptr) {
+        metrics_->admin_mutations
+            .Add({{"method", method},
+                  {"result", CodeName(refused.error_code())}})
+            .Increment();
+      }
+      reactor->Finish(refused);
+      return reactor;
+    }
+  }
+  if (status.ok() && role == AdminRole::kAdmin) {
     // Off gRPC's callback threads (see the file comment); the call, its
     // request and its response live until the reactor finishes.
-    RunMutation([this, request, response, op, finish] {
+    mutations_.Run([this, context, request, response, op, finish] {
+      if (context->deadline() < std::chrono::system_clock::now()) {
+        finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            "admin: the deadline passed while the write "
+                            "waited for a worker; it was not made"));
+        return;
+      }
       finish((this->*op)(*request, response));
     });
     return reactor;

@@ -18,9 +18,13 @@
 // for a store commit, and gRPC 1.51 runs callback handlers on a couple of
 // threads only, so a mutation blocking one would hold up every other call
 // and keep concurrent writes from ever meeting in one commit: they run on
-// up to kMutationWorkers threads of this service's own (started as
-// concurrent mutations need them), which finish the call's reactor (calls
-// beyond that queue, in order). Reads (GetGroup,
+// a MutationQueue (mutation_queue.h: up to kMutationWorkers threads of this
+// service's own, started as concurrent mutations need them), which finish
+// the call's reactor. While that queue is over its bounds a mutation is
+// refused at once with RESOURCE_EXHAUSTED and a retry hint (trailing
+// metadata grpc-retry-pushback-ms, which gRPC clients with a retry policy
+// honour, and aside-retry-after-ms), and one whose deadline passed while it
+// waited is answered DEADLINE_EXCEEDED without being made. Reads (GetGroup,
 // ListGroups, ListTargets) take no lock of their own: they read published
 // group snapshots. A mutation holds its group's MutationScope from the read
 // of the current spec to the publication of the new one (mutation_mu_ only
@@ -32,6 +36,7 @@
 
 #include <prometheus/counter.h>
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -41,6 +46,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "lib/sync.h"
+#include "server/api/mutation_queue.h"
 #include "server/auth/admin_auth.h"
 #include "server/base/metrics.h"
 #include "server/groups/group_registry.h"
@@ -59,10 +65,16 @@ class AdminService final : public v1::Admin::CallbackService {
   // through one replica that can share a store commit.
   static constexpr int kMutationWorkers = 32;
 
+  // The trailing metadata of a refusal's retry hint, in milliseconds.
+  static constexpr char kRetryPushbackKey[] = "grpc-retry-pushback-ms";
+  static constexpr char kRetryAfterKey[] = "aside-retry-after-ms";
+
   // `store` may be null (nothing is persisted: for tests of validation).
+  // `queue`: the mutation queue's bounds (max_workers is kMutationWorkers).
   AdminService(GroupRegistry* groups, StoreSync* store, const AdminAuth* auth,
                Metrics* metrics, const LoadAggregator* loads = nullptr,
-               const HealthRegistry* health = nullptr);
+               const HealthRegistry* health = nullptr,
+               MutationQueue::Options queue = {});
   // Finishes the mutations queued and in flight, then stops the workers.
   ~AdminService() override;
 
@@ -184,9 +196,10 @@ class AdminService final : public v1::Admin::CallbackService {
       const Request* request, Response* response,
       grpc::Status (AdminService::*op)(const Request&, Response*));
 
-  // Runs `job` on a mutation worker (one more started when all are busy).
-  void RunMutation(std::function<void()> job);
-  void MutationWorker();
+  // Refuses `jobs` mutations when the queue is over its bounds: the
+  // status to finish the call with, its retry hint added to `context`.
+  grpc::Status AdmitMutations(grpc::CallbackServerContext* context,
+                              size_t jobs);
 
   GroupRegistry* const groups_;
   StoreSync* const store_;
@@ -220,12 +233,16 @@ class AdminService final : public v1::Admin::CallbackService {
   // Claiming scopes waiting: new sharing ones wait behind them.
   int claims_waiting_ ABSL_GUARDED_BY(mutation_mu_) = 0;
 
-  // The mutation workers and their queue.
-  aside::Mutex workers_mu_;
-  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(workers_mu_);
-  bool stopping_ ABSL_GUARDED_BY(workers_mu_) = false;
-  size_t idle_workers_ ABSL_GUARDED_BY(workers_mu_) = 0;
-  std::vector<std::thread> workers_ ABSL_GUARDED_BY(workers_mu_);
+  // admin.writes_refused: at most one line per interval.
+  static constexpr absl::Duration kRefusalLogInterval = absl::Seconds(10);
+  std::atomic<int64_t> refusal_logged_at_{0};  // absl::GetCurrentTimeNanos
+  // Refusals counted in the lines logged so far (written by the one thread
+  // that won the interval's compare-exchange).
+  std::atomic<uint64_t> refusals_logged_{0};
+
+  // Last: destroyed first, so that the mutations queued and in flight end
+  // while everything they use is still here.
+  MutationQueue mutations_;
 };
 
 }  // namespace aside::server

@@ -163,6 +163,11 @@ struct ServerConfig {
   // Without it (and without identities) Admin mutations are refused.
   std::string admin_token_file;
   std::vector<AdminIdentity> admin_identities;
+  // Admin writes' back-pressure (server/api/mutation_queue.h): writes
+  // waiting for a worker, and the longest the oldest may wait, before new
+  // ones are refused with RESOURCE_EXHAUSTED and a retry hint.
+  uint64_t admin_max_queued_writes = 1024;
+  absl::Duration admin_max_write_wait = absl::Seconds(1);
 
   // TLS for the gRPC port; plaintext when cert_file is empty.
   std::string tls_cert_file;

@@ -323,7 +323,24 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
                true, true);
   }
   if (const YAML::Node a = root["admin"]; a) {
-    if (r.CheckMap(a, "admin", {"token_file", "allowed_identities"})) {
+    if (r.CheckMap(a, "admin",
+                   {"token_file", "allowed_identities", "max_queued_writes",
+                    "max_write_wait"})) {
+      if (a["max_queued_writes"]) {
+        GetUintIn(r, a["max_queued_writes"], "admin.max_queued_writes", 1,
+                  1000000, &out->admin_max_queued_writes);
+      }
+      if (a["max_write_wait"]) {
+        absl::Duration d;
+        if (r.GetDuration(a["max_write_wait"], "admin.max_write_wait", &d)) {
+          if (d < absl::Milliseconds(1) || d > absl::Seconds(60)) {
+            r.Error(a["max_write_wait"], "admin.max_write_wait",
+                    "out of range 1ms..60s");
+          } else {
+            out->admin_max_write_wait = d;
+          }
+        }
+      }
       if (a["token_file"]) {
         r.GetString(a["token_file"], "admin.token_file",
                     &out->admin_token_file);

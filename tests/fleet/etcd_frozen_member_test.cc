@@ -11,14 +11,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "lib/sync.h"
 #include "tests/fleet/fleet_helpers.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/eventually.h"
@@ -29,6 +33,7 @@ namespace {
 
 using ::aside::testing::Eventually;
 using ::aside::testing::FleetTestBase;
+using ::aside::testing::kFleetAdminToken;
 using ::aside::testing::kFleetPrefix;
 using ::aside::testing::MakeGroup;
 using ::aside::testing::Replica;
@@ -240,6 +245,130 @@ TEST_F(EtcdFrozenMemberTest, WhileNoMemberAnswersTheStoreIsReportedDown) {
     EXPECT_TRUE(
         Eventually([&] { return r->Backends("kept") == "127.0.0.1:8902"; }));
   }
+}
+
+// Back-pressure: with every member frozen no commit returns, so Admin
+// writes queue. A replica whose queue holds two waiting writes refuses the
+// writes beyond its 32 workers and those two at once, with
+// RESOURCE_EXHAUSTED and a retry hint, every refusal before any admitted
+// write is answered; once etcd answers again the queue drains and writes
+// are admitted again.
+TEST_F(EtcdFrozenMemberTest, WritesBeyondTheQueueAreRefusedAtOnceWithAHint) {
+  constexpr int kWriters = 48;
+  constexpr int kGroups = 4;
+  admin_settings_ = "  max_queued_writes: 2\n  max_write_wait: 10s\n";
+  AddReplica(endpoints_, "", kEtcdSettings);
+  Replica& r = *replicas_.back();
+  ASSERT_TRUE(Eventually([&] { return r.Store().up(); }));
+  for (int g = 0; g < kGroups; ++g) {
+    ASSERT_TRUE(r.Create(MakeGroup(absl::StrCat("bp", g), {9000})).ok());
+  }
+  for (int i = 0; i < cluster_->size(); ++i) {
+    cluster_->Pause(i);
+  }
+  struct Answer {
+    grpc::StatusCode code = grpc::StatusCode::OK;
+    std::string message;
+    std::string retry_after;  // aside-retry-after-ms
+    std::string pushback;     // grpc-retry-pushback-ms
+    int order = 0;            // when it came, among all answers
+  };
+  std::vector<Answer> answers(kWriters);
+  aside::Mutex mu;
+  int answered = 0;  // guarded by mu
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      v1::UpdateGroupRequest req;
+      *req.mutable_group() =
+          MakeGroup(absl::StrCat("bp", w % kGroups), {9001 + w});
+      req.mutable_update_mask()->add_paths("backends");
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(30));
+      context.AddMetadata("authorization",
+                          absl::StrCat("Bearer ", kFleetAdminToken));
+      v1::Group out;
+      const grpc::Status s = r.admin->UpdateGroup(&context, req, &out);
+      Answer& a = answers[w];
+      a.code = s.error_code();
+      a.message = s.error_message();
+      for (const auto& [key, value] : context.GetServerTrailingMetadata()) {
+        if (key == "aside-retry-after-ms") {
+          a.retry_after = std::string(value.data(), value.size());
+        } else if (key == "grpc-retry-pushback-ms") {
+          a.pushback = std::string(value.data(), value.size());
+        }
+      }
+      aside::MutexLock lock(&mu);
+      a.order = answered++;
+    });
+  }
+  // The refusals come while etcd is still frozen: 48 writers, 32 workers,
+  // two may wait.
+  constexpr int kRefusedAtLeast = kWriters - 32 - 2;
+  {
+    aside::MutexLock lock(&mu);
+    EXPECT_TRUE(mu.AwaitWithTimeout(
+        [&] {
+          mu.AssertHeld();
+          return answered >= kRefusedAtLeast;
+        },
+        absl::Seconds(20)));
+  }
+  for (int i = 0; i < cluster_->size(); ++i) {
+    cluster_->Resume(i);
+  }
+  for (std::thread& t : writers) {
+    t.join();
+  }
+  ASSERT_OK(cluster_->WaitServing(absl::Seconds(30)));
+
+  int refused = 0;
+  int first_admitted_answer = kWriters;
+  int last_refusal = -1;
+  for (const Answer& a : answers) {
+    if (a.code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      last_refusal = std::max(last_refusal, a.order);
+      EXPECT_THAT(a.message, HasSubstr("admin.max_queued_writes"));
+      int ms = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(a.retry_after, &ms)) << a.retry_after;
+      EXPECT_GE(ms, 10);
+      EXPECT_LE(ms, 10000);
+      EXPECT_EQ(a.pushback, a.retry_after);
+    } else {
+      first_admitted_answer = std::min(first_admitted_answer, a.order);
+      // Admitted: committed, or failed on the frozen store.
+      EXPECT_THAT(a.code, ::testing::AnyOf(grpc::StatusCode::OK,
+                                           grpc::StatusCode::UNAVAILABLE,
+                                           grpc::StatusCode::ABORTED))
+          << a.message;
+    }
+  }
+  std::cout << refused << " of " << kWriters
+            << " writes refused while no etcd member answered\n";
+  EXPECT_GE(refused, kRefusedAtLeast);
+  EXPECT_LT(last_refusal, first_admitted_answer)
+      << "a refusal came after an admitted write's answer";
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return r.SetBackends("bp0", {9100}).ok() &&
+               r.Backends("bp0") == "127.0.0.1:9100";
+      },
+      absl::Seconds(20)));
+  EXPECT_THAT(r.Metrics(), HasSubstr("result=\"resource_exhausted\""));
+  // One log line for the refusals, not one each.
+  r.server.process->ReadAvailable();
+  int refusal_lines = 0;
+  for (const std::string& line : r.server.process->stderr_lines()) {
+    refusal_lines +=
+        line.find("event=admin.writes_refused") != std::string::npos;
+    EXPECT_FALSE(line.find("event=admin.mutation") != std::string::npos &&
+                 line.find("result=resource_exhausted") != std::string::npos)
+        << line;
+  }
+  EXPECT_EQ(refusal_lines, 1);
 }
 
 TEST_F(EtcdFrozenMemberTest, ANormalStartReportsNoOutage) {

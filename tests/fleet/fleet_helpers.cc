@@ -122,7 +122,7 @@ std::string FleetTestBase::Config(const std::vector<std::string>& endpoints,
   return absl::StrCat(
       extra, "store:\n  type: etcd\n  etcd:\n    endpoints: [",
       absl::StrJoin(endpoints, ", "), "]\n    prefix: ", kFleetPrefix, "\n",
-      etcd_settings, "admin:\n  token_file: ", tokens_, "\n",
+      etcd_settings, "admin:\n  token_file: ", tokens_, "\n", admin_settings_,
       "fleet:\n  member_ttl: 2s\n  peer_token_file: ", peer_token_, "\n");
 }
 

@@ -76,6 +76,9 @@ class FleetTestBase : public ::testing::Test {
   void Drain();
 
   TempDir dir_;
+  // Lines added to the admin: block of the next replicas' configs
+  // ("  max_queued_writes: 2\n").
+  std::string admin_settings_;
   std::string tokens_;
   std::string peer_token_;
   std::unique_ptr<EtcdCluster> cluster_;
