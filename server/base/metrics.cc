@@ -75,6 +75,13 @@ Metrics::Metrics()
                               .Name("aside_grpclb_server_lists_total")
                               .Help("grpclb server lists sent, by group.")
                               .Register(*registry_)),
+      grpclb_lists_built(
+          prometheus::BuildCounter()
+              .Name("aside_grpclb_server_lists_built_total")
+              .Help("grpclb server lists built and serialised, by group: "
+                    "once per generation and overload level, shared by "
+                    "the group's streams.")
+              .Register(*registry_)),
       grpclb_client_stats(prometheus::BuildCounter()
                               .Name("aside_grpclb_client_stats_total")
                               .Help("grpclb client stats received, by group "
@@ -193,6 +200,13 @@ Metrics::Metrics()
               .Register(*registry_)
               .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16,
                                                                32, 64, 128})),
+      store_changes_superseded(
+          prometheus::BuildCounter()
+              .Name("aside_store_changes_superseded_total")
+              .Help("Stored group definitions not published because a later "
+                    "one in the same batch of the store's feed replaced them.")
+              .Register(*registry_)
+              .Add({})),
       fleet_members(prometheus::BuildGauge()
                         .Name("aside_fleet_members")
                         .Help("Live fleet members this replica sees (etcd "

@@ -63,6 +63,7 @@ class Metrics {
   // by group and result.
   prometheus::Gauge& grpclb_streams;
   prometheus::Family<prometheus::Counter>& grpclb_server_lists;
+  prometheus::Family<prometheus::Counter>& grpclb_lists_built;
   prometheus::Family<prometheus::Counter>& grpclb_client_stats;
   // Admin calls by method and result (ok or the status code name).
   prometheus::Family<prometheus::Counter>& admin_mutations;
@@ -109,6 +110,9 @@ class Metrics {
   // Writes per store commit (the group commit's batch size: 1 while writes
   // come one at a time).
   prometheus::Histogram& store_commit_writes;
+  // Stored definitions not published because a later one of the same
+  // feed batch replaced them.
+  prometheus::Counter& store_changes_superseded;
   // Fleet membership and probe ownership (etcd store only): live members
   // this replica sees, health targets it probes, health transitions it
   // published and applied from other replicas, takeovers of a departed

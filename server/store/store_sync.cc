@@ -1,5 +1,9 @@
 #include "server/store/store_sync.h"
 
+#include <cstdlib>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "lib/status_macros.h"
@@ -127,13 +131,51 @@ void StoreSync::ApplySnapshot(const StoreSnapshot& snapshot) {
 }
 
 void StoreSync::ApplyChanges(const std::vector<StoreChange>& changes) {
+  // A definition that a later one of the same batch replaces is never
+  // published: a replica catching up on a burst of writes to one group
+  // builds and sends its last table only. (Deletions still apply, and so
+  // does every definition when the last one does not convert: a bad value
+  // keeps the last good one.)
+  auto is_put = [](const StoreChange& c) {
+    return c.definition.has_value() && !c.bad_value && c.revision != 0;
+  };
+  absl::flat_hash_map<absl::string_view, size_t> last_put;
+  for (size_t i = 0; i < changes.size(); ++i) {
+    if (is_put(changes[i])) {
+      last_put[changes[i].name] = i;
+    }
+  }
+  std::vector<bool> skip(changes.size(), false);
+  absl::flat_hash_map<size_t, bool> converts;  // by the superseding index
+  for (size_t i = 0; i < changes.size(); ++i) {
+    const StoreChange& c = changes[i];
+    if (!is_put(c)) {
+      continue;
+    }
+    const size_t last = last_put[c.name];
+    if (last == i || changes[last].revision <= c.revision) {
+      continue;
+    }
+    auto [it, added] = converts.try_emplace(last, false);
+    if (added) {
+      it->second = GroupSpecFromProto(c.name, *changes[last].definition).ok();
+    }
+    skip[i] = it->second;
+  }
   aside::MutexLock lock(&mu_);
-  for (const StoreChange& c : changes) {
-    (void)ApplyLocked(c);
+  for (size_t i = 0; i < changes.size(); ++i) {
+    if (skip[i]) {
+      if (metrics_ != nullptr) {
+        metrics_->store_changes_superseded.Increment();
+      }
+      continue;
+    }
+    (void)ApplyLocked(changes[i]);
   }
 }
 
-absl::Status StoreSync::ApplyLocked(const StoreChange& change) {
+absl::Status StoreSync::ApplyLocked(const StoreChange& change,
+                                    const GroupSpec* validated) {
   Applied& applied = applied_[change.name];
   if (change.revision != 0 && change.revision <= applied.revision) {
     return absl::OkStatus();  // already applied (or a newer one)
@@ -161,8 +203,24 @@ absl::Status StoreSync::ApplyLocked(const StoreChange& change) {
     }
     return groups_->Remove(change.name, nullptr, generation);
   }
-  absl::StatusOr<GroupSpec> spec = GroupSpecFromProto(
-      absl::StrCat("stored group '", change.name, "'"), *change.definition);
+  absl::StatusOr<GroupSpec> spec =
+      validated != nullptr
+          ? absl::StatusOr<GroupSpec>(*validated)
+          : GroupSpecFromProto(absl::StrCat("stored group '", change.name, "'"),
+                               *change.definition);
+#ifndef NDEBUG
+  // Other replicas convert the stored definition: the writer's validated
+  // spec must be exactly what they get, or replicas would serve different
+  // tables. (Debug builds, and so the sanitizer runs of the tests, check.)
+  if (validated != nullptr) {
+    absl::StatusOr<GroupSpec> stored =
+        GroupSpecFromProto(change.name, *change.definition);
+    if (!stored.ok() || !(*stored == *validated)) {
+      Log(LogLevel::kError, "store.spec_mismatch", {{"group", change.name}});
+      std::abort();
+    }
+  }
+#endif
   absl::Status s = spec.status();
   if (spec.ok()) {
     applied.spec = std::make_shared<const GroupSpec>(*spec);
@@ -298,7 +356,7 @@ absl::StatusOr<StoreSync::Written> StoreSync::Write(
                           : groups_->Add(std::move(spec));
   } else {
     s = ApplyLocked(
-        {.name = name, .definition = definition, .revision = written});
+        {.name = name, .definition = definition, .revision = written}, &spec);
   }
   if (!s.ok()) {
     if (before == nullptr) {

@@ -127,7 +127,11 @@ class StoreSync {
                                 std::optional<GroupSpec> next,
                                 int64_t expected);
   // Applies one change if it is newer than what was applied for its name.
-  absl::Status ApplyLocked(const StoreChange& change)
+  // `validated`: the definition as this process validated it before
+  // writing it (an Admin write), used instead of converting the stored one
+  // again.
+  absl::Status ApplyLocked(const StoreChange& change,
+                           const GroupSpec* validated = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t GenerationFor(int64_t revision) const;
   void BadValue(const std::string& name, int64_t revision,

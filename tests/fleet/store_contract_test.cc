@@ -446,6 +446,28 @@ TEST_F(StoreSyncTest, GenerationsFollowRevisionsAndOlderChangesAreIgnored) {
   EXPECT_EQ(sync_->revision("a"), 0);
 }
 
+TEST_F(StoreSyncTest, ADefinitionReplacedInTheSameBatchIsNeverPublished) {
+  sync_->ApplyChanges(
+      {{.name = "a", .definition = MakeGroup("a", 1), .revision = 5},
+       {.name = "b", .definition = MakeGroup("b", 1), .revision = 5},
+       {.name = "a", .definition = MakeGroup("a", 2), .revision = 6}});
+  EXPECT_EQ(Backend("a"), "127.0.0.1:2");
+  EXPECT_EQ(Generation("a"), uint64_t{6} << 20);
+  EXPECT_EQ(Backend("b"), "127.0.0.1:1");
+  EXPECT_THAT(metrics_.Render(),
+              HasSubstr("aside_store_changes_superseded_total 1"));
+  // When the last definition does not convert, the one before it is the
+  // last good one, and is applied.
+  v1::Group invalid = MakeGroup("a", 1);
+  invalid.mutable_backends(0)->set_weight(20000);
+  sync_->ApplyChanges(
+      {{.name = "a", .definition = MakeGroup("a", 3), .revision = 7},
+       {.name = "a", .definition = invalid, .revision = 8}});
+  EXPECT_EQ(Backend("a"), "127.0.0.1:3");
+  EXPECT_EQ(Generation("a"), uint64_t{7} << 20);
+  EXPECT_EQ(sync_->revision("a"), 8);
+}
+
 TEST_F(StoreSyncTest, ABadValueKeepsTheLastGoodDefinition) {
   sync_->ApplyChanges(
       {{.name = "a", .definition = MakeGroup("a", 1), .revision = 3}});
