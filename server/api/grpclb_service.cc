@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/address.h"
@@ -237,6 +238,12 @@ class GrpclbService::Stream final
     delete this;
   }
 
+  // The group the stream serves (null before its initial request).
+  GroupPtr group() {
+    aside::MutexLock lock(&mu_);
+    return group_;
+  }
+
   // Whether the stream serves `group` (any thread).
   bool ServesGroup(const std::string& group) {
     aside::MutexLock lock(&mu_);
@@ -366,31 +373,19 @@ class GrpclbService::Stream final
       return;
     }
     dirty_ = false;
-    TableConstPtr table = group_->table();
-    const GrpclbSpec options = group_->spec_snapshot()->grpclb;
-    double overload = 0;
-    if (options.max_requests_per_second > 0) {
-      const double rate =
-          service_->loads_->GroupRequestsPerSecond(group_->name());
-      if (rate > options.max_requests_per_second) {
-        overload = 1 - options.max_requests_per_second / rate;
-      }
-    }
-    lb::ServerList list =
-        BuildServerList(*table, options, service_->max_servers_, overload);
-    std::string bytes = list.SerializeAsString();
-    if (bytes == last_sent_) {
+    std::shared_ptr<const BuiltList> list = service_->ListFor(*group_);
+    if (last_sent_ != nullptr && list->bytes == last_sent_->bytes) {
       return;  // nothing a client would see changed
     }
-    last_sent_ = std::move(bytes);
-    response_.Clear();
-    *response_.mutable_server_list() = std::move(list);
+    last_sent_ = std::move(list);
     if (service_->metrics_ != nullptr) {
       service_->metrics_->grpclb_server_lists.Add({{"group", group_->name()}})
           .Increment();
     }
     writing_ = true;
-    StartWrite(&response_);
+    // Shared with the group's other streams; last_sent_ keeps it alive
+    // until the write is done.
+    StartWrite(&last_sent_->response);
   }
 
   void FinishLocked(const grpc::Status& status)
@@ -427,7 +422,7 @@ class GrpclbService::Stream final
   // Taken after the service's mu_, never before.
   aside::Mutex mu_;
   lb::LoadBalanceResponse response_ ABSL_GUARDED_BY(mu_);
-  std::string last_sent_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const BuiltList> last_sent_ ABSL_GUARDED_BY(mu_);
   bool pending_initial_ ABSL_GUARDED_BY(mu_) = false;
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -485,12 +480,58 @@ uint32_t GrpclbService::streams_for(const std::string& group) const {
   return n;
 }
 
+uint64_t GrpclbService::lists_built() const {
+  aside::MutexLock lock(&lists_mu_);
+  return lists_built_;
+}
+
+std::shared_ptr<const GrpclbService::BuiltList> GrpclbService::ListFor(
+    const Group& group) {
+  TableConstPtr table = group.table();
+  const GrpclbSpec options = group.spec_snapshot()->grpclb;
+  const double overload =
+      loads_ != nullptr ? loads_->OverloadFraction(
+                              group.name(), options.max_requests_per_second)
+                        : 0;
+  aside::MutexLock lock(&lists_mu_);
+  std::shared_ptr<const BuiltList>& slot = lists_[group.name()];
+  if (slot != nullptr && slot->generation == table->generation() &&
+      slot->overload == overload) {
+    return slot;
+  }
+  auto built = std::make_shared<BuiltList>();
+  built->generation = table->generation();
+  built->overload = overload;
+  *built->response.mutable_server_list() =
+      BuildServerList(*table, options, max_servers_, overload);
+  built->bytes = built->response.server_list().SerializeAsString();
+  ++lists_built_;
+  if (metrics_ != nullptr) {
+    metrics_->grpclb_lists_built.Add({{"group", group.name()}}).Increment();
+  }
+  slot = std::move(built);
+  return slot;
+}
+
 void GrpclbService::Ticker() {
   aside::MutexLock lock(&mu_);
   while (!stop_) {
     mu_.AwaitWithTimeout(aside::Cond(&stop_), absl::Seconds(1));
     if (stop_) {
       break;
+    }
+    // The lists of groups no stream serves any more are let go.
+    absl::flat_hash_set<std::string> served;
+    for (Stream* s : streams_) {
+      if (GroupPtr g = s->group()) {
+        served.insert(g->name());
+      }
+    }
+    {
+      aside::MutexLock lists_lock(&lists_mu_);
+      absl::erase_if(lists_, [&](const auto& entry) {
+        return !served.contains(entry.first);
+      });
     }
     for (Stream* s : streams_) {
       s->Recheck();

@@ -19,7 +19,11 @@
 // "drop/<group>/panic" or "drop/<group>/overload".
 //
 // A fresh list follows every change of the group (coalesced like Watch: at
-// most one write in flight, the newest list next). ClientStats feed the
+// most one write in flight, the newest list next). Each list is built and
+// serialised once per group generation and overload level, and that one
+// message is written to every stream of the group; the overload level is
+// the load view's, read once a second per group for every edge
+// (LoadAggregator::OverloadFraction). ClientStats feed the
 // group's client-stats totals (Admin GetGroup) and metrics, when the
 // caller may report load (server/auth/report_auth.h); a caller that may not
 // still gets its server lists, and its stats are dropped and counted.
@@ -29,15 +33,19 @@
 // stream's OnPublish from the publishing thread; one ticker thread owned by
 // the service re-checks load-based drops once a second. Locks: the
 // service's mu_ (the stream set) is taken before a stream's own, never
-// after; a stream registers as a group listener without holding its lock,
-// since publication calls OnPublish with the group's listener lock held.
+// after; lists_mu_ (the built lists) after both, alone; a stream registers
+// as a group listener without holding its lock, since publication calls
+// OnPublish with the group's listener lock held.
 #ifndef ASIDE_SERVER_API_GRPCLB_SERVICE_H_
 #define ASIDE_SERVER_API_GRPCLB_SERVICE_H_
 
+#include <memory>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "grpc/lb/v1/load_balancer.grpc.pb.h"
 #include "lib/sync.h"
 #include "server/api/peer_stream_limit.h"
@@ -80,6 +88,8 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   size_t streams() const;
   // Open streams for one group.
   uint32_t streams_for(const std::string& group) const;
+  // Server lists built so far (each shared by the streams of its group).
+  uint64_t lists_built() const;
 
  private:
   std::unique_ptr<PeerStreamLimit> stream_limit_;
@@ -88,6 +98,16 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
 
   // Re-evaluates load-based drops once a second.
   void Ticker();
+
+  // A group's server list at one generation and overload level, as sent.
+  struct BuiltList {
+    uint64_t generation = 0;
+    double overload = 0;
+    grpc::lb::v1::LoadBalanceResponse response;
+    std::string bytes;  // serialised: streams compare what they last sent
+  };
+  // The list for `group`'s current table, built on first use.
+  std::shared_ptr<const BuiltList> ListFor(const Group& group);
 
   GroupRegistry* const groups_;
   LoadAggregator* const loads_;
@@ -102,6 +122,13 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread ticker_;
+
+  // Taken after mu_ and a stream's lock, or alone.
+  mutable aside::Mutex lists_mu_;
+  // The newest list of each group that has streams.
+  absl::flat_hash_map<std::string, std::shared_ptr<const BuiltList>> lists_
+      ABSL_GUARDED_BY(lists_mu_);
+  uint64_t lists_built_ ABSL_GUARDED_BY(lists_mu_) = 0;
 };
 
 }  // namespace aside::server

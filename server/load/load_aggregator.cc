@@ -557,6 +557,38 @@ ClientStatsTotals LoadAggregator::ClientStats(const std::string& group) const {
   return out;
 }
 
+double LoadAggregator::OverloadFraction(const std::string& group,
+                                        double max_requests_per_second) const {
+  if (max_requests_per_second <= 0) {
+    return 0;
+  }
+  constexpr int64_t kSecond = 1'000'000'000;
+  const int64_t now = clock_->NowNanos();
+  aside::MutexLock lock(&overload_mu_);
+  auto [it, added] = overloads_.try_emplace(group);
+  OverloadLevel& level = it->second;
+  if (added || level.limit != max_requests_per_second ||
+      now - level.read_at >= kSecond) {
+    const double rate = GroupRequestsPerSecond(group);
+    level.limit = max_requests_per_second;
+    level.fraction =
+        rate > max_requests_per_second
+            ? std::min(kMaxOverloadFraction, 1 - max_requests_per_second / rate)
+            : 0;
+    level.read_at = now;
+    const double fraction = level.fraction;
+    // Levels of groups nobody asked about for 10 s go.
+    if (now - overloads_swept_at_ >= 10 * kSecond) {
+      overloads_swept_at_ = now;
+      absl::erase_if(overloads_, [now](const auto& entry) {
+        return now - entry.second.read_at >= 10 * kSecond;
+      });
+    }
+    return fraction;
+  }
+  return level.fraction;
+}
+
 double LoadAggregator::GroupRequestsPerSecond(const std::string& group) const {
   const int64_t now = clock_->NowNanos();
   const int64_t oldest = now / 1'000'000'000 - absl::ToInt64Seconds(window_);

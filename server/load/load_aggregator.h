@@ -243,6 +243,17 @@ class LoadAggregator {
   // theirs is the offered rate, drops included).
   double GroupRequestsPerSecond(const std::string& group) const;
 
+  // The share of `group`'s calls its clients should drop so that the rate
+  // above stays at `max_requests_per_second`: the excess over it, at most
+  // kMaxOverloadFraction; 0 without a limit (<= 0). One level per group,
+  // read from the rate at most once a second (the clock's) and then the
+  // same for every caller, so every edge that sends drops (grpclb server
+  // lists, xDS ClusterLoadAssignments) drops the same share and builds its
+  // message once per level.
+  static constexpr double kMaxOverloadFraction = 0.9;
+  double OverloadFraction(const std::string& group,
+                          double max_requests_per_second) const;
+
   // The aggregated view of one backend (zeros when nothing is known).
   LoadSnapshot Snapshot(const std::string& group,
                         const std::string& address) const;
@@ -376,6 +387,17 @@ class LoadAggregator {
   const Membership membership_;
   const double max_reporter_share_;
   Listener listener_;
+
+  // The overload levels (OverloadFraction): taken before mu_, never after.
+  struct OverloadLevel {
+    double limit = 0;
+    double fraction = 0;
+    int64_t read_at = 0;  // clock nanoseconds
+  };
+  mutable aside::Mutex overload_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::flat_hash_map<std::string, OverloadLevel> overloads_
+      ABSL_GUARDED_BY(overload_mu_);
+  mutable int64_t overloads_swept_at_ ABSL_GUARDED_BY(overload_mu_) = 0;
 
   mutable aside::Mutex mu_;
   // Keyed by "group\naddress".

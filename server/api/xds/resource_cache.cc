@@ -89,24 +89,14 @@ ResourceCache::Found ResourceCache::Endpoints(const std::string& name) {
   const GrpclbSpec drops = out.group->spec_snapshot()->grpclb;
   aside::MutexLock lock(&mu_);
   TableEntry& e = endpoints_[name];
-  // Overload drops follow the group's offered rate as grpclb's do: the
-  // excess over max_requests_per_second, in whole percent, at most 90 %,
-  // re-read at most once a second.
-  int overload = 0;
-  if (drops.max_requests_per_second > 0 && loads_ != nullptr) {
-    const auto now = std::chrono::steady_clock::now();
-    if (e.resource == nullptr ||
-        now - e.rate_read_at >= std::chrono::seconds(1)) {
-      const double rate = loads_->GroupRequestsPerSecond(name);
-      const double excess = rate > drops.max_requests_per_second
-                                ? 1 - drops.max_requests_per_second / rate
-                                : 0;
-      e.rate_read_at = now;
-      overload = static_cast<int>(std::lround(std::min(0.9, excess) * 100));
-    } else {
-      overload = e.overload_percent;
-    }
-  }
+  // Overload drops are grpclb's: the load view's level for the group (read
+  // at most once a second, the same for every edge), in whole percent.
+  const int overload =
+      loads_ != nullptr
+          ? static_cast<int>(std::lround(
+                loads_->OverloadFraction(name, drops.max_requests_per_second) *
+                100))
+          : 0;
   if (e.resource == nullptr || e.generation != table->generation() ||
       e.overload_percent != overload) {
     ResourcePtr r = MakeResource(

@@ -10,7 +10,6 @@
 #ifndef ASIDE_SERVER_API_XDS_RESOURCE_CACHE_H_
 #define ASIDE_SERVER_API_XDS_RESOURCE_CACHE_H_
 
-#include <chrono>
 #include <map>
 #include <string>
 #include <tuple>
@@ -60,10 +59,8 @@ class ResourceCache {
     // The generation encoded (not the table: the cache must not keep a
     // superseded table alive).
     uint64_t generation = 0;
-    // The overload drop encoded, in whole percent, and when the group's
-    // rate was last read (at most once a second).
+    // The overload drop encoded, in whole percent.
     int overload_percent = 0;
-    std::chrono::steady_clock::time_point rate_read_at;
     ResourcePtr resource;
   };
 

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/server.h"
@@ -204,6 +206,44 @@ TEST_F(GrpclbTest, InitialResponseServerListsAndClientStats) {
   EXPECT_EQ(totals.calls_finished, 18u);
   EXPECT_EQ(totals.known_received, 16u);
   EXPECT_EQ(totals.dropped.at("drop/web/panic"), 2u);
+}
+
+TEST_F(GrpclbTest, EachGenerationsListIsBuiltOnceForEveryStream) {
+  constexpr int kStreams = 5;
+  struct Open {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<lb::LoadBalanceRequest,
+                                             lb::LoadBalanceResponse>>
+        stream;
+  };
+  std::vector<std::unique_ptr<Open>> streams;
+  lb::LoadBalanceResponse response;
+  for (int i = 0; i < kStreams; ++i) {
+    auto o = std::make_unique<Open>();
+    o->context.set_deadline(std::chrono::system_clock::now() +
+                            std::chrono::seconds(10));
+    o->stream = stub_->BalanceLoad(&o->context);
+    lb::LoadBalanceRequest request;
+    request.mutable_initial_request()->set_name("web.lb.test");
+    ASSERT_TRUE(o->stream->Write(request));
+    ASSERT_TRUE(o->stream->Read(&response));  // initial response
+    ASSERT_TRUE(o->stream->Read(&response));
+    ASSERT_EQ(response.server_list().servers_size(), 4);
+    streams.push_back(std::move(o));
+  }
+  EXPECT_EQ(server_->grpclb().lists_built(), 1u);
+
+  GroupSpec spec = server_->groups().Find("web")->spec();
+  spec.backends[1].drained = true;
+  ASSERT_OK(server_->groups().Find("web")->Update(spec));
+  for (auto& o : streams) {
+    ASSERT_TRUE(o->stream->Read(&response));
+    ASSERT_EQ(response.server_list().servers_size(), 1);
+  }
+  EXPECT_EQ(server_->grpclb().lists_built(), 2u);
+  for (auto& o : streams) {
+    o->context.TryCancel();
+  }
 }
 
 TEST_F(GrpclbTest, UnknownNameIsNotFound) {

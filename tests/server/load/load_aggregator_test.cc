@@ -144,6 +144,23 @@ TEST_F(LoadAggregatorTest, DeltaReportersAddAsTheyCome) {
   EXPECT_EQ(loads_.Snapshot("web", "10.0.0.1:80").window_failures, 10u);
 }
 
+TEST_F(LoadAggregatorTest, OverloadLevelsAreReadOnceASecondForEveryEdge) {
+  // 2000 calls in the 10 s window: 200/s against a limit of 100/s.
+  ASSERT_OK(loads_.AddClientStats("web", 2000, 2000, 0, 2000, {}));
+  EXPECT_DOUBLE_EQ(loads_.OverloadFraction("web", 100), 0.5);
+  EXPECT_DOUBLE_EQ(loads_.OverloadFraction("web", 0), 0);
+  // More calls within the second: every caller still gets the same level.
+  ASSERT_OK(loads_.AddClientStats("web", 2000, 2000, 0, 2000, {}));
+  EXPECT_DOUBLE_EQ(loads_.OverloadFraction("web", 100), 0.5);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_DOUBLE_EQ(loads_.OverloadFraction("web", 100), 0.75);  // 400/s
+  // A new limit is read at once; the level never passes 0.9.
+  EXPECT_DOUBLE_EQ(loads_.OverloadFraction("web", 10),
+                   LoadAggregator::kMaxOverloadFraction);
+  EXPECT_DOUBLE_EQ(loads_.OverloadFraction("web", 1000), 0);
+  EXPECT_DOUBLE_EQ(loads_.OverloadFraction("api", 100), 0);
+}
+
 TEST_F(LoadAggregatorTest, GrpclbClientStatsCountInTheGroupRate) {
   // Stock grpclb clients report no per-backend counts, only their calls
   // (a drop counts as started and finished): the group's rate, which
