@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "lib/thread_name.h"
 #include "server/base/log.h"
 
 namespace aside::server {
@@ -120,7 +121,10 @@ void ConfigReloader::Start() {
     }
     have_content_ = true;
   }
-  watcher_ = std::thread([this] { Watch(); });
+  watcher_ = std::thread([this] {
+    NameThisThread("aside-reload");
+    Watch();
+  });
 }
 
 void ConfigReloader::Stop() {

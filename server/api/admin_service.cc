@@ -72,6 +72,7 @@ AdminService::AdminService(GroupRegistry* groups, StoreSync* store,
       health_(health),
       mutations_([&queue] {
         queue.max_workers = kMutationWorkers;
+        queue.thread_name = "aside-admin";
         return queue;
       }()) {}
 

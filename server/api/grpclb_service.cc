@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/address.h"
 #include "lib/policies/weighted_round_robin.h"
+#include "lib/thread_name.h"
 #include "proto/convert.h"
 #include "server/base/log.h"
 #include "server/net/guarded_relay.h"
@@ -439,7 +440,10 @@ GrpclbService::GrpclbService(GroupRegistry* groups, LoadAggregator* loads,
       stats_interval_(stats_interval),
       max_servers_(max_servers),
       report_auth_(report_auth) {
-  ticker_ = std::thread([this] { Ticker(); });
+  ticker_ = std::thread([this] {
+    NameThisThread("aside-grpclb");
+    Ticker();
+  });
 }
 
 GrpclbService::~GrpclbService() {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "lib/thread_name.h"
 
 namespace aside::server {
 
@@ -60,7 +61,10 @@ void MutationQueue::Run(std::function<void()> job) {
   // A worker more only when every one is busy: writes one at a time keep
   // to one thread (and one malloc arena), bursts get up to max_workers.
   if (idle_ < jobs_.size() && workers_.size() < options_.max_workers) {
-    workers_.emplace_back([this] { Work(); });
+    workers_.emplace_back([this] {
+      NameThisThread(options_.thread_name);
+      Work();
+    });
   }
 }
 

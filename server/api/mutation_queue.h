@@ -45,6 +45,8 @@ class MutationQueue {
     size_t max_queued = 1024;
     absl::Duration max_wait = absl::Seconds(1);
     const Clock* clock = &SystemClock::Get();
+    // The workers' name (NameThisThread).
+    const char* thread_name = "aside-worker";
   };
   static constexpr absl::Duration kMinRetryHint = absl::Milliseconds(10);
   static constexpr absl::Duration kMaxRetryHint = absl::Seconds(10);

@@ -10,6 +10,7 @@
 #include "aside/v1/lookaside.pb.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
+#include "lib/thread_name.h"
 #include "server/base/log.h"
 #include "server/net/guarded_relay.h"
 
@@ -599,7 +600,10 @@ WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
       peer_limit_("max_watch_streams_per_peer", "Watch streams",
                   max_streams_per_peer, metrics) {
   groups_->AddObserver(this);
-  janitor_ = std::thread([this] { Janitor(); });
+  janitor_ = std::thread([this] {
+    NameThisThread("aside-watch-jan");
+    Janitor();
+  });
 }
 
 WatchHub::~WatchHub() {
@@ -626,7 +630,10 @@ void WatchHub::Serve(Requester request) {
   serving_ = true;
   for (const auto& shard : shards_) {
     RequestCall(shard.get());
-    shard->thread = std::thread([shard = shard.get()] { Poll(shard); });
+    shard->thread = std::thread([shard = shard.get()] {
+      NameThisThread("aside-watch-cq");
+      Poll(shard);
+    });
   }
 }
 

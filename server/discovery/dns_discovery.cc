@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "lib/thread_name.h"
 
 namespace aside::server {
 namespace {
@@ -125,7 +126,10 @@ absl::StatusOr<std::unique_ptr<DnsDiscovery>> DnsDiscovery::Create(
       std::move(options), *resolutions, *members, *last_success));
   discovery->resolver_ = *std::move(resolver);
   discovery->wake_fd_ = wake_fd;
-  discovery->thread_ = std::thread([d = discovery.get()] { d->Run(); });
+  discovery->thread_ = std::thread([d = discovery.get()] {
+    NameThisThread("aside-dns");
+    d->Run();
+  });
   discovery->thread_id_ = discovery->thread_.get_id();
   return discovery;
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/thread_name.h"
 #include "server/base/log.h"
 #include "server/fleet/fleet_records.h"
 
@@ -77,7 +78,10 @@ void Membership::Start(std::string address) {
         }
       });
   follower_->Start();
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("aside-members");
+    Run();
+  });
 }
 
 void Membership::ApplyPut(const etcd::KeyValue& kv) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/hash.h"
 #include "lib/rendezvous.h"
+#include "lib/thread_name.h"
 #include "server/base/log.h"
 #include "server/fleet/fleet_records.h"
 
@@ -85,7 +86,10 @@ void ProbeOwnership::Start() {
         }
       });
   follower_->Start();
-  publisher_ = std::thread([this] { PublishLoop(); });
+  publisher_ = std::thread([this] {
+    NameThisThread("aside-fleet-pub");
+    PublishLoop();
+  });
 }
 
 void ProbeOwnership::Stop() {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "lib/thread_name.h"
 #include "server/groups/group_registry.h"
 
 namespace aside::server {
@@ -14,7 +15,10 @@ RebuildScheduler::RebuildScheduler()
 RebuildScheduler::RebuildScheduler(const Clock* clock, Mode mode)
     : clock_(clock) {
   if (mode == Mode::kThreaded) {
-    thread_ = std::thread([this] { Run(); });
+    thread_ = std::thread([this] {
+      NameThisThread("aside-rebuild");
+      Run();
+    });
   }
 }
 

@@ -29,6 +29,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
+#include "lib/thread_name.h"
 #include "server/health/discard_body.h"
 #include "server/health/probe_scheduler.h"
 #include "server/health/probe_verdict.h"
@@ -183,7 +184,7 @@ class Prober::Impl {
 
  private:
   void Run() {
-    pthread_setname_np(pthread_self(), "aside-prober");
+    NameThisThread("aside-prober");
     for (;;) {
       try {
         io_.run();

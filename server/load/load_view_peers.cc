@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "aside/v1/fleet.grpc.pb.h"
+#include "lib/thread_name.h"
 #include "server/base/log.h"
 #include "server/load/load_view_codec.h"
 
@@ -47,7 +48,10 @@ class LoadViewPeers::Link {
       aside::MutexLock lock(&mu_);
       age_ = &owner_->metrics_->age.Add({{"peer", label_}});
     }
-    thread_ = std::thread([this] { Run(); });
+    thread_ = std::thread([this] {
+      NameThisThread("aside-lv-link");
+      Run();
+    });
   }
 
   ~Link() {
@@ -290,7 +294,10 @@ class LoadViewPeers::Link {
 LoadViewPeers::LoadViewPeers(Options options, LoadAggregator* loads,
                              LoadViewMetrics* metrics)
     : options_(std::move(options)), loads_(loads), metrics_(metrics) {
-  watchdog_ = std::thread([this] { Watchdog(); });
+  watchdog_ = std::thread([this] {
+    NameThisThread("aside-lv-dog");
+    Watchdog();
+  });
 }
 
 LoadViewPeers::~LoadViewPeers() { Stop(); }

@@ -1,6 +1,7 @@
 #include "server/load/load_view_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "lib/thread_name.h"
 #include "server/base/log.h"
 #include "server/net/guarded_relay.h"
 
@@ -113,7 +114,10 @@ LoadViewService::LoadViewService(std::string replica_id, LoadAggregator* loads,
       auth_(auth),
       interval_(interval),
       metrics_(metrics) {
-  ticker_ = std::thread([this] { Ticker(); });
+  ticker_ = std::thread([this] {
+    NameThisThread("aside-loadview");
+    Ticker();
+  });
 }
 
 LoadViewService::~LoadViewService() {

@@ -2,7 +2,6 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_callback.h>
-#include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "lib/random.h"
+#include "lib/thread_name.h"
 #include "server/base/log.h"
 #include "server/base/metrics.h"
 #include "server/load/load_aggregator.h"
@@ -153,7 +153,7 @@ void OrcaCollector::set_owns(
 
 void OrcaCollector::Start() {
   thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "aside-orca");
+    NameThisThread("aside-orca");
     Run();
   });
 }

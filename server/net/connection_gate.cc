@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "lib/address.h"
+#include "lib/thread_name.h"
 #include "server/base/log.h"
 #include "server/net/peer_admission.h"
 
@@ -570,7 +571,10 @@ void ConnectionGate::Start(
   }
   loop_ = std::make_unique<Loop>(listeners_, wake_, loop_options_,
                                  std::move(acceptor), relay_.get());
-  thread_ = std::thread([loop = loop_.get()] { loop->Run(); });
+  thread_ = std::thread([loop = loop_.get()] {
+    NameThisThread("aside-gate");
+    loop->Run();
+  });
 }
 
 void ConnectionGate::Stop() {

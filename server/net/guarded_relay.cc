@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "lib/sync.h"
+#include "lib/thread_name.h"
 
 namespace aside::server {
 namespace {
@@ -430,7 +431,10 @@ std::unique_ptr<GuardedRelay> GuardedRelay::Start(GuardedRelayOptions options) {
         std::make_unique<Worker>(relay->options_, refused));
   }
   for (auto& worker : relay->workers_) {
-    relay->threads_.emplace_back([w = worker.get()] { w->Run(); });
+    relay->threads_.emplace_back([w = worker.get()] {
+      NameThisThread("aside-relay");
+      w->Run();
+    });
   }
   return relay;
 }

@@ -4,7 +4,6 @@
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
-#include <pthread.h>
 
 #include <algorithm>
 #include <array>
@@ -37,6 +36,7 @@
 #include "absl/time/time.h"
 #include "lib/address.h"
 #include "lib/sync.h"
+#include "lib/thread_name.h"
 #include "server/net/peer_admission.h"
 
 namespace aside::server {
@@ -588,7 +588,7 @@ absl::StatusOr<int> HttpServer::Impl::Start(absl::string_view address) {
 }
 
 void HttpServer::Impl::Run() {
-  pthread_setname_np(pthread_self(), "aside-http");
+  NameThisThread("aside-http");
   for (;;) {
     try {
       io_.run();

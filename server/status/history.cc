@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "lib/json.h"
+#include "lib/thread_name.h"
 #include "server/groups/group_registry.h"
 #include "server/load/load_aggregator.h"
 
@@ -149,6 +150,7 @@ void StatusHistory::Start() {
     return;
   }
   thread_ = std::thread([this] {
+    NameThisThread("aside-history");
     const absl::Duration tick = std::min(options_.interval, absl::Seconds(1));
     for (;;) {
       {

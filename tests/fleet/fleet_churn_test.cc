@@ -31,6 +31,7 @@
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 #include "lib/sync.h"
 #include "tests/fleet/fleet_helpers.h"
+#include "tests/integration/server_helpers.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/status_matchers.h"
@@ -38,11 +39,14 @@
 namespace aside {
 namespace {
 
+using ::aside::testing::DocumentedThreadNames;
 using ::aside::testing::Eventually;
 using ::aside::testing::kFleetAdminToken;
 using ::aside::testing::kFleetPrefix;
 using ::aside::testing::MakeGroup;
 using ::aside::testing::Replica;
+using ::aside::testing::ThreadNames;
+using ::aside::testing::UndocumentedThreads;
 
 constexpr int kWriters = 4;
 constexpr int kOffered = 500;  // writes/s, all writers together
@@ -400,6 +404,20 @@ TEST_F(FleetChurnTest,
             << " refused adds present";
       }
     }
+  }
+
+  // A replica of a fleet under write load runs only threads
+  // docs/operations.md lists, the fleet's among them.
+  absl::StatusOr<std::set<std::string>> documented = DocumentedThreadNames();
+  ASSERT_TRUE(documented.ok()) << documented.status();
+  const std::map<std::string, int> threads =
+      ThreadNames(replicas_[0]->server.process->pid());
+  EXPECT_THAT(UndocumentedThreads(threads, *documented), ::testing::IsEmpty());
+  for (const char* name :
+       {"aside-admin", "aside-etcd-fol", "aside-etcd-wch", "aside-etcd-dog",
+        "aside-etcd-ka", "aside-members", "aside-fleet-pub", "aside-lv-link",
+        "aside-lv-dog"}) {
+    EXPECT_GE(threads.count(name), 1u) << name;
   }
 
   const Rate floor = BareEtcdFloor();

@@ -99,6 +99,38 @@ TEST_F(ServerBinaryTest, AnswersPicks) {
   EXPECT_THAT(s.error_message(), HasSubstr("'down'"));
 }
 
+TEST_F(ServerBinaryTest, EveryThreadItStartsIsNamedAndDocumented) {
+  auto stub = v1::LoadBalancer::NewStub(channel_);
+  v1::PickRequest request;
+  request.set_group("demo");
+  v1::PickResponse response;
+  ASSERT_TRUE(stub->Pick(Context().get(), request, &response).ok());
+  absl::StatusOr<std::set<std::string>> documented =
+      aside::testing::DocumentedThreadNames();
+  ASSERT_OK(documented);
+  const std::map<std::string, int> threads =
+      aside::testing::ThreadNames(server_.process->pid());
+  ASSERT_FALSE(threads.empty());
+  EXPECT_THAT(aside::testing::UndocumentedThreads(threads, *documented),
+              ::testing::IsEmpty());
+  // The threads of a server on SQLite with a config file and a metrics
+  // port, each once (Watch has two queues), and none of the fleet's.
+  for (const char* name :
+       {"aside-rebuild", "aside-prober", "aside-watch-jan", "aside-grpclb",
+        "aside-ads", "aside-gate", "aside-http", "aside-history",
+        "aside-reload", "aside-dns", "aside-orca", "aside-loadview"}) {
+    auto it = threads.find(name);
+    EXPECT_TRUE(it != threads.end() && it->second == 1) << name;
+  }
+  auto cq = threads.find("aside-watch-cq");
+  EXPECT_TRUE(cq != threads.end() && cq->second == 2);
+  EXPECT_GE(threads.count("aside-relay"), 1u);
+  for (const char* name : {"aside-etcd-fol", "aside-members", "aside-lv-link",
+                           "aside-fleet-pub"}) {
+    EXPECT_EQ(threads.count(name), 0u) << name;
+  }
+}
+
 // Collects every message type reachable from `d` (fields, nested types).
 void CollectMessages(const google::protobuf::Descriptor* d,
                      std::set<std::string>* out) {

@@ -1,6 +1,12 @@
 #include "tests/integration/server_helpers.h"
 
+#include <dirent.h>
+
+#include <fstream>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace aside::testing {
 
@@ -37,6 +43,66 @@ absl::StatusOr<RunningServer> StartServer(const std::string& state_dir,
     }
   }
   return s;
+}
+
+std::map<std::string, int> ThreadNames(pid_t pid) {
+  std::map<std::string, int> names;
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) {
+    return names;
+  }
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') {
+      continue;
+    }
+    std::ifstream comm(absl::StrCat(tasks, "/", entry->d_name, "/comm"));
+    std::string name;
+    if (std::getline(comm, name)) {
+      ++names[name];
+    }
+  }
+  closedir(dir);
+  return names;
+}
+
+absl::StatusOr<std::set<std::string>> DocumentedThreadNames() {
+  const std::string path = SourceDir() + "/docs/operations.md";
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  }
+  std::set<std::string> names;
+  bool in_section = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "## ")) {
+      in_section = line == "## Threads";
+      continue;
+    }
+    absl::string_view cell = line;
+    if (!in_section || !absl::ConsumePrefix(&cell, "| `")) {
+      continue;
+    }
+    names.insert(std::string(cell.substr(0, cell.find('`'))));
+  }
+  if (names.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(path, " has no thread table under \"## Threads\""));
+  }
+  return names;
+}
+
+std::vector<std::string> UndocumentedThreads(
+    const std::map<std::string, int>& threads,
+    const std::set<std::string>& documented) {
+  std::vector<std::string> out;
+  for (const auto& [name, count] : threads) {
+    if (absl::StartsWith(name, "aside-") && !documented.contains(name)) {
+      out.push_back(name);
+    }
+  }
+  return out;
 }
 
 std::unique_ptr<grpc::ClientContext> Context(const std::string& token) {

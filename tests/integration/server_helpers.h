@@ -3,8 +3,11 @@
 #define ASIDE_TESTS_INTEGRATION_SERVER_HELPERS_H_
 
 #include <grpcpp/grpcpp.h>
+#include <sys/types.h>
 
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +34,17 @@ struct RunningServer {
 absl::StatusOr<RunningServer> StartServer(
     const std::string& state_dir, std::vector<std::string> extra,
     std::vector<std::string> wrapper = {});
+
+// How many of process `pid`'s threads carry each name
+// (/proc/<pid>/task/*/comm).
+std::map<std::string, int> ThreadNames(pid_t pid);
+// The thread names the table of docs/operations.md ("## Threads") lists.
+absl::StatusOr<std::set<std::string>> DocumentedThreadNames();
+// The names in `threads` that start with "aside-" and are not in
+// `documented` (none, for a server whose threads are all documented).
+std::vector<std::string> UndocumentedThreads(
+    const std::map<std::string, int>& threads,
+    const std::set<std::string>& documented);
 
 // A client context with a 10 s deadline and, if given, a bearer token.
 std::unique_ptr<grpc::ClientContext> Context(const std::string& token = "");

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/hash.h"
 #include "lib/sync.h"
+#include "lib/thread_name.h"
 #include "server/base/log.h"
 #include "server/net/guarded_relay.h"
 
@@ -423,7 +424,10 @@ AdsService::AdsService(GroupRegistry* groups, Metrics* metrics,
       metrics_(metrics),
       cache_(groups, loads),
       watcher_(std::make_unique<GroupWatcher>(this)) {
-  ticker_ = std::thread([this] { Ticker(); });
+  ticker_ = std::thread([this] {
+    NameThisThread("aside-ads");
+    Ticker();
+  });
 }
 
 AdsService::~AdsService() {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "lib/thread_name.h"
+
 namespace aside::server::etcd {
 
 Follower::Follower(EtcdClient* client, std::string prefix, Handlers handlers)
@@ -19,7 +21,10 @@ void Follower::Start(std::optional<int64_t> revision) {
     synced_ = revision.has_value();
     revision_ = revision.value_or(0);
   }
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("aside-etcd-fol");
+    Run();
+  });
 }
 
 void Follower::Stop() {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
+#include "lib/thread_name.h"
 #include "server/store/etcd/etcd_client.h"
 #include "server/store/etcd/etcd_shared.h"
 
@@ -29,7 +30,10 @@ LeaseKeepAlive::LeaseKeepAlive(std::shared_ptr<Shared> shared, Lease lease,
     : shared_(std::move(shared)), id_(lease.id), on_lost_(std::move(on_lost)) {
   expiry_ = lease.granted_at + lease.ttl;
   ttl_ = lease.ttl;
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("aside-etcd-ka");
+    Run();
+  });
 }
 
 LeaseKeepAlive::~LeaseKeepAlive() { Stop(); }

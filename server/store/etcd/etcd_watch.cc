@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 #include "etcd/mvccpb/kv.pb.h"
+#include "lib/thread_name.h"
 #include "server/store/etcd/etcd_client.h"
 #include "server/store/etcd/etcd_shared.h"
 
@@ -31,8 +32,14 @@ Watch::Watch(std::shared_ptr<Shared> shared, WatchOptions options,
       options_(std::move(options)),
       handlers_(std::move(handlers)) {
   next_revision_ = options_.start_revision;
-  thread_ = std::thread([this] { Run(); });
-  watchdog_ = std::thread([this] { Watchdog(); });
+  thread_ = std::thread([this] {
+    NameThisThread("aside-etcd-wch");
+    Run();
+  });
+  watchdog_ = std::thread([this] {
+    NameThisThread("aside-etcd-dog");
+    Watchdog();
+  });
 }
 
 Watch::~Watch() { Stop(); }
