@@ -269,13 +269,14 @@ TEST_F(EtcdFrozenMemberTest, WritesBeyondTheQueueAreRefusedAtOnceWithAHint) {
   struct Answer {
     grpc::StatusCode code = grpc::StatusCode::OK;
     std::string message;
-    std::string retry_after;  // aside-retry-after-ms
-    std::string pushback;     // grpc-retry-pushback-ms
-    int order = 0;            // when it came, among all answers
+    std::string retry_after;    // aside-retry-after-ms
+    std::string pushback;       // grpc-retry-pushback-ms
+    bool while_frozen = false;  // answered before etcd was resumed
   };
   std::vector<Answer> answers(kWriters);
   aside::Mutex mu;
-  int answered = 0;  // guarded by mu
+  int answered = 0;      // guarded by mu
+  bool resumed = false;  // guarded by mu
   std::vector<std::thread> writers;
   for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] {
@@ -301,7 +302,8 @@ TEST_F(EtcdFrozenMemberTest, WritesBeyondTheQueueAreRefusedAtOnceWithAHint) {
         }
       }
       aside::MutexLock lock(&mu);
-      a.order = answered++;
+      a.while_frozen = !resumed;
+      ++answered;
     });
   }
   // The refusals come while etcd is still frozen: 48 writers, 32 workers,
@@ -315,6 +317,7 @@ TEST_F(EtcdFrozenMemberTest, WritesBeyondTheQueueAreRefusedAtOnceWithAHint) {
           return answered >= kRefusedAtLeast;
         },
         absl::Seconds(20)));
+    resumed = true;
   }
   for (int i = 0; i < cluster_->size(); ++i) {
     cluster_->Resume(i);
@@ -324,13 +327,16 @@ TEST_F(EtcdFrozenMemberTest, WritesBeyondTheQueueAreRefusedAtOnceWithAHint) {
   }
   ASSERT_OK(cluster_->WaitServing(absl::Seconds(30)));
 
+  // Writers still arriving after the resume may be refused too (the
+  // workers are busy with the backlog): what matters is that while etcd
+  // was frozen the refusals came at once and no admitted write was
+  // answered.
   int refused = 0;
-  int first_admitted_answer = kWriters;
-  int last_refusal = -1;
+  int refused_while_frozen = 0;
   for (const Answer& a : answers) {
     if (a.code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       ++refused;
-      last_refusal = std::max(last_refusal, a.order);
+      refused_while_frozen += a.while_frozen;
       EXPECT_THAT(a.message, HasSubstr("admin.max_queued_writes"));
       int ms = 0;
       EXPECT_TRUE(absl::SimpleAtoi(a.retry_after, &ms)) << a.retry_after;
@@ -338,7 +344,9 @@ TEST_F(EtcdFrozenMemberTest, WritesBeyondTheQueueAreRefusedAtOnceWithAHint) {
       EXPECT_LE(ms, 10000);
       EXPECT_EQ(a.pushback, a.retry_after);
     } else {
-      first_admitted_answer = std::min(first_admitted_answer, a.order);
+      EXPECT_FALSE(a.while_frozen)
+          << "an admitted write was answered while etcd was frozen: "
+          << a.message;
       // Admitted: committed, or failed on the frozen store.
       EXPECT_THAT(a.code, ::testing::AnyOf(grpc::StatusCode::OK,
                                            grpc::StatusCode::UNAVAILABLE,
@@ -346,11 +354,9 @@ TEST_F(EtcdFrozenMemberTest, WritesBeyondTheQueueAreRefusedAtOnceWithAHint) {
           << a.message;
     }
   }
-  std::cout << refused << " of " << kWriters
-            << " writes refused while no etcd member answered\n";
-  EXPECT_GE(refused, kRefusedAtLeast);
-  EXPECT_LT(last_refusal, first_admitted_answer)
-      << "a refusal came after an admitted write's answer";
+  std::cout << refused << " of " << kWriters << " writes refused, "
+            << refused_while_frozen << " while no etcd member answered\n";
+  EXPECT_GE(refused_while_frozen, kRefusedAtLeast);
   ASSERT_TRUE(Eventually(
       [&] {
         return r.SetBackends("bp0", {9100}).ok() &&
