@@ -69,6 +69,7 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a,
   check(a.max_concurrent_probes == b.max_concurrent_probes,
         "health.max_concurrent_probes");
   check(a.health_merge_window == b.health_merge_window, "health.merge_window");
+  check(a.publish_window == b.publish_window, "publication.window");
   check(a.admin_token_file == b.admin_token_file, "admin.token_file");
   check(a.admin_max_queued_writes == b.admin_max_queued_writes,
         "admin.max_queued_writes");

@@ -307,7 +307,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                                .health = server->health_.get(),
                                .loads = server->loads_.get(),
                                .orca = server->orca_.get(),
-                               .clock = clock});
+                               .clock = clock,
+                               .publish_window = cfg.publish_window});
   // A flip republishes every group that holds the target, once per merge
   // window however many flips arrive.
   {

@@ -41,6 +41,14 @@ Metrics::Metrics()
               .Help("Time to build a group's table and selector.")
               .Register(*registry_)
               .Add({}, LatencyBuckets())),
+      publications_folded(
+          prometheus::BuildCounter()
+              .Name("aside_publications_folded_total")
+              .Help("Group publications that Watch, xDS and grpclb "
+                    "subscribers never got on their own: a later one in "
+                    "the same publication.window replaced them.")
+              .Register(*registry_)
+              .Add({})),
       watch_fanout(prometheus::BuildHistogram()
                        .Name("aside_watch_fanout_seconds")
                        .Help("Time from a table's publication to the start "

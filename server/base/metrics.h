@@ -47,6 +47,9 @@ class Metrics {
   // Pick RPC handling time, server side, and table rebuilds' duration.
   prometheus::Histogram& pick_duration;
   prometheus::Histogram& table_rebuild_duration;
+  // Publications the edges never heard of on their own: a later one in the
+  // same publish window replaced them (publication.window).
+  prometheus::Counter& publications_folded;
   // The time from a publication to the write that carries it to a Watch
   // subscriber.
   prometheus::Histogram& watch_fanout;

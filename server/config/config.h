@@ -140,6 +140,9 @@ struct ServerConfig {
   uint32_t max_concurrent_probes = 1000;
   // Health flips within this window go out as one table update.
   absl::Duration health_merge_window = absl::Milliseconds(100);
+  // Publications of one group within this window reach the Watch, xDS and
+  // grpclb subscribers as one (the first after a quiet window at once).
+  absl::Duration publish_window = absl::Milliseconds(5);
   // A Watch subscriber whose stream does not take a write for this long is
   // ended with RESOURCE_EXHAUSTED.
   absl::Duration watch_stall_timeout = absl::Seconds(30);

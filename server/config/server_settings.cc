@@ -16,6 +16,9 @@ namespace {
 using yaml::JoinPath;
 using yaml::YamlReader;
 
+// publication.window's upper bound: a subscriber is never held longer.
+constexpr absl::Duration kMaxPublishWindow = absl::Milliseconds(50);
+
 // An integer setting within [low, high].
 template <typename T>
 bool GetUintIn(YamlReader& r, const YAML::Node& node, const std::string& path,
@@ -626,6 +629,18 @@ void ReadServerSettings(YamlReader& r, const YAML::Node& root,
       if (l["max_groups"]) {
         GetUintIn(r, l["max_groups"], "limits.max_groups", 1, 1000000,
                   &out->max_groups);
+      }
+    }
+  }
+  if (const YAML::Node p = root["publication"]; p) {
+    if (r.CheckMap(p, "publication", {"window"}) && p["window"]) {
+      absl::Duration d;
+      if (r.GetDuration(p["window"], "publication.window", &d)) {
+        if (d > kMaxPublishWindow) {
+          r.Error(p["window"], "publication.window", "out of range 0..50ms");
+        } else {
+          out->publish_window = d;
+        }
       }
     }
   }

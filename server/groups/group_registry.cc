@@ -93,6 +93,7 @@ void Group::Rebuild() {
   {
     aside::MutexLock lock(&mu_);
     RebuildLocked();
+    FlushHeldLocked();
   }
   aside::MutexLock lock(&rebuilds_mu_);
   ++rebuilds_;  // waiters wake as the lock is released
@@ -228,12 +229,7 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
   }
   table_.Publish(table);
   loads_.Prune();
-  {
-    aside::MutexLock lock(&listeners_mu_);
-    for (Listener* l : listeners_) {
-      l->OnPublish(*this);
-    }
-  }
+  NotifyPublishLocked();
   if (metrics_ != nullptr) {
     group_metrics_->ready->Set(table->ready_count());
     group_metrics_->total->Set(static_cast<double>(table->size()));
@@ -242,6 +238,56 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
     group_metrics_->rebuilds->Increment();
     metrics_->table_rebuild_duration.Observe(
         static_cast<double>(MonotonicNanos() - build_start_nanos) * 1e-9);
+  }
+}
+
+void Group::NotifyPublishLocked() {
+  aside::MutexLock lock(&listeners_mu_);
+  const int64_t window = absl::ToInt64Nanoseconds(inputs_.publish_window);
+  const int64_t now = window > 0 ? inputs_.clock->NowNanos() : 0;
+  const bool hold =
+      window > 0 && inputs_.scheduler != nullptr && now - notified_at_ < window;
+  for (Listener* l : listeners_) {
+    if (!hold || l->every_publication()) {
+      l->OnPublish(*this);
+    }
+  }
+  if (!hold) {
+    notified_at_ = now;
+    held_ = false;
+    return;
+  }
+  if (held_) {
+    // The one held before never reaches the edges on its own.
+    if (metrics_ != nullptr) {
+      metrics_->publications_folded.Increment();
+    }
+    return;
+  }
+  held_ = true;
+  inputs_.scheduler->Schedule(shared_from_this(),
+                              absl::Nanoseconds(notified_at_ + window - now));
+}
+
+void Group::FlushHeldLocked() {
+  aside::MutexLock lock(&listeners_mu_);
+  if (!held_) {
+    return;
+  }
+  const int64_t window = absl::ToInt64Nanoseconds(inputs_.publish_window);
+  const int64_t now = inputs_.clock->NowNanos();
+  if (now - notified_at_ < window) {
+    // An earlier rebuild (a health flip's) ran first: wait on.
+    inputs_.scheduler->Schedule(shared_from_this(),
+                                absl::Nanoseconds(notified_at_ + window - now));
+    return;
+  }
+  notified_at_ = now;
+  held_ = false;
+  for (Listener* l : listeners_) {
+    if (!l->every_publication()) {
+      l->OnPublish(*this);
+    }
   }
 }
 
@@ -324,6 +370,7 @@ void Group::RemoveListener(Listener* listener) {
 
 void Group::NotifyRemoved(uint64_t generation) {
   aside::MutexLock lock(&listeners_mu_);
+  held_ = false;  // the removal supersedes it
   for (Listener* l : listeners_) {
     l->OnRemoved(*this, generation);
   }

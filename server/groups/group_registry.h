@@ -16,6 +16,7 @@
 
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +89,12 @@ struct GroupInputs {
   // Backends' own load reports (groups with an `orca:` block).
   OrcaCollector* orca = nullptr;
   const Clock* clock = &SystemClock::Get();
+  // `publication.window`: the edges (listeners that are not
+  // every_publication) hear of a group's publications at most once per
+  // window; those within it reach them as one, the newest, at its end. The
+  // first after a quiet window goes out at once. Needs `scheduler`; zero
+  // tells every publication at once.
+  absl::Duration publish_window = absl::ZeroDuration();
 };
 
 // One group. Thread rules:
@@ -113,6 +120,10 @@ class Group : public std::enable_shared_from_this<Group> {
     virtual void OnPublish(Group& group) = 0;
     // The group was deleted; `generation` is the deletion's.
     virtual void OnRemoved(Group& group, uint64_t generation) = 0;
+    // True: told of every publication as it happens (a record of them).
+    // False (the protocol edges): told at most once per publish window
+    // (GroupInputs::publish_window), the table then current.
+    virtual bool every_publication() const { return false; }
   };
 
   Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
@@ -207,6 +218,12 @@ class Group : public std::enable_shared_from_this<Group> {
   void RebuildLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLocked(TableConstPtr table, int64_t build_start_nanos)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the listeners of a publication, or holds it for the edges until
+  // the publish window ends.
+  void NotifyPublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At the end of the window (a scheduled Rebuild): tells the edges of the
+  // publication held, if any.
+  void FlushHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Schedules the next rebuild a slow-start ramp, an ejection expiry or a
   // zone weight update needs.
   void ScheduleTimedRebuildLocked(const GroupSpec& spec, int64_t now)
@@ -247,6 +264,11 @@ class Group : public std::enable_shared_from_this<Group> {
 
   mutable aside::Mutex listeners_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<Listener*> listeners_ ABSL_GUARDED_BY(listeners_mu_);
+  // When the edges were last told (clock nanoseconds), and whether a
+  // publication since waits for the window's end.
+  int64_t notified_at_ ABSL_GUARDED_BY(listeners_mu_) =
+      std::numeric_limits<int64_t>::min() / 2;
+  bool held_ ABSL_GUARDED_BY(listeners_mu_) = false;
 
   // The tables published before the current one, oldest first (the last is
   // the base of its delta; all are bases of combined deltas, at most

@@ -124,6 +124,8 @@ class PublicationEvents final : public GroupRegistry::Observer,
   // O(members): the new table against the previous one's summary.
   void OnPublish(Group& group) override;
   void OnRemoved(Group& group, uint64_t generation) override;
+  // Records every generation, held for the edges or not.
+  bool every_publication() const override { return true; }
 
  private:
   // What the last table said about a backend, enough to see a change.

@@ -287,6 +287,22 @@ TEST(ConfigTest, ConfigReloadSettings) {
               HasSubstr("config_reload"));
 }
 
+TEST(ConfigTest, PublicationWindow) {
+  ASSERT_OK_AND_ASSIGN(ServerConfig defaults, Parse(""));
+  EXPECT_EQ(defaults.publish_window, absl::Milliseconds(5));
+  ASSERT_OK_AND_ASSIGN(ServerConfig c, Parse("publication: {window: 20ms}"));
+  EXPECT_EQ(c.publish_window, absl::Milliseconds(20));
+  ASSERT_OK_AND_ASSIGN(ServerConfig off, Parse("publication: {window: 0s}"));
+  EXPECT_EQ(off.publish_window, absl::ZeroDuration());
+  EXPECT_THAT(ErrorOf("publication:\n  window: 51ms\n"),
+              HasSubstr("aside.yaml:2:11: publication.window: out of range "
+                        "0..50ms"));
+  EXPECT_THAT(ErrorOf("publication: {windw: 1ms}"), HasSubstr("publication"));
+  ASSERT_OK_AND_ASSIGN(ServerConfig b, Parse(""));
+  EXPECT_THAT(RestartOnlyChanges(b, c),
+              ::testing::ElementsAre("publication.window"));
+}
+
 TEST(ConfigTest, GroupLinesPointAtEachGroup) {
   ASSERT_OK_AND_ASSIGN(ServerConfig c, Parse(R"(log_level: info
 groups:

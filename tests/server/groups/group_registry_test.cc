@@ -103,6 +103,102 @@ TEST_F(GroupRegistryTest, NoOpRebuildTakesNoGeneration) {
   EXPECT_FALSE(Ready(g, "10.0.0.2:80"));
 }
 
+// Records the generations a listener is told of.
+class GenerationListener : public Group::Listener {
+ public:
+  explicit GenerationListener(bool every) : every_(every) {}
+  void OnPublish(Group& group) override {
+    seen.push_back(group.table()->generation());
+  }
+  void OnRemoved(Group&, uint64_t) override { removed = true; }
+  bool every_publication() const override { return every_; }
+  std::vector<uint64_t> seen;
+  bool removed = false;
+
+ private:
+  const bool every_;
+};
+
+TEST_F(GroupRegistryTest, PublicationsWithinTheWindowReachTheEdgesAsOne) {
+  registry_->set_inputs({.scheduler = &scheduler_,
+                         .clock = &clock_,
+                         .publish_window = absl::Milliseconds(5)});
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80"), Member("10.0.0.2:80")}));
+  GenerationListener edge(/*every=*/false);
+  GenerationListener record(/*every=*/true);
+  g->AddListener(&edge);
+  g->AddListener(&record);
+  clock_.Advance(absl::Seconds(1));  // a quiet window since the group's start
+  auto drain = [&](bool drained) {
+    GroupSpec spec = g->spec();
+    spec.backends[1].drained = drained;
+    ASSERT_OK(g->Update(spec));
+  };
+
+  // The first change after a quiet window goes out at once.
+  drain(true);
+  const uint64_t first = g->table()->generation();
+  EXPECT_THAT(edge.seen, ::testing::ElementsAre(first));
+  // Three more within the window: picks and the record see each at once,
+  // the edges nothing yet.
+  clock_.Advance(absl::Milliseconds(1));
+  drain(false);
+  drain(true);
+  drain(false);
+  const uint64_t last = g->table()->generation();
+  EXPECT_EQ(last, first + 3);
+  EXPECT_TRUE(Ready(g, "10.0.0.2:80"));
+  EXPECT_EQ(record.seen.size(), 4u);
+  EXPECT_EQ(edge.seen.size(), 1u);
+  // Nothing before the window's end...
+  EXPECT_EQ(scheduler_.NextDue(), clock_.NowNanos() + 4'000'000);
+  clock_.Advance(absl::Milliseconds(3));
+  EXPECT_EQ(scheduler_.RunDue(), 0u);
+  EXPECT_EQ(edge.seen.size(), 1u);
+  // ...and at it, the newest table, once.
+  ASSERT_TRUE(RunNext());
+  EXPECT_THAT(edge.seen, ::testing::ElementsAre(first, last));
+  EXPECT_FALSE(scheduler_.NextDue().has_value());
+
+  // The window after a flush holds the next change too; a quiet one does
+  // not.
+  clock_.Advance(absl::Milliseconds(2));
+  drain(true);
+  EXPECT_EQ(edge.seen.size(), 2u);
+  ASSERT_TRUE(RunNext());
+  EXPECT_EQ(edge.seen.back(), g->table()->generation());
+  clock_.Advance(absl::Milliseconds(50));
+  drain(false);
+  EXPECT_EQ(edge.seen.back(), g->table()->generation());
+  EXPECT_EQ(edge.seen.size(), 4u);
+  EXPECT_EQ(record.seen.size(), 6u);
+
+  // A removal tells the edges at once and drops what was held.
+  clock_.Advance(absl::Milliseconds(1));
+  drain(true);
+  ASSERT_OK(registry_->Remove("web"));
+  EXPECT_TRUE(edge.removed);
+  while (RunNext()) {
+  }
+  EXPECT_EQ(edge.seen.size(), 4u);
+  g->RemoveListener(&edge);
+  g->RemoveListener(&record);
+}
+
+TEST_F(GroupRegistryTest, WithoutAWindowEveryPublicationReachesTheEdges) {
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80"), Member("10.0.0.2:80")}));
+  GenerationListener edge(/*every=*/false);
+  g->AddListener(&edge);
+  for (bool drained : {true, false, true}) {
+    GroupSpec spec = g->spec();
+    spec.backends[1].drained = drained;
+    ASSERT_OK(g->Update(spec));
+  }
+  EXPECT_EQ(edge.seen.size(), 3u);
+  EXPECT_FALSE(scheduler_.NextDue().has_value());
+  g->RemoveListener(&edge);
+}
+
 // Records what an observer sees when it is told of an added group.
 class RecordingObserver : public GroupRegistry::Observer {
  public:
