@@ -412,7 +412,9 @@ def run_fanout_rate(args, out_dir):
     streams (20 channels, as the fan-out part), against the floor; also
     Aside with its state on tmpfs (the SQLite commit's fsync nearly free)
     and Aside with one stream (the Admin write path without the fan-out),
-    to say what bounds the rate. Alternating repetitions, fresh servers."""
+    to say what bounds the rate, and Aside with `publication.window: 0s`
+    (every publication sent at once) against the default window.
+    Alternating repetitions, fresh servers."""
     reps, n = 2, 1000
     log(f"== fanout-rate: changes at {', '.join(map(str, FANOUT_RATES))}/s, "
         f"3 s each, open loop, to {n} Watch streams; highest rate with "
@@ -439,14 +441,23 @@ def run_fanout_rate(args, out_dir):
         config = os.path.join(tmp, "aside.yaml")
         with open(config, "w") as f:
             f.write("limits: {max_watch_streams_per_peer: 100000}\n")
-        extra = ["--admin-token-file", tokens, "--config", config]
+        no_window = os.path.join(tmp, "aside-no-window.yaml")
+        with open(no_window, "w") as f:
+            f.write("limits: {max_watch_streams_per_peer: 100000}\n"
+                    "publication: {window: 0s}\n")
         for rep in range(reps):
             run = {}
-            for who, state, streams in (
-                    ("aside", os.path.join(tmp, f"state-{rep}"), n),
-                    ("aside_tmpfs", os.path.join(fast, f"state-{rep}"), n),
-                    ("aside_1_stream", os.path.join(tmp, f"one-{rep}"), 1)):
-                server = Server(args.bin_dir, state, extra)
+            for who, state, streams, cfg in (
+                    ("aside", os.path.join(tmp, f"state-{rep}"), n, config),
+                    ("aside_no_window", os.path.join(tmp, f"nw-{rep}"), n,
+                     no_window),
+                    ("aside_tmpfs", os.path.join(fast, f"state-{rep}"), n,
+                     config),
+                    ("aside_1_stream", os.path.join(tmp, f"one-{rep}"), 1,
+                     config)):
+                server = Server(args.bin_dir, state,
+                                ["--admin-token-file", tokens, "--config",
+                                 cfg])
                 try:
                     run[who] = fanout_rate_once(args, server.target,
                                                 server.pid, token,
@@ -468,7 +479,8 @@ def run_fanout_rate(args, out_dir):
                 f"{fmt(run['ratio'], 'x', 2)} the floor's")
             runs.append(run)
     summary = {"ratio": spread([r["ratio"] for r in runs])}
-    for who in ("aside", "aside_tmpfs", "aside_1_stream", "floor"):
+    for who in ("aside", "aside_no_window", "aside_tmpfs", "aside_1_stream",
+                "floor"):
         summary[f"{who}_sustained_rate"] = spread(
             [r[who]["sustained_rate"] for r in runs])
     write_json(os.path.join(out_dir, "fanout_rate.json"),
@@ -1013,7 +1025,11 @@ def summarize(out_dir):
             "(open loop, bounded last-subscriber lag), vs the floor",
             "—",
             f"{fmt_spread(rs['aside_sustained_rate'], '/s')} vs "
-            f"{fmt_spread(rs['floor_sustained_rate'], '/s')} (state on "
+            f"{fmt_spread(rs['floor_sustained_rate'], '/s')} ("
+            + (f"publication.window 0s "
+               f"{fmt_spread(rs['aside_no_window_sustained_rate'], '/s')}, "
+               if "aside_no_window_sustained_rate" in rs else "")
+            + f"state on "
             f"tmpfs {fmt_spread(rs['aside_tmpfs_sustained_rate'], '/s')}"
             f", 1 stream "
             f"{fmt_spread(rs['aside_1_stream_sustained_rate'], '/s')})",
