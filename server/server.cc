@@ -838,6 +838,11 @@ void AsideServer::Shutdown(absl::Duration grace) {
   if (server_ != nullptr) {
     server_->Shutdown(deadline);
   }
+  if (admin_service_ != nullptr) {
+    // Before the server is destroyed: a worker that answered the last
+    // calls may still be returning from Finish.
+    admin_service_->StopWorkers();
+  }
   if (watch_hub_ != nullptr) {
     watch_hub_->StopServing();  // after the server's calls have ended
   }

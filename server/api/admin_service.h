@@ -136,6 +136,10 @@ class AdminService final : public v1::Admin::CallbackService {
   // The backends' ORCA reports (GetGroup's state[].orca). Set once while
   // wiring, before serving.
   void set_orca(const OrcaCollector* orca) { orca_ = orca; }
+  // Once the gRPC server has shut down: waits for the mutation workers to
+  // finish (a worker may still be returning from answering a call, which
+  // touches the server) and joins them.
+  void StopWorkers() { mutations_.Stop(); }
 
   // The operations without RPC plumbing (authorisation is the caller's).
   grpc::Status DoCreateGroup(const v1::CreateGroupRequest& request,

@@ -10,7 +10,9 @@ namespace aside::server {
 
 MutationQueue::MutationQueue(Options options) : options_(options) {}
 
-MutationQueue::~MutationQueue() {
+MutationQueue::~MutationQueue() { Stop(); }
+
+void MutationQueue::Stop() {
   std::vector<std::thread> workers;
   {
     aside::MutexLock lock(&mu_);

@@ -52,7 +52,7 @@ class MutationQueue {
   static constexpr absl::Duration kMaxRetryHint = absl::Seconds(10);
 
   explicit MutationQueue(Options options);
-  // Runs what is queued and in flight to the end, then joins the workers.
+  // Stop().
   ~MutationQueue();
   MutationQueue(const MutationQueue&) = delete;
   MutationQueue& operator=(const MutationQueue&) = delete;
@@ -69,6 +69,10 @@ class MutationQueue {
   // Queues `job` (admitted or not: Admit is the caller's check); a worker
   // more is started when every one is busy.
   void Run(std::function<void()> job);
+  // Runs what is queued and in flight to the end, then joins the workers:
+  // once it returns, no job is running (a job that answers a call has
+  // returned from answering it). Nothing may be Run after it. Idempotent.
+  void Stop();
 
   struct Stats {
     size_t workers = 0;  // started
