@@ -4,8 +4,11 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/status_matchers.h"
 
@@ -99,6 +102,18 @@ std::string Replica::Metrics() {
   absl::StatusOr<HttpResponse> r =
       HttpGet("127.0.0.1", server.metrics_port, "/metrics");
   return r.ok() ? r->body : "";
+}
+
+double Replica::Metric(const std::string& name) {
+  const std::string page = Metrics();
+  for (absl::string_view line : absl::StrSplit(page, '\n')) {
+    double v = 0;
+    if (absl::ConsumePrefix(&line, name) && absl::ConsumePrefix(&line, " ") &&
+        absl::SimpleAtod(line, &v)) {
+      return v;
+    }
+  }
+  return -1;
 }
 
 void FleetTestBase::StartCluster(EtcdCluster::Options options) {

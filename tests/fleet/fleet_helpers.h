@@ -53,6 +53,8 @@ struct Replica {
                     const std::string& token = "");
   // The /metrics page ("" when it cannot be read).
   std::string Metrics();
+  // The value of an unlabelled metric; -1 when it cannot be read.
+  double Metric(const std::string& name);
 };
 
 // A fixture with a real etcd cluster and replicas started on it.

@@ -38,6 +38,18 @@ class FleetOrcaTest : public aside::testing::FleetTestBase {
     for (int i = 0; i < 3; ++i) {
       AddReplica(cluster_->endpoints());
     }
+    // Ownership is decided on each replica's view of the membership: a
+    // replica that has not yet seen the others would open every stream.
+    ASSERT_TRUE(Eventually(
+        [&] {
+          for (const auto& r : replicas_) {
+            if (r->Metric("aside_fleet_members") != 3) {
+              return false;
+            }
+          }
+          return true;
+        },
+        kWait));
     for (int i = 0; i < kBackends; ++i) {
       backends_.push_back(std::make_unique<OrcaBackend>());
       // Utilisation 0.1, 0.2, ... at qps 100: weights 1000, 500, 333, ...
