@@ -29,74 +29,6 @@ void ApplyLogSettings(const ServerConfig& config) {
 
 }  // namespace
 
-std::vector<std::string> RestartOnlyChanges(const ServerConfig& a,
-                                            const ServerConfig& b) {
-  std::vector<std::string> out;
-  auto check = [&out](bool same, const char* key) {
-    if (!same) {
-      out.push_back(key);
-    }
-  };
-  check(a.listen == b.listen, "listen");
-  check(a.metrics == b.metrics, "metrics");
-  check(a.state_dir == b.state_dir, "state_dir");
-  check(a.health_listen == b.health_listen, "health_listen");
-  check(a.max_receive_message_bytes == b.max_receive_message_bytes,
-        "limits.max_receive_message_bytes");
-  check(a.max_concurrent_streams == b.max_concurrent_streams,
-        "limits.max_concurrent_streams");
-  check(a.max_groups == b.max_groups, "limits.max_groups");
-  check(a.max_state_bytes == b.max_state_bytes, "limits.max_state_bytes");
-  check(a.watch_stall_timeout == b.watch_stall_timeout,
-        "limits.watch_stall_timeout");
-  check(a.load_window == b.load_window, "limits.load_window");
-  check(a.handshake_timeout == b.handshake_timeout, "limits.handshake_timeout");
-  check(a.max_connection_age == b.max_connection_age,
-        "limits.max_connection_age");
-  check(a.max_connection_age_grace == b.max_connection_age_grace,
-        "limits.max_connection_age_grace");
-  check(a.min_ping_interval == b.min_ping_interval, "limits.min_ping_interval");
-  check(a.max_ping_strikes == b.max_ping_strikes, "limits.max_ping_strikes");
-  check(a.max_metadata_bytes == b.max_metadata_bytes,
-        "limits.max_metadata_bytes");
-  check(a.max_watch_streams_per_peer == b.max_watch_streams_per_peer,
-        "limits.max_watch_streams_per_peer");
-  check(a.max_balancer_streams_per_peer == b.max_balancer_streams_per_peer,
-        "limits.max_balancer_streams_per_peer");
-  check(a.max_connections == b.max_connections, "limits.max_connections");
-  check(a.max_connections_per_peer == b.max_connections_per_peer,
-        "limits.max_connections_per_peer");
-  check(a.max_concurrent_probes == b.max_concurrent_probes,
-        "health.max_concurrent_probes");
-  check(a.health_merge_window == b.health_merge_window, "health.merge_window");
-  check(a.publish_window == b.publish_window, "publication.window");
-  check(a.admin_token_file == b.admin_token_file, "admin.token_file");
-  check(a.admin_max_queued_writes == b.admin_max_queued_writes,
-        "admin.max_queued_writes");
-  check(a.admin_max_write_wait == b.admin_max_write_wait,
-        "admin.max_write_wait");
-  check(a.load_reports_open == b.load_reports_open, "load_reports.auth");
-  check(a.load_reports_trusted_networks == b.load_reports_trusted_networks,
-        "load_reports.trusted_networks");
-  check(a.status_page_history_interval == b.status_page_history_interval,
-        "status_page.history_interval");
-  check(a.admin_identities == b.admin_identities, "admin.allowed_identities");
-  check(a.tls_cert_file == b.tls_cert_file, "tls.cert_file");
-  check(a.tls_key_file == b.tls_key_file, "tls.key_file");
-  check(a.tls_client_ca_file == b.tls_client_ca_file, "tls.client_ca_file");
-  check(a.tls_require_client_cert == b.tls_require_client_cert,
-        "tls.require_client_cert");
-  check(a.session_key_file == b.session_key_file, "session_key_file");
-  check(a.fleet == b.fleet && a.fleet_load == b.fleet_load, "fleet");
-  check(a.dns_servers == b.dns_servers, "discovery.dns_servers");
-  check(a.grpclb_client_stats_report_interval ==
-            b.grpclb_client_stats_report_interval,
-        "grpclb.client_stats_report_interval");
-  check(a.grpclb_max_servers == b.grpclb_max_servers, "grpclb.max_servers");
-  check(a.store == b.store, "store");
-  return out;
-}
-
 ConfigReloader::ConfigReloader(Options options, ServerConfig running,
                                GroupRegistry* groups, Metrics* metrics)
     : options_(std::move(options)),
@@ -211,13 +143,7 @@ absl::Status ConfigReloader::ReloadLocked(const std::string& content,
 
   // The live settings; the rest stays as the server started.
   ServerConfig after = before;
-  after.groups = next->groups;
-  after.group_lines = next->group_lines;
-  after.log_level = next->log_level;
-  after.log_format = next->log_format;
-  after.shutdown_grace = next->shutdown_grace;
-  after.reload_watch = next->reload_watch;
-  after.reload_interval = next->reload_interval;
+  AdoptLiveSettings(*next, &after);
   ApplyLogSettings(after);
   {
     aside::MutexLock lock(&mu_);

@@ -38,15 +38,11 @@
 #include "lib/sync.h"
 #include "server/base/metrics.h"
 #include "server/config/config.h"
+#include "server/config/server_settings.h"
 #include "server/groups/group_registry.h"
 #include "server/status/events.h"
 
 namespace aside::server {
-
-// The settings (config keys) that differ between `running` and `next` and
-// take effect only after a restart. Groups and live settings are left out.
-std::vector<std::string> RestartOnlyChanges(const ServerConfig& running,
-                                            const ServerConfig& next);
 
 // Thread rules: Reload, running and Stop from any thread; reloads are
 // serialised on reload_mu_ (taken before mu_, which guards the running

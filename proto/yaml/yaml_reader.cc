@@ -3,6 +3,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -146,6 +147,12 @@ void YamlReader::ErrorAt(const YAML::Mark& mark, absl::string_view path,
 
 bool YamlReader::CheckMap(const YAML::Node& node, absl::string_view path,
                           std::initializer_list<absl::string_view> allowed) {
+  const std::vector<std::string> keys(allowed.begin(), allowed.end());
+  return CheckMapKeys(node, path, keys);
+}
+
+bool YamlReader::CheckMapKeys(const YAML::Node& node, absl::string_view path,
+                              absl::Span<const std::string> allowed) {
   if (!node.IsMap()) {
     Error(node, path, "expected a mapping");
     return false;
@@ -162,10 +169,8 @@ bool YamlReader::CheckMap(const YAML::Node& node, absl::string_view path,
       Error(kv.first, key_path, "key given twice");
       continue;
     }
-    bool known = false;
-    for (absl::string_view a : allowed) {
-      known = known || a == key;
-    }
+    const bool known =
+        std::find(allowed.begin(), allowed.end(), key) != allowed.end();
     if (!known) {
       Error(kv.first, key_path,
             absl::StrCat("unknown key (allowed: ", absl::StrJoin(allowed, ", "),

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace aside::yaml {
 
@@ -79,6 +80,9 @@ class YamlReader {
   // mapping; unknown and repeated keys are reported and the rest read.
   bool CheckMap(const YAML::Node& node, absl::string_view path,
                 std::initializer_list<absl::string_view> allowed);
+  // The same, with the allowed keys in a list made at run time.
+  bool CheckMapKeys(const YAML::Node& node, absl::string_view path,
+                    absl::Span<const std::string> allowed);
 
   // Each getter reports and returns false when `node` has the wrong type.
   bool GetString(const YAML::Node& node, absl::string_view path,

@@ -133,14 +133,7 @@ absl::StatusOr<ServerConfig> ParseConfig(absl::string_view text,
   YamlReader reader(file);
   // yaml-cpp reports by exception: caught here, at the boundary.
   try {
-    if (reader.CheckMap(
-            *root, "",
-            {"listen",     "metrics",          "status_page",    "state_dir",
-             "log_format", "log_level",        "shutdown_grace", "limits",
-             "health",     "health_listen",    "publication",    "admin",
-             "tls",        "session_key_file", "discovery",      "grpclb",
-             "store",      "config_reload",    "load_reports",   "fleet",
-             "groups"})) {
+    if (reader.CheckMapKeys(*root, "", SettingBlockKeys(""))) {
       ReadServerSettings(reader, *root, &config);
       if (const YAML::Node groups = (*root)["groups"]; groups) {
         ReadGroups(reader, groups, &config);
