@@ -6,9 +6,7 @@
 #include <openssl/x509.h>
 #include <sys/stat.h>
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,25 +15,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "server/auth/admin_auth.h"
+#include "server/base/read_file.h"
+#include "server/load/load_view_peers.h"
+#include "server/store/session_key.h"
 
 namespace aside::server {
 namespace {
-
-absl::StatusOr<std::string> ReadWhole(const std::string& path,
-                                      absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, ": cannot open ", what));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, ": read error (", what, ")"));
-  }
-  return buffer.str();
-}
 
 struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
@@ -66,7 +51,7 @@ void CheckKeyPair(const std::string& cert_file, const std::string& key_file,
   std::unique_ptr<X509, X509Free> cert;
   if (!cert_file.empty()) {
     absl::StatusOr<std::string> pem =
-        ReadWhole(cert_file, absl::StrCat(what, " certificate"));
+        ReadWholeFile(cert_file, absl::StrCat(what, " certificate"));
     if (!pem.ok()) {
       errors->emplace_back(pem.status().message());
     } else if (cert = FirstCertificate(*pem); cert == nullptr) {
@@ -76,7 +61,7 @@ void CheckKeyPair(const std::string& cert_file, const std::string& key_file,
   }
   if (!key_file.empty()) {
     absl::StatusOr<std::string> pem =
-        ReadWhole(key_file, absl::StrCat(what, " private key"));
+        ReadWholeFile(key_file, absl::StrCat(what, " private key"));
     if (!pem.ok()) {
       errors->emplace_back(pem.status().message());
     } else {
@@ -103,7 +88,7 @@ void CheckBundle(const std::string& file, absl::string_view what,
   if (file.empty()) {
     return;
   }
-  absl::StatusOr<std::string> pem = ReadWhole(file, what);
+  absl::StatusOr<std::string> pem = ReadWholeFile(file, what);
   if (!pem.ok()) {
     errors->emplace_back(pem.status().message());
   } else if (FirstCertificate(*pem) == nullptr) {
@@ -121,7 +106,7 @@ void CheckEtcdFiles(const StoreConfig& store,
     return;
   }
   absl::StatusOr<std::string> text =
-      ReadWhole(store.credentials_file, "etcd credentials file");
+      ReadWholeFile(store.credentials_file, "etcd credentials file");
   if (!text.ok()) {
     errors->emplace_back(text.status().message());
     return;
@@ -146,29 +131,14 @@ absl::Status CheckReferencedFiles(const ServerConfig& config) {
   };
 
   if (!config.session_key_file.empty()) {
-    absl::StatusOr<std::string> key =
-        ReadWhole(config.session_key_file, "session key file");
-    if (!key.ok()) {
-      note(key.status());
-    } else if (key->size() < 16) {
-      errors.push_back(absl::StrCat(config.session_key_file,
-                                    ": session key shorter than 16 bytes"));
-    }
+    note(ReadSessionKeyFile(config.session_key_file).status());
   }
 
   note(AdminAuth::Create(config.admin_token_file, config.admin_identities)
            .status());
 
   if (!config.fleet_load.peer_token_file.empty()) {
-    absl::StatusOr<std::string> token =
-        ReadWhole(config.fleet_load.peer_token_file, "fleet peer token file");
-    if (!token.ok()) {
-      note(token.status());
-    } else if (absl::StripAsciiWhitespace(token->substr(0, token->find('\n')))
-                   .empty()) {
-      errors.push_back(absl::StrCat(config.fleet_load.peer_token_file,
-                                    ": fleet peer token file is empty"));
-    }
+    note(ReadPeerToken(config.fleet_load.peer_token_file).status());
   }
 
   CheckKeyPair(config.tls_cert_file, config.tls_key_file, "TLS", &errors);

@@ -24,11 +24,13 @@
 #include "proto/convert.h"
 #include "server/api/parse_error_interceptor.h"
 #include "server/base/log.h"
+#include "server/base/read_file.h"
 #include "server/config_check.h"
 #include "server/net/connection_gate.h"
 #include "server/net/http2_limits.h"
 #include "server/schema/group_spec_proto.h"
 #include "server/store/etcd_store.h"
+#include "server/store/session_key.h"
 #include "server/store/sqlite_store.h"
 
 namespace aside::server {
@@ -43,12 +45,12 @@ AsideServer::~AsideServer() {
   if (sync_ != nullptr) {
     sync_->StopFollowing();
   }
-  // The health observer schedules rebuilds from the prober thread, and the
-  // registry outlives the scheduler (groups hold handles into it): detach
-  // the observer, which waits for a call in progress, before members go.
-  if (health_ != nullptr && health_observer_ != 0) {
-    health_->RemoveObserver(health_observer_);
-  }
+  // The health observers schedule rebuilds and record events from the
+  // prober thread, and the registry outlives the scheduler (groups hold
+  // handles into it): detach them, which waits for a call in progress,
+  // before members go.
+  health_follower_.reset();
+  health_events_.reset();
 }
 
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& cfg,
@@ -65,18 +67,6 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& cfg,
 }
 
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path,
-                                     absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, ": cannot open ", what));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 // The soft open-file limit now (main raised it to the hard limit).
 uint64_t OpenFileLimit() {
@@ -214,32 +204,10 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                               return store->RaiseGenerationFloor(floor);
                             }));
 
-  // The sticky session key: shared through a file, or kept in the store.
-  if (!cfg.session_key_file.empty()) {
-    ASIDE_ASSIGN_OR_RETURN(std::string key,
-                           ReadFile(cfg.session_key_file, "session key file"));
-    if (key.size() < 16) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          cfg.session_key_file, ": session key shorter than 16 bytes"));
-    }
-    server->groups_->set_session_key(std::move(key));
-  } else if (contents.session_key.size() >= 16) {
-    server->groups_->set_session_key(contents.session_key);
-  } else if (absl::StatusOr<std::string> key =
-                 store->SessionKey(*server->groups_->session_key());
-             key.ok()) {
-    server->groups_->set_session_key(*std::move(key));
-  } else if (store->starts_unavailable()) {
-    Log(LogLevel::kWarn, "store.session_key_local",
-        {{"store", store->location()},
-         {"error", std::string(key.status().message())},
-         {"effect",
-          "sticky tokens issued here are not honoured by other replicas "
-          "until this one restarts with the store reachable (or set "
-          "session_key_file)"}});
-  } else {
-    return key.status();
-  }
+  ASIDE_ASSIGN_OR_RETURN(std::string session_key,
+                         ChooseSessionKey(cfg.session_key_file, contents, store,
+                                          *server->groups_->session_key()));
+  server->groups_->set_session_key(std::move(session_key));
 
   server->scheduler_ = std::make_unique<RebuildScheduler>();
   ASIDE_ASSIGN_OR_RETURN(
@@ -250,14 +218,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   if (auto* etcd_store = dynamic_cast<EtcdStore*>(store)) {
     // Before any group acquires a target: each target's owner is decided
     // from its creation (every target until membership is confirmed).
-    Metrics& m = server->metrics_;
-    const fleet::FleetMetrics fm{
-        .members = &m.fleet_members,
-        .targets_owned = &m.fleet_targets_owned,
-        .transitions_published = &m.fleet_transitions_published,
-        .transitions_applied = &m.fleet_transitions_applied,
-        .takeovers = &m.fleet_takeovers,
-        .takeover_seconds = &m.fleet_takeover_seconds};
+    const fleet::FleetMetrics fm = fleet::FleetMetricsOf(server->metrics_);
     server->membership_ = std::make_unique<fleet::Membership>(
         etcd_store->client(),
         fleet::MembershipOptions{.prefix = etcd_store->prefix(),
@@ -277,11 +238,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                                               *server->metrics_.registry()));
   GroupRegistry* groups = server->groups_.get();
   server->loads_ = std::make_unique<LoadAggregator>(
-      clock, cfg.load_window,
-      [groups](const std::string& group, const std::string& address) {
-        GroupPtr g = groups->Find(group);
-        return g != nullptr && g->table()->Find(address) >= 0;
-      },
+      clock, cfg.load_window, std::bind_front(&GroupRegistry::Serves, groups),
       cfg.load_reports_max_reporter_share);
   server->report_auth_ = std::make_unique<ReportAuth>(
       cfg.load_reports_open, server->auth_.get(), TrustedNetworks(cfg));
@@ -309,36 +266,15 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                                .orca = server->orca_.get(),
                                .clock = clock,
                                .publish_window = cfg.publish_window});
-  // A flip republishes every group that holds the target, once per merge
-  // window however many flips arrive.
-  {
-    GroupRegistry* groups = server->groups_.get();
-    RebuildScheduler* scheduler = server->scheduler_.get();
-    const absl::Duration window = cfg.health_merge_window;
-    server->health_observer_ = server->health_->AddObserver(
-        [groups, scheduler, window,
-         events = server->events_.get()](const HealthTransition& t) {
-          Log(t.to == HealthState::kUnhealthy ? LogLevel::kWarn
-                                              : LogLevel::kInfo,
-              "health.transition",
-              {{"address", t.address},
-               {"check", std::string(HealthCheckKindName(t.spec.kind))},
-               {"from", std::string(HealthStateName(t.from))},
-               {"to", std::string(HealthStateName(t.to))},
-               {"reason", t.result.reason}});
-          for (const std::string& name : t.groups) {
-            if (events != nullptr) {
-              events->Record(
-                  EventKind::kHealth, name, t.address,
-                  absl::StrCat(HealthStateName(t.from), " -> ",
-                               HealthStateName(t.to), ": ", t.result.reason));
-            }
-            if (GroupPtr g = groups->Find(name)) {
-              scheduler->Schedule(g, window);
-            }
-          }
-        });
+  // A flip is recorded for the status page, then republishes every group
+  // that holds the target (observers run in this order).
+  if (server->events_ != nullptr) {
+    server->health_events_ = std::make_unique<HealthEvents>(
+        server->health_.get(), server->events_.get());
   }
+  server->health_follower_ = std::make_unique<HealthFollower>(
+      server->health_.get(), server->groups_.get(), server->scheduler_.get(),
+      cfg.health_merge_window);
 
   if (server->events_ != nullptr) {
     server->publication_events_ = std::make_unique<PublicationEvents>(
@@ -358,13 +294,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->sync_->Follow(loaded.ok() ? std::optional<int64_t>(contents.revision)
                                     : std::nullopt);
 
-  server->loads_->set_listener([groups](const LoadAggregator::Accepted& a) {
-    if (GroupPtr g = groups->Find(a.group)) {
-      g->OnLoadReport(a.address, a.new_requests, a.new_failures,
-                      a.consecutive_failures, a.mean_latency,
-                      a.mean_first_byte_latency, a.failures_corroborated);
-    }
-  });
+  server->loads_->set_listener(
+      std::bind_front(&GroupRegistry::OnLoadAccepted, groups));
   // One id per replica: the fleet member's when there is a fleet (peers
   // recognise each other, and themselves, by it), else a fresh one.
   server->replica_id_ = server->membership_ != nullptr
@@ -378,16 +309,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       cfg.fleet_load.load_share_interval, server->load_view_metrics_.get());
   server->load_view_service_->set_orca(server->orca_.get());
   if (!cfg.fleet_load.peer_token_file.empty()) {
-    ASIDE_ASSIGN_OR_RETURN(
-        std::string token,
-        ReadFile(cfg.fleet_load.peer_token_file, "fleet peer token file"));
-    token = std::string(absl::StripAsciiWhitespace(
-        absl::string_view(token).substr(0, token.find('\n'))));
-    if (token.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          cfg.fleet_load.peer_token_file, ": fleet peer token file is empty"));
-    }
-    server->peer_token_ = std::move(token);
+    ASIDE_ASSIGN_OR_RETURN(server->peer_token_,
+                           ReadPeerToken(cfg.fleet_load.peer_token_file));
   }
   server->watch_hub_ = std::make_unique<WatchHub>(
       server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout,
@@ -407,19 +330,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       server->report_auth_.get());
   if (fleet::Membership* membership = server->membership_.get()) {
     server->admin_service_->set_members(
-        [membership](v1::ListMembersResponse* out) {
-          out->set_self_id(membership->id());
-          out->set_confirmed(membership->confirmed());
-          for (const fleet::Member& m : membership->members()) {
-            v1::FleetMember* pm = out->add_members();
-            pm->set_id(m.id);
-            pm->set_address(m.address);
-            pm->set_start_time(m.start_time);
-            pm->set_targets_owned(m.targets_owned);
-            ToProto(m.lease_age, pm->mutable_lease_age());
-            pm->set_self(m.id == membership->id());
-          }
-        });
+        std::bind_front(&fleet::Membership::Describe, membership));
   }
   server->admin_service_->set_grpclb_streams(
       [grpclb = server->grpclb_service_.get()](const std::string& group) {
@@ -444,21 +355,15 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   if (cfg.status_page_enabled) {
     fleet::Membership* membership = server->membership_.get();
     server->history_ = std::make_unique<StatusHistory>(
-        HistorySources{
-            .groups = server->groups_.get(),
-            .loads = server->loads_.get(),
-            .events = server->events_.get(),
-            .store_up = [store] { return store->state().up; },
-            .fleet_members = membership == nullptr
-                                 ? std::function<std::vector<std::string>()>()
-                                 : [membership] {
-                                     std::vector<std::string> ids;
-                                     for (const fleet::Member& m :
-                                          membership->members()) {
-                                       ids.push_back(m.id);
-                                     }
-                                     return ids;
-                                   }},
+        HistorySources{.groups = server->groups_.get(),
+                       .loads = server->loads_.get(),
+                       .events = server->events_.get(),
+                       .store_up = [store] { return store->state().up; },
+                       .fleet_members =
+                           membership == nullptr
+                               ? std::function<std::vector<std::string>()>()
+                               : std::bind_front(&fleet::Membership::member_ids,
+                                                 membership)},
         HistoryOptions{.interval = cfg.status_page_history_interval,
                        .clock = clock});
     server->status_page_ = std::make_unique<StatusPage>(StatusSources{
@@ -467,35 +372,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
         .loads = server->loads_.get(),
         .orca = server->orca_.get(),
         .grpclb = server->grpclb_service_.get(),
-        .store =
-            [store, membership = server->membership_.get()] {
-              const StoreState s = store->state();
-              StoreStatus status{s.type, s.location, {}};
-              status.details.emplace_back("up", s.up ? "yes" : "no");
-              if (s.revision > 0) {
-                status.details.emplace_back("revision",
-                                            absl::StrCat(s.revision));
-              }
-              if (!s.last_error.empty()) {
-                status.details.emplace_back("last error", s.last_error);
-              }
-              if (membership != nullptr) {
-                std::vector<std::string> ids;
-                for (const fleet::Member& m : membership->members()) {
-                  ids.push_back(m.id == membership->id()
-                                    ? absl::StrCat(m.id, " (self)")
-                                    : m.id);
-                }
-                status.details.emplace_back("fleet members",
-                                            absl::StrJoin(ids, ", "));
-                status.details.emplace_back(
-                    "fleet membership",
-                    membership->confirmed()
-                        ? "confirmed"
-                        : "not confirmed: probing every target");
-              }
-              return status;
-            },
+        .store = [store,
+                  membership] { return StoreStatusOf(*store, membership); },
         .history = server->history_.get(),
         .events = server->events_.get(),
         .auth = server->auth_.get(),
@@ -515,12 +393,13 @@ AsideServer::Credentials() const {
   // certificate, key or CA bundle is used for new handshakes; established
   // connections keep theirs).
   ASIDE_RETURN_IF_ERROR(
-      ReadFile(config_.tls_cert_file, "TLS certificate").status());
+      ReadWholeFile(config_.tls_cert_file, "TLS certificate").status());
   ASIDE_RETURN_IF_ERROR(
-      ReadFile(config_.tls_key_file, "TLS private key").status());
+      ReadWholeFile(config_.tls_key_file, "TLS private key").status());
   if (!config_.tls_client_ca_file.empty()) {
     ASIDE_RETURN_IF_ERROR(
-        ReadFile(config_.tls_client_ca_file, "TLS client CA bundle").status());
+        ReadWholeFile(config_.tls_client_ca_file, "TLS client CA bundle")
+            .status());
   }
   const auto refresh = static_cast<unsigned int>(
       std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(
@@ -725,13 +604,13 @@ void AsideServer::StartLoadViewPeers() {
     grpc::SslCredentialsOptions ssl;
     if (!config_.tls_client_ca_file.empty()) {
       ssl.pem_root_certs =
-          ReadFile(config_.tls_client_ca_file, "TLS client CA bundle")
+          ReadWholeFile(config_.tls_client_ca_file, "TLS client CA bundle")
               .value_or("");
     }
     ssl.pem_cert_chain =
-        ReadFile(config_.tls_cert_file, "TLS certificate").value_or("");
+        ReadWholeFile(config_.tls_cert_file, "TLS certificate").value_or("");
     ssl.pem_private_key =
-        ReadFile(config_.tls_key_file, "TLS private key").value_or("");
+        ReadWholeFile(config_.tls_key_file, "TLS private key").value_or("");
     options.credentials = grpc::SslCredentials(ssl);
   }
   load_view_peers_ = std::make_unique<LoadViewPeers>(

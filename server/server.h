@@ -25,6 +25,7 @@
 #include "server/fleet/membership.h"
 #include "server/fleet/probe_ownership.h"
 #include "server/groups/group_registry.h"
+#include "server/groups/health_follower.h"
 #include "server/groups/rebuild_scheduler.h"
 #include "server/load/load_view_metrics.h"
 #include "server/load/load_view_peers.h"
@@ -126,6 +127,9 @@ class AsideServer {
   // Declared after groups_ and loads_ so they stop (no more callbacks or
   // rebuilds) before those go away.
   std::unique_ptr<RebuildScheduler> scheduler_;
+  // The health registry's observers: detached first in the destructor.
+  std::unique_ptr<HealthEvents> health_events_;  // null without the page
+  std::unique_ptr<HealthFollower> health_follower_;
   std::unique_ptr<DnsDiscovery> dns_;
   std::unique_ptr<AdminAuth> auth_;
   std::unique_ptr<ReportAuth> report_auth_;
@@ -160,7 +164,6 @@ class AsideServer {
   int grpc_port_ = 0;
   int metrics_port_ = 0;
   int health_port_ = 0;
-  uint64_t health_observer_ = 0;
   bool shut_down_ = false;
 };
 

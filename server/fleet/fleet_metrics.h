@@ -7,6 +7,8 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include "server/base/metrics.h"
+
 namespace aside::server::fleet {
 
 struct FleetMetrics {
@@ -17,6 +19,16 @@ struct FleetMetrics {
   prometheus::Counter* takeovers = nullptr;
   prometheus::Histogram* takeover_seconds = nullptr;
 };
+
+// The handles into the server's families.
+inline FleetMetrics FleetMetricsOf(Metrics& m) {
+  return {.members = &m.fleet_members,
+          .targets_owned = &m.fleet_targets_owned,
+          .transitions_published = &m.fleet_transitions_published,
+          .transitions_applied = &m.fleet_transitions_applied,
+          .takeovers = &m.fleet_takeovers,
+          .takeover_seconds = &m.fleet_takeover_seconds};
+}
 
 }  // namespace aside::server::fleet
 

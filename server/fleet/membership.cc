@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/thread_name.h"
+#include "proto/convert.h"
 #include "server/base/log.h"
 #include "server/fleet/fleet_records.h"
 
@@ -175,6 +176,28 @@ std::vector<Member> Membership::members() const {
   std::sort(out.begin(), out.end(),
             [](const Member& a, const Member& b) { return a.id < b.id; });
   return out;
+}
+
+std::vector<std::string> Membership::member_ids() const {
+  std::vector<std::string> ids;
+  for (const Member& m : members()) {
+    ids.push_back(m.id);
+  }
+  return ids;
+}
+
+void Membership::Describe(v1::ListMembersResponse* out) const {
+  out->set_self_id(id_);
+  out->set_confirmed(confirmed());
+  for (const Member& m : members()) {
+    v1::FleetMember* pm = out->add_members();
+    pm->set_id(m.id);
+    pm->set_address(m.address);
+    pm->set_start_time(m.start_time);
+    pm->set_targets_owned(m.targets_owned);
+    ToProto(m.lease_age, pm->mutable_lease_age());
+    pm->set_self(m.id == id_);
+  }
 }
 
 void Membership::Subscribe(std::function<void(const std::vector<Member>&)> fn) {

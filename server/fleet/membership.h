@@ -29,6 +29,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "aside/v1/admin.pb.h"
 #include "lib/sync.h"
 #include "server/fleet/fleet_metrics.h"
 #include "server/fleet/prefix_follower.h"
@@ -77,6 +78,10 @@ class Membership {
   bool confirmed() const;
   // The live members, sorted by id.
   std::vector<Member> members() const;
+  // Their ids, sorted.
+  std::vector<std::string> member_ids() const;
+  // The members as the Admin API's ListMembers answers them.
+  void Describe(v1::ListMembersResponse* out) const;
   // Called on every change of the live set or of confirmed().
   void Subscribe(std::function<void(const std::vector<Member>&)> fn);
   // Updates targets_owned in the member value (written by the registration

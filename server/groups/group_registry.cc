@@ -478,6 +478,20 @@ GroupPtr GroupRegistry::Find(absl::string_view name) const {
   return group == nullptr ? nullptr : *group;
 }
 
+bool GroupRegistry::Serves(const std::string& group,
+                           const std::string& address) const {
+  GroupPtr g = Find(group);
+  return g != nullptr && g->table()->Find(address) >= 0;
+}
+
+void GroupRegistry::OnLoadAccepted(const LoadAggregator::Accepted& a) {
+  if (GroupPtr g = Find(a.group)) {
+    g->OnLoadReport(a.address, a.new_requests, a.new_failures,
+                    a.consecutive_failures, a.mean_latency,
+                    a.mean_first_byte_latency, a.failures_corroborated);
+  }
+}
+
 std::vector<GroupPtr> GroupRegistry::List() const {
   std::shared_ptr<const GroupMap> map = groups_.Acquire();
   // Sorted on the map's own keys: comparing through the groups would visit

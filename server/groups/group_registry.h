@@ -38,6 +38,7 @@
 #include "server/groups/table_encoding.h"
 #include "server/health/health_registry.h"
 #include "server/health/outlier_detector.h"
+#include "server/load/load_aggregator.h"
 #include "server/schema/group_spec.h"
 
 namespace aside::server {
@@ -321,6 +322,12 @@ class GroupRegistry {
   // Sorted by name.
   std::vector<GroupPtr> List() const;
   size_t size() const;
+
+  // The load aggregator's questions and news (its Membership and
+  // Listener): whether `group` has `address` in its table, and an accepted
+  // observation, handed to its group (Group::OnLoadReport).
+  bool Serves(const std::string& group, const std::string& address) const;
+  void OnLoadAccepted(const LoadAggregator::Accepted& a);
 
   // Adds a validated group, persists it (if `persist` is given) and
   // publishes its first table. ALREADY_EXISTS, RESOURCE_EXHAUSTED (max

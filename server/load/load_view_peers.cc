@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "aside/v1/fleet.grpc.pb.h"
 #include "lib/thread_name.h"
 #include "server/base/log.h"
+#include "server/base/read_file.h"
 #include "server/load/load_view_codec.h"
 
 namespace aside::server {
@@ -30,6 +32,21 @@ grpc::ChannelArguments ChannelArguments() {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadPeerToken(const std::string& path) {
+  absl::StatusOr<std::string> text =
+      ReadWholeFile(path, "fleet peer token file");
+  if (!text.ok()) {
+    return text.status();
+  }
+  std::string token(absl::StripAsciiWhitespace(
+      absl::string_view(*text).substr(0, text->find('\n'))));
+  if (token.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": fleet peer token file is empty"));
+  }
+  return token;
+}
 
 // One peer: a thread that keeps its stream open and applies its updates.
 class LoadViewPeers::Link {

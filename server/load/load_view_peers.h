@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "lib/sync.h"
 #include "server/load/load_aggregator.h"
@@ -32,6 +33,11 @@
 #include "server/load/orca_collector.h"
 
 namespace aside::server {
+
+// The bearer token of `fleet.peer_token_file`, shown to peers: the file's
+// first line, trimmed. FAILED_PRECONDITION naming the file when it cannot
+// be read or the line is empty.
+absl::StatusOr<std::string> ReadPeerToken(const std::string& path);
 
 // A replica to subscribe to. `id` may be empty (a static peer: the stream
 // tells it).

@@ -131,6 +131,20 @@ std::string EventLog::Json(absl::string_view group) const {
   return out;
 }
 
+HealthEvents::HealthEvents(HealthRegistry* health, EventRecorder* events)
+    : health_(health) {
+  observer_ = health_->AddObserver([events](const HealthTransition& t) {
+    for (const std::string& name : t.groups) {
+      events->Record(
+          EventKind::kHealth, name, t.address,
+          absl::StrCat(HealthStateName(t.from), " -> ", HealthStateName(t.to),
+                       ": ", t.result.reason));
+    }
+  });
+}
+
+HealthEvents::~HealthEvents() { health_->RemoveObserver(observer_); }
+
 PublicationEvents::PublicationEvents(GroupRegistry* registry,
                                      EventRecorder* events)
     : registry_(registry), events_(events) {

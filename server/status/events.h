@@ -14,8 +14,12 @@
 //   GroupRegistry::Observer and a Group::Listener) and records, per
 //   published generation, the generation itself and what changed for each
 //   backend between the two tables: added, removed, drained, undrained,
-//   ejected, returned. Health transitions are recorded where the health
-//   registry reports them (server.cc), not here, so they are not doubled.
+//   ejected, returned. Health transitions are recorded by HealthEvents,
+//   where the health registry reports them, not here, so they are not
+//   doubled.
+//
+// - HealthEvents records each health flip, once per group holding the
+//   target.
 //
 // Thread-safety: every method from any thread. EventLog has one mutex,
 // taken alone; PublicationEvents has one, taken inside the group's
@@ -35,6 +39,7 @@
 #include "lib/clock.h"
 #include "lib/sync.h"
 #include "server/groups/group_registry.h"
+#include "server/health/health_registry.h"
 
 namespace aside::server {
 
@@ -108,6 +113,22 @@ class EventLog final : public EventRecorder {
   mutable aside::Mutex mu_;
   std::vector<Event> ring_ ABSL_GUARDED_BY(mu_);  // capacity_ slots
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+// Records each health flip of a target (HealthRegistry's observers, on the
+// prober thread) as a `health` event of every group that holds it.
+// Registers on construction; destruction detaches it and waits for a call
+// in progress. Both must outlive it.
+class HealthEvents {
+ public:
+  HealthEvents(HealthRegistry* health, EventRecorder* events);
+  ~HealthEvents();
+  HealthEvents(const HealthEvents&) = delete;
+  HealthEvents& operator=(const HealthEvents&) = delete;
+
+ private:
+  HealthRegistry* const health_;
+  uint64_t observer_ = 0;
 };
 
 class PublicationEvents final : public GroupRegistry::Observer,

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "lib/json.h"
 #include "server/api/grpclb_service.h"
@@ -124,6 +125,31 @@ std::string QueryParam(absl::string_view query, absl::string_view name) {
 }
 
 }  // namespace
+
+StoreStatus StoreStatusOf(const Store& store,
+                          const fleet::Membership* membership) {
+  const StoreState s = store.state();
+  StoreStatus status{s.type, s.location, {}};
+  status.details.emplace_back("up", s.up ? "yes" : "no");
+  if (s.revision > 0) {
+    status.details.emplace_back("revision", absl::StrCat(s.revision));
+  }
+  if (!s.last_error.empty()) {
+    status.details.emplace_back("last error", s.last_error);
+  }
+  if (membership != nullptr) {
+    std::vector<std::string> ids;
+    for (const std::string& id : membership->member_ids()) {
+      ids.push_back(id == membership->id() ? absl::StrCat(id, " (self)") : id);
+    }
+    status.details.emplace_back("fleet members", absl::StrJoin(ids, ", "));
+    status.details.emplace_back("fleet membership",
+                                membership->confirmed()
+                                    ? "confirmed"
+                                    : "not confirmed: probing every target");
+  }
+  return status;
+}
 
 StatusPage::StatusPage(StatusSources sources)
     : sources_(std::move(sources)),

@@ -50,7 +50,9 @@
 #include "absl/time/time.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
+#include "server/fleet/membership.h"
 #include "server/net/http_server.h"
+#include "server/store/store.h"
 
 namespace aside::server {
 
@@ -72,6 +74,12 @@ struct StoreStatus {
   std::string location;
   std::vector<std::pair<std::string, std::string>> details;
 };
+
+// The store's part of the page: up or not, its revision and last error,
+// and with a fleet (`membership` not null) its members and whether the
+// membership is confirmed.
+StoreStatus StoreStatusOf(const Store& store,
+                          const fleet::Membership* membership);
 
 struct StatusSources {
   const GroupRegistry* groups = nullptr;

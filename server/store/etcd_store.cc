@@ -2,32 +2,15 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "lib/status_macros.h"
 #include "server/base/log.h"
+#include "server/base/read_file.h"
 
 namespace aside::server {
-namespace {
-
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
-                                          absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, ": cannot open ", what));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-}  // namespace
 
 absl::StatusOr<v1::Group> ParseStoredGroup(const std::string& name,
                                            const std::string& value) {
@@ -83,7 +66,7 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Create(
   if (!config.credentials_file.empty()) {
     ASIDE_ASSIGN_OR_RETURN(
         std::string text,
-        ReadSmallFile(config.credentials_file, "etcd credentials file"));
+        ReadWholeFile(config.credentials_file, "etcd credentials file"));
     absl::string_view line = absl::StripTrailingAsciiWhitespace(text);
     const size_t colon = line.find(':');
     if (colon == absl::string_view::npos || colon == 0 ||
