@@ -148,13 +148,7 @@ class GrpclbService::Stream final
     if (service_->report_auth_ != nullptr) {
       report_refusal_ = service_->report_auth_->Authorize(*context, &reporter_);
     }
-    bool shutting_down;
-    {
-      aside::MutexLock lock(&service_->mu_);
-      shutting_down = service_->shutting_down_;
-      service_->streams_.insert(this);
-    }
-    if (shutting_down) {
+    if (!service_->streams_.Add(this)) {
       aside::MutexLock lock(&mu_);
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 "server is shutting down"));
@@ -232,10 +226,7 @@ class GrpclbService::Stream final
     if (service_->stream_limit_ != nullptr) {
       service_->stream_limit_->Release(counted_peer_);
     }
-    {
-      aside::MutexLock lock(&service_->mu_);
-      service_->streams_.erase(this);
-    }
+    service_->streams_.Remove(this);
     delete this;
   }
 
@@ -420,7 +411,7 @@ class GrpclbService::Stream final
   grpc::Status report_refusal_;
   bool said_refused_ = false;
 
-  // Taken after the service's mu_, never before.
+  // Taken after the service's stream set's lock, never before.
   aside::Mutex mu_;
   lb::LoadBalanceResponse response_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const BuiltList> last_sent_ ABSL_GUARDED_BY(mu_);
@@ -439,20 +430,12 @@ GrpclbService::GrpclbService(GroupRegistry* groups, LoadAggregator* loads,
       metrics_(metrics),
       stats_interval_(stats_interval),
       max_servers_(max_servers),
-      report_auth_(report_auth) {
-  ticker_ = std::thread([this] {
-    NameThisThread("aside-grpclb");
-    Ticker();
-  });
-}
+      report_auth_(report_auth),
+      ticker_("aside-grpclb", absl::Seconds(1), [this] { Tick(); }) {}
 
 GrpclbService::~GrpclbService() {
   Shutdown();
-  {
-    aside::MutexLock lock(&mu_);
-    stop_ = true;  // wakes the ticker when the lock is released
-  }
-  ticker_.join();
+  ticker_.Stop();
 }
 
 grpc::ServerBidiReactor<lb::LoadBalanceRequest, lb::LoadBalanceResponse>*
@@ -460,27 +443,17 @@ GrpclbService::BalanceLoad(grpc::CallbackServerContext* context) {
   return new Stream(this, context);
 }
 
-void GrpclbService::Shutdown() {
-  aside::MutexLock lock(&mu_);
-  shutting_down_ = true;
-  for (Stream* s : streams_) {
-    s->Shutdown();
-  }
-}
+void GrpclbService::Shutdown() { streams_.Shutdown(); }
 
-size_t GrpclbService::streams() const {
-  aside::MutexLock lock(&mu_);
-  return streams_.size();
-}
+size_t GrpclbService::streams() const { return streams_.size(); }
 
 uint32_t GrpclbService::streams_for(const std::string& group) const {
-  aside::MutexLock lock(&mu_);
   uint32_t n = 0;
-  for (Stream* s : streams_) {
+  streams_.ForEach([&](Stream* s) {
     if (s->ServesGroup(group)) {
       ++n;
     }
-  }
+  });
   return n;
 }
 
@@ -517,30 +490,21 @@ std::shared_ptr<const GrpclbService::BuiltList> GrpclbService::ListFor(
   return slot;
 }
 
-void GrpclbService::Ticker() {
-  aside::MutexLock lock(&mu_);
-  while (!stop_) {
-    mu_.AwaitWithTimeout(aside::Cond(&stop_), absl::Seconds(1));
-    if (stop_) {
-      break;
+void GrpclbService::Tick() {
+  // The lists of groups no stream serves any more are let go.
+  absl::flat_hash_set<std::string> served;
+  streams_.ForEach([&](Stream* s) {
+    if (GroupPtr g = s->group()) {
+      served.insert(g->name());
     }
-    // The lists of groups no stream serves any more are let go.
-    absl::flat_hash_set<std::string> served;
-    for (Stream* s : streams_) {
-      if (GroupPtr g = s->group()) {
-        served.insert(g->name());
-      }
-    }
-    {
-      aside::MutexLock lists_lock(&lists_mu_);
-      absl::erase_if(lists_, [&](const auto& entry) {
-        return !served.contains(entry.first);
-      });
-    }
-    for (Stream* s : streams_) {
-      s->Recheck();
-    }
+  });
+  {
+    aside::MutexLock lists_lock(&lists_mu_);
+    absl::erase_if(lists_, [&](const auto& entry) {
+      return !served.contains(entry.first);
+    });
   }
+  streams_.ForEach([](Stream* s) { s->Recheck(); });
 }
 
 void GrpclbService::LimitStreamsPerPeer(uint32_t max) {

@@ -31,18 +31,17 @@
 // Threads: gRPC's callback threads run each stream's reactor methods (one
 // read and one write in flight per stream); group publication calls a
 // stream's OnPublish from the publishing thread; one ticker thread owned by
-// the service re-checks load-based drops once a second. Locks: the
-// service's mu_ (the stream set) is taken before a stream's own, never
-// after; lists_mu_ (the built lists) after both, alone; a stream registers
+// the service (a Ticker, server/base/stream_set.h) re-checks load-based
+// drops once a second. Locks: the stream set's (StreamSet) is taken before
+// a stream's own, never after; lists_mu_ (the built lists) after both, or
+// alone; a stream registers
 // as a group listener without holding its lock, since publication calls
 // OnPublish with the group's listener lock held.
 #ifndef ASIDE_SERVER_API_GRPCLB_SERVICE_H_
 #define ASIDE_SERVER_API_GRPCLB_SERVICE_H_
 
 #include <memory>
-#include <set>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -51,6 +50,7 @@
 #include "server/api/peer_stream_limit.h"
 #include "server/auth/report_auth.h"
 #include "server/base/metrics.h"
+#include "server/base/stream_set.h"
 #include "server/groups/group_registry.h"
 #include "server/load/load_aggregator.h"
 
@@ -96,8 +96,9 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   class Stream;
   friend class Stream;
 
-  // Re-evaluates load-based drops once a second.
-  void Ticker();
+  // Once a second: re-evaluates load-based drops and lets go of the lists
+  // no stream serves.
+  void Tick();
 
   // A group's server list at one generation and overload level, as sent.
   struct BuiltList {
@@ -116,19 +117,17 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   const uint32_t max_servers_;
   const ReportAuth* const report_auth_;
 
-  // Taken before a stream's own lock, never after.
-  mutable aside::Mutex mu_;
-  std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread ticker_;
+  StreamSet<Stream> streams_;
 
-  // Taken after mu_ and a stream's lock, or alone.
+  // Taken after the stream set's lock and a stream's, or alone.
   mutable aside::Mutex lists_mu_;
   // The newest list of each group that has streams.
   absl::flat_hash_map<std::string, std::shared_ptr<const BuiltList>> lists_
       ABSL_GUARDED_BY(lists_mu_);
   uint64_t lists_built_ ABSL_GUARDED_BY(lists_mu_) = 0;
+
+  // Last: stopped (in the destructor) before the state Tick reads goes.
+  Ticker ticker_;
 };
 
 }  // namespace aside::server

@@ -43,13 +43,9 @@ class LoadViewService::Stream final
   }
 
   void OnDone() override {
-    {
-      aside::MutexLock lock(&service_->mu_);
-      service_->streams_.erase(this);
-      if (service_->metrics_ != nullptr) {
-        service_->metrics_->subscribers.Set(
-            static_cast<double>(service_->streams_.size()));
-      }
+    const size_t left = service_->streams_.Remove(this);
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->subscribers.Set(static_cast<double>(left));
     }
     Log(LogLevel::kInfo, "fleet.load_view_subscriber_left",
         {{"subscriber", subscriber_}});
@@ -113,20 +109,12 @@ LoadViewService::LoadViewService(std::string replica_id, LoadAggregator* loads,
       loads_(loads),
       auth_(auth),
       interval_(interval),
-      metrics_(metrics) {
-  ticker_ = std::thread([this] {
-    NameThisThread("aside-loadview");
-    Ticker();
-  });
-}
+      metrics_(metrics),
+      ticker_("aside-loadview", interval, [this] { Tick(); }) {}
 
 LoadViewService::~LoadViewService() {
   Shutdown();
-  {
-    aside::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  ticker_.join();
+  ticker_.Stop();
 }
 
 grpc::ServerWriteReactor<v1::LoadViewUpdate>* LoadViewService::LoadView(
@@ -148,13 +136,18 @@ grpc::ServerWriteReactor<v1::LoadViewUpdate>* LoadViewService::LoadView(
                                   "' is this replica; it does not subscribe "
                                   "to itself")));
   }
+  // Under mu_, so that the first export offered here is not older than one
+  // the ticker offers.
   aside::MutexLock lock(&mu_);
-  if (shutting_down_) {
+  if (streams_.shutting_down()) {
     return new Refused(
         grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
   }
   auto* stream = new Stream(this, request->replica_id());
-  streams_.insert(stream);
+  if (!streams_.Add(stream)) {
+    stream->Shutdown();  // shutdown began meanwhile; OnDone deletes it
+    return stream;
+  }
   if (metrics_ != nullptr) {
     metrics_->subscribers.Set(static_cast<double>(streams_.size()));
   }
@@ -173,34 +166,17 @@ std::shared_ptr<const ExportedLoads> LoadViewService::ExportLocked() {
   return ids_.Next(std::move(local));
 }
 
-void LoadViewService::Shutdown() {
-  aside::MutexLock lock(&mu_);
-  shutting_down_ = true;
-  for (Stream* s : streams_) {
-    s->Shutdown();
-  }
-}
+void LoadViewService::Shutdown() { streams_.Shutdown(); }
 
-size_t LoadViewService::streams() const {
-  aside::MutexLock lock(&mu_);
-  return streams_.size();
-}
+size_t LoadViewService::streams() const { return streams_.size(); }
 
-void LoadViewService::Ticker() {
+void LoadViewService::Tick() {
   aside::MutexLock lock(&mu_);
-  while (!stop_) {
-    mu_.AwaitWithTimeout(aside::Cond(&stop_), interval_);
-    if (stop_) {
-      break;
-    }
-    if (streams_.empty() || shutting_down_) {
-      continue;
-    }
-    std::shared_ptr<const ExportedLoads> exported = ExportLocked();
-    for (Stream* s : streams_) {
-      s->Offer(exported);
-    }
+  if (streams_.size() == 0 || streams_.shutting_down()) {
+    return;
   }
+  std::shared_ptr<const ExportedLoads> exported = ExportLocked();
+  streams_.ForEach([&exported](Stream* s) { s->Offer(exported); });
 }
 
 }  // namespace aside::server

@@ -16,20 +16,21 @@
 // FAILED_PRECONDITION so that a replica never merges its own view.
 //
 // Threads: gRPC callback threads run the streams; the ticker offers
-// exports. Locks: the service's mu_ before a stream's, never after.
+// exports. Locks: the service's mu_ (export ids) before the stream set's
+// (server/base/stream_set.h), that before a stream's, never after.
 #ifndef ASIDE_SERVER_LOAD_LOAD_VIEW_SERVICE_H_
 #define ASIDE_SERVER_LOAD_LOAD_VIEW_SERVICE_H_
 
 #include <memory>
 #include <set>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "aside/v1/fleet.grpc.pb.h"
 #include "lib/sync.h"
 #include "server/auth/report_auth.h"
+#include "server/base/stream_set.h"
 #include "server/load/load_aggregator.h"
 #include "server/load/load_view_codec.h"
 #include "server/load/load_view_metrics.h"
@@ -63,7 +64,8 @@ class LoadViewService final : public v1::Fleet::CallbackService {
  private:
   class Stream;
 
-  void Ticker();
+  // Every interval: one export, offered to every stream.
+  void Tick();
   // A fresh export (ids kept from the last one).
   std::shared_ptr<const ExportedLoads> ExportLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -75,12 +77,13 @@ class LoadViewService final : public v1::Fleet::CallbackService {
   LoadViewMetrics* const metrics_;
   const OrcaCollector* orca_ = nullptr;
 
+  // Taken before the stream set's lock: an export and its offers to every
+  // stream are one step.
   mutable aside::Mutex mu_;
-  std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   ExportIds ids_ ABSL_GUARDED_BY(mu_);
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread ticker_;
+  StreamSet<Stream> streams_;
+  // Last: stopped (in the destructor) before the state Tick reads goes.
+  Ticker ticker_;
 };
 
 }  // namespace aside::server

@@ -64,12 +64,7 @@ class AdsService::Stream final
  public:
   Stream(AdsService* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
-    bool shutting_down;
-    {
-      aside::MutexLock lock(&service_->mu_);
-      shutting_down = service_->shutting_down_;
-      service_->streams_.insert(this);
-    }
+    const bool shutting_down = !service_->streams_.Add(this);
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "ads"}}).Increment();
     }
@@ -133,15 +128,12 @@ class AdsService::Stream final
     if (service_->stream_limit_ != nullptr) {
       service_->stream_limit_->Release(counted_peer_);
     }
-    {
-      aside::MutexLock lock(&service_->mu_);
-      service_->streams_.erase(this);
-    }
+    service_->streams_.Remove(this);
     delete this;
   }
 
   // Re-evaluates what the client should have (publication callbacks and the
-  // ticker, with the service's mu_ held). `forget` starts the set of groups
+  // ticker, with the stream set's lock held). `forget` starts the set of groups
   // the stream uses afresh (the ticker's full pass).
   void Poke(bool forget = false) {
     aside::MutexLock lock(&mu_);
@@ -423,20 +415,12 @@ AdsService::AdsService(GroupRegistry* groups, Metrics* metrics,
     : groups_(groups),
       metrics_(metrics),
       cache_(groups, loads),
-      watcher_(std::make_unique<GroupWatcher>(this)) {
-  ticker_ = std::thread([this] {
-    NameThisThread("aside-ads");
-    Ticker();
-  });
-}
+      watcher_(std::make_unique<GroupWatcher>(this)),
+      ticker_("aside-ads", absl::Seconds(1), [this] { Tick(); }) {}
 
 AdsService::~AdsService() {
   Shutdown();
-  {
-    aside::MutexLock lock(&mu_);
-    stop_ = true;  // wakes the ticker as the lock is released
-  }
-  ticker_.join();
+  ticker_.Stop();
   aside::MutexLock lock(&watched_mu_);
   for (auto& [name, group] : watched_) {
     group->RemoveListener(watcher_.get());
@@ -450,31 +434,16 @@ AdsService::StreamAggregatedResources(grpc::CallbackServerContext* context) {
   return new Stream(this, context);
 }
 
-void AdsService::Shutdown() {
-  aside::MutexLock lock(&mu_);
-  shutting_down_ = true;
-  for (Stream* s : streams_) {
-    s->Shutdown();
-  }
-}
+void AdsService::Shutdown() { streams_.Shutdown(); }
 
-size_t AdsService::streams() const {
-  aside::MutexLock lock(&mu_);
-  return streams_.size();
-}
+size_t AdsService::streams() const { return streams_.size(); }
 
 void AdsService::PokeAll() {
-  aside::MutexLock lock(&mu_);
-  for (Stream* s : streams_) {
-    s->Poke();
-  }
+  streams_.ForEach([](Stream* s) { s->Poke(); });
 }
 
 void AdsService::PokeUsers(const std::string& group) {
-  aside::MutexLock lock(&mu_);
-  for (Stream* s : streams_) {
-    s->PokeIfUses(group);
-  }
+  streams_.ForEach([&group](Stream* s) { s->PokeIfUses(group); });
 }
 
 void AdsService::WatchLater(const GroupPtr& group) {
@@ -524,41 +493,24 @@ void AdsService::RegisterPending() {
   }
 }
 
-void AdsService::Ticker() {
-  mu_.Lock();
-  while (!stop_) {
-    mu_.AwaitWithTimeout(
-        [this] {
-          mu_.AssertHeld();
-          return stop_;
-        },
-        absl::Seconds(1));
-    if (stop_) {
-      break;
-    }
-    // Names may now resolve to groups created meanwhile, or (aliases
-    // changed) to other groups.
-    for (Stream* s : streams_) {
-      s->Poke(/*forget=*/true);
-    }
-    mu_.Unlock();
-    RegisterPending();
-    {
-      aside::MutexLock watched(&watched_mu_);
-      for (auto it = watched_.begin(); it != watched_.end();) {
-        if (groups_->Find(it->first) != it->second) {
-          it->second->RemoveListener(watcher_.get());
-          Forget(it->second.get());
-          it = watched_.erase(it);
-        } else {
-          ++it;
-        }
+void AdsService::Tick() {
+  // Names may now resolve to groups created meanwhile, or (aliases
+  // changed) to other groups.
+  streams_.ForEach([](Stream* s) { s->Poke(/*forget=*/true); });
+  RegisterPending();
+  {
+    aside::MutexLock watched(&watched_mu_);
+    for (auto it = watched_.begin(); it != watched_.end();) {
+      if (groups_->Find(it->first) != it->second) {
+        it->second->RemoveListener(watcher_.get());
+        Forget(it->second.get());
+        it = watched_.erase(it);
+      } else {
+        ++it;
       }
     }
-    cache_.Prune();
-    mu_.Lock();
   }
-  mu_.Unlock();
+  cache_.Prune();
 }
 
 void AdsService::LimitStreamsPerPeer(uint32_t max) {

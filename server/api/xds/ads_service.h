@@ -22,16 +22,15 @@
 // resolve, or resolve elsewhere).
 //
 // Threads: gRPC reactor callbacks, group publication callbacks and the
-// ticker thread. Lock order: a group's listener lock → mu_ → a stream's
-// lock; groups are subscribed to (AddListener) only with none of those
-// held, from RegisterPending().
+// ticker thread. Lock order: a group's listener lock → the stream set's
+// (server/base/stream_set.h) → a stream's lock; groups are subscribed to
+// (AddListener) only with none of those held, from RegisterPending().
 #ifndef ASIDE_SERVER_API_XDS_ADS_SERVICE_H_
 #define ASIDE_SERVER_API_XDS_ADS_SERVICE_H_
 
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -40,6 +39,7 @@
 #include "server/api/peer_stream_limit.h"
 #include "server/api/xds/resource_cache.h"
 #include "server/base/metrics.h"
+#include "server/base/stream_set.h"
 #include "server/groups/group_registry.h"
 
 namespace aside::server::xds {
@@ -83,29 +83,27 @@ class AdsService final : public envoy::service::discovery::v3::
   // Subscribes to queued groups; call with no lock held.
   void RegisterPending();
   // Once a second: new groups for unresolved names, pruning.
-  void Ticker();
+  void Tick();
 
   GroupRegistry* const groups_;
   Metrics* const metrics_;
   ResourceCache cache_;
   std::unique_ptr<GroupWatcher> watcher_;
 
-  mutable aside::Mutex mu_;
-  std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  StreamSet<Stream> streams_;
 
   // Taken last (nothing else is locked while it is held). `known_` mirrors
   // watched_ so that re-evaluations queue only groups not yet watched.
   aside::Mutex pending_mu_;
   std::vector<GroupPtr> pending_ ABSL_GUARDED_BY(pending_mu_);
   std::set<const Group*> known_ ABSL_GUARDED_BY(pending_mu_);
-  // Taken before a group's listener lock, never while holding mu_ or a
-  // stream's lock.
+  // Taken before a group's listener lock, never while holding the stream set's
+  // or a stream's lock.
   aside::Mutex watched_mu_;
   std::map<std::string, GroupPtr> watched_ ABSL_GUARDED_BY(watched_mu_);
 
-  std::thread ticker_;
+  // Last: stopped (in the destructor) before the state Tick reads goes.
+  Ticker ticker_;
 };
 
 }  // namespace aside::server::xds

@@ -18,12 +18,7 @@ class LrsService::Stream final
  public:
   Stream(LrsService* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
-    bool shutting_down;
-    {
-      aside::MutexLock lock(&service_->mu_);
-      shutting_down = service_->shutting_down_;
-      service_->streams_.insert(this);
-    }
+    const bool shutting_down = !service_->streams_.Add(this);
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Increment();
     }
@@ -96,10 +91,7 @@ class LrsService::Stream final
     if (service_->stream_limit_ != nullptr) {
       service_->stream_limit_->Release(counted_peer_);
     }
-    {
-      aside::MutexLock lock(&service_->mu_);
-      service_->streams_.erase(this);
-    }
+    service_->streams_.Remove(this);
     delete this;
   }
 
@@ -146,13 +138,7 @@ LrsService::StreamLoadStats(grpc::CallbackServerContext* context) {
   return new Stream(this, context);
 }
 
-void LrsService::Shutdown() {
-  aside::MutexLock lock(&mu_);
-  shutting_down_ = true;
-  for (Stream* s : streams_) {
-    s->Shutdown();
-  }
-}
+void LrsService::Shutdown() { streams_.Shutdown(); }
 
 size_t LrsService::Apply(const std::string& reporter,
                          const lrs::LoadStatsRequest& report,

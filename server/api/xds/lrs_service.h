@@ -7,7 +7,8 @@
 // load-aware policies and outlier detection. A locality that names no
 // backend of the group is rejected and counted.
 //
-// Threads: gRPC reactor callbacks only; mu_ guards the set of streams.
+// Threads: gRPC reactor callbacks only; the stream set
+// (server/base/stream_set.h) is locked before a stream.
 #ifndef ASIDE_SERVER_API_XDS_LRS_SERVICE_H_
 #define ASIDE_SERVER_API_XDS_LRS_SERVICE_H_
 
@@ -20,6 +21,7 @@
 #include "server/api/peer_stream_limit.h"
 #include "server/auth/report_auth.h"
 #include "server/base/metrics.h"
+#include "server/base/stream_set.h"
 #include "server/groups/group_registry.h"
 #include "server/load/load_aggregator.h"
 
@@ -61,9 +63,7 @@ class LrsService final : public envoy::service::load_stats::v3::
   const absl::Duration interval_;
   const ReportAuth* const report_auth_;
 
-  aside::Mutex mu_;
-  std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  StreamSet<Stream> streams_;
 };
 
 }  // namespace aside::server::xds

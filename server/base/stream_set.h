@@ -1,0 +1,133 @@
+// What every streaming service shares (grpclb, xDS ADS and LRS, the fleet's
+// LoadView): the set of its open streams and a ticker.
+//
+// StreamSet<Stream> holds the open streams: a stream adds itself when it
+// starts and removes itself in OnDone; once the service shuts down, Add
+// refuses (the stream then finishes itself, UNAVAILABLE) and every open
+// stream is told (Stream::Shutdown()). ForEach visits them under the set's
+// lock. Lock order: the set's lock is taken before a stream's own
+// (Shutdown and ForEach call into streams with it held), so a stream never
+// calls the set while holding its own lock.
+//
+// Ticker is a named thread that runs a function every interval until it is
+// stopped (its destructor stops it and waits for a run in progress).
+//
+// Thread-safe; each costs one mutex. O(streams) per Shutdown and ForEach.
+#ifndef ASIDE_SERVER_BASE_STREAM_SET_H_
+#define ASIDE_SERVER_BASE_STREAM_SET_H_
+
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
+#include "lib/sync.h"
+#include "lib/thread_name.h"
+
+namespace aside::server {
+
+template <typename Stream>
+class StreamSet {
+ public:
+  // Adds `s`; false (and not added) once Shutdown has begun.
+  bool Add(Stream* s) {
+    aside::MutexLock lock(&mu_);
+    if (shutting_down_) {
+      return false;
+    }
+    streams_.insert(s);
+    return true;
+  }
+  // Removes `s` (a stream not in the set is ignored); how many remain.
+  size_t Remove(Stream* s) {
+    aside::MutexLock lock(&mu_);
+    streams_.erase(s);
+    return streams_.size();
+  }
+  // Refuses new streams and calls Shutdown() on each open one. Idempotent.
+  void Shutdown() {
+    aside::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    for (Stream* s : streams_) {
+      s->Shutdown();
+    }
+  }
+  size_t size() const {
+    aside::MutexLock lock(&mu_);
+    return streams_.size();
+  }
+  bool shutting_down() const {
+    aside::MutexLock lock(&mu_);
+    return shutting_down_;
+  }
+  // Calls fn(Stream*) on each open stream, with the set's lock held.
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    aside::MutexLock lock(&mu_);
+    for (Stream* s : streams_) {
+      fn(s);
+    }
+  }
+
+ private:
+  mutable aside::Mutex mu_;
+  std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class Ticker {
+ public:
+  // Starts the thread `name` (at most 15 bytes, docs/operations.md
+  // "Threads"), which runs `tick` every `interval`, the first time one
+  // interval after the start.
+  Ticker(const char* name, absl::Duration interval, std::function<void()> tick)
+      : interval_(interval), tick_(std::move(tick)) {
+    thread_ = std::thread([this, name] {
+      NameThisThread(name);
+      Run();
+    });
+  }
+  ~Ticker() { Stop(); }
+  Ticker(const Ticker&) = delete;
+  Ticker& operator=(const Ticker&) = delete;
+
+  // Stops the thread and waits for it (a run in progress ends first).
+  // Idempotent; not from `tick` itself.
+  void Stop() {
+    {
+      aside::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+  }
+
+ private:
+  void Run() {
+    mu_.Lock();
+    while (!stop_) {
+      mu_.AwaitWithTimeout(aside::Cond(&stop_), interval_);
+      if (stop_) {
+        break;
+      }
+      mu_.Unlock();
+      tick_();
+      mu_.Lock();
+    }
+    mu_.Unlock();
+  }
+
+  const absl::Duration interval_;
+  const std::function<void()> tick_;
+  aside::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_BASE_STREAM_SET_H_
