@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "server/api/admin_common.h"
 #include "server/api/admin_service.h"
 #include "server/base/log.h"
 #include "server/net/guarded_relay.h"
@@ -17,15 +18,8 @@
 namespace aside::server {
 namespace {
 
-grpc::Status Invalid(std::string message) {
-  return {grpc::StatusCode::INVALID_ARGUMENT, std::move(message)};
-}
-
-// The mutation metric's result label, as admin_service.cc writes it.
-std::string CodeName(grpc::StatusCode code) {
-  return absl::AsciiStrToLower(
-      absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
-}
+using admin_common::CodeName;
+using admin_common::Invalid;
 
 // The group a change names ("" when no change is set).
 const std::string& ChangedGroup(const v1::GroupChange& change) {

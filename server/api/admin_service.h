@@ -31,6 +31,10 @@
 // guards who holds which); the state store and the registry take their own
 // locks inside it, never the other way round.
 // set_grpclb_streams() is for wiring, before the server serves.
+//
+// Files: admin_service.cc (the calls' dispatch, admission and the write
+// path, Mutate), admin_reads.cc, admin_writes.cc, admin_apply_changes.cc
+// (the batch call); admin_common.h holds what they share.
 #ifndef ASIDE_SERVER_API_ADMIN_SERVICE_H_
 #define ASIDE_SERVER_API_ADMIN_SERVICE_H_
 

@@ -1,0 +1,326 @@
+// The Admin service's writes (admin_service.h): CreateGroup, UpdateGroup,
+// DeleteGroup, AddBackends, RemoveBackends, DrainBackends. Each checks its
+// request, then makes its change through Mutate (admin_service.cc).
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "lib/address.h"
+#include "lib/status_macros.h"
+#include "proto/convert.h"
+#include "server/api/admin_common.h"
+#include "server/api/admin_service.h"
+#include "server/base/status_util.h"
+#include "server/schema/group_spec_proto.h"
+
+namespace aside::server {
+namespace {
+
+using admin_common::GroupNotFound;
+using admin_common::Invalid;
+
+// Checks a list of addresses from a request and canonicalises them.
+grpc::Status CanonicalAddresses(
+    const google::protobuf::RepeatedPtrField<std::string>& in,
+    std::vector<std::string>* out) {
+  if (in.empty()) {
+    return Invalid("addresses: at least one address is required");
+  }
+  if (in.size() > kMaxBackendsPerRequest) {
+    return Invalid(absl::StrCat("addresses: ", in.size(), " entries (at most ",
+                                kMaxBackendsPerRequest, ")"));
+  }
+  std::set<std::string> seen;
+  for (int i = 0; i < in.size(); ++i) {
+    absl::StatusOr<std::string> canonical = CanonicalAddress(in.Get(i));
+    if (!canonical.ok()) {
+      return Invalid(
+          absl::StrCat("addresses[", i, "]: ", canonical.status().message()));
+    }
+    if (!seen.insert(*canonical).second) {
+      return Invalid(
+          absl::StrCat("addresses[", i, "]: ", *canonical, " is listed twice"));
+    }
+    out->push_back(*std::move(canonical));
+  }
+  return grpc::Status::OK;
+}
+
+// The current definition with the request's fields (its update mask)
+// replaced, converted and validated.
+absl::StatusOr<GroupSpec> MergeUpdate(const GroupSpec& current,
+                                      const v1::UpdateGroupRequest& request) {
+  v1::Group merged;
+  GroupSpecToProto(current, &merged);
+  const v1::Group& in = request.group();
+  std::vector<std::string> paths(request.update_mask().paths().begin(),
+                                 request.update_mask().paths().end());
+  if (paths.empty()) {
+    paths = {"policy",       "backends",
+             "health_check", "panic_threshold",
+             "slow_start",   "outlier_detection",
+             "dns",          "aliases",
+             "grpclb",       "orca"};
+  }
+  for (const std::string& path : paths) {
+    if (path == "policy") {
+      merged.clear_policy();
+      if (in.has_policy()) *merged.mutable_policy() = in.policy();
+    } else if (path == "backends") {
+      *merged.mutable_backends() = in.backends();
+    } else if (path == "health_check") {
+      merged.clear_health_check();
+      if (in.has_health_check())
+        *merged.mutable_health_check() = in.health_check();
+    } else if (path == "panic_threshold") {
+      merged.clear_panic_threshold();
+      if (in.has_panic_threshold())
+        merged.set_panic_threshold(in.panic_threshold());
+    } else if (path == "slow_start") {
+      merged.clear_slow_start();
+      if (in.has_slow_start()) *merged.mutable_slow_start() = in.slow_start();
+    } else if (path == "outlier_detection") {
+      merged.clear_outlier_detection();
+      if (in.has_outlier_detection()) {
+        *merged.mutable_outlier_detection() = in.outlier_detection();
+      }
+    } else if (path == "dns") {
+      merged.clear_dns();
+      if (in.has_dns()) *merged.mutable_dns() = in.dns();
+    } else if (path == "aliases") {
+      *merged.mutable_aliases() = in.aliases();
+    } else if (path == "grpclb") {
+      merged.clear_grpclb();
+      if (in.has_grpclb()) *merged.mutable_grpclb() = in.grpclb();
+    } else if (path == "orca") {
+      merged.clear_orca();
+      if (in.has_orca()) *merged.mutable_orca() = in.orca();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "update_mask: unknown path '", path,
+          "' (allowed: policy, backends, health_check, panic_threshold, "
+          "slow_start, outlier_detection, dns, aliases, grpclb, orca)"));
+    }
+  }
+  return GroupSpecFromProto("group", merged);
+}
+
+}  // namespace
+
+grpc::Status AdminService::DoCreateGroup(const v1::CreateGroupRequest& request,
+                                         v1::Group* response) {
+  if (!request.has_group()) {
+    return Invalid("group: required");
+  }
+  absl::StatusOr<GroupSpec> spec = GroupSpecFromProto("group", request.group());
+  if (!spec.ok()) {
+    return ToGrpcStatus(spec.status());
+  }
+  const std::string name = spec->name;
+  MutationScope scope(this, name, !spec->aliases.empty());
+  if (groups_->Find(name) != nullptr && store_ == nullptr) {
+    return {grpc::StatusCode::ALREADY_EXISTS,
+            absl::StrCat("group '", name, "' already exists")};
+  }
+  if (GroupPtr g = groups_->Find(name);
+      g != nullptr && g->spec().source == GroupSource::kFile) {
+    return {grpc::StatusCode::ALREADY_EXISTS,
+            absl::StrCat("group '", name, "' already exists (declared in ",
+                         g->spec().file, ")")};
+  }
+  return Mutate(
+      name, 0, StoreSync::OnConflict::kAbortOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        if (current != nullptr) {
+          return absl::AlreadyExistsError(
+              absl::StrCat("group '", name, "' already exists"));
+        }
+        return std::optional<GroupSpec>(*spec);
+      },
+      response);
+}
+
+grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
+                                         v1::Group* response) {
+  if (!request.has_group()) {
+    return Invalid("group: required");
+  }
+  const std::string& name = request.group().name();
+  const auto& paths = request.update_mask().paths();
+  MutationScope scope(
+      this, name,
+      request.group().aliases_size() > 0 &&
+          (paths.empty() ||
+           std::find(paths.begin(), paths.end(), "aliases") != paths.end()));
+  if (grpc::Status s = CheckMutable(name); !s.ok()) {
+    return s;
+  }
+  // Replacing fields is not commutative with a concurrent change to them:
+  // a lost race is ABORTED rather than retried.
+  return Mutate(
+      name, request.expected_revision(),
+      StoreSync::OnConflict::kAbortOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        if (current == nullptr) {
+          return GroupNotFound(name);
+        }
+        ASIDE_ASSIGN_OR_RETURN(GroupSpec next, MergeUpdate(*current, request));
+        return std::optional<GroupSpec>(std::move(next));
+      },
+      response);
+}
+
+grpc::Status AdminService::DoDeleteGroup(const v1::DeleteGroupRequest& request,
+                                         v1::DeleteGroupResponse* response) {
+  MutationScope scope(this, request.name(), false);
+  if (grpc::Status s = CheckMutable(request.name()); !s.ok()) {
+    return s;
+  }
+  uint64_t generation = 0;
+  int64_t revision = 0;
+  grpc::Status status = Mutate(
+      request.name(), request.expected_revision(),
+      StoreSync::OnConflict::kRetryOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        if (current == nullptr) {
+          return GroupNotFound(request.name());
+        }
+        return std::optional<GroupSpec>();
+      },
+      nullptr, &generation, &revision);
+  if (!status.ok()) {
+    return status;
+  }
+  response->set_generation(generation);
+  response->set_store_revision(revision);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DoAddBackends(const v1::AddBackendsRequest& request,
+                                         v1::Group* response) {
+  if (request.backends().empty()) {
+    return Invalid("backends: at least one backend is required");
+  }
+  if (request.backends_size() > kMaxBackendsPerRequest) {
+    return Invalid(absl::StrCat("backends: ", request.backends_size(),
+                                " entries (at most ", kMaxBackendsPerRequest,
+                                ")"));
+  }
+  std::vector<Backend> added;
+  for (int i = 0; i < request.backends_size(); ++i) {
+    absl::StatusOr<Backend> b =
+        FromProto(absl::StrCat("backends[", i, "]"), request.backends(i),
+                  /*allow_hostname=*/false);
+    if (!b.ok()) {
+      return ToGrpcStatus(b.status());
+    }
+    added.push_back(*std::move(b));
+  }
+  MutationScope scope(this, request.group(), false);
+  if (grpc::Status s = CheckMutable(request.group()); !s.ok()) {
+    return s;
+  }
+  // Adding distinct backends commutes with other changes: a lost race is
+  // retried on the stored value.
+  return Mutate(
+      request.group(), request.expected_revision(),
+      StoreSync::OnConflict::kRetryOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        if (current == nullptr) {
+          return GroupNotFound(request.group());
+        }
+        GroupSpec spec = *current;
+        // Views into spec.backends, which grows only after the check.
+        absl::flat_hash_set<absl::string_view> present;
+        present.reserve(spec.backends.size() + added.size());
+        for (const Backend& b : spec.backends) {
+          present.insert(b.address);
+        }
+        for (size_t i = 0; i < added.size(); ++i) {
+          if (!present.insert(added[i].address).second) {
+            return absl::AlreadyExistsError(
+                absl::StrCat("backends[", i, "]: ", added[i].address,
+                             " is already in group '", spec.name, "'"));
+          }
+        }
+        if (spec.backends.size() + added.size() > kMaxBackendsPerGroup) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("group '", spec.name, "' would have ",
+                           spec.backends.size() + added.size(),
+                           " backends (at most ", kMaxBackendsPerGroup, ")"));
+        }
+        spec.backends.insert(spec.backends.end(), added.begin(), added.end());
+        ASIDE_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+        return std::optional<GroupSpec>(std::move(spec));
+      },
+      response);
+}
+
+grpc::Status AdminService::EditBackends(
+    const std::string& group_name,
+    const google::protobuf::RepeatedPtrField<std::string>& addresses,
+    int64_t expected_revision,
+    const std::function<void(GroupSpec&, std::vector<Backend>::iterator)>& edit,
+    v1::Group* response) {
+  std::vector<std::string> canonical;
+  if (grpc::Status s = CanonicalAddresses(addresses, &canonical); !s.ok()) {
+    return s;
+  }
+  MutationScope scope(this, group_name, false);
+  if (grpc::Status s = CheckMutable(group_name); !s.ok()) {
+    return s;
+  }
+  // Removing, draining and undraining named backends commute with other
+  // changes: a lost race is retried on the stored value.
+  return Mutate(
+      group_name, expected_revision, StoreSync::OnConflict::kRetryOnConflict,
+      [&](const GroupSpec* current)
+          -> absl::StatusOr<std::optional<GroupSpec>> {
+        if (current == nullptr) {
+          return GroupNotFound(group_name);
+        }
+        GroupSpec spec = *current;
+        for (const std::string& address : canonical) {
+          auto it = std::find_if(
+              spec.backends.begin(), spec.backends.end(),
+              [&](const Backend& b) { return b.address == address; });
+          if (it == spec.backends.end()) {
+            return absl::NotFoundError(absl::StrCat(
+                "backend ", address, " is not in group '", spec.name, "'"));
+          }
+          edit(spec, it);
+        }
+        ASIDE_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+        return std::optional<GroupSpec>(std::move(spec));
+      },
+      response);
+}
+
+grpc::Status AdminService::DoRemoveBackends(
+    const v1::RemoveBackendsRequest& request, v1::Group* response) {
+  return EditBackends(
+      request.group(), request.addresses(), request.expected_revision(),
+      [](GroupSpec& spec, std::vector<Backend>::iterator it) {
+        spec.backends.erase(it);
+      },
+      response);
+}
+
+grpc::Status AdminService::DoDrainBackends(
+    const v1::DrainBackendsRequest& request, v1::Group* response) {
+  const bool drained = request.drained();
+  return EditBackends(
+      request.group(), request.addresses(), request.expected_revision(),
+      [drained](GroupSpec&, std::vector<Backend>::iterator it) {
+        it->drained = drained;
+      },
+      response);
+}
+
+}  // namespace aside::server
