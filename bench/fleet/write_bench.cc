@@ -38,19 +38,17 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "aside/v1/admin.grpc.pb.h"
+#include "bench/load/latency.h"
 #include "lib/command_line.h"
 #include "server/store/etcd/etcd_client.h"
 #include "server/store/state_store.h"
+#include "tests/abuse/scraped_metric.h"
 #include "tests/testing/etcd_cluster.h"
-#include "tests/testing/http_client.h"
 #include "tests/testing/process.h"
 
 ABSL_FLAG(double, seconds, 4, "length of each phase");
@@ -101,16 +99,16 @@ std::unique_ptr<grpc::ClientContext> Context() {
 
 // Runs `write(writer)` in `n` threads for --seconds; returns acknowledged
 // writes per second (failures end the run with an error). With
-// `latencies_ms`, each write's time is added to it.
+// `latencies`, each write's time is added to it.
 absl::StatusOr<double> Rate(int n,
                             const std::function<absl::Status(int)>& write,
-                            std::vector<double>* latencies_ms = nullptr) {
+                            bench::Samples* latencies = nullptr) {
   const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
   std::atomic<int64_t> acked{0};
   std::atomic<bool> failed{false};
   std::string error;
   std::vector<std::thread> threads;
-  std::vector<std::vector<double>> per_thread(n);
+  std::vector<bench::Samples> per_thread(n);
   const absl::Time start = absl::Now();
   const absl::Time end = start + length;
   for (int w = 0; w < n; ++w) {
@@ -123,17 +121,16 @@ absl::StatusOr<double> Rate(int n,
           return;
         }
         ++acked;
-        if (latencies_ms != nullptr) {
-          per_thread[w].push_back(
-              absl::ToDoubleMilliseconds(absl::Now() - sent));
+        if (latencies != nullptr) {
+          per_thread[w].Add(absl::ToInt64Nanoseconds(absl::Now() - sent));
         }
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  if (latencies_ms != nullptr) {
-    for (const std::vector<double>& v : per_thread) {
-      latencies_ms->insert(latencies_ms->end(), v.begin(), v.end());
+  if (latencies != nullptr) {
+    for (const bench::Samples& t : per_thread) {
+      latencies->Merge(t);
     }
   }
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
@@ -319,28 +316,12 @@ int Run() {
   return 0;
 }
 
-// The p-th percentile (0..100) of `v` (sorted here); 0 when empty.
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i =
-      std::min(v.size() - 1,
-               static_cast<size_t>(p / 100 * static_cast<double>(v.size())));
-  return v[i];
-}
-
 // aside_store_commit_writes' sum and count on `s`'s metrics port.
 absl::StatusOr<std::pair<double, double>> CommitWrites(const Server& s) {
-  auto r = testing::HttpGet("127.0.0.1", s.metrics_port, "/metrics");
-  if (!r.ok()) return r.status();
-  double sum = -1, count = -1;
-  for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
-    if (absl::ConsumePrefix(&line, "aside_store_commit_writes_sum ")) {
-      absl::SimpleAtod(line, &sum);
-    } else if (absl::ConsumePrefix(&line, "aside_store_commit_writes_count ")) {
-      absl::SimpleAtod(line, &count);
-    }
-  }
+  const double sum =
+      testing::ScrapedMetric(s.metrics_port, "aside_store_commit_writes_sum");
+  const double count =
+      testing::ScrapedMetric(s.metrics_port, "aside_store_commit_writes_count");
   if (sum < 0 || count < 0) {
     return absl::NotFoundError("no aside_store_commit_writes on /metrics");
   }
@@ -446,7 +427,7 @@ int RunMatrix() {
                            : absl::InternalError(st.error_message());
           };
           auto before = CommitWrites(server);
-          std::vector<double> acks;
+          bench::Samples acks;
           auto rate = Rate(writers, write, &acks);
           auto after = CommitWrites(server);
           if (!rate.ok() || !before.ok() || !after.ok()) {
@@ -456,14 +437,14 @@ int RunMatrix() {
             return 1;
           }
           cell.rate = *rate;
-          cell.ack_p99_ms = Percentile(acks, 99);
+          cell.ack_p99_ms = acks.PercentileMicros(99) / 1000;
           const double commits = after->second - before->second;
           cell.batch =
               commits > 0 ? (after->first - before->first) / commits : 1;
           // The floor: the same commits, batch after batch, from one thread.
           const int batch =
               std::max(1, std::min(groups, static_cast<int>(cell.batch + 0.5)));
-          std::vector<double> commit_ms;
+          bench::Samples commit_times;
           int64_t written = 0;
           const absl::Time start = absl::Now();
           if (std::string(store) == "sqlite") {
@@ -485,7 +466,7 @@ int RunMatrix() {
                   return 1;
                 }
               }
-              commit_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t));
+              commit_times.Add(absl::ToInt64Nanoseconds(absl::Now() - t));
               written += batch;
             }
           } else {
@@ -510,14 +491,14 @@ int RunMatrix() {
                 std::cerr << "write_bench: floor txn failed\n";
                 return 1;
               }
-              commit_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t));
+              commit_times.Add(absl::ToInt64Nanoseconds(absl::Now() - t));
               for (int64_t& r : revisions) r = txn->revision;
               written += batch;
             }
           }
           cell.floor_rate = static_cast<double>(written) /
                             absl::ToDoubleSeconds(absl::Now() - start);
-          cell.floor_commit_p99_ms = Percentile(commit_ms, 99);
+          cell.floor_commit_p99_ms = commit_times.PercentileMicros(99) / 1000;
           std::cerr << absl::StrFormat(
               "round %d %s %dx%d: %.0f/s (p99 %.1f ms, %.1f per commit) "
               "floor %.0f/s (p99 %.1f ms): %.2fx\n",

@@ -4,11 +4,9 @@
 
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/string_view.h"
+#include "tests/abuse/scraped_metric.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/status_matchers.h"
 
@@ -105,15 +103,7 @@ std::string Replica::Metrics() {
 }
 
 double Replica::Metric(const std::string& name) {
-  const std::string page = Metrics();
-  for (absl::string_view line : absl::StrSplit(page, '\n')) {
-    double v = 0;
-    if (absl::ConsumePrefix(&line, name) && absl::ConsumePrefix(&line, " ") &&
-        absl::SimpleAtod(line, &v)) {
-      return v;
-    }
-  }
-  return -1;
+  return ScrapedMetric(server.metrics_port, name);
 }
 
 void FleetTestBase::StartCluster(EtcdCluster::Options options) {
