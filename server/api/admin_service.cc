@@ -197,6 +197,9 @@ AdminService::MutationScope::MutationScope(AdminService* admin,
                                            std::string name,
                                            bool claims_aliases)
     : admin_(admin), name_(std::move(name)), claims_aliases_(claims_aliases) {
+  // With a store, StoreSync::Mutate orders (and folds) the writes of one
+  // name; without one, this scope is all that orders them.
+  const bool one_per_name = admin_->store_ == nullptr;
   aside::MutexLock lock(&admin_->mutation_mu_);
   if (claims_aliases_) {
     ++admin_->claims_waiting_;
@@ -208,19 +211,21 @@ AdminService::MutationScope::MutationScope(AdminService* admin,
     --admin_->claims_waiting_;
     admin_->claiming_ = true;
   } else {
-    admin_->mutation_mu_.Await([this] {
+    admin_->mutation_mu_.Await([this, one_per_name] {
       admin_->mutation_mu_.AssertHeld();
       return !admin_->claiming_ && admin_->claims_waiting_ == 0 &&
-             !admin_->mutating_.contains(name_);
+             !(one_per_name && admin_->mutating_.contains(name_));
     });
     ++admin_->sharing_;
   }
-  admin_->mutating_.insert(name_);
+  ++admin_->mutating_[name_];
 }
 
 AdminService::MutationScope::~MutationScope() {
   aside::MutexLock lock(&admin_->mutation_mu_);
-  admin_->mutating_.erase(name_);
+  if (auto it = admin_->mutating_.find(name_); --it->second == 0) {
+    admin_->mutating_.erase(it);
+  }
   if (claims_aliases_) {
     admin_->claiming_ = false;
   } else {

@@ -7,11 +7,12 @@
 // value for changes that commute (add, remove, drain or undrain named
 // backends; delete) and ABORTED for those that replace fields
 // (UpdateGroup) or carry the caller's expected_revision. Mutations of one
-// group through one replica are also serialised here; mutations of
-// different groups run at once, and their store writes share commits
-// (StoreSync's GroupCommitter). A mutation that gives a group aliases runs
-// alone, so that two at once cannot both claim one name. Groups declared in
-// the config file are read-only here (FAILED_PRECONDITION naming the file).
+// group through one replica are serialised, and those that commute fold
+// into one write (StoreSync::Mutate); mutations of different groups run at
+// once, and their store writes share commits (StoreSync's GroupCommitter). A
+// mutation that gives a group aliases runs alone, so that two at once cannot
+// both claim one name. Groups declared in the config file are read-only here
+// (FAILED_PRECONDITION naming the file).
 //
 // Threads: gRPC's callback threads call the RPC methods concurrently. Reads
 // are handled inline (no reactor state outlives the call). Mutations wait
@@ -47,7 +48,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "lib/sync.h"
 #include "server/api/mutation_queue.h"
@@ -218,8 +219,9 @@ class AdminService final : public v1::Admin::CallbackService {
   GrpclbStreams grpclb_streams_;
   const OrcaCollector* orca_ = nullptr;
   Members members_;
-  // One mutation of `name` through this replica at a time; with
-  // `claims_aliases`, no other mutation at all (see the file comment).
+  // With `claims_aliases`, no other mutation at all (see the file
+  // comment); without a store, one mutation of `name` at a time (with one,
+  // StoreSync orders them).
   class MutationScope {
    public:
     MutationScope(AdminService* admin, std::string name, bool claims_aliases);
@@ -235,7 +237,8 @@ class AdminService final : public v1::Admin::CallbackService {
   // Who holds a MutationScope; taken before the store's and the registry's
   // locks, and never held while a mutation runs.
   aside::Mutex mutation_mu_;
-  absl::flat_hash_set<std::string> mutating_ ABSL_GUARDED_BY(mutation_mu_);
+  // Scopes held per name.
+  absl::flat_hash_map<std::string, int> mutating_ ABSL_GUARDED_BY(mutation_mu_);
   int sharing_ ABSL_GUARDED_BY(mutation_mu_) = 0;  // scopes not claiming
   bool claiming_ ABSL_GUARDED_BY(mutation_mu_) = false;
   // Claiming scopes waiting: new sharing ones wait behind them.

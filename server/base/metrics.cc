@@ -208,6 +208,13 @@ Metrics::Metrics()
               .Register(*registry_)
               .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16,
                                                                32, 64, 128})),
+      store_writes_folded(
+          prometheus::BuildCounter()
+              .Name("aside_store_writes_folded_total")
+              .Help("Admin writes folded into an earlier write of the same "
+                    "group (one stored definition and one commit for all).")
+              .Register(*registry_)
+              .Add({})),
       store_changes_superseded(
           prometheus::BuildCounter()
               .Name("aside_store_changes_superseded_total")

@@ -113,6 +113,9 @@ class Metrics {
   // Writes per store commit (the group commit's batch size: 1 while writes
   // come one at a time).
   prometheus::Histogram& store_commit_writes;
+  // Admin writes folded into an earlier write of the same group: one
+  // stored definition and one commit for several writes.
+  prometheus::Counter& store_writes_folded;
   // Stored definitions not published because a later one of the same
   // feed batch replaced them.
   prometheus::Counter& store_changes_superseded;

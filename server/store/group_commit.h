@@ -16,6 +16,8 @@
 // acknowledged write is as durable as one committed alone. Two writes to one
 // group never share a batch (the later one waits for the next): a batch
 // holds distinct keys, as one etcd Txn must, and their order is kept.
+// (Admin writes of one group fold before they get here: StoreSync::Mutate
+// makes them one write.)
 //
 // Threads: Commit from any thread; the store is called by one writer at a
 // time, without mu_ held.

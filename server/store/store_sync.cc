@@ -1,5 +1,6 @@
 #include "server/store/store_sync.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -174,6 +175,15 @@ void StoreSync::ApplyChanges(const std::vector<StoreChange>& changes) {
   }
 }
 
+StoreSync::FoldStats StoreSync::fold_stats() const {
+  aside::MutexLock lock(&fold_mu_);
+  FoldStats out = fold_stats_;
+  for (const auto& [name, folding] : folding_) {
+    out.waiting += folding.queue.size();
+  }
+  return out;
+}
+
 absl::Status StoreSync::ApplyLocked(const StoreChange& change,
                                     const GroupSpec* validated) {
   Applied& applied = applied_[change.name];
@@ -268,14 +278,78 @@ absl::StatusOr<StoreSync::Written> StoreSync::Mutate(const std::string& name,
                                                      int64_t expected_revision,
                                                      OnConflict on_conflict,
                                                      const Edit& edit) {
-  // A store without revisions has this process as its only writer (and
-  // Admin serialises its mutations): its view is the store.
-  const bool shared = store_->revision_generations();
-  if (!shared && expected_revision != 0) {
+  if (!store_->revision_generations() && expected_revision != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("expected_revision: the ", store_->type(), " store ",
                      store_->location(), " has no revisions (leave it 0)"));
   }
+  Pending mine{.expected_revision = expected_revision,
+               .on_conflict = on_conflict,
+               .edit = &edit};
+  fold_mu_.Lock();
+  Folding& folding = folding_[name];
+  ++folding.callers;
+  folding.queue.push_back(&mine);
+  for (;;) {
+    fold_mu_.Await([&] {
+      fold_mu_.AssertHeld();
+      return mine.result.has_value() || !folding.running;
+    });
+    if (mine.result.has_value()) {
+      break;
+    }
+    // No round is running: this caller leads the next one, for the first
+    // waiting edit and, when it commutes, the commuting ones behind it.
+    std::vector<Pending*> round = {folding.queue.front()};
+    if (round.front()->commutes()) {
+      for (size_t i = 1; i < folding.queue.size() && round.size() < kMaxFold &&
+                         folding.queue[i]->commutes();
+           ++i) {
+        round.push_back(folding.queue[i]);
+      }
+    }
+    folding.running = true;
+    fold_mu_.Unlock();
+    std::vector<std::optional<absl::StatusOr<Written>>> answers =
+        RunRound(name, round);
+    fold_mu_.Lock();
+    size_t written = 0;
+    for (size_t i = 0; i < round.size(); ++i) {
+      if (answers[i].has_value()) {
+        written += answers[i]->ok() ? 1 : 0;
+        round[i]->result = std::move(answers[i]);
+      }
+    }
+    folding.queue.erase(
+        std::remove_if(folding.queue.begin(), folding.queue.end(),
+                       [](const Pending* p) { return p->result.has_value(); }),
+        folding.queue.end());
+    folding.running = false;
+    ++fold_stats_.rounds;
+    if (written > 1) {
+      fold_stats_.folded += written - 1;
+      if (metrics_ != nullptr) {
+        metrics_->store_writes_folded.Increment(
+            static_cast<double>(written - 1));
+      }
+    }
+  }
+  absl::StatusOr<Written> out = *std::move(mine.result);
+  if (--folding.callers == 0) {
+    folding_.erase(name);
+  }
+  fold_mu_.Unlock();
+  return out;
+}
+
+std::vector<std::optional<absl::StatusOr<StoreSync::Written>>>
+StoreSync::RunRound(const std::string& name,
+                    const std::vector<Pending*>& round) {
+  std::vector<std::optional<absl::StatusOr<Written>>> answers(round.size());
+  // A store without revisions has this process as its only writer (and
+  // Mutate serialises the writes of each name): its view is the store.
+  const bool shared = store_->revision_generations();
+  const Pending& head = *round.front();
   Read current = ReadLocal(name);
   bool fresh = false;
   auto refresh = [&]() -> absl::Status {
@@ -283,37 +357,70 @@ absl::StatusOr<StoreSync::Written> StoreSync::Mutate(const std::string& name,
     fresh = true;
     return absl::OkStatus();
   };
-  if (shared && expected_revision != 0 &&
-      current.revision != expected_revision) {
-    ASIDE_RETURN_IF_ERROR(refresh());
+  if (shared && head.expected_revision != 0 &&
+      current.revision != head.expected_revision) {
+    if (absl::Status s = refresh(); !s.ok()) {
+      answers[0] = s;
+      return answers;
+    }
   }
   for (int attempt = 1;; ++attempt) {
-    if (expected_revision != 0 && current.revision != expected_revision) {
-      return absl::AbortedError(
+    if (head.expected_revision != 0 &&
+        current.revision != head.expected_revision) {
+      answers[0] = absl::AbortedError(
           absl::StrCat("group '", name, "' is at store revision ",
                        current.revision, ", not the expected ",
-                       expected_revision, "; read it again and retry"));
+                       head.expected_revision, "; read it again and retry"));
+      return answers;
     }
-    absl::StatusOr<std::optional<GroupSpec>> next = edit(current.spec.get());
-    if (!next.ok()) {
+    absl::StatusOr<std::optional<GroupSpec>> first =
+        (*head.edit)(current.spec.get());
+    if (!first.ok()) {
       if (shared && !fresh &&
-          (absl::IsNotFound(next.status()) ||
-           absl::IsAlreadyExists(next.status()))) {
+          (absl::IsNotFound(first.status()) ||
+           absl::IsAlreadyExists(first.status()))) {
         // This replica may not have seen a write made through another
         // one yet: decide on the store's own value.
-        ASIDE_RETURN_IF_ERROR(refresh());
+        if (absl::Status s = refresh(); !s.ok()) {
+          answers[0] = s;
+          return answers;
+        }
         continue;
       }
-      return next.status();
+      answers[0] = first.status();
+      return answers;
+    }
+    std::optional<GroupSpec> value = *std::move(first);
+    std::vector<size_t> in_write = {0};
+    if (head.commutes() && value.has_value()) {
+      // The round's other edits (all commuting), each on the one before.
+      // One that fails or deletes here waits for the next round.
+      for (size_t i = 1; i < round.size(); ++i) {
+        absl::StatusOr<std::optional<GroupSpec>> next =
+            (*round[i]->edit)(&*value);
+        if (!next.ok() || !next->has_value()) {
+          continue;
+        }
+        value = *std::move(next);
+        in_write.push_back(i);
+      }
     }
     absl::StatusOr<Written> written =
-        Write(name, *std::move(next), current.revision);
-    if (!absl::IsAborted(written.status()) || !shared ||
-        on_conflict == OnConflict::kAbortOnConflict || expected_revision != 0 ||
-        attempt >= kMaxWriteAttempts) {
-      return written;
+        Write(name, std::move(value), current.revision);
+    if (absl::IsAborted(written.status()) && shared && head.commutes() &&
+        attempt < kMaxWriteAttempts) {
+      // The store moved on: every edit of the round runs again on its
+      // value.
+      if (absl::Status s = refresh(); !s.ok()) {
+        written = s;
+      } else {
+        continue;
+      }
     }
-    ASIDE_RETURN_IF_ERROR(refresh());
+    for (size_t i : in_write) {
+      answers[i] = written;
+    }
+    return answers;
   }
 }
 

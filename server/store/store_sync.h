@@ -26,19 +26,42 @@
 // writes made at the same time, to different groups, share one store
 // commit, and each is applied and answered once its own commit returned.
 //
+// Writes to one group fold. Mutate serialises the read-modify-writes of
+// each name: while one is in flight, later ones wait in arrival order, and
+// when it returns the next waiter leads a round for everyone waiting. A
+// round runs the first waiting edit on the group as stored, then, when
+// that edit commutes (kRetryOnConflict, no expected_revision, not a
+// delete), every commuting edit queued behind it, each on the result of
+// the one before, and writes the result once: one definition, one
+// commit, one generation for all of them. Each is answered once that
+// commit returned, with its revision and the group as published. A round
+// stops before an edit that does not commute (it leads the next round,
+// alone), and an edit that fails or deletes on the folded value waits for
+// the next round, where it runs first on the group as stored: so a
+// refusal (NOT_FOUND, ALREADY_EXISTS, a limit) is always true of a stored
+// version, never of a value only folding produced. Edits of one round were
+// all waiting at once, so any order of them is one a caller could have
+// seen; the history of stored versions stays linearisable, with several
+// acknowledged writes at one revision.
+//
 // Threads: any thread; mu_ serialises applications (it is taken before the
-// registry's and the groups' locks, never after).
+// registry's and the groups' locks, never after); fold_mu_ guards who waits
+// and who leads, and is never held while a round runs.
 #ifndef ASIDE_SERVER_STORE_STORE_SYNC_H_
 #define ASIDE_SERVER_STORE_STORE_SYNC_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "lib/sync.h"
 #include "server/base/metrics.h"
@@ -87,9 +110,11 @@ class StoreSync {
   //   - `expected_revision` (0: none) is the caller's own precondition: the
   //     write is made only on the definition stored at that revision,
   //     ABORTED otherwise.
-  // `edit` may run more than once and must not have side effects. The
-  // result is the group as published (null after a delete), the generation
-  // (of a delete) and the store revision of the write.
+  // `edit` may run more than once, on another thread (the round's leader,
+  // while this caller waits), and must not have side effects. The result
+  // is the group as published (null after a delete), the generation (of a
+  // delete) and the store revision of the write; an edit folded with
+  // others (see the file comment) shares both with them.
   enum class OnConflict { kRetryOnConflict, kAbortOnConflict };
   static constexpr int kMaxWriteAttempts = 8;
   using Edit = std::function<absl::StatusOr<std::optional<GroupSpec>>(
@@ -106,7 +131,41 @@ class StoreSync {
   // The revision last applied for `name` (0: none, or deleted).
   int64_t revision(const std::string& name) const;
 
+  struct FoldStats {
+    uint64_t rounds = 0;  // rounds that wrote (or tried to)
+    uint64_t folded = 0;  // edits written in a round after its first
+    size_t waiting = 0;   // Mutate calls waiting for a round now
+  };
+  FoldStats fold_stats() const;
+
+  // Most edits one round folds into one write.
+  static constexpr size_t kMaxFold = 256;
+
  private:
+  // One Mutate call, waiting for (or in) a round.
+  struct Pending {
+    int64_t expected_revision = 0;
+    OnConflict on_conflict = OnConflict::kAbortOnConflict;
+    const Edit* edit = nullptr;
+    std::optional<absl::StatusOr<Written>> result;
+    // May run on the result of another edit (see the file comment).
+    bool commutes() const {
+      return on_conflict == OnConflict::kRetryOnConflict &&
+             expected_revision == 0;
+    }
+  };
+  // The calls of one name: waiting in arrival order, and whether a round
+  // is running.
+  struct Folding {
+    std::deque<Pending*> queue;
+    bool running = false;
+    size_t callers = 0;  // inside Mutate for this name
+  };
+  // Runs one round for `round` (a prefix of the queue): the answers of
+  // those it wrote or refused (always the first); the others have none and
+  // wait for the next round.
+  std::vector<std::optional<absl::StatusOr<Written>>> RunRound(
+      const std::string& name, const std::vector<Pending*>& round);
   struct Applied {
     int64_t revision = 0;
     bool present = false;
@@ -143,6 +202,10 @@ class StoreSync {
   Metrics* const metrics_;
   mutable aside::Mutex mu_;
   absl::flat_hash_map<std::string, Applied> applied_ ABSL_GUARDED_BY(mu_);
+  mutable aside::Mutex fold_mu_;
+  // Stable addresses: a waiter's condition refers to its name's entry.
+  absl::node_hash_map<std::string, Folding> folding_ ABSL_GUARDED_BY(fold_mu_);
+  FoldStats fold_stats_ ABSL_GUARDED_BY(fold_mu_);
 };
 
 }  // namespace aside::server

@@ -8,7 +8,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "lib/status_macros.h"
@@ -388,6 +390,124 @@ TEST_P(StoreContractTest, ConcurrentWritersShareOneCommitEachAnsweredOnItsOwn) {
                   ? "127.0.0.1:1"
                   : absl::StrCat("127.0.0.1:", 200 + i));
   }
+}
+
+// Writes to one group while a write of it is in flight: the commuting ones
+// fold into one definition and one commit, each acknowledged at its
+// revision; one that fails on the folded value, and one that does not
+// commute, wait for rounds of their own, in arrival order.
+TEST_P(StoreContractTest, ConcurrentEditsOfOneGroupFoldIntoOneWrite) {
+  constexpr int kAdders = 8;
+  GatedStore gated(store_.get());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GroupRegistry> registry,
+                       GroupRegistry::Create(&metrics_, 1000, 100));
+  StoreSync sync(&gated, registry.get(), &metrics_);
+  const std::string kGroup = "f";
+  auto address = [](int port) { return absl::StrCat("127.0.0.1:", port); };
+  StoreSync::Edit create =
+      [&](const GroupSpec*) -> absl::StatusOr<std::optional<GroupSpec>> {
+    ASIDE_ASSIGN_OR_RETURN(GroupSpec spec,
+                           GroupSpecFromProto("group", MakeGroup(kGroup, 1)));
+    spec.source = GroupSource::kStore;
+    return std::optional<GroupSpec>(std::move(spec));
+  };
+  auto add = [&](int port) -> StoreSync::Edit {
+    return [&, port](const GroupSpec* current)
+               -> absl::StatusOr<std::optional<GroupSpec>> {
+      if (current == nullptr) return absl::NotFoundError("no group");
+      GroupSpec spec = *current;
+      for (const Backend& b : spec.backends) {
+        if (b.address == address(port)) {
+          return absl::AlreadyExistsError(address(port));
+        }
+      }
+      spec.backends.push_back(Backend{.address = address(port)});
+      return std::optional<GroupSpec>(std::move(spec));
+    };
+  };
+  // Replaces the backends: does not commute.
+  StoreSync::Edit replace = [&](const GroupSpec* current)
+      -> absl::StatusOr<std::optional<GroupSpec>> {
+    if (current == nullptr) return absl::NotFoundError("no group");
+    GroupSpec spec = *current;
+    spec.backends = {Backend{.address = address(1)}};
+    return std::optional<GroupSpec>(std::move(spec));
+  };
+  // In arrival order: the create (its commit held at the gate), kAdders
+  // adders, an adder of a backend the first adder adds, the replacement,
+  // one more adder.
+  std::vector<StoreSync::Edit> edits = {create};
+  std::vector<StoreSync::OnConflict> on_conflict = {
+      StoreSync::OnConflict::kAbortOnConflict};
+  for (int i = 1; i <= kAdders; ++i) {
+    edits.push_back(add(300 + i));
+    on_conflict.push_back(StoreSync::OnConflict::kRetryOnConflict);
+  }
+  const size_t duplicate = edits.size();
+  edits.push_back(add(301));
+  on_conflict.push_back(StoreSync::OnConflict::kRetryOnConflict);
+  const size_t replacement = edits.size();
+  edits.push_back(replace);
+  on_conflict.push_back(StoreSync::OnConflict::kAbortOnConflict);
+  const size_t last = edits.size();
+  edits.push_back(add(400));
+  on_conflict.push_back(StoreSync::OnConflict::kRetryOnConflict);
+
+  std::vector<absl::StatusOr<StoreSync::Written>> results(
+      edits.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> writers;
+  for (size_t i = 0; i < edits.size(); ++i) {
+    writers.emplace_back([&, i] {
+      results[i] = sync.Mutate(kGroup, 0, on_conflict[i], edits[i]);
+    });
+    if (i == 0) {
+      ASSERT_TRUE(::aside::testing::Eventually(
+          [&] { return gated.commits() == 1; }, absl::Seconds(10)));
+    }
+    // The create's call waits too, until its round ends.
+    ASSERT_TRUE(::aside::testing::Eventually(
+        [&] { return sync.fold_stats().waiting == i + 1; }, absl::Seconds(10)))
+        << sync.fold_stats().waiting;
+  }
+  gated.Open();
+  for (std::thread& t : writers) {
+    t.join();
+  }
+  ASSERT_OK(results[0].status());
+  // The adders: one write, one commit, one revision.
+  for (int i = 1; i <= kAdders; ++i) {
+    ASSERT_OK(results[i].status()) << i;
+    EXPECT_EQ(results[i]->revision, results[1]->revision) << i;
+  }
+  if (store_->revision_generations()) {
+    EXPECT_GT(results[1]->revision, results[0]->revision);
+  }
+  // Refused on the group as stored, in a round of its own.
+  EXPECT_THAT(results[duplicate],
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr(":301")));
+  ASSERT_OK(results[replacement].status());
+  ASSERT_OK(results[last].status());
+  const GroupCommitter::Stats commits = sync.committer().stats();
+  EXPECT_EQ(commits.commits, 4u);  // create, adders, replacement, last
+  EXPECT_EQ(commits.writes, 4u);
+  EXPECT_EQ(sync.fold_stats().folded, static_cast<uint64_t>(kAdders - 1));
+  EXPECT_EQ(sync.fold_stats().waiting, 0u);
+  EXPECT_EQ(metrics_.store_writes_folded.Value(),
+            static_cast<double>(kAdders - 1));
+  auto addresses = [](const std::vector<Backend>& backends) {
+    std::vector<std::string> out;
+    for (const Backend& b : backends) out.push_back(b.address);
+    return out;
+  };
+  ASSERT_NE(registry->Find(kGroup), nullptr);
+  EXPECT_THAT(addresses(registry->Find(kGroup)->spec().backends),
+              ::testing::ElementsAre(address(1), address(400)));
+  Reopen();
+  ASSERT_OK_AND_ASSIGN(StoreSnapshot snapshot, store_->Load());
+  const StoredGroup* stored = Find(snapshot, kGroup);
+  ASSERT_NE(stored, nullptr);
+  ASSERT_EQ(stored->definition.backends_size(), 2);
+  EXPECT_EQ(stored->definition.backends(1).address(), address(400));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStores, StoreContractTest,
