@@ -29,6 +29,9 @@
 // encode_mu_. A stream's mu_ is also taken under the hub's mu_ directly
 // (stall checks, shutdown) and under a group's listeners_mu_ (publication);
 // nothing holding a stream's mu_ or a group's lock takes the hub's mu_.
+//
+// The hub is watch.cc; one stream (WatchHub::Stream, its life and thread
+// rules) is watch_stream.h and watch_stream.cc.
 #ifndef ASIDE_SERVER_API_WATCH_H_
 #define ASIDE_SERVER_API_WATCH_H_
 

@@ -1,0 +1,178 @@
+// Internal to the Watch hub (watch.h): one Watch stream (WatchHub::Stream)
+// and the completion-queue tag of its operations (WatchHub::Op). The hub is
+// watch.cc, the stream watch_stream.cc; only they include it.
+#ifndef ASIDE_SERVER_API_WATCH_STREAM_H_
+#define ASIDE_SERVER_API_WATCH_STREAM_H_
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/async_stream.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
+#include "aside/v1/lookaside.pb.h"
+#include "lib/sync.h"
+#include "server/api/watch.h"
+#include "server/groups/group_registry.h"
+
+namespace aside::server {
+
+// A completion-queue tag: which operation of which stream completed.
+struct WatchHub::Op {
+  enum Kind { kRequest, kWrite, kFinish, kDone };
+  Stream* stream;
+  Kind kind;
+};
+
+// One Watch call. Thread-safe: publications arrive on publishing threads,
+// completions on the hub thread of the stream's completion queue, group
+// (re)appearances on the thread that added the group; everything below
+// serialises on mu_.
+//
+// Life: constructed to request a call (Request); the request's completion
+// starts it (Start: validation, peer cap, subscription, first writes); at
+// most one write and one Finish are in flight; the done notification
+// unsubscribes it and takes it out of the hub; it is deleted once that
+// notification and every operation it started have completed. All of a
+// stream's completions arrive on one thread, so the deletion is decided
+// there without a race.
+//
+// Each requested name is an Entry. A name without a group (unknown at
+// subscription, or deleted since) is reported once with GroupRemoved and
+// stays in the stream, `absent`: when the registry adds a group of that
+// name, the hub has the stream look it up again (Reattach), listen to it
+// and send its full table.
+class WatchHub::Stream final : public Group::Listener {
+ public:
+  // Counted in the hub's alive_ (the caller holds the hub's mu_).
+  Stream(WatchHub* hub, Shard* shard)
+      : hub_(hub), shard_(shard), writer_(&context_) {}
+  ~Stream() override;
+
+  void Request(const Requester& request);
+
+  // On the queue's thread.
+  void Complete(Op::Kind kind, bool ok);
+
+  void Start();
+
+  void OnPublish(Group& group) override;
+
+  void OnRemoved(Group& group, uint64_t generation) override;
+
+  // The write completed: the next one starts. True when the stream may
+  // go.
+  bool OnWriteDone(bool ok);
+
+  // The call is over (finished, or cancelled by the peer, a deadline, the
+  // connection's end or the server): no more writes. True when the stream
+  // may go.
+  bool OnDone();
+
+  // Janitor: ends the stream if a write has been stuck for too long.
+  void CheckStall(int64_t now, absl::Duration limit);
+
+  // Whether some requested name has no group (the hub then calls Reattach
+  // when a group is added).
+  bool waiting() const {
+    return absent_count_.load(std::memory_order_acquire) > 0;
+  }
+
+  // With the hub's mu_ held (which keeps this stream alive and serialises
+  // Reattach calls): for every absent name (or only `name`, when given)
+  // that now has a group, listens to that group and queues its full table.
+  void Reattach(const std::string* name);
+
+  // On the shard's thread, taken off its ready list: starts the next write.
+  // True when the stream may go.
+  bool RunReady();
+
+  void Shutdown();
+
+ private:
+  struct Entry {
+    std::string name;
+    // The group listened to: the current one, or (while `absent` after a
+    // deletion) the deleted one, until a new group of this name replaces
+    // it. Null for a name never found.
+    GroupPtr group;
+    uint64_t sent = 0;   // generation the subscriber holds
+    uint64_t known = 0;  // generation the subscriber said it holds
+    bool dirty = true;
+    // The name has no group; `absent_sent` once GroupRemoved went out.
+    bool absent = false;
+    bool absent_sent = false;
+    v1::GroupRemoved::Cause cause = v1::GroupRemoved::CAUSE_NOT_FOUND;
+    uint64_t removed_generation = 0;
+    int64_t published_at = 0;
+  };
+
+  void Listen(Group& g);
+  void Unlisten(Group& g);
+
+  void MarkAbsentLocked(Entry& e, v1::GroupRemoved::Cause cause,
+                        uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  grpc::Status ValidateLocked(const grpc::ByteBuffer& buffer,
+                              v1::WatchRequest* req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Starts the next write if none is in flight: the next dirty group in
+  // round-robin order, with the newest state of that group.
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void FinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Whether the done notification and every started operation completed,
+  // and the shard's thread holds no reference.
+  bool ReleasableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return done_ && !writing_ && !finishing_ && !queued_;
+  }
+
+  // Off the shard's thread: has that thread start the next write, if one
+  // is due and none is in flight.
+  void KickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Finishes even with a write stuck in flow control: the status is queued
+  // and the call is cancelled so the transport lets go of it.
+  void ForceFinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void Unsubscribe();
+
+  WatchHub* const hub_;
+  Shard* const shard_;
+  Op request_op_{this, Op::kRequest};
+  Op write_op_{this, Op::kWrite};
+  Op finish_op_{this, Op::kFinish};
+  Op done_op_{this, Op::kDone};
+  grpc::ServerContext context_;
+  // The request; read once, in Start, on the queue's thread.
+  grpc::ByteBuffer request_;
+  grpc::ServerAsyncWriter<grpc::ByteBuffer> writer_;
+  // The peer this stream is counted against (empty: not counted). Written
+  // once in Start, under the hub's mu_, read under it in OnDone.
+  std::string peer_ ABSL_GUARDED_BY(hub_->mu_);
+  aside::Mutex mu_;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // Entries that are absent (read by the hub without mu_).
+  std::atomic<size_t> absent_count_{0};
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish in flight
+  bool done_ ABSL_GUARDED_BY(mu_) = false;       // done notification came
+  bool queued_ ABSL_GUARDED_BY(mu_) = false;     // on the shard's ready list
+  bool subscribed_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t write_started_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace aside::server
+
+#endif  // ASIDE_SERVER_API_WATCH_STREAM_H_
