@@ -385,6 +385,155 @@ def run_fanout_procs(args, out_dir):
                 "changes": changes, "pairs": pairs, "summary": summary})
 
 
+def histogram_percentiles(hist, ps=(50, 99, 100)):
+    """Percentiles (ms) of a merged {bucket_us: count} histogram."""
+    items = sorted((int(k), v) for k, v in hist.items())
+    total = sum(v for _, v in items)
+    out = {}
+    for p in ps:
+        rank = min(total - 1, int(p / 100 * total)) if total else 0
+        seen = 0
+        for bucket, count in items:
+            seen += count
+            if seen > rank:
+                out[p] = bucket / 1000
+                break
+        else:
+            out[p] = 0.0
+    return out
+
+
+def fanout_churn_once(args, target, pid, token, procs, per, groups, rate,
+                      seconds):
+    """`procs` fanout_churn processes of `per` streams over `groups` groups;
+    the first drives `rate` changes/s for `seconds`. The merged lags from
+    each change's reply (and from its sending) to each subscriber of its
+    group, and the server's CPU per subscriber per second of churn."""
+    tool = os.path.join(args.bin_dir, "fanout_churn")
+    started = []
+
+    def start(index, extra=()):
+        p = subprocess.Popen(
+            [tool, "--target", target, "--process", str(index),
+             "--subscribers", str(per), "--groups", str(groups),
+             "--channels", str(fanout_channels(per) // 2 or 1), *extra],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        started.append(p)
+        return p
+
+    try:
+        driver = start(0, ["--drive", "--token", token, "--rate", str(rate),
+                           "--seconds", str(seconds), "--server-pid",
+                           str(pid)])
+        read_json(driver, timeout=300)
+        others = [start(i) for i in range(1, procs)]
+        for o in others:
+            read_json(o, timeout=300)
+        driver.stdin.write("go\n")
+        driver.stdin.flush()
+        drove = read_json(driver, timeout=seconds + 120)
+        reports = []
+        for p in [driver, *others]:
+            p.stdin.write(drove["changes"] + "\n")
+            p.stdin.flush()
+        for p in [driver, *others]:
+            reports.append(read_json(p, timeout=180))
+    finally:
+        for p in started:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    merged = {"from_ack_us": {}, "from_send_us": {}}
+    for r in reports:
+        for key in merged:
+            for bucket, count in r[key].items():
+                merged[key][bucket] = merged[key].get(bucket, 0) + count
+    streams = procs * per
+    pairs = sum(r["pairs"] for r in reports)
+    messages = sum(r["messages"] for r in reports)
+    acked = drove["sent"] - drove["failed"]
+    ack = histogram_percentiles(merged["from_ack_us"])
+    send = histogram_percentiles(merged["from_send_us"])
+    return {
+        "streams": streams, "groups": groups, "rate": rate,
+        "seconds": drove["seconds"], "sent": drove["sent"],
+        "failed": drove["failed"], "pairs": pairs,
+        "late": sum(r["late"] for r in reports),
+        "from_ack_p50_ms": ack[50], "from_ack_p99_ms": ack[99],
+        "from_ack_max_ms": ack[100], "from_send_p50_ms": send[50],
+        "from_send_p99_ms": send[99], "from_send_max_ms": send[100],
+        "cpu_per_subscriber_second_us":
+            drove["server_cpu_s"] * 1e6 / (streams * drove["seconds"]),
+        "server_cores": drove["server_cpu_s"] / drove["seconds"],
+        "messages_per_change_per_stream":
+            messages / max(1, pairs) if acked else 0,
+        "bytes_per_message":
+            sum(r["bytes"] for r in reports) / max(1, messages),
+    }
+
+
+def run_fanout_churn(args, out_dir):
+    """--fanout-churn: 1000 changes/s over 100 groups to 10 000 Watch
+    streams from 10 processes, Aside against the floor, alternating."""
+    procs, per, groups, rate, seconds, reps = 10, 1000, 100, 1000, 10, 2
+    log(f"== fanout-churn: {rate} changes/s over {groups} groups for "
+        f"{seconds} s to {procs} x {per} Watch streams, {reps} alternating "
+        "pairs with the floor")
+    token = "bench-fanout-admin-token"
+    pairs = []
+
+    def show(who, r):
+        log(f"  {who}: {r['sent'] - r['failed']} of {r['sent']} changes "
+            f"acknowledged in {r['seconds']:.1f} s; subscriber current "
+            f"after the reply p50 {r['from_ack_p50_ms']:.1f} ms, p99 "
+            f"{r['from_ack_p99_ms']:.1f} ms, max {r['from_ack_max_ms']:.0f} "
+            f"ms (after sending: p99 {r['from_send_p99_ms']:.1f} ms); "
+            f"{r['late']} late of {r['pairs']}; server "
+            f"{r['server_cores']:.2f} cores, "
+            f"{r['cpu_per_subscriber_second_us']:.1f} us per subscriber per "
+            f"second; {r['bytes_per_message']:.0f} B per message")
+
+    with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
+        tokens = os.path.join(tmp, "tokens")
+        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(f"{token} admin\n")
+        config = os.path.join(tmp, "aside.yaml")
+        with open(config, "w") as f:
+            f.write("limits: {max_watch_streams_per_peer: 100000}\n")
+        for rep in range(reps):
+            server = Server(args.bin_dir, os.path.join(tmp, f"state-{rep}"),
+                            ["--admin-token-file", tokens, "--config",
+                             config])
+            try:
+                a = fanout_churn_once(args, server.target, server.pid, token,
+                                      procs, per, groups, rate, seconds)
+            finally:
+                server.stop()
+            show("aside", a)
+            floor = FloorServer(args.bin_dir,
+                                max(20, int(a["bytes_per_message"])))
+            try:
+                f = fanout_churn_once(args, floor.target, floor.pid, token,
+                                      procs, per, groups, rate, seconds)
+            finally:
+                floor.stop()
+            show("floor", f)
+            pairs.append({
+                "aside": a, "floor": f,
+                "cpu_ratio": a["cpu_per_subscriber_second_us"] /
+                f["cpu_per_subscriber_second_us"],
+                "p99_ratio": a["from_send_p99_ms"] /
+                max(f["from_send_p99_ms"], 1e-3)})
+            log(f"    ratio: CPU {pairs[-1]['cpu_ratio']:.2f}x, p99 from "
+                f"sending {pairs[-1]['p99_ratio']:.2f}x")
+    write_json(os.path.join(out_dir, "fanout_churn.json"),
+               {"processes": procs, "streams_per_process": per,
+                "groups": groups, "rate": rate, "seconds": seconds,
+                "pairs": pairs})
+
+
 FANOUT_RATES = (10, 20, 50, 100, 150, 200, 300, 500, 1000, 2000)
 
 
@@ -676,6 +825,8 @@ def run_fanout(args, out_dir):
                 "floor": floor_summary})
     if getattr(args, "fanout_procs", False) and not args.quick:
         run_fanout_procs(args, out_dir)
+    if getattr(args, "fanout_churn", False) and not args.quick:
+        run_fanout_churn(args, out_dir)
     if getattr(args, "fanout_rate", False) and not args.quick:
         run_fanout_rate(args, out_dir)
     if getattr(args, "fanout_stall", False) and not args.quick:
@@ -1500,6 +1651,11 @@ def main():
                         help="with the fanout part, not in quick mode: "
                         "10 000 Watch streams from 10 subscriber processes "
                         "against the floor (fanout_procs.json)")
+    parser.add_argument("--fanout-churn", action="store_true",
+                        help="with the fanout part, not in quick mode: "
+                        "1000 changes/s over 100 groups to 10 000 Watch "
+                        "streams from 10 processes, against the floor "
+                        "(fanout_churn.json)")
     parser.add_argument("--fanout-rate", action="store_true",
                         help="with the fanout part, not in quick mode: the "
                         "update rate one replica sustains to 1000 Watch "

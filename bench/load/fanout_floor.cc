@@ -5,10 +5,12 @@
 // ServerWriteReactor per stream, at most one write in flight, only the
 // newest update queued. An update is one pre-serialised GroupUpdate of
 // --update-bytes bytes (the size Aside's delta had in the same run), encoded
-// once and shared by every stream, as Aside does. The three Admin methods
-// fanout_load calls are stubs: CreateGroup and DeleteGroup succeed,
-// DrainBackends publishes the next generation to every stream and replies
-// with it. So fanout_load measures both servers unchanged.
+// once per group and shared by every stream of it, as Aside does; a stream
+// follows the first group its request names. The three Admin methods
+// fanout_load and fanout_churn call are stubs: CreateGroup and DeleteGroup
+// succeed, DrainBackends publishes the group's next generation to its
+// streams and replies with it. So the tools measure both servers
+// unchanged.
 //
 //   fanout_floor --listen 127.0.0.1:0 --update-bytes 120
 //
@@ -19,10 +21,13 @@
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/flags/flag.h"
@@ -72,7 +77,7 @@ class Hub;
 
 class Stream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  explicit Stream(Hub* hub) : hub_(hub) {}
+  Stream(Hub* hub, std::string group) : hub_(hub), group_(std::move(group)) {}
   // Queues `update`; writes it now if no write is in flight, otherwise it
   // replaces what was queued.
   void Offer(const grpc::ByteBuffer& update) {
@@ -119,6 +124,7 @@ class Stream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   Hub* const hub_;
+  const std::string group_;
   aside::Mutex mu_;
   grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer queued_ ABSL_GUARDED_BY(mu_);
@@ -131,44 +137,58 @@ class Hub {
  public:
   explicit Hub(int update_bytes) : update_bytes_(update_bytes) {}
 
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* Start() {
-    auto* stream = new Stream(this);
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(const std::string& group) {
+    auto* stream = new Stream(this, group);
     // Under mu_, so that no newer update can reach the stream first.
     aside::MutexLock lock(&mu_);
-    streams_.insert(stream);
-    stream->Offer(current_);
+    Group& g = GroupLocked(group);
+    g.streams.insert(stream);
+    stream->Offer(g.current);
     return stream;
   }
-  void Erase(Stream* stream) {
+  void Erase(Stream* stream, const std::string& group) {
     aside::MutexLock lock(&mu_);
-    streams_.erase(stream);
+    GroupLocked(group).streams.erase(stream);
   }
-  // Encodes the next generation once and offers it to every stream.
-  uint64_t Publish() {
+  // Encodes the group's next generation once and offers it to each of its
+  // streams.
+  uint64_t Publish(const std::string& group) {
     aside::MutexLock lock(&mu_);
-    ++generation_;
-    current_ = Encode("fanout", generation_, update_bytes_);
-    for (Stream* s : streams_) {
-      s->Offer(current_);
+    Group& g = GroupLocked(group);
+    ++g.generation;
+    g.current = Encode(group, g.generation, update_bytes_);
+    for (Stream* s : g.streams) {
+      s->Offer(g.current);
     }
-    return generation_;
+    return g.generation;
   }
-  uint64_t generation() {
+  uint64_t generation(const std::string& group) {
     aside::MutexLock lock(&mu_);
-    return generation_;
+    return GroupLocked(group).generation;
   }
 
  private:
+  struct Group {
+    std::set<Stream*> streams;
+    uint64_t generation = 1;
+    grpc::ByteBuffer current;
+  };
+  Group& GroupLocked(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto [it, added] = groups_.try_emplace(name);
+    if (added) {
+      it->second.current = Encode(name, 1, update_bytes_);
+    }
+    return it->second;
+  }
+
   const int update_bytes_;
   aside::Mutex mu_;
-  std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
-  grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_) = Encode("fanout", 1,
-                                                          update_bytes_);
+  std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
 };
 
 void Stream::OnDone() {
-  hub_->Erase(this);
+  hub_->Erase(this, group_);
   delete this;
 }
 
@@ -177,9 +197,23 @@ class Watcher final
           aside::v1::LoadBalancer::Service> {
  public:
   explicit Watcher(Hub* hub) : hub_(hub) {}
+  // A stream follows the first group its request names.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(
-      grpc::CallbackServerContext*, const grpc::ByteBuffer*) override {
-    return hub_->Start();
+      grpc::CallbackServerContext*, const grpc::ByteBuffer* request) override {
+    aside::v1::WatchRequest parsed;
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (request->Dump(&slices).ok()) {
+      for (const grpc::Slice& slice : slices) {
+        bytes.append(reinterpret_cast<const char*>(slice.begin()),
+                     slice.size());
+      }
+    }
+    const std::string group =
+        parsed.ParseFromString(bytes) && parsed.groups_size() > 0
+            ? parsed.groups(0)
+            : "fanout";
+    return hub_->Start(group);
   }
 
  private:
@@ -194,7 +228,7 @@ class Admin final : public aside::v1::Admin::CallbackService {
       const aside::v1::CreateGroupRequest* request,
       aside::v1::Group* response) override {
     response->set_name(request->group().name());
-    response->set_generation(hub_->generation());
+    response->set_generation(hub_->generation(request->group().name()));
     return Ok(context);
   }
   grpc::ServerUnaryReactor* DeleteGroup(
@@ -208,7 +242,7 @@ class Admin final : public aside::v1::Admin::CallbackService {
       const aside::v1::DrainBackendsRequest* request,
       aside::v1::Group* response) override {
     response->set_name(request->group());
-    response->set_generation(hub_->Publish());
+    response->set_generation(hub_->Publish(request->group()));
     return Ok(context);
   }
 

@@ -55,6 +55,7 @@
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "bench/load/latency.h"
+#include "bench/load/watch_subscriber.h"
 #include "envoy/config/endpoint/v3/endpoint.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
 #include "envoy/service/discovery/v3/discovery.grpc.pb.h"
@@ -80,6 +81,7 @@ ABSL_FLAG(bool, ads, false,
 
 namespace {
 
+using aside::bench::Subscriber;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kUsage[] =
@@ -100,93 +102,6 @@ struct Options {
   std::vector<double> rates;
   double step_seconds = 3;
   bool ads = false;
-};
-
-// One Watch stream; remembers when each generation arrived.
-class Subscriber final
-    : public grpc::ClientReadReactor<aside::v1::GroupUpdate> {
- public:
-  Subscriber(aside::v1::LoadBalancer::Stub* stub, const std::string& group) {
-    request_.add_groups(group);
-    stub->async()->Watch(&context_, &request_, this);
-    StartRead(&update_);
-    StartCall();
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      return;
-    }
-    {
-      aside::MutexLock lock(&mu_);
-      arrivals_.emplace_back(update_.generation(), Clock::now());
-    }
-    bytes_.store(update_.ByteSizeLong(), std::memory_order_relaxed);
-    received_bytes_.fetch_add(update_.ByteSizeLong(),
-                              std::memory_order_relaxed);
-    received_.fetch_add(1, std::memory_order_relaxed);
-    latest_.store(update_.generation(), std::memory_order_release);
-    StartRead(&update_);
-  }
-
-  void OnDone(const grpc::Status& status) override {
-    aside::MutexLock lock(&mu_);
-    done_ = true;
-    status_ = status;
-  }
-
-  uint64_t latest() const { return latest_.load(std::memory_order_acquire); }
-  // Serialised size of the latest update.
-  size_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
-  // Updates received so far, and their serialised bytes.
-  uint64_t received() const {
-    return received_.load(std::memory_order_relaxed);
-  }
-  uint64_t received_bytes() const {
-    return received_bytes_.load(std::memory_order_relaxed);
-  }
-
-  // When the first update at or past `generation` arrived.
-  Clock::time_point ArrivalOf(uint64_t generation) {
-    aside::MutexLock lock(&mu_);
-    for (const auto& [g, t] : arrivals_) {
-      if (g >= generation) {
-        return t;
-      }
-    }
-    return Clock::time_point::max();
-  }
-
-  // Every (generation, arrival) so far, in arrival order (generations only
-  // grow on one stream).
-  std::vector<std::pair<uint64_t, Clock::time_point>> Arrivals() {
-    aside::MutexLock lock(&mu_);
-    return arrivals_;
-  }
-
-  void Cancel() { context_.TryCancel(); }
-  bool done() {
-    aside::MutexLock lock(&mu_);
-    return done_;
-  }
-  grpc::Status status() {
-    aside::MutexLock lock(&mu_);
-    return status_;
-  }
-
- private:
-  grpc::ClientContext context_;
-  aside::v1::WatchRequest request_;
-  aside::v1::GroupUpdate update_;
-  std::atomic<uint64_t> latest_{0};
-  std::atomic<size_t> bytes_{0};
-  std::atomic<uint64_t> received_{0};
-  std::atomic<uint64_t> received_bytes_{0};
-  aside::Mutex mu_;
-  std::vector<std::pair<uint64_t, Clock::time_point>> arrivals_
-      ABSL_GUARDED_BY(mu_);
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 namespace discovery = envoy::service::discovery::v3;
