@@ -1,5 +1,11 @@
 #include "server/api/health_service.h"
 
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "lib/sync.h"
+
 namespace aside::server {
 
 using grpc::health::v1::HealthCheckRequest;
@@ -14,13 +20,16 @@ class HealthService::Watcher final
   Watcher(HealthService* service, std::string name)
       : service_(service), name_(std::move(name)) {}
 
+  // Once shutdown has begun the set refuses it, and its first status
+  // (NOT_SERVING) ends it.
   void Start() {
-    {
-      aside::MutexLock lock(&service_->mu_);
-      service_->watchers_.insert(this);
-    }
+    (void)service_->streams_.Add(this);
     Changed();
   }
+
+  // StreamSet: the service is shutting down (its status turned
+  // NOT_SERVING): write that, then end.
+  void Shutdown() { Changed(); }
 
   // Re-reads the status and writes it if it differs from the last one sent.
   void Changed() {
@@ -59,10 +68,7 @@ class HealthService::Watcher final
   }
 
   void OnDone() override {
-    {
-      aside::MutexLock lock(&service_->mu_);
-      service_->watchers_.erase(this);
-    }
+    service_->streams_.Remove(this);
     delete this;
   }
 
@@ -151,15 +157,12 @@ grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
 }
 
 void HealthService::Notify() {
-  aside::MutexLock lock(&mu_);
-  for (Watcher* w : watchers_) {
-    w->Changed();
-  }
+  streams_.ForEach([](Watcher* w) { w->Changed(); });
 }
 
 void HealthService::Shutdown() {
   shutting_down_.store(true);
-  Notify();
+  streams_.Shutdown();
 }
 
 }  // namespace aside::server

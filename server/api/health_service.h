@@ -10,18 +10,17 @@
 // Threads: gRPC's callback threads call Check and run each Watch stream's
 // reactor (one write in flight per stream); Notify() and Shutdown() may be
 // called from any thread (group changes, the shutdown path). Check reads
-// published snapshots without a lock. Locks: the service's mu_ (the set of
-// Watch streams) is taken before a stream's own, never after.
+// published snapshots without a lock. Locks: the set of Watch streams
+// (server/base/stream_set.h) is taken before a stream's own, never after.
 #ifndef ASIDE_SERVER_API_HEALTH_SERVICE_H_
 #define ASIDE_SERVER_API_HEALTH_SERVICE_H_
 
 #include <atomic>
-#include <set>
+#include <optional>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "lib/sync.h"
+#include "server/base/stream_set.h"
 #include "server/groups/group_registry.h"
 
 namespace aside::server {
@@ -55,9 +54,7 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   GroupRegistry* const groups_;
   std::atomic<bool> shutting_down_{false};
-  // Taken before a Watcher's own lock, never after.
-  aside::Mutex mu_;
-  std::set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
+  StreamSet<Watcher> streams_;
 };
 
 }  // namespace aside::server

@@ -239,6 +239,26 @@ TEST_F(ServerBinaryTest, HealthServiceKnowsServerServicesAndGroups) {
   context->TryCancel();
 }
 
+// At shutdown a health Watch stream is told NOT_SERVING, then ended
+// UNAVAILABLE: a client balancing on it moves away at once.
+TEST_F(ServerBinaryTest, HealthWatchSeesNotServingThenEndsAtShutdown) {
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  auto context = Context();
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("");
+  auto reader = stub->Watch(context.get(), request);
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  server_.process->Signal(SIGTERM);
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(reader->Read(&response));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  ASSERT_TRUE(server_.process->Wait(absl::Seconds(30)).has_value());
+}
+
 TEST_F(ServerBinaryTest, ServesPrometheusMetrics) {
   auto stub = v1::LoadBalancer::NewStub(channel_);
   v1::PickRequest request;
