@@ -25,10 +25,11 @@
 // Only a malformed request fails the whole call (INVALID_ARGUMENT).
 //
 // Thread rules and lock order: the registry's observers_mu_, then the hub's
-// mu_, then a group's listeners_mu_, then a stream's mu_, then a group's
-// encode_mu_. A stream's mu_ is also taken under the hub's mu_ directly
-// (stall checks, shutdown) and under a group's listeners_mu_ (publication);
-// nothing holding a stream's mu_ or a group's lock takes the hub's mu_.
+// mu_, then a group's listeners_mu_, then a stream's mu_ (a group's
+// encoding is read without a lock). A stream's mu_ is also taken under the
+// hub's mu_ directly (stall checks, shutdown) and under a group's
+// listeners_mu_ (publication); nothing holding a stream's mu_ or a group's
+// lock takes the hub's mu_.
 //
 // The hub is watch.cc; one stream (WatchHub::Stream, its life and thread
 // rules) is watch_stream.h and watch_stream.cc.

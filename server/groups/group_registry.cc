@@ -217,17 +217,17 @@ std::vector<OutlierDetector::Ejection> Group::Ejections() const {
 }
 
 void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
-  {
-    aside::MutexLock lock(&encode_mu_);
-    if (TableConstPtr before = table_.Acquire(); before != nullptr) {
-      recent_tables_.push_back(std::move(before));
-      while (recent_tables_.size() > kDeltaBases) {
-        recent_tables_.pop_front();
-      }
+  if (TableConstPtr before = table_.Acquire(); before != nullptr) {
+    recent_tables_.push_back(std::move(before));
+    while (recent_tables_.size() > kDeltaBases) {
+      recent_tables_.pop_front();
     }
-    encoded_.reset();
   }
+  auto publication = std::make_shared<Publication>();
+  publication->table = table;
+  publication->bases.assign(recent_tables_.begin(), recent_tables_.end());
   table_.Publish(table);
+  publication_.Publish(std::move(publication));
   loads_.Prune();
   NotifyPublishLocked();
   if (metrics_ != nullptr) {
@@ -376,20 +376,16 @@ void Group::NotifyRemoved(uint64_t generation) {
   }
 }
 
-std::shared_ptr<const EncodedUpdate> Group::Encoded() {
-  TableConstPtr current = table_.Acquire();
-  aside::MutexLock lock(&encode_mu_);
-  if (encoded_ == nullptr || encoded_->generation != current->generation()) {
-    const Table* previous =
-        !recent_tables_.empty() &&
-                recent_tables_.back()->generation() < current->generation()
-            ? recent_tables_.back().get()
-            : nullptr;
-    encoded_ = EncodeUpdate(previous, current, server_id_,
-                            std::vector<std::shared_ptr<const Table>>(
-                                recent_tables_.begin(), recent_tables_.end()));
-  }
-  return encoded_;
+std::shared_ptr<const EncodedUpdate> Group::Encoded() const {
+  const std::shared_ptr<const Publication> p = publication_.Acquire();
+  absl::call_once(p->encode_once, [&] {
+    const Table* previous = !p->bases.empty() && p->bases.back()->generation() <
+                                                     p->table->generation()
+                                ? p->bases.back().get()
+                                : nullptr;
+    p->encoded = EncodeUpdate(previous, p->table, server_id_, p->bases);
+  });
+  return p->encoded;
 }
 
 GenerationSource::GenerationSource(uint64_t base, Reserver reserver)

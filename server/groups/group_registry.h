@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -107,8 +108,10 @@ struct GroupInputs {
 // - OnLoadReport, Ejections: any thread; they touch only the table (read
 //   lock-free) and the outlier detector (its own lock), never mu_.
 // - OnDnsResult: DNS threads; dns_mu_ guards the discovered members.
-// - Listeners: listeners_mu_ (after mu_); encodings: encode_mu_ (after
-//   listeners_mu_); the rebuild count: rebuilds_mu_ (taken alone).
+// - Listeners: listeners_mu_ (after mu_); the rebuild count: rebuilds_mu_
+//   (taken alone).
+// - Encoded(): any thread, lock-free: each publication carries the tables
+//   before it and makes its Watch encoding once, on first use.
 class Group : public std::enable_shared_from_this<Group> {
  public:
   // Told about every publication (Watch streams). Callbacks run on the
@@ -177,9 +180,10 @@ class Group : public std::enable_shared_from_this<Group> {
   // Tells the listeners the group is gone (called by the registry).
   void NotifyRemoved(uint64_t generation);
 
-  // The newest table in Watch's wire form: encoded once per generation (its
-  // full form on first use) and shared by all subscribers.
-  std::shared_ptr<const EncodedUpdate> Encoded();
+  // The newest publication in Watch's wire form: encoded once per
+  // generation (its full form on first use) and shared by all subscribers.
+  // Lock-free.
+  std::shared_ptr<const EncodedUpdate> Encoded() const;
 
   // Starts following the spec's DNS name (if any). Called once the group is
   // published; StopDiscovery() before it is dropped.
@@ -273,10 +277,18 @@ class Group : public std::enable_shared_from_this<Group> {
 
   // The tables published before the current one, oldest first (the last is
   // the base of its delta; all are bases of combined deltas, at most
-  // kDeltaBases) and the encoding of the current one, built on first use.
-  aside::Mutex encode_mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
-  std::deque<TableConstPtr> recent_tables_ ABSL_GUARDED_BY(encode_mu_);
-  std::shared_ptr<const EncodedUpdate> encoded_ ABSL_GUARDED_BY(encode_mu_);
+  // kDeltaBases).
+  std::deque<TableConstPtr> recent_tables_ ABSL_GUARDED_BY(mu_);
+  // One publication: its table, the tables before it, and its Watch
+  // encoding, made once by the first edge that asks. Swapped as one with
+  // the table (PublishLocked), read without a lock.
+  struct Publication {
+    TableConstPtr table;
+    std::vector<TableConstPtr> bases;  // recent_tables_ when published
+    mutable absl::once_flag encode_once;
+    mutable std::shared_ptr<const EncodedUpdate> encoded;
+  };
+  SnapshotCell<Publication> publication_;
 };
 
 using GroupPtr = std::shared_ptr<Group>;
