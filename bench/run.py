@@ -263,6 +263,29 @@ def read_json(proc, timeout=180):
     return json.loads(line)
 
 
+def many_streams_server(tmp, token):
+    """Files in `tmp` for an aside-server of thousands of streams from one
+    address: an Admin token file for `token` and a config without a
+    per-peer stream cap. Returns their paths."""
+    tokens = os.path.join(tmp, "tokens")
+    with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(f"{token} admin\n")
+    config = os.path.join(tmp, "aside.yaml")
+    with open(config, "w") as f:
+        f.write("limits: {max_watch_streams_per_peer: 100000}\n")
+    return tokens, config
+
+
+def reap(procs):
+    """Waits for each of `procs` (30 s), killing those that do not end."""
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def fanout_procs_once(args, target, pid, token, procs, per, changes):
     """`procs` fanout_load processes of `per` streams each on one server:
     one drives the changes in step with the others (--coordinate,
@@ -308,12 +331,7 @@ def fanout_procs_once(args, target, pid, token, procs, per, changes):
             o.stdin.write("stop\n")
             o.stdin.flush()
     finally:
-        for p in started:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        reap(started)
     streams = procs * per
     last.sort()
     return {
@@ -345,12 +363,7 @@ def run_fanout_procs(args, out_dir):
             f"{r['last_p99_ms']:.1f} ms")
 
     with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
-        tokens = os.path.join(tmp, "tokens")
-        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(f"{token} admin\n")
-        config = os.path.join(tmp, "aside.yaml")
-        with open(config, "w") as f:
-            f.write("limits: {max_watch_streams_per_peer: 100000}\n")
+        tokens, config = many_streams_server(tmp, token)
         for rep in range(reps):
             server = Server(args.bin_dir, os.path.join(tmp, f"state-{rep}"),
                             ["--admin-token-file", tokens, "--config",
@@ -439,12 +452,7 @@ def fanout_churn_once(args, target, pid, token, procs, per, groups, rate,
         for p in [driver, *others]:
             reports.append(read_json(p, timeout=180))
     finally:
-        for p in started:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        reap(started)
     merged = {"from_ack_us": {}, "from_send_us": {}}
     for r in reports:
         for key in merged:
@@ -453,7 +461,6 @@ def fanout_churn_once(args, target, pid, token, procs, per, groups, rate,
     streams = procs * per
     pairs = sum(r["pairs"] for r in reports)
     messages = sum(r["messages"] for r in reports)
-    acked = drove["sent"] - drove["failed"]
     ack = histogram_percentiles(merged["from_ack_us"])
     send = histogram_percentiles(merged["from_send_us"])
     return {
@@ -467,8 +474,7 @@ def fanout_churn_once(args, target, pid, token, procs, per, groups, rate,
         "cpu_per_subscriber_second_us":
             drove["server_cpu_s"] * 1e6 / (streams * drove["seconds"]),
         "server_cores": drove["server_cpu_s"] / drove["seconds"],
-        "messages_per_change_per_stream":
-            messages / max(1, pairs) if acked else 0,
+        "messages_per_change_per_stream": messages / max(1, pairs),
         "bytes_per_message":
             sum(r["bytes"] for r in reports) / max(1, messages),
     }
@@ -496,12 +502,7 @@ def run_fanout_churn(args, out_dir):
             f"second; {r['bytes_per_message']:.0f} B per message")
 
     with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
-        tokens = os.path.join(tmp, "tokens")
-        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(f"{token} admin\n")
-        config = os.path.join(tmp, "aside.yaml")
-        with open(config, "w") as f:
-            f.write("limits: {max_watch_streams_per_peer: 100000}\n")
+        tokens, config = many_streams_server(tmp, token)
         for rep in range(reps):
             server = Server(args.bin_dir, os.path.join(tmp, f"state-{rep}"),
                             ["--admin-token-file", tokens, "--config",
@@ -584,12 +585,7 @@ def run_fanout_rate(args, out_dir):
     with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp, \
             tempfile.TemporaryDirectory(prefix="aside-bench-",
                                         dir=shm) as fast:
-        tokens = os.path.join(tmp, "tokens")
-        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(f"{token} admin\n")
-        config = os.path.join(tmp, "aside.yaml")
-        with open(config, "w") as f:
-            f.write("limits: {max_watch_streams_per_peer: 100000}\n")
+        tokens, config = many_streams_server(tmp, token)
         no_window = os.path.join(tmp, "aside-no-window.yaml")
         with open(no_window, "w") as f:
             f.write("limits: {max_watch_streams_per_peer: 100000}\n"
