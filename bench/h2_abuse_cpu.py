@@ -5,7 +5,7 @@ Usage: bench/h2_abuse_cpu.py BIN_DIR [SECONDS]
 
 For each attack (rapid reset, PING flood, SETTINGS flood) starts one
 aside-server with the limits off (no connection age, no ping strikes,
-100 000 concurrent streams) and one with the defaults, runs
+no reset budget, 100 000 concurrent streams) and one with the defaults, runs
 tests/abuse/h2_attack.py against it for SECONDS (default 5), and reads the
 server's CPU time and peak RSS from /proc. Prints, per attack, the
 server's CPU seconds per wall second and per 1000 attack frames and its
@@ -33,6 +33,7 @@ GROUPS = """groups:
 UNMITIGATED = """limits:
   max_connection_age: 0s
   max_ping_strikes: 0
+  max_stream_resets: 0
   max_concurrent_streams: 100000
 """
 

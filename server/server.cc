@@ -428,9 +428,13 @@ GuardedRelayOptions AsideServer::RequestRelay() const {
                     // gRPC ends a connection past max_concurrent_streams;
                     // the guard's own cap is well above, for its memory.
                     .max_streams = std::max<uint32_t>(
-                        4096, 16 * config_.max_concurrent_streams)},
+                        4096, 16 * config_.max_concurrent_streams),
+                    .max_resets = config_.max_stream_resets,
+                    .resets_per_second = config_.stream_resets_per_second},
           .threads = RelayThreads(),
-          .tag = "grpc"};
+          .tag = "grpc",
+          // Behind a proxy every connection has one address: no peers.
+          .resets_per_peer = config_.max_connections_per_peer != 0};
 }
 
 absl::Status AsideServer::Start() {

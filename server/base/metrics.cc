@@ -287,7 +287,8 @@ Metrics::Metrics()
   for (const char* limit :
        {"max_watch_streams_per_peer", "max_balancer_streams_per_peer",
         "watch_stall_timeout", "max_groups", "max_connections",
-        "max_connections_per_peer"}) {
+        "max_connections_per_peer", "max_receive_message_bytes",
+        "max_stream_resets"}) {
     limit_refused.Add({{"limit", limit}});
   }
 }

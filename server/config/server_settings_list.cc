@@ -223,6 +223,20 @@ std::vector<Setting> DeclareServerSettings() {
           "limits.max_metadata_bytes", kRestart, 1024, 1 << 20,
           "largest request metadata (headers) accepted, 1024..1048576",
           [](auto& c) -> auto& { return c.max_metadata_bytes; }),
+      Uint(
+          "limits.max_stream_resets", kRestart, 0, 1000000,
+          "RST_STREAM frames one client address may send at once on a "
+          "plaintext port (each connection its own with "
+          "`max_connections_per_peer: 0`), given back at "
+          "`stream_resets_per_second`; the next one gets GOAWAY "
+          "`ENHANCE_YOUR_CALM` and its connection is closed (rapid reset); "
+          "`0` = unlimited, 0..1000000",
+          [](auto& c) -> auto& { return c.max_stream_resets; }),
+      Uint(
+          "limits.stream_resets_per_second", kRestart, 0, 1000000,
+          "RST_STREAM frames given back to a connection's "
+          "`max_stream_resets` budget per second, 0..1000000",
+          [](auto& c) -> auto& { return c.stream_resets_per_second; }),
       WithDefault(
           Uint(
               "limits.max_connections", kRestart, 1, 10000000,

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "lib/sync.h"
 #include "lib/thread_name.h"
+#include "server/net/peer_admission.h"
 
 namespace aside::server {
 namespace {
@@ -83,8 +84,9 @@ std::string ClientPeer(absl::string_view grpc_peer) {
 // connections adopted for it.
 class GuardedRelay::Worker {
  public:
-  Worker(const GuardedRelayOptions& options, prometheus::Counter& refused)
-      : options_(options), refused_(refused) {
+  Worker(const GuardedRelayOptions& options, prometheus::Counter& refused,
+         prometheus::Counter& reset_floods)
+      : options_(options), refused_(refused), reset_floods_(reset_floods) {
     epoll_ = epoll_create1(EPOLL_CLOEXEC);
     wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     epoll_event ev{};
@@ -98,18 +100,18 @@ class GuardedRelay::Worker {
       delete c;
     }
     aside::MutexLock lock(&mu_);
-    for (const auto& [client, server] : incoming_) {
-      close(client);
-      close(server);
+    for (const Incoming& in : incoming_) {
+      close(in.client);
+      close(in.server);
     }
     close(wake_);
     close(epoll_);
   }
 
-  void Post(int client, int server) {
+  void Post(int client, int server, std::shared_ptr<ResetBucket> resets) {
     {
       aside::MutexLock lock(&mu_);
-      incoming_.emplace_back(client, server);
+      incoming_.push_back({client, server, std::move(resets)});
     }
     const uint64_t one = 1;
     (void)!write(wake_, &one, sizeof(one));
@@ -132,7 +134,9 @@ class GuardedRelay::Worker {
     bool client;
   };
   struct Conn {
-    explicit Conn(const H2RequestGuardOptions& options) : guard(options) {}
+    Conn(const H2RequestGuardOptions& options,
+         std::shared_ptr<ResetBucket> resets)
+        : guard(options, std::move(resets)) {}
     int client = -1;
     int server = -1;
     End ends[2];
@@ -174,6 +178,7 @@ class GuardedRelay::Worker {
 
   const GuardedRelayOptions& options_;
   prometheus::Counter& refused_;
+  prometheus::Counter& reset_floods_;
   int epoll_ = -1;
   int wake_ = -1;
   absl::flat_hash_set<Conn*> conns_;
@@ -184,7 +189,12 @@ class GuardedRelay::Worker {
   char chunk_[kReadChunk];
 
   aside::Mutex mu_;
-  std::vector<std::pair<int, int>> incoming_ ABSL_GUARDED_BY(mu_);
+  struct Incoming {
+    int client;
+    int server;
+    std::shared_ptr<ResetBucket> resets;
+  };
+  std::vector<Incoming> incoming_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -243,24 +253,24 @@ void GuardedRelay::Worker::Run() {
 }
 
 void GuardedRelay::Worker::TakeIncoming() {
-  std::vector<std::pair<int, int>> taken;
+  std::vector<Incoming> taken;
   {
     aside::MutexLock lock(&mu_);
     taken.swap(incoming_);
   }
-  for (const auto& [client, server] : taken) {
-    auto* c = new Conn(options_.guard);
-    c->client = client;
-    c->server = server;
+  for (Incoming& in : taken) {
+    auto* c = new Conn(options_.guard, std::move(in.resets));
+    c->client = in.client;
+    c->server = in.server;
     c->ends[0] = {c, true};
     c->ends[1] = {c, false};
     conns_.insert(c);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = &c->ends[0];
-    epoll_ctl(epoll_, EPOLL_CTL_ADD, client, &ev);
+    epoll_ctl(epoll_, EPOLL_CTL_ADD, c->client, &ev);
     ev.data.ptr = &c->ends[1];
-    epoll_ctl(epoll_, EPOLL_CTL_ADD, server, &ev);
+    epoll_ctl(epoll_, EPOLL_CTL_ADD, c->server, &ev);
     c->client_mask = c->server_mask = EPOLLIN;
   }
 }
@@ -362,6 +372,9 @@ void GuardedRelay::Worker::OnEvent(End* end, uint32_t events) {
     shutdown(c->client, SHUT_WR);
     c->client_write_shut = true;
   }
+  if (c->guard.reset_budget_spent() && !c->dead) {
+    reset_floods_.Increment();
+  }
   if (!ok || c->guard.failed() || (c->server_eof && c->client_eof)) {
     c->dead = true;
     dead_.push_back(c);
@@ -423,12 +436,19 @@ void GuardedRelay::Worker::Rearm(Conn* c) {
 std::unique_ptr<GuardedRelay> GuardedRelay::Start(GuardedRelayOptions options) {
   auto relay = std::unique_ptr<GuardedRelay>(new GuardedRelay());
   relay->options_ = std::move(options);
+  // Labelled like every other limit: the key without "limits.".
   prometheus::Counter& refused = relay->options_.metrics->limit_refused.Add(
-      {{"limit", relay->options_.guard.limit_name}});
+      {{"limit", std::string(absl::StripPrefix(relay->options_.guard.limit_name,
+                                               "limits."))}});
+  prometheus::Counter& reset_floods =
+      relay->options_.metrics->limit_refused.Add(
+          {{"limit",
+            std::string(absl::StripPrefix(
+                relay->options_.guard.resets_limit_name, "limits."))}});
   const int threads = std::max(1, relay->options_.threads);
   for (int i = 0; i < threads; ++i) {
     relay->workers_.push_back(
-        std::make_unique<Worker>(relay->options_, refused));
+        std::make_unique<Worker>(relay->options_, refused, reset_floods));
   }
   for (auto& worker : relay->workers_) {
     relay->threads_.emplace_back([w = worker.get()] {
@@ -447,6 +467,33 @@ GuardedRelay::~GuardedRelay() {
     t.join();
   }
   workers_.clear();
+}
+
+std::shared_ptr<ResetBucket> GuardedRelay::ResetsFor(const sockaddr* addr,
+                                                     socklen_t len) {
+  const H2RequestGuardOptions& guard = options_.guard;
+  if (guard.max_resets == 0 || !options_.resets_per_peer) {
+    return nullptr;  // none, or the connection's own
+  }
+  std::string peer = PeerKey(addr, len);
+  if (peer.empty()) {
+    return nullptr;
+  }
+  const auto now = ResetBucket::Clock::now();
+  if (peer_resets_.size() >= peer_resets_swept_at_) {
+    // A bucket no connection holds and that has refilled is the same as a
+    // new one: forget it.
+    absl::erase_if(peer_resets_, [now](const auto& entry) {
+      return entry.second.use_count() == 1 && entry.second->FullAt(now);
+    });
+    peer_resets_swept_at_ = std::max<size_t>(1024, 2 * peer_resets_.size());
+  }
+  std::shared_ptr<ResetBucket>& bucket = peer_resets_[std::move(peer)];
+  if (bucket == nullptr) {
+    bucket = std::make_shared<ResetBucket>(guard.max_resets,
+                                           guard.resets_per_second);
+  }
+  return bucket;
 }
 
 int GuardedRelay::Adopt(int client, const sockaddr* addr, socklen_t len) {
@@ -472,7 +519,7 @@ int GuardedRelay::Adopt(int client, const sockaddr* addr, socklen_t len) {
       static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
   // Without the name gRPC would see an anonymous peer; the call still works.
   (void)bind(pair[0], reinterpret_cast<const sockaddr*>(&un), un_len);
-  workers_[next_worker_]->Post(client, pair[0]);
+  workers_[next_worker_]->Post(client, pair[0], ResetsFor(addr, len));
   next_worker_ = (next_worker_ + 1) % workers_.size();
   return pair[1];
 }

@@ -23,8 +23,13 @@
 // - Threads: `threads` relay threads (epoll), connections spread round
 //   robin; each connection lives on one thread and shares no state.
 //
-// Metrics: aside_limit_refused_total{limit=<options.guard.limit_name>}
-// counts refused calls (server/base/metrics.h).
+// - A client past its reset budget (rapid reset, h2_request_guard.h) is
+//   closed; the budget is its peer's (`resets_per_peer`), so reconnecting
+//   does not refill it.
+//
+// Metrics: aside_limit_refused_total{limit=<options.guard.limit_name>
+// without "limits.">} counts refused calls, {limit="max_stream_resets"}
+// connections closed past their reset budget (server/base/metrics.h).
 //
 // Thread-safety: Adopt() from one thread (the gate's); the destructor from
 // the owner once no Adopt() runs. Cost per connection: two descriptors and
@@ -41,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "server/base/metrics.h"
 #include "server/net/h2_request_guard.h"
@@ -49,8 +55,13 @@ namespace aside::server {
 
 struct GuardedRelayOptions {
   H2RequestGuardOptions guard;
-  int threads = 1;             // at least 1
-  std::string tag = "grpc";    // in the socket names: which port
+  int threads = 1;           // at least 1
+  std::string tag = "grpc";  // in the socket names: which port
+  // The reset budget (guard.max_resets) shared by all connections of one
+  // peer (server/net/peer_admission.h's PeerKey), so that reconnecting does
+  // not refill it; false: each connection has its own (behind a proxy every
+  // connection has the same address).
+  bool resets_per_peer = true;
   Metrics* metrics = nullptr;  // not null; outlives the relay
 };
 
@@ -73,10 +84,16 @@ class GuardedRelay {
 
  private:
   GuardedRelay() = default;
+  // The reset budget for a connection from `addr` (null: the guard's own).
+  std::shared_ptr<ResetBucket> ResetsFor(const sockaddr* addr, socklen_t len);
 
   GuardedRelayOptions options_;
   uint64_t next_seq_ = 0;
   size_t next_worker_ = 0;
+  // Per peer key; touched only by Adopt(), and swept of buckets that are
+  // full and unheld when it reaches `peer_resets_swept_at_` entries.
+  absl::flat_hash_map<std::string, std::shared_ptr<ResetBucket>> peer_resets_;
+  size_t peer_resets_swept_at_ = 1024;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
 };

@@ -17,6 +17,7 @@ constexpr uint8_t kData = 0x0;
 constexpr uint8_t kHeaders = 0x1;
 constexpr uint8_t kRstStream = 0x3;
 constexpr uint8_t kSettings = 0x4;
+constexpr uint8_t kGoAway = 0x7;
 constexpr uint8_t kWindowUpdate = 0x8;
 constexpr uint8_t kEndStream = 0x1;
 constexpr uint8_t kEndHeaders = 0x4;
@@ -24,6 +25,7 @@ constexpr uint8_t kPadded = 0x8;
 constexpr uint8_t kAck = 0x1;
 constexpr uint32_t kNoError = 0x0;
 constexpr uint32_t kCancel = 0x8;
+constexpr uint32_t kEnhanceYourCalm = 0xb;
 constexpr uint16_t kSettingsMaxFrameSize = 0x5;
 constexpr uint32_t kDefaultMaxFrame = 16384;
 constexpr uint32_t kLargestMaxFrame = (1u << 24) - 1;
@@ -95,8 +97,45 @@ void PutLiteral(std::string* out, std::string_view name,
 
 }  // namespace
 
-H2RequestGuard::H2RequestGuard(H2RequestGuardOptions options)
-    : options_(std::move(options)), preface_left_(kPrefaceSize) {}
+double ResetBucket::TokensAt(Clock::time_point now) const {
+  if (last_ == Clock::time_point{} || now <= last_) {
+    return tokens_;
+  }
+  const double seconds = std::chrono::duration<double>(now - last_).count();
+  return std::min<double>(burst_, tokens_ + seconds * per_second_);
+}
+
+bool ResetBucket::Take(Clock::time_point now) {
+  aside::MutexLock lock(&mu_);
+  tokens_ = TokensAt(now);
+  last_ = std::max(last_, now);
+  if (tokens_ < 1) {
+    return false;
+  }
+  tokens_ -= 1;
+  return true;
+}
+
+bool ResetBucket::FullAt(Clock::time_point now) const {
+  aside::MutexLock lock(&mu_);
+  return TokensAt(now) >= burst_;
+}
+
+H2RequestGuard::H2RequestGuard(H2RequestGuardOptions options,
+                               std::shared_ptr<ResetBucket> resets)
+    : options_(std::move(options)),
+      resets_(std::move(resets)),
+      preface_left_(kPrefaceSize) {
+  if (resets_ == nullptr && options_.max_resets > 0) {
+    resets_ = std::make_shared<ResetBucket>(options_.max_resets,
+                                            options_.resets_per_second);
+  }
+}
+
+bool H2RequestGuard::TakeReset() {
+  return resets_ == nullptr ||
+         resets_->Take(now_for_test_.value_or(Clock::now()));
+}
 
 void H2RequestGuard::FromClient(std::string_view bytes, std::string* to_server,
                                 std::string* to_client) {
@@ -172,6 +211,18 @@ void H2RequestGuard::OnClientFrame(std::string_view header,
   const uint8_t type = h[3];
   const uint8_t flags = h[4];
   const uint32_t id = Be32(h + 5) & 0x7fffffff;
+  if (type == kRstStream && !TakeReset()) {
+    // Rapid reset: neither this reset nor anything after it reaches gRPC.
+    failed_ = true;
+    resets_spent_ = true;
+    const std::string_view debug = options_.resets_limit_name;
+    PutFrameHeader(&injected_, static_cast<uint32_t>(8 + debug.size()), kGoAway,
+                   0, 0);
+    PutU32(&injected_, last_client_stream_);
+    PutU32(&injected_, kEnhanceYourCalm);
+    injected_.append(debug);
+    return;
+  }
   to_server->append(header);
   if (type == kHeaders) {
     if (id > last_client_stream_ && (id & 1) == 1) {

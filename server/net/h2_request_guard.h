@@ -35,18 +35,36 @@
 // tracks one entry per open stream; past `max_streams` open streams it
 // stops the connection (`failed()`; the relay closes it).
 //
-// Thread-safety: none; one guard per connection, used by one thread.
+// Rapid reset (a stream opened and reset at once, over and over): gRPC
+// 1.51 queues the call of every such stream faster than it retires them, so
+// the guard counts the client's RST_STREAM frames against a budget: a
+// ResetBucket of `max_resets` that refills at `resets_per_second` (the
+// shape nghttp2 chose for the same attack), the connection's own or one
+// shared by every connection of its peer (the relay's choice: an attacker
+// that reconnects must not start from a full bucket). The first reset past
+// it stops the connection: the client gets GOAWAY(ENHANCE_YOUR_CALM) naming
+// the limit (when the server's frames are at a boundary) and the relay
+// closes the connection; that reset and what follows it never reach gRPC.
+// A client that cancels calls at a lower rate never notices.
+//
+// Thread-safety: none; one guard per connection, used by one thread (its
+// ResetBucket is thread-safe).
 // Cost: per byte, a copy into the output buffers; per request DATA frame, a
 // walk over its message prefixes; per open stream, a hash-map entry.
 #ifndef ASIDE_SERVER_NET_H2_REQUEST_GUARD_H_
 #define ASIDE_SERVER_NET_H2_REQUEST_GUARD_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "lib/sync.h"
 
 namespace aside::server {
 
@@ -59,11 +77,48 @@ struct H2RequestGuardOptions {
   // Open streams tracked before the connection is given up (a client that
   // honours the server's max concurrent streams stays far below).
   uint32_t max_streams = 4096;
+  // The client's RST_STREAM frames allowed at once (0 = no budget), and
+  // given back per second.
+  uint32_t max_resets = 0;
+  uint32_t resets_per_second = 0;
+  // Named in the GOAWAY's debug data.
+  std::string resets_limit_name = "limits.max_stream_resets";
+};
+
+// A token bucket of stream resets: `burst` at most, refilled at
+// `per_second`. Thread-safe: the connections of one peer share one.
+class ResetBucket {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  ResetBucket(uint32_t burst, uint32_t per_second)
+      : burst_(burst), per_second_(per_second), tokens_(burst) {}
+
+  // Takes one reset; false when none is left.
+  bool Take(Clock::time_point now);
+  // Whether the bucket would be full at `now` (one that is can be dropped:
+  // a new one is the same).
+  bool FullAt(Clock::time_point now) const;
+
+ private:
+  double TokensAt(Clock::time_point now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const uint32_t burst_;
+  const uint32_t per_second_;
+  mutable aside::Mutex mu_;
+  double tokens_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point last_ ABSL_GUARDED_BY(mu_){};
 };
 
 class H2RequestGuard {
  public:
-  explicit H2RequestGuard(H2RequestGuardOptions options);
+  using Clock = ResetBucket::Clock;
+
+  // `resets` is the reset budget to draw on; null: the connection's own
+  // (when options.max_resets is not 0).
+  explicit H2RequestGuard(H2RequestGuardOptions options,
+                          std::shared_ptr<ResetBucket> resets = nullptr);
 
   // Bytes from the client. Appends to `to_server` what gRPC may read and to
   // `to_client` the guard's own frames that can go now.
@@ -78,8 +133,13 @@ class H2RequestGuard {
   // The largest message length a refused call declared.
   uint64_t largest_refused() const { return largest_refused_; }
   bool passthrough() const { return passthrough_; }
-  // Too many open streams: the connection should be closed.
+  // Too many open streams, or resets past the budget: the connection
+  // should be closed.
   bool failed() const { return failed_; }
+  // The reset budget was spent (and failed() is true).
+  bool reset_budget_spent() const { return resets_spent_; }
+  // The time the reset budget is read against (tests pin it).
+  void set_now_for_test(Clock::time_point now) { now_for_test_ = now; }
   // Bytes held (a partial frame), for tests.
   size_t held() const { return client_frame_.size(); }
   size_t tracked_streams() const { return streams_.size(); }
@@ -102,13 +162,18 @@ class H2RequestGuard {
   uint64_t Walk(Stream& s, std::string_view data);
   void Refuse(uint32_t stream_id, Stream& s, uint64_t declared,
               std::string* to_server);
+  // Takes one reset from the budget; false when there is none left.
+  bool TakeReset();
   void OnServerFrameHeader(const uint8_t* header);
   void FlushInjected(std::string* to_client);
 
   const H2RequestGuardOptions options_;
   bool passthrough_ = false;
   bool failed_ = false;
+  bool resets_spent_ = false;
   uint64_t refused_ = 0;
+  std::shared_ptr<ResetBucket> resets_;  // null: no budget
+  std::optional<Clock::time_point> now_for_test_;
   uint64_t largest_refused_ = 0;
 
   // Client to server: the preface, then whole frames for DATA (held in

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -259,6 +260,110 @@ TEST(GuardStartTest, TooManyOpenStreamsFailTheConnection) {
   }
   guard.FromClient(bytes, &to_server, &to_client);
   EXPECT_TRUE(guard.failed());
+}
+
+// A connection past its preface and SETTINGS with a reset budget of
+// `max_resets`, refilled at `per_second`, on a pinned clock.
+class ResetBudgetTest : public ::testing::Test {
+ protected:
+  ResetBudgetTest()
+      : guard_({.max_message_bytes = 1024,
+                .max_resets = 4,
+                .resets_per_second = 2}) {
+    guard_.set_now_for_test(now_);
+    Client(std::string(kPreface) + Frame(0x4, 0, 0, ""));
+    guard_.FromServer(ServerSettings(), &to_client_);
+    to_server_.clear();
+    to_client_.clear();
+  }
+  void Client(std::string_view bytes) {
+    guard_.FromClient(bytes, &to_server_, &to_client_);
+  }
+  // Opens stream `id` and resets it at once.
+  void OpenAndReset(uint32_t id) {
+    Client(Headers(id) + Frame(0x3, 0, id, std::string("\0\0\0\x08", 4)));
+  }
+  void Advance(std::chrono::milliseconds d) {
+    now_ += d;
+    guard_.set_now_for_test(now_);
+  }
+  static int Resets(std::string_view bytes) {
+    int n = 0;
+    for (const auto& f : Frames::Parse(bytes).list) {
+      n += f.type == 0x3 ? 1 : 0;
+    }
+    return n;
+  }
+
+  H2RequestGuard::Clock::time_point now_{std::chrono::seconds(1000)};
+  H2RequestGuard guard_;
+  std::string to_server_;
+  std::string to_client_;
+};
+
+TEST_F(ResetBudgetTest, ResetsWithinTheBudgetPass) {
+  for (uint32_t id = 1; id <= 7; id += 2) {
+    OpenAndReset(id);
+  }
+  EXPECT_FALSE(guard_.failed());
+  EXPECT_EQ(Resets(to_server_), 4);
+  EXPECT_THAT(to_client_, IsEmpty());
+}
+
+TEST_F(ResetBudgetTest, TheFirstResetPastTheBudgetEndsTheConnection) {
+  for (uint32_t id = 1; id <= 11; id += 2) {
+    OpenAndReset(id);
+  }
+  EXPECT_TRUE(guard_.failed());
+  EXPECT_TRUE(guard_.reset_budget_spent());
+  // gRPC saw the four resets of the budget and the fifth stream's HEADERS,
+  // never the fifth reset nor anything after it.
+  EXPECT_EQ(Resets(to_server_), 4);
+  EXPECT_EQ(Frames::Parse(to_server_).list.back().stream, 9u);
+  // The client got GOAWAY(ENHANCE_YOUR_CALM) naming the limit, the last
+  // stream it opened as the last one processed.
+  const Frames got = Frames::Parse(to_client_);
+  ASSERT_EQ(got.list.size(), 1u);
+  EXPECT_EQ(got.list[0].type, 0x7);
+  EXPECT_EQ(got.list[0].stream, 0u);
+  EXPECT_EQ(got.list[0].payload.substr(0, 8),
+            std::string("\0\0\0\x09\0\0\0\x0b", 8));
+  EXPECT_THAT(got.list[0].payload, HasSubstr("limits.max_stream_resets"));
+}
+
+TEST_F(ResetBudgetTest, TheBudgetRefillsAtItsRate) {
+  for (uint32_t id = 1; id <= 7; id += 2) {
+    OpenAndReset(id);
+  }
+  Advance(std::chrono::milliseconds(1000));  // two resets given back
+  OpenAndReset(9);
+  OpenAndReset(11);
+  EXPECT_FALSE(guard_.failed());
+  Advance(std::chrono::milliseconds(400));  // 0.8 of one: not yet
+  OpenAndReset(13);
+  EXPECT_TRUE(guard_.failed());
+}
+
+TEST_F(ResetBudgetTest, AnIdleConnectionRefillsNoFurtherThanTheBudget) {
+  Advance(std::chrono::hours(1));
+  for (uint32_t id = 1; id <= 9; id += 2) {
+    OpenAndReset(id);
+  }
+  EXPECT_TRUE(guard_.failed());
+  EXPECT_EQ(Resets(to_server_), 4);
+}
+
+TEST(GuardStartTest, WithoutABudgetResetsAreNotCounted) {
+  H2RequestGuard guard({.max_message_bytes = 1024});
+  std::string to_server;
+  std::string to_client;
+  std::string bytes = std::string(kPreface) + Frame(0x4, 0, 0, "");
+  for (uint32_t id = 1; id <= 20001; id += 2) {
+    bytes += Headers(id) + Frame(0x3, 0, id, std::string("\0\0\0\x08", 4));
+  }
+  guard.FromClient(bytes, &to_server, &to_client);
+  EXPECT_FALSE(guard.failed());
+  EXPECT_EQ(to_server, bytes);
 }
 
 }  // namespace
