@@ -263,16 +263,26 @@ def read_json(proc, timeout=180):
     return json.loads(line)
 
 
+# Every subscriber of the many-streams benchmarks runs on loopback, one
+# address: the per-peer Watch and balancer (ADS) caps (10 000 by default)
+# are lifted above the largest run plus the streams of the run before that
+# the server may not have retired, and so is the per-address reset budget
+# (the streams a run ends are reset from that one address).
+MANY_STREAMS_LIMITS = ("limits: {max_watch_streams_per_peer: 100000, "
+                       "max_balancer_streams_per_peer: 100000, "
+                       "max_stream_resets: 0}\n")
+
+
 def many_streams_server(tmp, token):
     """Files in `tmp` for an aside-server of thousands of streams from one
-    address: an Admin token file for `token` and a config without a
-    per-peer stream cap. Returns their paths."""
+    address: an Admin token file for `token` and a config with
+    MANY_STREAMS_LIMITS. Returns their paths."""
     tokens = os.path.join(tmp, "tokens")
     with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
         f.write(f"{token} admin\n")
     config = os.path.join(tmp, "aside.yaml")
     with open(config, "w") as f:
-        f.write("limits: {max_watch_streams_per_peer: 100000}\n")
+        f.write(MANY_STREAMS_LIMITS)
     return tokens, config
 
 
@@ -588,8 +598,7 @@ def run_fanout_rate(args, out_dir):
         tokens, config = many_streams_server(tmp, token)
         no_window = os.path.join(tmp, "aside-no-window.yaml")
         with open(no_window, "w") as f:
-            f.write("limits: {max_watch_streams_per_peer: 100000}\n"
-                    "publication: {window: 0s}\n")
+            f.write(MANY_STREAMS_LIMITS + "publication: {window: 0s}\n")
         for rep in range(reps):
             run = {}
             for who, state, streams, cfg in (
@@ -756,15 +765,7 @@ def run_fanout(args, out_dir):
             f"per stream per update")
 
     with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
-        tokens = os.path.join(tmp, "tokens")
-        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(f"{token} admin\n")
-        # Every subscriber runs on loopback, one address: lift the per-peer
-        # Watch cap (10 000 by default) above the largest run plus the
-        # streams of the run before that the server may not have retired.
-        config = os.path.join(tmp, "aside.yaml")
-        with open(config, "w") as f:
-            f.write("limits: {max_watch_streams_per_peer: 100000}\n")
+        tokens, config = many_streams_server(tmp, token)
         server = Server(args.bin_dir, os.path.join(tmp, "state"),
                         ["--admin-token-file", tokens, "--config", config])
         try:
@@ -1592,14 +1593,7 @@ def run_fanout_xds(args, out_dir):
     token = "bench-fanout-admin-token"
     runs = []
     with tempfile.TemporaryDirectory(prefix="aside-bench-") as tmp:
-        tokens = os.path.join(tmp, "tokens")
-        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(f"{token} admin\n")
-        # Every stream comes from one loopback address.
-        config = os.path.join(tmp, "aside.yaml")
-        with open(config, "w") as f:
-            f.write("limits: {max_watch_streams_per_peer: 100000, "
-                    "max_balancer_streams_per_peer: 100000}\n")
+        tokens, config = many_streams_server(tmp, token)
         for rep in range(reps):
             server = Server(args.bin_dir, os.path.join(tmp, f"state-{rep}"),
                             ["--admin-token-file", tokens, "--config",

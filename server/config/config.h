@@ -124,9 +124,10 @@ struct ServerConfig {
   absl::Duration min_ping_interval = absl::Seconds(10);
   uint32_t max_ping_strikes = 2;
   uint32_t max_metadata_bytes = 8192;
-  // Rapid reset (server/net/h2_request_guard.h): the RST_STREAM frames a
-  // client may send at once on one connection, given back at
-  // stream_resets_per_second; past them GOAWAY and close (0: no budget).
+  // Rapid reset (server/net/h2_request_guard.h): the RST_STREAM frames one
+  // client address (one connection, with no per-peer cap) may send at once
+  // on a plaintext port, given back at stream_resets_per_second; past them
+  // GOAWAY and close (0: no budget).
   uint32_t max_stream_resets = 1000;
   uint32_t stream_resets_per_second = 33;
   // Watch streams open from one peer IP address at once; more are answered

@@ -234,8 +234,8 @@ std::vector<Setting> DeclareServerSettings() {
           [](auto& c) -> auto& { return c.max_stream_resets; }),
       Uint(
           "limits.stream_resets_per_second", kRestart, 0, 1000000,
-          "RST_STREAM frames given back to a connection's "
-          "`max_stream_resets` budget per second, 0..1000000",
+          "RST_STREAM frames given back per second to a client address's "
+          "(or connection's) `max_stream_resets` budget, 0..1000000",
           [](auto& c) -> auto& { return c.stream_resets_per_second; }),
       WithDefault(
           Uint(

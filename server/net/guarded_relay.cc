@@ -437,14 +437,13 @@ std::unique_ptr<GuardedRelay> GuardedRelay::Start(GuardedRelayOptions options) {
   auto relay = std::unique_ptr<GuardedRelay>(new GuardedRelay());
   relay->options_ = std::move(options);
   // Labelled like every other limit: the key without "limits.".
-  prometheus::Counter& refused = relay->options_.metrics->limit_refused.Add(
-      {{"limit", std::string(absl::StripPrefix(relay->options_.guard.limit_name,
-                                               "limits."))}});
+  auto counter = [&](absl::string_view key) -> prometheus::Counter& {
+    return relay->options_.metrics->limit_refused.Add(
+        {{"limit", std::string(absl::StripPrefix(key, "limits."))}});
+  };
+  prometheus::Counter& refused = counter(relay->options_.guard.limit_name);
   prometheus::Counter& reset_floods =
-      relay->options_.metrics->limit_refused.Add(
-          {{"limit",
-            std::string(absl::StripPrefix(
-                relay->options_.guard.resets_limit_name, "limits."))}});
+      counter(relay->options_.guard.resets_limit_name);
   const int threads = std::max(1, relay->options_.threads);
   for (int i = 0; i < threads; ++i) {
     relay->workers_.push_back(

@@ -21,7 +21,8 @@
 //   after a grace of 1 s. An error on the client's side, and the guard's
 //   failure, close both at once.
 // - Threads: `threads` relay threads (epoll), connections spread round
-//   robin; each connection lives on one thread and shares no state.
+//   robin; each connection lives on one thread and shares nothing but its
+//   peer's reset budget (a ResetBucket, thread-safe).
 //
 // - A client past its reset budget (rapid reset, h2_request_guard.h) is
 //   closed; the budget is its peer's (`resets_per_peer`), so reconnecting

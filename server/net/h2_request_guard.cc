@@ -98,7 +98,7 @@ void PutLiteral(std::string* out, std::string_view name,
 }  // namespace
 
 double ResetBucket::TokensAt(Clock::time_point now) const {
-  if (last_ == Clock::time_point{} || now <= last_) {
+  if (now <= last_) {
     return tokens_;
   }
   const double seconds = std::chrono::duration<double>(now - last_).count();
