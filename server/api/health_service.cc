@@ -51,12 +51,11 @@ class HealthService::Watcher final
       FinishLocked(grpc::Status::CANCELLED);
       return;
     }
-    if (service_->shutting_down_.load()) {
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                "server is shutting down"));
-      return;
-    }
-    if (dirty_) {
+    // At shutdown too: a Shutdown() that came while this write was in
+    // flight only marked the stream dirty, and NOT_SERVING must still be
+    // written before the stream ends (WriteIfChangedLocked ends it once
+    // the status sent is the last).
+    if (dirty_ || service_->shutting_down_.load()) {
       dirty_ = false;
       WriteIfChangedLocked();
     }
