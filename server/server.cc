@@ -209,6 +209,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                                           *server->groups_->session_key()));
   server->groups_->set_session_key(std::move(session_key));
 
+  server->publisher_ = std::make_unique<GroupPublisher>();
   server->scheduler_ = std::make_unique<RebuildScheduler>();
   ASIDE_ASSIGN_OR_RETURN(
       server->health_,
@@ -265,7 +266,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                                .loads = server->loads_.get(),
                                .orca = server->orca_.get(),
                                .clock = clock,
-                               .publish_window = cfg.publish_window});
+                               .publish_window = cfg.publish_window,
+                               .publisher = server->publisher_.get()});
   // A flip is recorded for the status page, then republishes every group
   // that holds the target (observers run in this order).
   if (server->events_ != nullptr) {

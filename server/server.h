@@ -24,6 +24,7 @@
 #include "server/discovery/dns_discovery.h"
 #include "server/fleet/membership.h"
 #include "server/fleet/probe_ownership.h"
+#include "server/groups/group_publisher.h"
 #include "server/groups/group_registry.h"
 #include "server/groups/health_follower.h"
 #include "server/groups/rebuild_scheduler.h"
@@ -79,6 +80,9 @@ class AsideServer {
   HealthRegistry& health() { return *health_; }
   OrcaCollector& orca() { return *orca_; }
   GroupRegistry& groups() { return *groups_; }
+  // Tells the edges and the event log of publications (after a change
+  // returns: await it with AwaitIdle).
+  GroupPublisher& publisher() { return *publisher_; }
   Metrics& metrics() { return metrics_; }
   StatusPage* status_page() { return status_page_.get(); }
   // The status page's event timeline and history; null when it is off.
@@ -125,7 +129,9 @@ class AsideServer {
   std::unique_ptr<GroupRegistry> groups_;
   std::unique_ptr<LoadAggregator> loads_;
   // Declared after groups_ and loads_ so they stop (no more callbacks or
-  // rebuilds) before those go away.
+  // rebuilds) before those go away; the publisher goes after the
+  // scheduler, whose rebuilds post to it.
+  std::unique_ptr<GroupPublisher> publisher_;
   std::unique_ptr<RebuildScheduler> scheduler_;
   // The health registry's observers: detached first in the destructor.
   std::unique_ptr<HealthEvents> health_events_;  // null without the page

@@ -198,7 +198,7 @@ class GrpclbService::Stream final
     WriteNextLocked();
   }
 
-  void OnPublish(Group& /*group*/) override {
+  void OnPublish(Group& /*group*/, const TableConstPtr& /*table*/) override {
     aside::MutexLock lock(&mu_);
     dirty_ = true;
     WriteNextLocked();
@@ -291,8 +291,7 @@ class GrpclbService::Stream final
         {{"name", name},
          {"group", group->name()},
          {"peer", ClientPeer(context_->peer())}});
-    // Added without holding mu_ (publication calls in with the group's
-    // listener lock held).
+    // Added without holding mu_ (see the thread rules in the header).
     group->AddListener(this);
     aside::MutexLock lock(&mu_);
     WriteNextLocked();

@@ -30,13 +30,13 @@
 //
 // Threads: gRPC's callback threads run each stream's reactor methods (one
 // read and one write in flight per stream); group publication calls a
-// stream's OnPublish from the publishing thread; one ticker thread owned by
-// the service (a Ticker, server/base/stream_set.h) re-checks load-based
-// drops once a second. Locks: the stream set's (StreamSet) is taken before
-// a stream's own, never after; lists_mu_ (the built lists) after both, or
-// alone; a stream registers
-// as a group listener without holding its lock, since publication calls
-// OnPublish with the group's listener lock held.
+// stream's OnPublish from the group publisher's thread, with no lock held;
+// one ticker thread owned by the service (a Ticker,
+// server/base/stream_set.h) re-checks load-based drops once a second.
+// Locks: the stream set's (StreamSet) is taken before a stream's own, never
+// after; lists_mu_ (the built lists) after both, or alone; a stream joins
+// and leaves a group's listeners without holding its lock, since leaving
+// waits for an OnPublish in progress, which takes it.
 #ifndef ASIDE_SERVER_API_GRPCLB_SERVICE_H_
 #define ASIDE_SERVER_API_GRPCLB_SERVICE_H_
 

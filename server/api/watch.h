@@ -24,12 +24,11 @@
 // that name, the stream listens to the group and sends its full table.
 // Only a malformed request fails the whole call (INVALID_ARGUMENT).
 //
-// Thread rules and lock order: the registry's observers_mu_, then the hub's
-// mu_, then a group's listeners_mu_, then a stream's mu_ (a group's
-// encoding is read without a lock). A stream's mu_ is also taken under the
-// hub's mu_ directly (stall checks, shutdown) and under a group's
-// listeners_mu_ (publication); nothing holding a stream's mu_ or a group's
-// lock takes the hub's mu_.
+// Thread rules and lock order: the hub's mu_, then a stream's mu_ (a
+// group's encoding is read without a lock). Groups added and publications
+// reach the hub and its streams on the group publisher's thread with no
+// lock of the registry's or a group's held (GroupRegistry::Observer,
+// Group::Listener); nothing holding a stream's mu_ takes the hub's mu_.
 //
 // The hub is watch.cc; one stream (WatchHub::Stream, its life and thread
 // rules) is watch_stream.h and watch_stream.cc.
@@ -102,7 +101,7 @@ class WatchHub : private GroupRegistry::Observer {
   struct Op;
 
   // GroupRegistry::Observer: attaches the group to the streams waiting for
-  // its name. On the adding thread, with the registry's observers_mu_ held.
+  // its name. On the group publisher's thread, no lock held.
   void OnAdded(const GroupPtr& group) override;
   // Ends stalled streams, every min(1 s, stall_timeout / 4).
   void Janitor();

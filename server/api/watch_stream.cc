@@ -128,8 +128,8 @@ void WatchHub::Stream::Start() {
     FinishLocked(error);
     return;
   }
-  // Listeners are added without holding mu_ (publication calls into the
-  // stream with the group's listener lock held); a publication that comes
+  // Listeners are added without holding mu_ (leaving waits for a
+  // publication in progress, which takes it); a publication that comes
   // first only marks its group dirty.
   for (const GroupPtr& g : groups) {
     Listen(*g);
@@ -159,7 +159,7 @@ void WatchHub::Stream::Start() {
   }
 }
 
-void WatchHub::Stream::OnPublish(Group& group) {
+void WatchHub::Stream::OnPublish(Group& group, const TableConstPtr& /*table*/) {
   aside::MutexLock lock(&mu_);
   for (Entry& e : entries_) {
     if (e.group.get() == &group && !e.absent) {

@@ -61,7 +61,7 @@ class WatchHub::Stream final : public Group::Listener {
 
   void Start();
 
-  void OnPublish(Group& group) override;
+  void OnPublish(Group& group, const TableConstPtr& table) override;
 
   void OnRemoved(Group& group, uint64_t generation) override;
 

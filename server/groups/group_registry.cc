@@ -11,6 +11,7 @@
 #include "lib/status_macros.h"
 #include "server/base/log.h"
 #include "server/discovery/dns_discovery.h"
+#include "server/groups/group_publisher.h"
 #include "server/groups/group_table_builder.h"
 #include "server/groups/rebuild_scheduler.h"
 
@@ -60,6 +61,13 @@ void Group::UseOwnGenerations(uint64_t first) {
 
 absl::Status Group::Update(GroupSpec spec, const Persist& persist,
                            uint64_t min_generation) {
+  absl::Status s = UpdateQuietly(std::move(spec), persist, min_generation);
+  Announce();
+  return s;
+}
+
+absl::Status Group::UpdateQuietly(GroupSpec spec, const Persist& persist,
+                                  uint64_t min_generation) {
   aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
   if (min_generation > 0) {
@@ -95,6 +103,7 @@ void Group::Rebuild() {
     RebuildLocked();
     FlushHeldLocked();
   }
+  Announce();
   aside::MutexLock lock(&rebuilds_mu_);
   ++rebuilds_;  // waiters wake as the lock is released
 }
@@ -229,7 +238,7 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
   table_.Publish(table);
   publication_.Publish(std::move(publication));
   loads_.Prune();
-  NotifyPublishLocked();
+  NotifyPublishLocked(table);
   if (metrics_ != nullptr) {
     group_metrics_->ready->Set(table->ready_count());
     group_metrics_->total->Set(static_cast<double>(table->size()));
@@ -241,16 +250,14 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
   }
 }
 
-void Group::NotifyPublishLocked() {
-  aside::MutexLock lock(&listeners_mu_);
+void Group::NotifyPublishLocked(const TableConstPtr& table) {
+  aside::MutexLock lock(&notify_mu_);
   const int64_t window = absl::ToInt64Nanoseconds(inputs_.publish_window);
   const int64_t now = window > 0 ? inputs_.clock->NowNanos() : 0;
   const bool hold =
       window > 0 && inputs_.scheduler != nullptr && now - notified_at_ < window;
-  for (Listener* l : listeners_) {
-    if (!hold || l->every_publication()) {
-      l->OnPublish(*this);
-    }
+  if (!listeners_.empty() && !removed_) {
+    notices_.push_back({.table = table, .records = true, .edges = !hold});
   }
   if (!hold) {
     notified_at_ = now;
@@ -270,7 +277,7 @@ void Group::NotifyPublishLocked() {
 }
 
 void Group::FlushHeldLocked() {
-  aside::MutexLock lock(&listeners_mu_);
+  aside::MutexLock lock(&notify_mu_);
   if (!held_) {
     return;
   }
@@ -284,11 +291,68 @@ void Group::FlushHeldLocked() {
   }
   notified_at_ = now;
   held_ = false;
-  for (Listener* l : listeners_) {
-    if (!l->every_publication()) {
-      l->OnPublish(*this);
+  if (!listeners_.empty() && !removed_) {
+    notices_.push_back({.table = table_.Acquire(), .edges = true});
+  }
+}
+
+void Group::Announce() {
+  std::shared_ptr<Group> self;
+  {
+    aside::MutexLock lock(&notify_mu_);
+    if (notices_.empty() || posted_ || telling_) {
+      return;  // nothing to tell, or the teller will tell it
+    }
+    if (inputs_.publisher != nullptr) {
+      self = weak_from_this().lock();
+      posted_ = self != nullptr;
     }
   }
+  if (self != nullptr) {
+    inputs_.publisher->Post(std::move(self));
+  } else {
+    TellListeners();
+  }
+}
+
+void Group::TellListeners() {
+  notify_mu_.Lock();
+  posted_ = false;
+  if (telling_) {
+    notify_mu_.Unlock();
+    return;  // that thread tells what is queued
+  }
+  telling_ = true;
+  teller_ = std::this_thread::get_id();
+  while (!notices_.empty()) {
+    std::vector<Notice> notices;
+    notices.swap(notices_);
+    const std::vector<Listener*> listeners = listeners_;
+    const uint64_t round = ++rounds_started_;
+    notify_mu_.Unlock();
+    gone_in_round_.clear();
+    for (const Notice& n : notices) {
+      for (Listener* l : listeners) {
+        if (n.table != nullptr &&
+            !(l->every_publication() ? n.records : n.edges)) {
+          continue;
+        }
+        if (std::find(gone_in_round_.begin(), gone_in_round_.end(), l) !=
+            gone_in_round_.end()) {
+          continue;  // removed by an earlier listener of this round
+        }
+        if (n.table == nullptr) {
+          l->OnRemoved(*this, n.removed_generation);
+        } else {
+          l->OnPublish(*this, n.table);
+        }
+      }
+    }
+    notify_mu_.Lock();
+    rounds_done_ = round;  // RemoveListener's waiters wake on Unlock
+  }
+  telling_ = false;
+  notify_mu_.Unlock();
 }
 
 void Group::StartDiscovery() {
@@ -358,22 +422,45 @@ std::string Group::dns_error() const {
 }
 
 void Group::AddListener(Listener* listener) {
-  aside::MutexLock lock(&listeners_mu_);
+  aside::MutexLock lock(&notify_mu_);
   listeners_.push_back(listener);
 }
 
 void Group::RemoveListener(Listener* listener) {
-  aside::MutexLock lock(&listeners_mu_);
+  aside::MutexLock lock(&notify_mu_);
   listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), listener),
                    listeners_.end());
+  if (!telling_) {
+    return;
+  }
+  if (teller_ == std::this_thread::get_id()) {
+    // From a listener: the round's copy must skip it from here on.
+    gone_in_round_.push_back(listener);
+    return;
+  }
+  // The round in progress may still call it: wait for its end.
+  const uint64_t round = rounds_started_;
+  auto done = [this, round]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(notify_mu_) {
+    return rounds_done_ >= round;
+  };
+  notify_mu_.Await(aside::Cond(&done));
 }
 
 void Group::NotifyRemoved(uint64_t generation) {
-  aside::MutexLock lock(&listeners_mu_);
+  QueueRemoved(generation);
+  Announce();
+}
+
+void Group::QueueRemoved(uint64_t generation) {
+  aside::MutexLock lock(&notify_mu_);
   held_ = false;  // the removal supersedes it
-  for (Listener* l : listeners_) {
-    l->OnRemoved(*this, generation);
+  if (!removed_ && !listeners_.empty()) {
+    notices_.push_back({.table = nullptr,
+                        .records = true,
+                        .edges = true,
+                        .removed_generation = generation});
   }
+  removed_ = true;
 }
 
 std::shared_ptr<const EncodedUpdate> Group::Encoded() const {
@@ -563,37 +650,56 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist,
     ASIDE_RETURN_IF_ERROR(group->Init(persist));
     groups_.Publish(current->With(group->name(), group));
     SetAliasesLocked(group->name(), group->spec_snapshot()->aliases);
-    // A probe result that arrived between the first build and now found no
-    // group to rebuild (health observers look groups up by name): take it in
-    // now. Usually nothing changed and this publishes nothing.
-    group->Rebuild();
     group->StartDiscovery();
   }
-  // Outside write_mu_: observers fan out to their own subscribers, which
-  // must not hold up other additions and removals. They look the name up,
-  // so a removal that overtakes this call is harmless.
-  aside::MutexLock lock(&observers_mu_);
-  for (Observer* o : observers_) {
-    o->OnAdded(group);
+  // A probe result that arrived between the first build and now found no
+  // group to rebuild (health observers look groups up by name): take it in
+  // now. Usually nothing changed and this publishes nothing. Outside
+  // write_mu_, as it may tell listeners (Group::Listener).
+  group->Rebuild();
+  // Observers fan out to their own subscribers, which must not hold up
+  // this write or others. They look the name up, so a removal that
+  // overtakes the call is harmless.
+  if (inputs_.publisher != nullptr) {
+    inputs_.publisher->Post([this, group] { TellObservers(group); });
+  } else {
+    TellObservers(group);
   }
   return absl::OkStatus();
+}
+
+void GroupRegistry::TellObservers(const GroupPtr& group) {
+  std::vector<Observer*> observers;
+  {
+    aside::MutexLock lock(&observers_mu_);
+    observers = observers_;
+    ++observer_calls_;
+  }
+  for (Observer* o : observers) {
+    o->OnAdded(group);
+  }
+  aside::MutexLock lock(&observers_mu_);
+  --observer_calls_;  // RemoveObserver's waiters wake on the unlock
 }
 
 absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
                                    const Persist& persist,
                                    uint64_t min_generation) {
-  aside::MutexLock lock(&write_mu_);
-  std::shared_ptr<const GroupMap> current = groups_.Acquire();
-  const GroupPtr* found = current->find(group->name());
-  if (found == nullptr || *found != group || spec.name != group->name()) {
-    return absl::NotFoundError(
-        absl::StrCat("group '", group->name(), "' not found"));
+  {
+    aside::MutexLock lock(&write_mu_);
+    std::shared_ptr<const GroupMap> current = groups_.Acquire();
+    const GroupPtr* found = current->find(group->name());
+    if (found == nullptr || *found != group || spec.name != group->name()) {
+      return absl::NotFoundError(
+          absl::StrCat("group '", group->name(), "' not found"));
+    }
+    ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
+    std::vector<std::string> aliases = spec.aliases;
+    ASIDE_RETURN_IF_ERROR(
+        group->UpdateQuietly(std::move(spec), persist, min_generation));
+    SetAliasesLocked(group->name(), aliases);
   }
-  ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
-  std::vector<std::string> aliases = spec.aliases;
-  ASIDE_RETURN_IF_ERROR(
-      group->Update(std::move(spec), persist, min_generation));
-  SetAliasesLocked(group->name(), aliases);
+  group->Announce();  // the listeners, with write_mu_ released
   return absl::OkStatus();
 }
 
@@ -644,27 +750,36 @@ void GroupRegistry::RemoveObserver(Observer* observer) {
   aside::MutexLock lock(&observers_mu_);
   observers_.erase(std::remove(observers_.begin(), observers_.end(), observer),
                    observers_.end());
+  // A call in progress may have taken it: wait for the calls to end.
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(observers_mu_) {
+    return observer_calls_ == 0;
+  };
+  observers_mu_.Await(aside::Cond(&idle));
 }
 
 absl::Status GroupRegistry::Remove(absl::string_view name,
                                    const Persist& persist,
                                    uint64_t removal_generation) {
-  aside::MutexLock lock(&write_mu_);
-  std::shared_ptr<const GroupMap> current = groups_.Acquire();
-  if (!current->contains(name)) {
-    return absl::NotFoundError(
-        absl::StrCat("group '", EchoName(name), "' not found"));
+  GroupPtr removed;
+  {
+    aside::MutexLock lock(&write_mu_);
+    std::shared_ptr<const GroupMap> current = groups_.Acquire();
+    if (!current->contains(name)) {
+      return absl::NotFoundError(
+          absl::StrCat("group '", EchoName(name), "' not found"));
+    }
+    const uint64_t generation =
+        removal_generation > 0 ? removal_generation : generations_.Next();
+    if (persist) {
+      ASIDE_RETURN_IF_ERROR(persist(generation));
+    }
+    removed = *current->find(name);
+    removed->StopDiscovery();
+    groups_.Publish(current->Without(name));
+    SetAliasesLocked(removed->name(), {});
+    removed->QueueRemoved(generation);
   }
-  const uint64_t generation =
-      removal_generation > 0 ? removal_generation : generations_.Next();
-  if (persist) {
-    ASIDE_RETURN_IF_ERROR(persist(generation));
-  }
-  GroupPtr removed = *current->find(name);
-  removed->StopDiscovery();
-  groups_.Publish(current->Without(name));
-  SetAliasesLocked(removed->name(), {});
-  removed->NotifyRemoved(generation);
+  removed->Announce();  // the listeners, with write_mu_ released
   return absl::OkStatus();
 }
 

@@ -19,6 +19,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/call_once.h"
@@ -74,6 +75,7 @@ class GenerationSource {
 using Persist = std::function<absl::Status(uint64_t generation)>;
 
 class DnsDiscovery;
+class GroupPublisher;
 class HealthRegistry;
 class LoadAggregator;
 class OrcaCollector;
@@ -97,6 +99,10 @@ struct GroupInputs {
   // first after a quiet window goes out at once. Needs `scheduler`; zero
   // tells every publication at once.
   absl::Duration publish_window = absl::ZeroDuration();
+  // Tells listeners of publications on a thread of its own (the server's).
+  // Without one (tests), the publishing thread tells them once it has
+  // released the group's and the registry's locks.
+  GroupPublisher* publisher = nullptr;
 };
 
 // One group. Thread rules:
@@ -108,24 +114,32 @@ struct GroupInputs {
 // - OnLoadReport, Ejections: any thread; they touch only the table (read
 //   lock-free) and the outlier detector (its own lock), never mu_.
 // - OnDnsResult: DNS threads; dns_mu_ guards the discovered members.
-// - Listeners: listeners_mu_ (after mu_); the rebuild count: rebuilds_mu_
-//   (taken alone).
+// - Listeners: notify_mu_ (after mu_, or alone) guards them and the
+//   notices they have yet to hear; it is never held while one is told.
+//   The rebuild count: rebuilds_mu_ (taken alone).
 // - Encoded(): any thread, lock-free: each publication carries the tables
 //   before it and makes its Watch encoding once, on first use.
 class Group : public std::enable_shared_from_this<Group> {
  public:
-  // Told about every publication (Watch streams). Callbacks run on the
-  // publishing thread with the group's locks held: they must only note the
-  // change and start non-blocking work, never call back into the group's
-  // mutating methods.
+  // Told about publications (Watch, grpclb and ADS streams; the event
+  // log). Called with no lock held: on the publisher's thread
+  // (GroupInputs::publisher), or without one on the publishing thread once
+  // it has released the group's and the registry's locks. One call at a
+  // time per group, in publication order. A listener may call any of the
+  // group's methods, RemoveListener(this) included; it should only note
+  // the change and start non-blocking work (the other groups' listeners
+  // wait behind it).
   class Listener {
    public:
     virtual ~Listener() = default;
-    virtual void OnPublish(Group& group) = 0;
-    // The group was deleted; `generation` is the deletion's.
+    // `table` is the publication told of: each in turn for listeners of
+    // every_publication, the newest when told for the others.
+    virtual void OnPublish(Group& group, const TableConstPtr& table) = 0;
+    // The group was deleted; `generation` is the deletion's. Nothing
+    // follows it.
     virtual void OnRemoved(Group& group, uint64_t generation) = 0;
-    // True: told of every publication as it happens (a record of them).
-    // False (the protocol edges): told at most once per publish window
+    // True: told of every publication (a record of them). False (the
+    // protocol edges): told at most once per publish window
     // (GroupInputs::publish_window), the table then current.
     virtual bool every_publication() const { return false; }
   };
@@ -175,10 +189,19 @@ class Group : public std::enable_shared_from_this<Group> {
   uint64_t rebuilds() const;
   bool AwaitRebuilds(uint64_t count, absl::Duration timeout) const;
 
+  // A listener added hears of publications from the next one told; once
+  // RemoveListener returns it is never called again (a call in progress on
+  // another thread is waited for).
   void AddListener(Listener* listener);
   void RemoveListener(Listener* listener);
-  // Tells the listeners the group is gone (called by the registry).
+  // Tells the listeners the group is gone (called by the registry); they
+  // hear nothing after it.
   void NotifyRemoved(uint64_t generation);
+  // Tells the listeners, in order, what the group's publications queued
+  // for them; returns at once when another thread is telling them (it
+  // tells these too). The publisher's thread calls it; without a
+  // publisher, the group does after each change.
+  void TellListeners();
 
   // The newest publication in Watch's wire form: encoded once per
   // generation (its full form on first use) and shared by all subscribers.
@@ -220,14 +243,25 @@ class Group : public std::enable_shared_from_this<Group> {
   // Takes a new generation and builds the table.
   absl::StatusOr<TableConstPtr> CreateTableLocked(TableSpec next)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  friend class GroupRegistry;
+  // Update and NotifyRemoved without telling the listeners: the registry
+  // tells them (Announce) once its own lock is released.
+  absl::Status UpdateQuietly(GroupSpec spec, const Persist& persist,
+                             uint64_t min_generation);
+  void QueueRemoved(uint64_t generation);
+  // Has the listeners told what is queued: posts the group to the
+  // publisher, or tells them here. Call with no lock held.
+  void Announce();
+
   void RebuildLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLocked(TableConstPtr table, int64_t build_start_nanos)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Tells the listeners of a publication, or holds it for the edges until
+  // Queues a publication for the listeners, or holds it for the edges until
   // the publish window ends.
-  void NotifyPublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // At the end of the window (a scheduled Rebuild): tells the edges of the
-  // publication held, if any.
+  void NotifyPublishLocked(const TableConstPtr& table)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At the end of the window (a scheduled Rebuild): queues the publication
+  // held, if any, for the edges.
   void FlushHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Schedules the next rebuild a slow-start ramp, an ejection expiry or a
   // zone weight update needs.
@@ -267,13 +301,37 @@ class Group : public std::enable_shared_from_this<Group> {
   mutable aside::Mutex rebuilds_mu_;
   uint64_t rebuilds_ ABSL_GUARDED_BY(rebuilds_mu_) = 0;
 
-  mutable aside::Mutex listeners_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::vector<Listener*> listeners_ ABSL_GUARDED_BY(listeners_mu_);
+  // What the listeners have yet to hear: a publication (for the records,
+  // and for the edges unless held by the window) or the removal.
+  struct Notice {
+    TableConstPtr table;  // null: the group was removed
+    bool records = false;
+    bool edges = false;
+    uint64_t removed_generation = 0;
+  };
+  mutable aside::Mutex notify_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<Listener*> listeners_ ABSL_GUARDED_BY(notify_mu_);
+  std::vector<Notice> notices_ ABSL_GUARDED_BY(notify_mu_);
+  // The removal was queued: nothing more is.
+  bool removed_ ABSL_GUARDED_BY(notify_mu_) = false;
+  // Posted to the publisher and not yet taken up.
+  bool posted_ ABSL_GUARDED_BY(notify_mu_) = false;
+  // A thread is telling the listeners (which, and its rounds: one per batch
+  // of notices). RemoveListener on another thread waits for the round in
+  // progress; on the teller's, it marks the listener gone for the rest of
+  // the round.
+  bool telling_ ABSL_GUARDED_BY(notify_mu_) = false;
+  std::thread::id teller_ ABSL_GUARDED_BY(notify_mu_);
+  uint64_t rounds_started_ ABSL_GUARDED_BY(notify_mu_) = 0;
+  uint64_t rounds_done_ ABSL_GUARDED_BY(notify_mu_) = 0;
+  // Listeners removed during the round in progress: touched only by the
+  // telling thread (teller_).
+  std::vector<Listener*> gone_in_round_;
   // When the edges were last told (clock nanoseconds), and whether a
   // publication since waits for the window's end.
-  int64_t notified_at_ ABSL_GUARDED_BY(listeners_mu_) =
+  int64_t notified_at_ ABSL_GUARDED_BY(notify_mu_) =
       std::numeric_limits<int64_t>::min() / 2;
-  bool held_ ABSL_GUARDED_BY(listeners_mu_) = false;
+  bool held_ ABSL_GUARDED_BY(notify_mu_) = false;
 
   // The tables published before the current one, oldest first (the last is
   // the base of its delta; all are bases of combined deltas, at most
@@ -300,18 +358,19 @@ using GroupPtr = std::shared_ptr<Group>;
 // from any thread, serialised on write_mu_ (which guards metrics_by_name_);
 // set_inputs and set_session_key during start-up only, before groups are
 // added. AddObserver and RemoveObserver from any thread; observers_mu_
-// guards the observers and is taken alone (never with write_mu_), and held
-// while they are told, so an observer is never called after
-// RemoveObserver returned.
+// guards the observers and the calls in progress, is taken alone and is
+// never held while one is told; RemoveObserver waits for calls in progress,
+// so an observer is never called after it returned.
 class GroupRegistry {
  public:
   // Told about every group added (Watch streams waiting for a name).
-  // OnAdded runs on the adding thread once the group is in the map (Find
-  // returns it) and its first table is published, with observers_mu_ held
-  // and no other registry or group lock: it may take its own locks and call
-  // Find and the group's listener methods, but must not add or remove
-  // groups or (un)register observers. A group may already be removed again
-  // by the time it is told; look the name up rather than trust `group`.
+  // OnAdded runs once the group is in the map (Find returns it) and its
+  // first table is published, with no lock held: on the group publisher's
+  // thread (GroupInputs::publisher), or without one on the adding thread
+  // once the registry's lock is released. It may take its own locks and
+  // call Find and the group's methods, but must not (un)register
+  // observers. A group may already be removed again by the time it is
+  // told; look the name up rather than trust `group`.
   class Observer {
    public:
     virtual ~Observer() = default;
@@ -419,8 +478,13 @@ class GroupRegistry {
   absl::flat_hash_map<std::string, std::string> alias_owners_
       ABSL_GUARDED_BY(write_mu_);
 
+  // Tells the observers of an added group, with no lock held.
+  void TellObservers(const GroupPtr& group);
+
   aside::Mutex observers_mu_;
   std::vector<Observer*> observers_ ABSL_GUARDED_BY(observers_mu_);
+  // TellObservers calls in progress (RemoveObserver waits for none).
+  int observer_calls_ ABSL_GUARDED_BY(observers_mu_) = 0;
 };
 
 }  // namespace aside::server

@@ -161,8 +161,8 @@ PublicationEvents::~PublicationEvents() {
     aside::MutexLock lock(&mu_);
     attached.swap(attached_);
   }
-  // Outside mu_: RemoveListener takes the group's listener lock, which
-  // OnPublish holds while it takes mu_.
+  // Outside mu_: RemoveListener waits for a call in progress, which may
+  // be waiting for mu_.
   for (const std::weak_ptr<Group>& w : attached) {
     if (GroupPtr g = w.lock()) {
       g->RemoveListener(this);
@@ -202,6 +202,7 @@ void PublicationEvents::Attach(const GroupPtr& group) {
   if (!inserted) {
     return;  // a publication got here first
   }
+  it->second.group = group.get();
   it->second.generation = table->generation();
   absl::flat_hash_set<std::string> ejected;
   for (OutlierDetector::Ejection& e : group->Ejections()) {
@@ -213,11 +214,7 @@ void PublicationEvents::Attach(const GroupPtr& group) {
   }
 }
 
-void PublicationEvents::OnPublish(Group& group) {
-  const TableConstPtr table = group.table();
-  if (table == nullptr) {
-    return;
-  }
+void PublicationEvents::OnPublish(Group& group, const TableConstPtr& table) {
   absl::flat_hash_map<std::string, OutlierDetector::Ejection> ejections;
   for (OutlierDetector::Ejection& e : group.Ejections()) {
     std::string address = e.address;
@@ -226,9 +223,10 @@ void PublicationEvents::OnPublish(Group& group) {
   const std::string& name = group.name();
   aside::MutexLock lock(&mu_);
   GroupState& state = groups_[name];
-  if (table->generation() == state.generation) {
-    return;
+  if (table->generation() <= state.generation) {
+    return;  // seen already (Attach read the group after it was queued)
   }
+  state.group = &group;
   state.generation = table->generation();
   events_->Record(EventKind::kGeneration, name, "",
                   absl::StrCat("generation ", table->generation(), ": ",
@@ -280,7 +278,10 @@ void PublicationEvents::OnPublish(Group& group) {
 void PublicationEvents::OnRemoved(Group& group, uint64_t generation) {
   {
     aside::MutexLock lock(&mu_);
-    groups_.erase(group.name());
+    if (auto it = groups_.find(group.name());
+        it != groups_.end() && it->second.group == &group) {
+      groups_.erase(it);
+    }
   }
   events_->Record(EventKind::kGroupRemoved, group.name(), "",
                   absl::StrCat("generation ", generation));

@@ -22,8 +22,8 @@
 //   target.
 //
 // Thread-safety: every method from any thread. EventLog has one mutex,
-// taken alone; PublicationEvents has one, taken inside the group's
-// listener locks (Group::Listener's rule) and before EventLog's.
+// taken alone; PublicationEvents has one, taken before EventLog's (its
+// OnPublish runs on the group publisher's thread with no other lock held).
 #ifndef ASIDE_SERVER_STATUS_EVENTS_H_
 #define ASIDE_SERVER_STATUS_EVENTS_H_
 
@@ -143,7 +143,7 @@ class PublicationEvents final : public GroupRegistry::Observer,
 
   void OnAdded(const GroupPtr& group) override;
   // O(members): the new table against the previous one's summary.
-  void OnPublish(Group& group) override;
+  void OnPublish(Group& group, const TableConstPtr& table) override;
   void OnRemoved(Group& group, uint64_t generation) override;
   // Records every generation, held for the edges or not.
   bool every_publication() const override { return true; }
@@ -155,6 +155,10 @@ class PublicationEvents final : public GroupRegistry::Observer,
     bool ejected = false;
   };
   struct GroupState {
+    // The group object these are of: a removal told late (publications
+    // are told on the publisher's thread) must not drop the state of a
+    // group of the same name added since.
+    const Group* group = nullptr;
     uint64_t generation = 0;
     absl::flat_hash_map<std::string, BackendState> backends;
   };

@@ -116,9 +116,10 @@ TEST_F(ServerBinaryTest, EveryThreadItStartsIsNamedAndDocumented) {
   // The threads of a server on SQLite with a config file and a metrics
   // port, each once (Watch has two queues), and none of the fleet's.
   for (const char* name :
-       {"aside-rebuild", "aside-prober", "aside-watch-jan", "aside-grpclb",
-        "aside-ads", "aside-gate", "aside-http", "aside-history",
-        "aside-reload", "aside-dns", "aside-orca", "aside-loadview"}) {
+       {"aside-rebuild", "aside-publish", "aside-prober", "aside-watch-jan",
+        "aside-grpclb", "aside-ads", "aside-gate", "aside-http",
+        "aside-history", "aside-reload", "aside-dns", "aside-orca",
+        "aside-loadview"}) {
     auto it = threads.find(name);
     EXPECT_TRUE(it != threads.end() && it->second == 1) << name;
   }

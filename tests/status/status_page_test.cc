@@ -412,6 +412,7 @@ TEST_F(StatusPageTest, HistoryAndEventsFollowPicksAndADrain) {
     b.drained = b.address == addresses_[1];
   }
   ASSERT_OK(server_->groups().Update(web, spec));
+  ASSERT_TRUE(server_->publisher().AwaitIdle(absl::Seconds(10)));
   sample_after_picks();
   sample_after_picks();
   stop = true;

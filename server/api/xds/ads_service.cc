@@ -46,7 +46,9 @@ int TypeIndex(const std::string& type_url) {
 class AdsService::GroupWatcher final : public Group::Listener {
  public:
   explicit GroupWatcher(AdsService* service) : service_(service) {}
-  void OnPublish(Group& group) override { service_->PokeUsers(group.name()); }
+  void OnPublish(Group& group, const TableConstPtr& /*table*/) override {
+    service_->PokeUsers(group.name());
+  }
   void OnRemoved(Group& group, uint64_t /*generation*/) override {
     service_->PokeUsers(group.name());
   }

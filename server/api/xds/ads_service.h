@@ -21,10 +21,11 @@
 // what changed; once a second every stream is re-evaluated (names that now
 // resolve, or resolve elsewhere).
 //
-// Threads: gRPC reactor callbacks, group publication callbacks and the
-// ticker thread. Lock order: a group's listener lock → the stream set's
-// (server/base/stream_set.h) → a stream's lock; groups are subscribed to
-// (AddListener) only with none of those held, from RegisterPending().
+// Threads: gRPC reactor callbacks, group publication callbacks (the group
+// publisher's thread, no lock held) and the ticker thread. Lock order: the
+// stream set's (server/base/stream_set.h) → a stream's lock; groups are
+// subscribed to (AddListener) only with none of those held, from
+// RegisterPending().
 #ifndef ASIDE_SERVER_API_XDS_ADS_SERVICE_H_
 #define ASIDE_SERVER_API_XDS_ADS_SERVICE_H_
 
@@ -97,8 +98,9 @@ class AdsService final : public envoy::service::discovery::v3::
   aside::Mutex pending_mu_;
   std::vector<GroupPtr> pending_ ABSL_GUARDED_BY(pending_mu_);
   std::set<const Group*> known_ ABSL_GUARDED_BY(pending_mu_);
-  // Taken before a group's listener lock, never while holding the stream set's
-  // or a stream's lock.
+  // Never taken while holding the stream set's or a stream's lock (leaving
+  // a group's listeners, under it, waits for a publication in progress,
+  // which takes those).
   aside::Mutex watched_mu_;
   std::map<std::string, GroupPtr> watched_ ABSL_GUARDED_BY(watched_mu_);
 

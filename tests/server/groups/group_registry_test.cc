@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -14,7 +15,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "lib/clock.h"
+#include "server/groups/group_publisher.h"
 #include "server/groups/group_table_builder.h"
 #include "server/groups/rebuild_scheduler.h"
 #include "tests/testing/status_matchers.h"
@@ -107,8 +110,8 @@ TEST_F(GroupRegistryTest, NoOpRebuildTakesNoGeneration) {
 class GenerationListener : public Group::Listener {
  public:
   explicit GenerationListener(bool every) : every_(every) {}
-  void OnPublish(Group& group) override {
-    seen.push_back(group.table()->generation());
+  void OnPublish(Group& /*group*/, const TableConstPtr& table) override {
+    seen.push_back(table->generation());
   }
   void OnRemoved(Group&, uint64_t) override { removed = true; }
   bool every_publication() const override { return every_; }
@@ -199,6 +202,136 @@ TEST_F(GroupRegistryTest, WithoutAWindowEveryPublicationReachesTheEdges) {
   g->RemoveListener(&edge);
 }
 
+// Calls back into its group from OnPublish: an update through the
+// registry (once) and, on the next publication, its own removal. Under the
+// group's or the registry's locks either would deadlock.
+class ReentrantListener : public Group::Listener {
+ public:
+  ReentrantListener(GroupRegistry* registry, GroupPublisher* publisher)
+      : registry_(registry), publisher_(publisher) {}
+  void OnPublish(Group& group, const TableConstPtr& table) override {
+    seen.push_back(table->generation());
+    on_publisher_thread.push_back(publisher_ == nullptr ||
+                                  publisher_->OnThread());
+    if (seen.size() == 1) {
+      GroupSpec spec = group.spec();
+      spec.backends[0].weight += 1;
+      update = registry_->Update(registry_->Find(group.name()), spec);
+    } else {
+      group.RemoveListener(this);
+    }
+  }
+  void OnRemoved(Group&, uint64_t) override {}
+  std::vector<uint64_t> seen;
+  std::vector<bool> on_publisher_thread;
+  absl::Status update = absl::UnknownError("not called");
+
+ private:
+  GroupRegistry* const registry_;
+  GroupPublisher* const publisher_;
+};
+
+TEST_F(GroupRegistryTest, ListenersAreToldWithNoGroupLockHeld) {
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80"), Member("10.0.0.2:80")}));
+  ReentrantListener listener(registry_.get(), nullptr);
+  g->AddListener(&listener);
+  GroupSpec spec = g->spec();
+  spec.backends[1].drained = true;
+  ASSERT_OK(registry_->Update(g, spec));
+  // The listener's own update was told to it after the first, in order,
+  // once the first call returned; then it left.
+  ASSERT_OK(listener.update);
+  ASSERT_EQ(listener.seen.size(), 2u);
+  EXPECT_LT(listener.seen[0], listener.seen[1]);
+  EXPECT_EQ(listener.seen[1], g->table()->generation());
+  ASSERT_OK(registry_->Update(g, g->spec()));
+  EXPECT_EQ(listener.seen.size(), 2u);
+}
+
+TEST_F(GroupRegistryTest, ThePublisherTellsEveryPublicationInOrder) {
+  GroupPublisher publisher;
+  registry_->set_inputs(
+      {.scheduler = &scheduler_, .clock = &clock_, .publisher = &publisher});
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80"), Member("10.0.0.2:80")}));
+  GenerationListener record(/*every=*/true);
+  ReentrantListener reentrant(registry_.get(), &publisher);
+  g->AddListener(&record);
+  g->AddListener(&reentrant);
+  // Four writers at once: each publication reaches the record once, in
+  // generation order, on the publisher's thread.
+  constexpr int kWriters = 4;
+  constexpr int kWrites = 50;
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < kWrites; ++i) {
+        GroupSpec spec = g->spec();
+        spec.backends[1].weight = static_cast<uint32_t>(1 + w * kWrites + i);
+        EXPECT_OK(registry_->Update(g, spec));
+      }
+    });
+  }
+  for (std::thread& t : writers) {
+    t.join();
+  }
+  ASSERT_TRUE(publisher.AwaitIdle(absl::Seconds(30)));
+  // The writers' updates and the reentrant listener's one.
+  ASSERT_EQ(record.seen.size(), kWriters * kWrites + 1u);
+  EXPECT_TRUE(std::is_sorted(record.seen.begin(), record.seen.end()));
+  EXPECT_EQ(std::adjacent_find(record.seen.begin(), record.seen.end()),
+            record.seen.end());
+  EXPECT_EQ(record.seen.back(), g->table()->generation());
+  ASSERT_OK(reentrant.update);
+  EXPECT_EQ(reentrant.seen.size(), 2u);
+  EXPECT_THAT(reentrant.on_publisher_thread, ::testing::Each(true));
+  g->RemoveListener(&record);
+}
+
+// Blocks in OnPublish until released.
+class BlockingListener : public Group::Listener {
+ public:
+  void OnPublish(Group&, const TableConstPtr&) override {
+    calls.fetch_add(1);
+    entered.Notify();
+    release.WaitForNotification();
+  }
+  void OnRemoved(Group&, uint64_t) override {}
+  std::atomic<int> calls{0};
+  absl::Notification entered;
+  absl::Notification release;
+};
+
+TEST_F(GroupRegistryTest, RemoveListenerWaitsForACallInProgress) {
+  GroupPublisher publisher;
+  registry_->set_inputs(
+      {.scheduler = &scheduler_, .clock = &clock_, .publisher = &publisher});
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80"), Member("10.0.0.2:80")}));
+  BlockingListener listener;
+  g->AddListener(&listener);
+  ASSERT_OK(registry_->Update(g, g->spec()));  // returns before the telling
+  ASSERT_TRUE(
+      listener.entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  // Publications go on while a listener is slow.
+  ASSERT_OK(registry_->Update(g, g->spec()));
+  absl::Notification removed;
+  std::thread remover([&] {
+    g->RemoveListener(&listener);
+    removed.Notify();
+  });
+  // Not while the call is in progress (a bounded look: it must not return).
+  EXPECT_FALSE(removed.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  listener.release.Notify();
+  ASSERT_TRUE(removed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  remover.join();
+  // Once RemoveListener returned, nothing reaches it (the second
+  // publication did only if its round began before the removal).
+  const int calls = listener.calls.load();
+  EXPECT_LE(calls, 2);
+  ASSERT_OK(registry_->Update(g, g->spec()));
+  ASSERT_TRUE(publisher.AwaitIdle(absl::Seconds(30)));
+  EXPECT_EQ(listener.calls.load(), calls);
+}
+
 // Records what an observer sees when it is told of an added group.
 class RecordingObserver : public GroupRegistry::Observer {
  public:
@@ -234,6 +367,45 @@ TEST_F(GroupRegistryTest, ObserversHearOfAddedGroupsOnceTheyCanBeFound) {
   later.name = "later";
   ASSERT_OK(registry_->Add(later));
   EXPECT_EQ(observer.names.size(), 2u);
+}
+
+// Adds a group of its own when told of the first: under a registry lock
+// that would deadlock.
+class AddingObserver : public GroupRegistry::Observer {
+ public:
+  explicit AddingObserver(GroupRegistry* registry) : registry_(registry) {}
+  void OnAdded(const GroupPtr& group) override {
+    names.push_back(group->name());
+    if (names.size() == 1) {
+      GroupSpec spec = group->spec();
+      spec.name = "second";
+      added = registry_->Add(spec);
+    }
+  }
+  std::vector<std::string> names;
+  absl::Status added = absl::UnknownError("not called");
+
+ private:
+  GroupRegistry* const registry_;
+};
+
+TEST_F(GroupRegistryTest, ObserversAreToldWithNoRegistryLockHeld) {
+  for (const bool with_publisher : {false, true}) {
+    SCOPED_TRACE(with_publisher ? "publisher" : "inline");
+    ASSERT_OK_AND_ASSIGN(registry_, GroupRegistry::Create(nullptr, 1000, 100));
+    GroupPublisher publisher;
+    registry_->set_inputs({.scheduler = &scheduler_,
+                           .clock = &clock_,
+                           .publisher = with_publisher ? &publisher : nullptr});
+    AddingObserver observer(registry_.get());
+    registry_->AddObserver(&observer);
+    Add(Spec({Member("10.0.0.1:80")}));
+    ASSERT_TRUE(publisher.AwaitIdle(absl::Seconds(30)));
+    ASSERT_OK(observer.added);
+    EXPECT_THAT(observer.names, ::testing::ElementsAre("web", "second"));
+    EXPECT_NE(registry_->Find("second"), nullptr);
+    registry_->RemoveObserver(&observer);
+  }
 }
 
 TEST_F(GroupRegistryTest, ReapplyingTheSpecPublishesOnlyExplicitUpdates) {
