@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -201,15 +203,29 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       return;  // the common case: nothing to tell anyone
     }
     event.result = std::move(result);
-    aside::MutexLock lock(&observers_mu_);
-    if (transition) {
-      for (auto& [id, observer] : observers_) {
+    Tell(transition ? &*transition : nullptr,
+         event.target_id != 0 ? &event : nullptr);
+  }
+
+  // Tells the observers of a flip and the probe observer of a result (each
+  // when given), with no lock held; RemoveObserver waits for it to end.
+  void Tell(const HealthTransition* transition, const ProbeEvent* event) {
+    std::shared_ptr<const Observers> observers;
+    {
+      aside::MutexLock lock(&observers_mu_);
+      observers = observers_;
+      ++dispatching_;
+    }
+    if (transition != nullptr) {
+      for (const auto& [id, observer] : observers->flips) {
         observer(*transition);
       }
     }
-    if (probe_observer_ && event.target_id != 0) {
-      probe_observer_(event);
+    if (event != nullptr && observers->probes) {
+      observers->probes(*event);
     }
+    aside::MutexLock lock(&observers_mu_);
+    --dispatching_;  // RemoveObserver's waiters wake on the unlock
   }
 
   // Publishes target.counters.state (changed from `before` by `result`) to
@@ -326,37 +342,39 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       }
     }
     if (transition) {
-      aside::MutexLock lock(&observers_mu_);
-      for (auto& [id, observer] : observers_) {
-        observer(*transition);
-      }
+      Tell(&*transition, nullptr);
     }
   }
 
   uint64_t AddObserver(HealthRegistry::Observer observer) {
     aside::MutexLock lock(&observers_mu_);
     const uint64_t id = next_observer_id_++;
-    observers_.emplace_back(id, std::move(observer));
+    auto next = std::make_shared<Observers>(*observers_);
+    next->flips.emplace_back(id, std::move(observer));
+    observers_ = std::move(next);
     return id;
   }
 
   void RemoveObserver(uint64_t id) {
-    // Holding observers_mu_ waits for a dispatch in progress to end.
-    HealthRegistry::Observer removed;
+    std::shared_ptr<const Observers> before;  // destroyed unlocked
     aside::MutexLock lock(&observers_mu_);
-    for (auto it = observers_.begin(); it != observers_.end(); ++it) {
-      if (it->first == id) {
-        removed = std::move(it->second);
-        observers_.erase(it);
-        break;
-      }
-    }
+    auto next = std::make_shared<Observers>(*observers_);
+    std::erase_if(next->flips,
+                  [id](const auto& entry) { return entry.first == id; });
+    before = std::exchange(observers_, std::move(next));
+    // A dispatch in progress may still call it: wait for it to end.
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(observers_mu_) {
+      return dispatching_ == 0;
+    };
+    observers_mu_.Await(aside::Cond(&idle));
   }
 
   void SetProbeObserver(std::function<void(const ProbeEvent&)> fn) {
     aside::MutexLock lock(&observers_mu_);
     has_probe_observer_.store(fn != nullptr, std::memory_order_relaxed);
-    probe_observer_ = std::move(fn);
+    auto next = std::make_shared<Observers>(*observers_);
+    next->probes = std::move(fn);
+    observers_ = std::move(next);
   }
 
   std::vector<TargetInfo> List(absl::string_view group) const {
@@ -452,12 +470,18 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   // targets collide with probability ~n^2 / 2^64).
   absl::flat_hash_map<uint64_t, Target*> by_fleet_key_ ABSL_GUARDED_BY(mu_);
 
-  // Held while observers run (prober thread) so that RemoveObserver can
-  // wait for them.
+  // The observers, replaced whole on a change (a dispatch reads one
+  // without holding the lock), and the dispatches in progress, which
+  // RemoveObserver waits for.
+  struct Observers {
+    std::vector<std::pair<uint64_t, HealthRegistry::Observer>> flips;
+    std::function<void(const ProbeEvent&)> probes;
+  };
   aside::Mutex observers_mu_;
-  std::vector<std::pair<uint64_t, HealthRegistry::Observer>> observers_;
-  uint64_t next_observer_id_ = 1;
-  std::function<void(const ProbeEvent&)> probe_observer_;
+  std::shared_ptr<const Observers> observers_ ABSL_GUARDED_BY(observers_mu_) =
+      std::make_shared<const Observers>();
+  int dispatching_ ABSL_GUARDED_BY(observers_mu_) = 0;
+  uint64_t next_observer_id_ ABSL_GUARDED_BY(observers_mu_) = 1;
   std::atomic<bool> has_probe_observer_{false};
 };
 

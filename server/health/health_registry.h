@@ -25,8 +25,8 @@
 // - Probes run on the prober's own thread (one Boost.Asio io_context; gRPC
 //   probes complete on gRPC's threads and post back to it). Results update
 //   the target under the mutex; observers are called on the prober thread
-//   after every state flip, in order, outside the mutex. They must not
-//   block and must not call Add/RemoveObserver.
+//   after every state flip, in order, with no lock held. They must not
+//   block and must not call RemoveObserver.
 //
 // Fleet ownership (DESIGN.md §11; server/fleet/probe_ownership.h). With
 // FleetHooks set, each target carries an "owned" flag from hooks.owned: a
