@@ -29,10 +29,9 @@ struct WatchHub::Op {
   Kind kind;
 };
 
-// One Watch call. Thread-safe: publications arrive on publishing threads,
-// completions on the hub thread of the stream's completion queue, group
-// (re)appearances on the thread that added the group; everything below
-// serialises on mu_.
+// One Watch call. Thread-safe: publications and group (re)appearances
+// arrive on the group publisher's thread, completions on the hub thread of
+// the stream's completion queue; everything below serialises on mu_.
 //
 // Life: constructed to request a call (Request); the request's completion
 // starts it (Start: validation, peer cap, subscription, first writes); at
