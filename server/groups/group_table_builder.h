@@ -1,5 +1,5 @@
 // Building a group's table from its state: pure functions, no locks, no
-// clock, no side effects. The group (group_registry.h) gathers the inputs
+// clock, no side effects. The group (group.h) gathers the inputs
 // (declared and discovered members, each member's health, ejection and
 // slow-start origin, zone weights) and decides whether and when to publish;
 // this file only says what the table would be and whether it differs from
