@@ -491,9 +491,11 @@ def fanout_churn_once(args, target, pid, token, procs, per, groups, rate,
 
 
 def run_fanout_churn(args, out_dir):
-    """--fanout-churn: 1000 changes/s over 100 groups to 10 000 Watch
-    streams from 10 processes, Aside against the floor, alternating."""
-    procs, per, groups, rate, seconds, reps = 10, 1000, 100, 1000, 10, 2
+    """--fanout-churn: --churn-rate changes/s (1000) over 100 groups to
+    10 000 Watch streams from 10 processes, Aside against the floor,
+    alternating (--churn-pairs pairs, 2)."""
+    procs, per, groups, seconds = 10, 1000, 100, 10
+    rate, reps = args.churn_rate, args.churn_pairs
     log(f"== fanout-churn: {rate} changes/s over {groups} groups for "
         f"{seconds} s to {procs} x {per} Watch streams, {reps} alternating "
         "pairs with the floor")
@@ -1646,6 +1648,12 @@ def main():
                         "1000 changes/s over 100 groups to 10 000 Watch "
                         "streams from 10 processes, against the floor "
                         "(fanout_churn.json)")
+    parser.add_argument("--churn-rate", type=int, default=1000,
+                        help="with --fanout-churn: changes per second "
+                        "(default 1000)")
+    parser.add_argument("--churn-pairs", type=int, default=2,
+                        help="with --fanout-churn: Aside/floor pairs "
+                        "(default 2)")
     parser.add_argument("--fanout-rate", action="store_true",
                         help="with the fanout part, not in quick mode: the "
                         "update rate one replica sustains to 1000 Watch "
