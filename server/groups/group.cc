@@ -442,11 +442,6 @@ void Group::RemoveListener(Listener* listener) {
   notify_mu_.Await(aside::Cond(&done));
 }
 
-void Group::NotifyRemoved(uint64_t generation) {
-  QueueRemoved(generation);
-  Announce();
-}
-
 void Group::QueueRemoved(uint64_t generation) {
   aside::MutexLock lock(&notify_mu_);
   held_ = false;  // the removal supersedes it

@@ -167,9 +167,6 @@ class Group : public std::enable_shared_from_this<Group> {
   // another thread is waited for).
   void AddListener(Listener* listener);
   void RemoveListener(Listener* listener);
-  // Tells the listeners the group is gone (called by the registry); they
-  // hear nothing after it.
-  void NotifyRemoved(uint64_t generation);
   // Tells the listeners, in order, what the group's publications queued
   // for them; returns at once when another thread is telling them (it
   // tells these too). The publisher's thread calls it; without a
@@ -217,8 +214,8 @@ class Group : public std::enable_shared_from_this<Group> {
   absl::StatusOr<TableConstPtr> CreateTableLocked(TableSpec next)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class GroupRegistry;
-  // Update and NotifyRemoved without telling the listeners: the registry
-  // tells them (Announce) once its own lock is released.
+  // Update without telling the listeners, and the removal queued for them:
+  // the registry tells them (Announce) once its own lock is released.
   absl::Status UpdateQuietly(GroupSpec spec, const Persist& persist,
                              uint64_t min_generation);
   void QueueRemoved(uint64_t generation);
