@@ -124,7 +124,7 @@ format-check:
 $(CHECK_DIR)/CMakeCache.txt: | deps
 	$(CMAKE) -S . -B $(CHECK_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-	  -DASIDE_BUILD_BENCH=ON -DASIDE_BUILD_CHART_TESTS=OFF
+	  -DASIDE_BUILD_BENCH=ON -DASIDE_BUILD_CHART_TESTS=OFF -DASIDE_PCH=OFF
 
 # The protobuf headers the sources include (protoc only, seconds).
 check-generated: deps $(CHECK_DIR)/CMakeCache.txt

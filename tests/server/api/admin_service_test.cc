@@ -408,7 +408,8 @@ TEST_F(AdminTest, FileGroupsAreReadOnly) {
 
 TEST_F(AdminTest, EchoedNamesAreCutAndEscaped) {
   v1::Group g;
-  const std::string long_name = std::string(10000, 'x') + "\r\n";
+  std::string long_name(10000, 'x');
+  long_name += "\r\n";
   grpc::Status s = Get(long_name, &g);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("... (10002 bytes)' not found"));

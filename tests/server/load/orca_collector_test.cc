@@ -27,7 +27,7 @@ namespace {
 using ::aside::testing::FakeOrca;
 using ::aside::testing::OrcaBackend;
 using ::aside::testing::OrcaReport;
-using xds::data::orca::v3::OrcaLoadReport;
+using ::xds::data::orca::v3::OrcaLoadReport;
 using View = std::vector<OrcaCollector::BackendView>;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
