@@ -5,7 +5,15 @@ Reads compile_commands.json from a configured build directory (`make
 thread-safety` uses a clang configuration in build-clang/ where only the
 generated headers are built; GCC commands work too) and runs `clang++ -fsyntax-only` on each of the project's own .cc
 files (not generated protobuf code, not third-party code) with only the
-thread-safety warnings enabled, as errors. Nothing is linked or written.
+thread-safety warnings enabled, as errors. Nothing is linked; the only
+files written are precompiled headers, in BUILD_DIR/thread-safety-pch/.
+
+Most of the time of a syntax-only pass is parsing gRPC's, gtest's and
+gmock's headers again in every file. Files that share a command line (one
+CMake target's flags) share one precompiled header: gtest and gmock for
+tests, gRPC's for files that include gRPC or protobuf code (a test file
+checks in ~0.7x its time, a server file in ~0.75x). A file whose check
+fails with it is checked again without it, and only that result counts.
 
   scripts/check-thread-safety.py [BUILD_DIR] [--jobs N] [--clang CLANG++]
 
@@ -15,6 +23,7 @@ something (the diagnostics are printed), 2 on a usage error.
 
 import argparse
 import concurrent.futures
+import hashlib
 import json
 import os
 import shlex
@@ -55,6 +64,50 @@ def command_for(entry, clang):
     return out + CHECK_FLAGS
 
 
+# A command line shared by fewer files is not worth a precompiled header.
+PCH_MIN_FILES = 3
+
+
+def uses_grpc(path):
+    """Whether the file at `path` includes gRPC or generated protobuf code."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [l for l in f if l.startswith("#include")]
+    except OSError:
+        return False
+    return any("grpc" in l or ".pb.h" in l for l in lines)
+
+
+def pch_headers(flags, paths):
+    """The headers to precompile for files of one command line."""
+    headers = []
+    if "-DGTEST_HAS_PTHREAD=1" in flags:
+        headers += ["gtest/gtest.h", "gmock/gmock.h"]
+    if any(uses_grpc(p) for p in paths):
+        headers.append("grpcpp/grpcpp.h")
+    return headers
+
+
+def flags_of(entry, clang):
+    """The check's command line for `entry` without its source file."""
+    source = entry["file"]
+    return tuple(a for a in command_for(entry, clang)[1:] if a != source)
+
+
+def make_pch(flags, headers, directory, out_dir, clang):
+    """Precompiles `headers` under `flags`; the .pch path, or None."""
+    digest = hashlib.sha1(
+        "\0".join(flags + tuple(headers)).encode()).hexdigest()[:16]
+    header = os.path.join(out_dir, digest + ".hxx")
+    pch = header + ".pch"
+    with open(header, "w") as f:
+        f.writelines(f"#include <{h}>\n" for h in headers)
+    args = [clang] + [a for a in flags if a != "-fsyntax-only"]
+    args += ["-x", "c++-header", header, "-o", pch]
+    proc = subprocess.run(args, cwd=directory, capture_output=True, text=True)
+    return pch if proc.returncode == 0 else None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("build_dir", nargs="?", default="build-clang")
@@ -86,22 +139,54 @@ def main():
               file=sys.stderr)
         return 2
 
+    start = time.monotonic()
+    # Files by command line, and the headers most of each set include.
+    by_flags = {}
+    for rel, entry in entries.items():
+        by_flags.setdefault(flags_of(entry, args.clang), []).append(rel)
+    pch_jobs = {}
+    for flags, files in by_flags.items():
+        if len(files) >= PCH_MIN_FILES:
+            headers = pch_headers(flags, [os.path.join(root, f) for f in files])
+            if headers:
+                pch_jobs[flags] = headers
+    out_dir = os.path.join(os.path.abspath(args.build_dir), "thread-safety-pch")
+    os.makedirs(out_dir, exist_ok=True)
+    pch_of = {}
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        made = {flags: pool.submit(make_pch, flags, headers,
+                                   entries[by_flags[flags][0]]["directory"],
+                                   out_dir, args.clang)
+                for flags, headers in pch_jobs.items()}
+        for flags, future in made.items():
+            if future.result() is not None:
+                pch_of[flags] = future.result()
+
     def check(rel):
         entry = entries[rel]
-        proc = subprocess.run(command_for(entry, args.clang),
-                              cwd=entry["directory"], capture_output=True,
-                              text=True)
-        return rel, proc.returncode, proc.stderr
+        command = command_for(entry, args.clang)
+        pch = pch_of.get(flags_of(entry, args.clang))
+        if pch is not None:
+            proc = subprocess.run(command + ["-include-pch", pch],
+                                  cwd=entry["directory"], capture_output=True,
+                                  text=True)
+            if proc.returncode == 0:
+                return rel, 0, "", False
+        proc = subprocess.run(command, cwd=entry["directory"],
+                              capture_output=True, text=True)
+        return rel, proc.returncode, proc.stderr, pch is not None
 
-    start = time.monotonic()
     failed = []
+    rechecked = 0
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for rel, code, output in pool.map(check, sorted(entries)):
+        for rel, code, output, again in pool.map(check, sorted(entries)):
+            rechecked += again
             if code != 0:
                 failed.append(rel)
                 sys.stdout.write(output)
-    print(f"check-thread-safety: {len(entries)} files, {len(failed)} with "
-          f"findings, {time.monotonic() - start:.0f} s")
+    print(f"check-thread-safety: {len(entries)} files ({len(pch_of)} "
+          f"precompiled headers, {rechecked} files checked again without), "
+          f"{len(failed)} with findings, {time.monotonic() - start:.0f} s")
     for rel in failed:
         print(f"  {rel}")
     return 1 if failed else 0
