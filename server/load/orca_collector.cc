@@ -350,10 +350,12 @@ size_t OrcaCollector::open_streams() const {
 void OrcaCollector::Run() {
   aside::MutexLock lock(&mu_);
   while (!stopping_) {
+    // Taken before the two steps below, which let go of the lock: a Want
+    // or a stream's end while they run wakes the next wait at once.
+    const uint64_t seen = wakeups_;
     DropFinishedLocked();
     const int64_t now = clock_->NowNanos();
     const std::optional<int64_t> next = OpenDueLocked(now);
-    const uint64_t seen = wakeups_;
     auto changed = [this, seen] {
       mu_.AssertHeld();
       return stopping_ || wakeups_ != seen;
