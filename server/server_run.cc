@@ -45,6 +45,12 @@ int RelayThreads() {
       std::clamp<unsigned>(std::thread::hardware_concurrency() / 2, 1, 4));
 }
 
+// Shutdown() on each of `services` that was made, in order.
+template <typename... Service>
+void ShutdownEach(const std::unique_ptr<Service>&... services) {
+  ((services != nullptr ? services->Shutdown() : void()), ...);
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
@@ -348,30 +354,9 @@ void AsideServer::Shutdown(absl::Duration grace) {
   if (load_view_peers_ != nullptr) {
     load_view_peers_->Stop();
   }
-  if (load_view_service_ != nullptr) {
-    load_view_service_->Shutdown();
-  }
-  if (health_service_ != nullptr) {
-    health_service_->Shutdown();
-  }
-  if (plain_health_service_ != nullptr) {
-    plain_health_service_->Shutdown();
-  }
-  if (watch_hub_ != nullptr) {
-    watch_hub_->Shutdown();
-  }
-  if (lb_service_ != nullptr) {
-    lb_service_->Shutdown();
-  }
-  if (grpclb_service_ != nullptr) {
-    grpclb_service_->Shutdown();
-  }
-  if (ads_service_ != nullptr) {
-    ads_service_->Shutdown();
-  }
-  if (lrs_service_ != nullptr) {
-    lrs_service_->Shutdown();
-  }
+  ShutdownEach(load_view_service_, health_service_, plain_health_service_,
+               watch_hub_, lb_service_, grpclb_service_, ads_service_,
+               lrs_service_);
   if (orca_ != nullptr) {
     orca_->Stop();
   }
