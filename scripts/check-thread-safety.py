@@ -11,8 +11,8 @@ files written are precompiled headers, in BUILD_DIR/thread-safety-pch/.
 Most of the time of a syntax-only pass is parsing gRPC's, gtest's and
 gmock's headers again in every file. Files that share a command line (one
 CMake target's flags) share one precompiled header: gtest and gmock for
-tests, gRPC's for files that include gRPC or protobuf code (a test file
-checks in ~0.7x its time, a server file in ~0.75x). A file whose check
+tests, gRPC's for files that include gRPC or protobuf code (a file checks
+in 0.55-0.8x its time without one). A file whose check
 fails with it is checked again without it, and only that result counts.
 
   scripts/check-thread-safety.py [BUILD_DIR] [--jobs N] [--clang CLANG++]
@@ -88,10 +88,9 @@ def pch_headers(flags, paths):
     return headers
 
 
-def flags_of(entry, clang):
-    """The check's command line for `entry` without its source file."""
-    source = entry["file"]
-    return tuple(a for a in command_for(entry, clang)[1:] if a != source)
+def flags_of(entry, command):
+    """`command` (the check's for `entry`) without the compiler and source."""
+    return tuple(a for a in command[1:] if a != entry["file"])
 
 
 def make_pch(flags, headers, directory, out_dir, clang):
@@ -140,32 +139,35 @@ def main():
         return 2
 
     start = time.monotonic()
-    # Files by command line, and the headers most of each set include.
+    # Each file's check, and the files of each command line.
+    commands = {rel: command_for(entry, args.clang)
+                for rel, entry in entries.items()}
+    flags = {rel: flags_of(entries[rel], commands[rel]) for rel in entries}
     by_flags = {}
-    for rel, entry in entries.items():
-        by_flags.setdefault(flags_of(entry, args.clang), []).append(rel)
+    for rel in entries:
+        by_flags.setdefault(flags[rel], []).append(rel)
     pch_jobs = {}
-    for flags, files in by_flags.items():
+    for line, files in by_flags.items():
         if len(files) >= PCH_MIN_FILES:
-            headers = pch_headers(flags, [os.path.join(root, f) for f in files])
+            headers = pch_headers(line, [os.path.join(root, f) for f in files])
             if headers:
-                pch_jobs[flags] = headers
+                pch_jobs[line] = headers
     out_dir = os.path.join(os.path.abspath(args.build_dir), "thread-safety-pch")
     os.makedirs(out_dir, exist_ok=True)
     pch_of = {}
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        made = {flags: pool.submit(make_pch, flags, headers,
-                                   entries[by_flags[flags][0]]["directory"],
-                                   out_dir, args.clang)
-                for flags, headers in pch_jobs.items()}
-        for flags, future in made.items():
+        made = {line: pool.submit(make_pch, line, headers,
+                                  entries[by_flags[line][0]]["directory"],
+                                  out_dir, args.clang)
+                for line, headers in pch_jobs.items()}
+        for line, future in made.items():
             if future.result() is not None:
-                pch_of[flags] = future.result()
+                pch_of[line] = future.result()
 
     def check(rel):
         entry = entries[rel]
-        command = command_for(entry, args.clang)
-        pch = pch_of.get(flags_of(entry, args.clang))
+        command = commands[rel]
+        pch = pch_of.get(flags[rel])
         if pch is not None:
             proc = subprocess.run(command + ["-include-pch", pch],
                                   cwd=entry["directory"], capture_output=True,
