@@ -33,12 +33,14 @@ void GroupPublisher::Post(std::function<void()> task) {
 }
 
 bool GroupPublisher::AwaitIdle(absl::Duration timeout) {
+  // Idle means nothing queued and nothing running, counting what the tasks
+  // themselves post (an observer that adds a group posts its announcement):
+  // a target taken at the call would return between the two.
   aside::MutexLock lock(&mu_);
-  const uint64_t target = posted_;
   return mu_.AwaitWithTimeout(
       [&] {
         mu_.AssertHeld();
-        return told_ >= target;
+        return told_ == posted_;
       },
       timeout);
 }

@@ -49,8 +49,8 @@ class GroupPublisher {
   // registry's observers of added groups).
   void Post(std::function<void()> task);
 
-  // Waits until everything posted so far has been told; true when it was
-  // within `timeout`.
+  // Waits until the queue is empty and no task runs, including tasks that
+  // tasks post; true when it was within `timeout`.
   bool AwaitIdle(absl::Duration timeout);
 
   // Whether the caller runs on the publisher's thread.
