@@ -22,6 +22,19 @@ if(NOT ASIDE_FULL_DEBUG_INFO)
   endforeach()
 endif()
 
+# LLVM's linker where it is installed (Debian's lld; scripts/install-deps.sh
+# installs it): it links the ASan build's 450 MB server_test in 0.26x the
+# wall time of the default linker (4.1 s against 15.9 s). -DASIDE_LLD=OFF
+# keeps the default.
+option(ASIDE_LLD "Link with lld when it is installed" ON)
+if(ASIDE_LLD)
+  include(CheckLinkerFlag)
+  check_linker_flag(CXX -fuse-ld=lld ASIDE_HAVE_LLD)
+  if(ASIDE_HAVE_LLD)
+    add_link_options(-fuse-ld=lld)
+  endif()
+endif()
+
 # Sanitizers apply to every target (third-party code is prebuilt and not
 # instrumented; TSan suppressions for it live in tests/tsan.supp).
 if(ASIDE_FUZZ)

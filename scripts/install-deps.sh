@@ -35,6 +35,8 @@ packages=(
   # checks (make thread-safety, format-check, tidy): clang's thread-safety
   # analysis, clang-format, clang-tidy
   clang clang-format clang-tidy
+  # the linker (cmake/AsideHelpers.cmake: ASIDE_LLD)
+  lld
   # fuzzing (make fuzz): libFuzzer and clang's sanitizer runtimes
   libfuzzer-14-dev libclang-rt-14-dev
 )
