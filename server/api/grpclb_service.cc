@@ -13,6 +13,7 @@
 #include "lib/thread_name.h"
 #include "proto/convert.h"
 #include "server/base/log.h"
+#include "server/base/stream_reactor.h"
 #include "server/net/guarded_relay.h"
 
 namespace aside::server {
@@ -138,20 +139,19 @@ lb::ServerList BuildServerList(const Table& table, const GrpclbSpec& options,
 // One BalanceLoad stream. Reads happen one at a time (the initial request,
 // then client stats); writes one at a time, newest list next.
 class GrpclbService::Stream final
-    : public grpc::ServerBidiReactor<lb::LoadBalanceRequest,
-                                     lb::LoadBalanceResponse>,
+    : public StreamReactor<grpc::ServerBidiReactor<lb::LoadBalanceRequest,
+                                                   lb::LoadBalanceResponse>>,
       public Group::Listener {
  public:
   Stream(GrpclbService* service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
+      : StreamReactor(context), service_(service) {
     reporter_.name = "anonymous";
     if (service_->report_auth_ != nullptr) {
       report_refusal_ = service_->report_auth_->Authorize(*context, &reporter_);
     }
     if (!service_->streams_.Add(this)) {
       aside::MutexLock lock(&mu_);
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                "server is shutting down"));
+      FinishLocked(ShuttingDownStatus());
       return;
     }
     if (service_->stream_limit_ != nullptr) {
@@ -180,7 +180,7 @@ class GrpclbService::Stream final
     bool finished;
     {
       aside::MutexLock lock(&mu_);
-      finished = finished_;
+      finished = this->finished();
     }
     if (!finished) {
       request_.Clear();
@@ -192,7 +192,7 @@ class GrpclbService::Stream final
     aside::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      FinishLocked(WriteFailedStatus());
       return;
     }
     WriteNextLocked();
@@ -209,11 +209,6 @@ class GrpclbService::Stream final
     ForceFinishLocked(
         grpc::Status(grpc::StatusCode::NOT_FOUND,
                      absl::StrCat("group '", group.name(), "' was deleted")));
-  }
-
-  void OnCancel() override {
-    aside::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
@@ -250,12 +245,6 @@ class GrpclbService::Stream final
       dirty_ = true;
       WriteNextLocked();
     }
-  }
-
-  void Shutdown() {
-    aside::MutexLock lock(&mu_);
-    ForceFinishLocked(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
   }
 
  private:
@@ -347,7 +336,7 @@ class GrpclbService::Stream final
   }
 
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_ || group_ == nullptr) {
+    if (writing_ || finished() || group_ == nullptr) {
       return;
     }
     if (pending_initial_) {
@@ -379,25 +368,7 @@ class GrpclbService::Stream final
     StartWrite(&last_sent_->response);
   }
 
-  void FinishLocked(const grpc::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!finished_) {
-      finished_ = true;
-      Finish(status);
-    }
-  }
-
-  void ForceFinishLocked(const grpc::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const bool stuck = writing_;
-    FinishLocked(status);
-    if (stuck) {
-      context_->TryCancel();
-    }
-  }
-
   GrpclbService* const service_;
-  grpc::CallbackServerContext* const context_;
   // The address counted against the per-peer stream limit.
   std::string counted_peer_;
   lb::LoadBalanceRequest request_;
@@ -410,14 +381,10 @@ class GrpclbService::Stream final
   grpc::Status report_refusal_;
   bool said_refused_ = false;
 
-  // Taken after the service's stream set's lock, never before.
-  aside::Mutex mu_;
   lb::LoadBalanceResponse response_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const BuiltList> last_sent_ ABSL_GUARDED_BY(mu_);
   bool pending_initial_ ABSL_GUARDED_BY(mu_) = false;
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 GrpclbService::GrpclbService(GroupRegistry* groups, LoadAggregator* loads,

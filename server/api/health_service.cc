@@ -5,6 +5,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "lib/sync.h"
+#include "server/base/status_util.h"
 
 namespace aside::server {
 
@@ -77,8 +78,7 @@ class HealthService::Watcher final
         service_->Status(name_).value_or(HealthCheckResponse::SERVICE_UNKNOWN);
     if (sent_any_ && status == last_) {
       if (service_->shutting_down_.load()) {
-        FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                  "server is shutting down"));
+        FinishLocked(ShuttingDownStatus());
       }
       return;
     }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/address.h"
 #include "proto/convert.h"
+#include "server/base/status_util.h"
 
 namespace aside::server {
 
@@ -64,8 +65,7 @@ class LoadBalancerService::ReportReader final
   // half-close; cancelling completes it at once, so the server's shutdown
   // does not wait for the client.
   void Shutdown() {
-    FinishOnce(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+    FinishOnce(ShuttingDownStatus());
     context_->TryCancel();
   }
 

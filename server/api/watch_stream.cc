@@ -16,6 +16,7 @@
 #include "lib/clock.h"
 #include "lib/sync.h"
 #include "server/base/log.h"
+#include "server/base/status_util.h"
 #include "server/net/guarded_relay.h"
 
 namespace aside::server {
@@ -115,8 +116,7 @@ void WatchHub::Stream::Start() {
   {
     aside::MutexLock lock(&hub_->mu_);
     if (error.ok() && hub_->shutting_down_) {
-      error = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                           "server is shutting down");
+      error = ShuttingDownStatus();
     }
     if (error.ok()) {
       error = hub_->peer_limit_.Acquire(ClientPeer(context_.peer()), &peer_);
@@ -186,7 +186,7 @@ bool WatchHub::Stream::OnWriteDone(bool ok) {
   aside::MutexLock lock(&mu_);
   writing_ = false;
   if (!ok) {
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+    FinishLocked(WriteFailedStatus());
   } else {
     WriteNextLocked();
   }
@@ -302,8 +302,7 @@ bool WatchHub::Stream::RunReady() {
 
 void WatchHub::Stream::Shutdown() {
   aside::MutexLock lock(&mu_);
-  ForceFinishLocked(
-      grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+  ForceFinishLocked(ShuttingDownStatus());
 }
 
 void WatchHub::Stream::Listen(Group& g) {

@@ -3,16 +3,20 @@
 #include "absl/strings/str_cat.h"
 #include "lib/thread_name.h"
 #include "server/base/log.h"
+#include "server/base/stream_reactor.h"
 #include "server/net/guarded_relay.h"
 
 namespace aside::server {
 
 // One LoadView stream: one write in flight, the newest export next.
 class LoadViewService::Stream final
-    : public grpc::ServerWriteReactor<v1::LoadViewUpdate> {
+    : public StreamReactor<grpc::ServerWriteReactor<v1::LoadViewUpdate>> {
  public:
-  Stream(LoadViewService* service, std::string subscriber)
-      : service_(service), subscriber_(std::move(subscriber)) {}
+  Stream(LoadViewService* service, grpc::CallbackServerContext* context,
+         std::string subscriber)
+      : StreamReactor(context),
+        service_(service),
+        subscriber_(std::move(subscriber)) {}
 
   // Offers `exported` (called with the service's mu_ held).
   void Offer(std::shared_ptr<const ExportedLoads> exported) {
@@ -21,25 +25,14 @@ class LoadViewService::Stream final
     WriteNextLocked();
   }
 
-  void Shutdown() {
-    aside::MutexLock lock(&mu_);
-    FinishLocked(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
-  }
-
   void OnWriteDone(bool ok) override {
     aside::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      FinishLocked(WriteFailedStatus());
       return;
     }
     WriteNextLocked();
-  }
-
-  void OnCancel() override {
-    aside::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
@@ -54,7 +47,7 @@ class LoadViewService::Stream final
 
  private:
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_ || pending_ == nullptr) {
+    if (writing_ || finished() || pending_ == nullptr) {
       return;
     }
     update_ = DiffExports(last_sent_.get(), *pending_);
@@ -72,22 +65,11 @@ class LoadViewService::Stream final
     StartWrite(&update_);
   }
 
-  void FinishLocked(const grpc::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!finished_) {
-      finished_ = true;
-      Finish(status);
-    }
-  }
-
   LoadViewService* const service_;
   const std::string subscriber_;
-  aside::Mutex mu_;
   v1::LoadViewUpdate update_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ExportedLoads> last_sent_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ExportedLoads> pending_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 namespace {
@@ -140,10 +122,9 @@ grpc::ServerWriteReactor<v1::LoadViewUpdate>* LoadViewService::LoadView(
   // the ticker offers.
   aside::MutexLock lock(&mu_);
   if (streams_.shutting_down()) {
-    return new Refused(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+    return new Refused(ShuttingDownStatus());
   }
-  auto* stream = new Stream(this, request->replica_id());
+  auto* stream = new Stream(this, context, request->replica_id());
   if (!streams_.Add(stream)) {
     stream->Shutdown();  // shutdown began meanwhile; OnDone deletes it
     return stream;

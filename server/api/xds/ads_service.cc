@@ -12,6 +12,7 @@
 #include "lib/sync.h"
 #include "lib/thread_name.h"
 #include "server/base/log.h"
+#include "server/base/stream_reactor.h"
 #include "server/net/guarded_relay.h"
 
 namespace aside::server::xds {
@@ -61,11 +62,11 @@ class AdsService::GroupWatcher final : public Group::Listener {
 // time, always the newest state of the next type that has something to
 // send.
 class AdsService::Stream final
-    : public grpc::ServerBidiReactor<discovery::DiscoveryRequest,
-                                     discovery::DiscoveryResponse> {
+    : public StreamReactor<grpc::ServerBidiReactor<
+          discovery::DiscoveryRequest, discovery::DiscoveryResponse>> {
  public:
   Stream(AdsService* service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
+      : StreamReactor(context), service_(service) {
     const bool shutting_down = !service_->streams_.Add(this);
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "ads"}}).Increment();
@@ -77,8 +78,7 @@ class AdsService::Stream final
     }
     aside::MutexLock lock(&mu_);
     if (shutting_down) {
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                "server is shutting down"));
+      FinishLocked(ShuttingDownStatus());
       return;
     }
     if (!refused.ok()) {
@@ -97,7 +97,7 @@ class AdsService::Stream final
       }
       HandleRequestLocked();
       WriteNextLocked();
-      if (!finished_) {
+      if (!finished()) {
         request_.Clear();
         StartRead(&request_);
       }
@@ -110,17 +110,12 @@ class AdsService::Stream final
       aside::MutexLock lock(&mu_);
       writing_ = false;
       if (!ok) {
-        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+        FinishLocked(WriteFailedStatus());
         return;
       }
       WriteNextLocked();
     }
     service_->RegisterPending();
-  }
-
-  void OnCancel() override {
-    aside::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
@@ -150,16 +145,6 @@ class AdsService::Stream final
     aside::MutexLock lock(&mu_);
     if (uses_.contains(group)) {
       WriteNextLocked();
-    }
-  }
-
-  void Shutdown() {
-    aside::MutexLock lock(&mu_);
-    const bool stuck = writing_;
-    FinishLocked(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
-    if (stuck) {
-      context_->TryCancel();
     }
   }
 
@@ -315,7 +300,7 @@ class AdsService::Stream final
   }
 
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_) {
+    if (writing_ || finished()) {
       return;
     }
     for (size_t type = 0; type < kTypeCount; ++type) {
@@ -372,20 +357,10 @@ class AdsService::Stream final
     }
   }
 
-  void FinishLocked(const grpc::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!finished_) {
-      finished_ = true;
-      Finish(status);
-    }
-  }
-
   AdsService* const service_;
-  grpc::CallbackServerContext* const context_;
   // The address counted against the per-peer stream limit.
   std::string counted_peer_;
 
-  aside::Mutex mu_;
   discovery::DiscoveryRequest request_ ABSL_GUARDED_BY(mu_);
   discovery::DiscoveryResponse response_ ABSL_GUARDED_BY(mu_);
   TypeState types_[kTypeCount] ABSL_GUARDED_BY(mu_);
@@ -408,8 +383,6 @@ class AdsService::Stream final
   // return is resolved (and recorded) right after.
   std::set<std::string> uses_ ABSL_GUARDED_BY(mu_);
   uint64_t nonce_ ABSL_GUARDED_BY(mu_) = 0;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 AdsService::AdsService(GroupRegistry* groups, Metrics* metrics,

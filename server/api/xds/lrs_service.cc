@@ -6,6 +6,7 @@
 #include "proto/convert.h"
 #include "server/api/xds/xds_resources.h"
 #include "server/base/log.h"
+#include "server/base/stream_reactor.h"
 #include "server/net/guarded_relay.h"
 
 namespace aside::server::xds {
@@ -13,11 +14,11 @@ namespace aside::server::xds {
 namespace lrs = envoy::service::load_stats::v3;
 
 class LrsService::Stream final
-    : public grpc::ServerBidiReactor<lrs::LoadStatsRequest,
-                                     lrs::LoadStatsResponse> {
+    : public StreamReactor<grpc::ServerBidiReactor<lrs::LoadStatsRequest,
+                                                   lrs::LoadStatsResponse>> {
  public:
   Stream(LrsService* service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
+      : StreamReactor(context), service_(service) {
     const bool shutting_down = !service_->streams_.Add(this);
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Increment();
@@ -28,8 +29,7 @@ class LrsService::Stream final
     }
     aside::MutexLock lock(&mu_);
     if (shutting_down) {
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                "server is shutting down"));
+      FinishLocked(ShuttingDownStatus());
       return;
     }
     if (!refusal.ok()) {
@@ -75,13 +75,8 @@ class LrsService::Stream final
   void OnWriteDone(bool ok) override {
     if (!ok) {
       aside::MutexLock lock(&mu_);
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      FinishLocked(WriteFailedStatus());
     }
-  }
-
-  void OnCancel() override {
-    aside::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
@@ -95,33 +90,24 @@ class LrsService::Stream final
     delete this;
   }
 
+  // Hides StreamReactor::Shutdown: the read always pending here would wait
+  // for the client to half-close, so the call is cancelled whether or not
+  // a write is in flight, and the server's shutdown does not wait for it.
   void Shutdown() {
     aside::MutexLock lock(&mu_);
-    FinishLocked(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+    FinishLocked(ShuttingDownStatus());
     context_->TryCancel();
   }
 
  private:
-  void FinishLocked(const grpc::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!finished_) {
-      finished_ = true;
-      Finish(status);
-    }
-  }
-
   LrsService* const service_;
-  grpc::CallbackServerContext* const context_;
   // The address counted against the per-peer stream limit.
   std::string counted_peer_;
-  aside::Mutex mu_;
   lrs::LoadStatsRequest request_ ABSL_GUARDED_BY(mu_);
   lrs::LoadStatsResponse response_ ABSL_GUARDED_BY(mu_);
   std::string reporter_ ABSL_GUARDED_BY(mu_);
   // Set in the constructor, before the first read.
   ReportAuth::Reporter source_{"anonymous", ""};
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 LrsService::LrsService(GroupRegistry* groups, LoadAggregator* loads,
