@@ -6,7 +6,7 @@
 // commit of the same bytes, a bare YAML parse of the same file), as the
 // min–max over the repetitions of the figure and of its ratio to the floor.
 //
-//   scale_bench [--quick] [--reps=3] [--part=update|large|many]
+//   scale_bench [--quick] [--reps=3] [--part=update|large|many|lag]
 //               [--backends=N] [--groups=N]
 #include <cstdio>
 #include <cstdlib>
@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: scale_bench [--quick] [--reps=N] "
-                   "[--part=large|many|update] [--groups=N] [--backends=N]\n");
+                   "[--part=large|many|update|lag] [--groups=N] "
+                   "[--backends=N]\n");
       return 2;
     }
   }
@@ -72,6 +73,9 @@ int main(int argc, char** argv) {
       ManyGroups(1000, 10, reps);
       ManyGroups(10000, 10, reps);
     }
+  }
+  if (part.empty() || part == "lag") {
+    LaggingSubscriber({10, 100, 1000});
   }
   return 0;
 }

@@ -54,10 +54,11 @@ struct Row {
 void Print(const Row& r);
 void Header(const std::string& title);
 
-// The three parts.
+// The parts.
 void LargeGroup(size_t n, int reps, double min_seconds);
 void ManyGroups(size_t groups, size_t backends, int reps);
 void UpdateCost(const std::vector<size_t>& sizes, int reps, double min_seconds);
+void LaggingSubscriber(const std::vector<size_t>& sizes);
 
 }  // namespace aside::server::scale
 
