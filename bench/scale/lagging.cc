@@ -41,10 +41,9 @@ std::vector<std::shared_ptr<const Table>> Tables(
     }
     TableSpec ts = BuildTableSpec(spec, backends, statuses, key, 0);
     ts.generation = i + 1;
-    tables.push_back(
-        *Table::Create(std::move(ts),
-                       tables.empty() ? nullptr : tables.back().get(),
-                       nullptr));
+    tables.push_back(*Table::Create(
+        std::move(ts), tables.empty() ? nullptr : tables.back().get(),
+        nullptr));
   }
   return tables;
 }
@@ -84,20 +83,18 @@ void LaggingSubscriber(const std::vector<size_t>& sizes) {
           steps += encoded[i]->delta_bytes;
         }
         std::printf(
-            "| %zu | %s | %zu | %s | %zu B | %s | %zu B | %.2f× | %zu B |\n",
-            n, rolling ? "a different backend each time" : "the same backend",
-            k,
+            "| %zu | %s | %zu | %s | %zu B | %s | %zu B | %.2f× | %zu B |\n", n,
+            rolling ? "a different backend each time" : "the same backend", k,
             d == nullptr ? "full table"
                          : absl::StrFormat("%zu B", combined).c_str(),
             newest.delta_bytes,
-            d == nullptr ? "—"
-                         : absl::StrFormat("%.2f×", static_cast<double>(
-                                                        combined) /
-                                                        newest.delta_bytes)
-                               .c_str(),
+            d == nullptr
+                ? "—"
+                : absl::StrFormat("%.2f×", static_cast<double>(combined) /
+                                               newest.delta_bytes)
+                      .c_str(),
             steps,
-            static_cast<double>(d == nullptr ? newest.full_bytes()
-                                             : combined) /
+            static_cast<double>(d == nullptr ? newest.full_bytes() : combined) /
                 static_cast<double>(steps),
             newest.full_bytes());
       }

@@ -190,12 +190,9 @@ class GrpclbService::Stream final
 
   void OnWriteDone(bool ok) override {
     aside::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(WriteFailedStatus());
-      return;
+    if (WriteDoneLocked(ok)) {
+      WriteNextLocked();
     }
-    WriteNextLocked();
   }
 
   void OnPublish(Group& /*group*/, const TableConstPtr& /*table*/) override {

@@ -66,9 +66,17 @@ class StreamReactor : public Base {
     }
   }
 
-  bool finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return finished_;
+  // A write completed (OnWriteDone): clears writing_; when it failed,
+  // finishes the stream and returns false.
+  bool WriteDoneLocked(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(WriteFailedStatus());
+    }
+    return ok;
   }
+
+  bool finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_; }
 
   grpc::CallbackServerContext* const context_;
   mutable aside::Mutex mu_;

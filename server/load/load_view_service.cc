@@ -27,12 +27,9 @@ class LoadViewService::Stream final
 
   void OnWriteDone(bool ok) override {
     aside::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(WriteFailedStatus());
-      return;
+    if (WriteDoneLocked(ok)) {
+      WriteNextLocked();
     }
-    WriteNextLocked();
   }
 
   void OnDone() override {

@@ -108,9 +108,7 @@ class AdsService::Stream final
   void OnWriteDone(bool ok) override {
     {
       aside::MutexLock lock(&mu_);
-      writing_ = false;
-      if (!ok) {
-        FinishLocked(WriteFailedStatus());
+      if (!WriteDoneLocked(ok)) {
         return;
       }
       WriteNextLocked();
