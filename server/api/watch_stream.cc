@@ -187,6 +187,8 @@ bool WatchHub::Stream::OnWriteDone(bool ok) {
   writing_ = false;
   if (!ok) {
     FinishLocked(WriteFailedStatus());
+  } else if (end_after_write_) {
+    FinishLocked(ShuttingDownStatus());
   } else {
     WriteNextLocked();
   }
@@ -211,6 +213,14 @@ bool WatchHub::Stream::OnDone() {
 
 void WatchHub::Stream::CheckStall(int64_t now, absl::Duration limit) {
   aside::MutexLock lock(&mu_);
+  if (end_after_write_) {
+    if (writing_ && !finished_ &&
+        now - end_deferred_at_ >=
+            absl::ToInt64Nanoseconds(kShutdownWriteWait)) {
+      ForceFinishLocked(ShuttingDownStatus());
+    }
+    return;
+  }
   if (writing_ && !finished_ &&
       now - write_started_ > absl::ToInt64Nanoseconds(limit)) {
     Log(LogLevel::kWarn, "watch.stalled",
@@ -302,7 +312,12 @@ bool WatchHub::Stream::RunReady() {
 
 void WatchHub::Stream::Shutdown() {
   aside::MutexLock lock(&mu_);
-  ForceFinishLocked(ShuttingDownStatus());
+  if (writing_ && !finished_) {
+    end_after_write_ = true;
+    end_deferred_at_ = MonotonicNanos();
+    return;
+  }
+  FinishLocked(ShuttingDownStatus());
 }
 
 void WatchHub::Stream::Listen(Group& g) {

@@ -73,7 +73,9 @@ class WatchHub::Stream final : public Group::Listener {
   // may go.
   bool OnDone();
 
-  // Janitor: ends the stream if a write has been stuck for too long.
+  // Janitor: ends the stream if a write has been stuck for too long, or,
+  // once Shutdown deferred its end, if its write is still in flight
+  // kShutdownWriteWait later.
   void CheckStall(int64_t now, absl::Duration limit);
 
   // Whether some requested name has no group (the hub then calls Reattach
@@ -91,7 +93,12 @@ class WatchHub::Stream final : public Group::Listener {
   // True when the stream may go.
   bool RunReady();
 
+  // Ends the stream UNAVAILABLE. With a write in flight the end waits for
+  // its completion, which has usually been sent already (cancelling then
+  // would let CANCELLED overtake the status); the janitor cancels a write
+  // that is still in flight at its next tick.
   void Shutdown();
+  static constexpr absl::Duration kShutdownWriteWait = absl::Milliseconds(100);
 
  private:
   struct Entry {
@@ -166,8 +173,12 @@ class WatchHub::Stream final : public Group::Listener {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish in flight
-  bool done_ ABSL_GUARDED_BY(mu_) = false;       // done notification came
-  bool queued_ ABSL_GUARDED_BY(mu_) = false;     // on the shard's ready list
+  // Shutdown came while a write was in flight: end after it (when, on
+  // MonotonicNanos).
+  bool end_after_write_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t end_deferred_at_ ABSL_GUARDED_BY(mu_) = 0;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;    // done notification came
+  bool queued_ ABSL_GUARDED_BY(mu_) = false;  // on the shard's ready list
   bool subscribed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t write_started_ ABSL_GUARDED_BY(mu_) = 0;
 };

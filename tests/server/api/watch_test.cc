@@ -532,71 +532,100 @@ long RssKib() {
   return 0;
 }
 
-TEST(WatchSlowReaderTest, NeverReadingIsBoundedAndEndedAndHarmsNoOne) {
-  aside::testing::TempDir dir;
-  const std::string tokens =
-      dir.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
-  absl::StatusOr<ServerConfig> config =
-      ParseConfig(absl::StrCat("state_dir: ", dir.path(), "/state\n",
-                               "listen: 127.0.0.1:0\nmetrics: \"\"\n",
-                               "limits: {watch_stall_timeout: 1s}\n",
-                               "admin: {token_file: ", tokens, "}\n"),
-                  "t.yaml");
-  ASSERT_OK(config);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<AsideServer> server,
-                       AsideServer::Create(*config));
-  ASSERT_OK(server->Start());
-  auto channel =
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
-                          grpc::InsecureChannelCredentials());
-  auto admin = v1::Admin::NewStub(channel);
-  auto context = [] {
+// A server with one big group ("big": each full table is several hundred
+// KiB), a subscriber that never reads (its stream stalls once HTTP/2 flow
+// control is exhausted: the first full table already exceeds the window)
+// and a healthy one, both streams open on the server (Start).
+struct SlowReaderSetup {
+  void Start(const std::string& stall_timeout) {
+    const std::string tokens =
+        dir.WriteSecret("tokens", absl::StrCat(kToken, " admin\n"));
+    absl::StatusOr<ServerConfig> config = ParseConfig(
+        absl::StrCat("state_dir: ", dir.path(), "/state\n",
+                     "listen: 127.0.0.1:0\nmetrics: \"\"\n",
+                     "limits: {watch_stall_timeout: ", stall_timeout, "}\n",
+                     "admin: {token_file: ", tokens, "}\n"),
+        "t.yaml");
+    ASSERT_OK(config);
+    ASSERT_OK_AND_ASSIGN(server, AsideServer::Create(*config));
+    ASSERT_OK(server->Start());
+    const std::string target =
+        "127.0.0.1:" + std::to_string(server->grpc_port());
+    channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+    admin = v1::Admin::NewStub(channel);
+    create.mutable_group()->set_name("big");
+    create.mutable_group()->mutable_health_check()->set_kind(
+        v1::HealthCheck::NONE);
+    for (int i = 0; i < 5000; ++i) {
+      v1::Backend* b = create.mutable_group()->add_backends();
+      b->set_address(absl::StrCat("10.", i / 250, ".", i % 250 + 1, ".1:8080"));
+      (*b->mutable_metadata())["padding"] = std::string(60, 'p');
+    }
+    ASSERT_TRUE(admin->CreateGroup(Context().get(), create, &group).ok());
+
+    // The stalled subscriber: its own channel, never reads.
+    stalled_channel = grpc::CreateCustomChannel(
+        target, grpc::InsecureChannelCredentials(), [] {
+          grpc::ChannelArguments a;
+          a.SetInt("grpc.use_local_subchannel_pool", 1);
+          // Keep the flow-control window at its initial size.
+          a.SetInt("grpc.http2.bdp_probe", 0);
+          return a;
+        }());
+    stalled_stub = v1::LoadBalancer::NewStub(stalled_channel);
+    v1::WatchRequest request;
+    request.add_groups("big");
+    stalled = stalled_stub->Watch(&stalled_context, request);
+
+    lb = v1::LoadBalancer::NewStub(channel);
+    healthy =
+        std::make_unique<Subscriber>(lb.get(), std::vector<std::string>{"big"});
+    ASSERT_TRUE(healthy->WaitFor("big", group.generation()));
+    // The stalled call reaches the server asynchronously; the hub offers
+    // no event for it, so poll (bounded).
+    ASSERT_TRUE(StreamsBecome(2));
+  }
+
+  std::unique_ptr<grpc::ClientContext> Context() const {
     auto c = std::make_unique<grpc::ClientContext>();
     c->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::seconds(30));
     c->AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
     return c;
-  };
-  // A big group: each full table is several hundred KiB, so a reader that
-  // never reads stalls its stream once HTTP/2 flow control is exhausted.
+  }
+
+  // Whether the hub holds `n` streams within 10 s.
+  bool StreamsBecome(size_t n) const {
+    for (const absl::Time until = absl::Now() + absl::Seconds(10);
+         server->watch_hub().streams() != n && absl::Now() < until;) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return server->watch_hub().streams() == n;
+  }
+
+  aside::testing::TempDir dir;
+  std::unique_ptr<AsideServer> server;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Admin::Stub> admin;
   v1::CreateGroupRequest create;
-  create.mutable_group()->set_name("big");
-  create.mutable_group()->mutable_health_check()->set_kind(
-      v1::HealthCheck::NONE);
-  for (int i = 0; i < 5000; ++i) {
-    v1::Backend* b = create.mutable_group()->add_backends();
-    b->set_address(absl::StrCat("10.", i / 250, ".", i % 250 + 1, ".1:8080"));
-    (*b->mutable_metadata())["padding"] = std::string(60, 'p');
-  }
-  v1::Group g;
-  ASSERT_TRUE(admin->CreateGroup(context().get(), create, &g).ok());
-
-  // The stalled subscriber: its own channel, never reads.
-  auto stalled_channel = grpc::CreateCustomChannel(
-      "127.0.0.1:" + std::to_string(server->grpc_port()),
-      grpc::InsecureChannelCredentials(), [] {
-        grpc::ChannelArguments a;
-        a.SetInt("grpc.use_local_subchannel_pool", 1);
-        // Keep the flow-control window at its initial size.
-        a.SetInt("grpc.http2.bdp_probe", 0);
-        return a;
-      }());
-  auto stalled_stub = v1::LoadBalancer::NewStub(stalled_channel);
+  v1::Group group;
+  std::shared_ptr<grpc::Channel> stalled_channel;
+  std::unique_ptr<v1::LoadBalancer::Stub> stalled_stub;
   grpc::ClientContext stalled_context;
-  v1::WatchRequest request;
-  request.add_groups("big");
-  auto stalled = stalled_stub->Watch(&stalled_context, request);
+  std::unique_ptr<grpc::ClientReader<v1::GroupUpdate>> stalled;
+  std::unique_ptr<v1::LoadBalancer::Stub> lb;
+  std::unique_ptr<Subscriber> healthy;
+};
 
-  auto lb = v1::LoadBalancer::NewStub(channel);
-  Subscriber healthy(lb.get(), {"big"});
-  ASSERT_TRUE(healthy.WaitFor("big", g.generation()));
-  // The stalled call reaches the server asynchronously; the hub offers no
-  // event for it, so poll (bounded).
-  for (const absl::Time until = absl::Now() + absl::Seconds(10);
-       server->watch_hub().streams() < 2 && absl::Now() < until;) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  ASSERT_EQ(server->watch_hub().streams(), 2u);
+TEST(WatchSlowReaderTest, NeverReadingIsBoundedAndEndedAndHarmsNoOne) {
+  SlowReaderSetup setup;
+  setup.Start("1s");
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  AsideServer* const server = setup.server.get();
+  v1::Group& g = setup.group;
+  const v1::CreateGroupRequest& create = setup.create;
+  Subscriber& healthy = *setup.healthy;
+  auto context = [&] { return setup.Context(); };
   const long rss_before = RssKib();
 
   // Every change flips every backend, so each update is a whole table.
@@ -610,7 +639,7 @@ TEST(WatchSlowReaderTest, NeverReadingIsBoundedAndEndedAndHarmsNoOne) {
       b.set_drained(changes % 2 == 0);
     }
     update.mutable_update_mask()->add_paths("backends");
-    ASSERT_TRUE(admin->UpdateGroup(context().get(), update, &g).ok());
+    ASSERT_TRUE(setup.admin->UpdateGroup(context().get(), update, &g).ok());
     last = g.generation();
     ++changes;
     ASSERT_TRUE(healthy.WaitFor("big", last))
@@ -633,13 +662,35 @@ TEST(WatchSlowReaderTest, NeverReadingIsBoundedAndEndedAndHarmsNoOne) {
 #endif
   EXPECT_LT(growth_mib, kMaxGrowthMib) << "after " << changes << " changes";
   RecordProperty("changes_until_ended", changes);
-  stalled_context.TryCancel();
-  grpc::Status s = stalled->Finish();
+  setup.stalled_context.TryCancel();
+  grpc::Status s = setup.stalled->Finish();
   EXPECT_TRUE(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
               s.error_code() == grpc::StatusCode::CANCELLED)
       << s.error_message();
   server->Shutdown(absl::Seconds(1));
   server->Wait();
+}
+
+// At shutdown a stream whose write is in flight ends after that write
+// (UNAVAILABLE, not overtaken by a cancellation); one whose write never
+// completes, as here, is cancelled by the hub rather than left to the
+// server's grace. The hub alone is shut down, so nothing else ends it.
+TEST(WatchSlowReaderTest, AStreamStuckInAWriteStillEndsAtShutdown) {
+  SlowReaderSetup setup;
+  setup.Start("1h");
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  setup.server->watch_hub().Shutdown();
+  EXPECT_TRUE(setup.StreamsBecome(0))
+      << setup.server->watch_hub().streams() << " streams left";
+  ASSERT_TRUE(setup.healthy->WaitDone());
+  EXPECT_EQ(setup.healthy->status().error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  // The stalled client never reads what is buffered for it: it ends its
+  // side itself.
+  setup.stalled_context.TryCancel();
+  (void)setup.stalled->Finish();
+  setup.server->Shutdown(absl::Seconds(1));
+  setup.server->Wait();
 }
 
 // A connection past limits.max_connection_age gets a GOAWAY; once the grace
