@@ -6,6 +6,7 @@
 #include "absl/base/thread_annotations.h"
 #include "lib/sync.h"
 #include "server/base/status_util.h"
+#include "server/base/stream_reactor.h"
 
 namespace aside::server {
 
@@ -16,10 +17,11 @@ using grpc::health::v1::HealthCheckResponse;
 // one write is in flight; changes that happen meanwhile collapse into the
 // next write of the then-current status.
 class HealthService::Watcher final
-    : public grpc::ServerWriteReactor<HealthCheckResponse> {
+    : public StreamReactor<grpc::ServerWriteReactor<HealthCheckResponse>> {
  public:
-  Watcher(HealthService* service, std::string name)
-      : service_(service), name_(std::move(name)) {}
+  Watcher(HealthService* service, grpc::CallbackServerContext* context,
+          std::string name)
+      : StreamReactor(context), service_(service), name_(std::move(name)) {}
 
   // Once shutdown has begun the set refuses it, and its first status
   // (NOT_SERVING) ends it.
@@ -28,14 +30,14 @@ class HealthService::Watcher final
     Changed();
   }
 
-  // StreamSet: the service is shutting down (its status turned
-  // NOT_SERVING): write that, then end.
+  // Hides StreamReactor::Shutdown: the service is shutting down (its
+  // status turned NOT_SERVING): write that, then end.
   void Shutdown() { Changed(); }
 
   // Re-reads the status and writes it if it differs from the last one sent.
   void Changed() {
     aside::MutexLock lock(&mu_);
-    if (finished_) {
+    if (finished()) {
       return;
     }
     if (writing_) {
@@ -47,10 +49,8 @@ class HealthService::Watcher final
 
   void OnWriteDone(bool ok) override {
     aside::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(grpc::Status::CANCELLED);
-      return;
+    if (!WriteDoneLocked(ok) || finished()) {
+      return;  // failed, or cancelled while it was in flight
     }
     // At shutdown too: a Shutdown() that came while this write was in
     // flight only marked the stream dirty, and NOT_SERVING must still be
@@ -60,11 +60,6 @@ class HealthService::Watcher final
       dirty_ = false;
       WriteIfChangedLocked();
     }
-  }
-
-  void OnCancel() override {
-    aside::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
@@ -89,25 +84,13 @@ class HealthService::Watcher final
     StartWrite(&response_);
   }
 
-  void FinishLocked(const grpc::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || writing_) {
-      return;
-    }
-    finished_ = true;
-    Finish(status);
-  }
-
   HealthService* const service_;
   const std::string name_;
-  aside::Mutex mu_;
   HealthCheckResponse response_ ABSL_GUARDED_BY(mu_);
   HealthCheckResponse::ServingStatus last_ ABSL_GUARDED_BY(mu_) =
       HealthCheckResponse::UNKNOWN;
   bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 HealthService::HealthService(GroupRegistry* groups) : groups_(groups) {}
@@ -148,9 +131,8 @@ grpc::ServerUnaryReactor* HealthService::Check(
 }
 
 grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
-    grpc::CallbackServerContext* /*context*/,
-    const HealthCheckRequest* request) {
-  auto* watcher = new Watcher(this, request->service());
+    grpc::CallbackServerContext* context, const HealthCheckRequest* request) {
+  auto* watcher = new Watcher(this, context, request->service());
   watcher->Start();
   return watcher;
 }
