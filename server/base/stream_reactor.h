@@ -1,5 +1,6 @@
 // The end of a server stream, shared by the streaming services' reactors
-// (grpclb, xDS ADS and LRS, the fleet's LoadView).
+// (grpclb, xDS ADS and LRS, the fleet's LoadView, the health service's
+// Watch; the Watch service's streams run on completion queues instead).
 //
 // gRPC takes exactly one Finish per reactor, while a stream can end from
 // several threads at once: its read or write failing, the client
