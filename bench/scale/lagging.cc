@@ -8,6 +8,7 @@
 //     being tuned): the combined delta carries it once;
 //   - a different backend each time (a rolling deploy): the combined delta
 //     carries all k, as the k one-step deltas together do.
+// Past kDeltaBases the subscriber gets the full table.
 // Sizes are exact (no timing): one run is the figure.
 #include <cstddef>
 #include <cstdio>
@@ -26,7 +27,8 @@ namespace aside::server::scale {
 
 namespace {
 
-// Tables t[0..kDeltaBases] of one group of `n` backends; generation i
+// Tables t[0..kDeltaBases + 1] of one group of `n` backends (lags up to
+// one past the bases kept); generation i
 // changes the weight of backend `which(i)`.
 std::vector<std::shared_ptr<const Table>> Tables(
     size_t n, const std::function<size_t(size_t)>& which) {
@@ -35,7 +37,7 @@ std::vector<std::shared_ptr<const Table>> Tables(
   const std::vector<MemberStatus> statuses(n);
   auto key = std::make_shared<const std::string>(32, 'k');
   std::vector<std::shared_ptr<const Table>> tables;
-  for (size_t i = 0; i <= kDeltaBases; ++i) {
+  for (size_t i = 0; i <= kDeltaBases + 1; ++i) {
     if (i > 0) {
       backends[which(i) % n].weight = static_cast<uint32_t>(2 + i);
     }
@@ -53,13 +55,14 @@ std::vector<std::shared_ptr<const Table>> Tables(
 void LaggingSubscriber(const std::vector<size_t>& sizes) {
   std::printf(
       "\n### A lagging Watch subscriber: bytes of its update\n\n"
-      "| backends | change | lag k | combined delta | one-step delta | "
-      "combined / one-step | k one-step deltas | combined / their sum | "
+      "| backends | change | lag k | update sent | one-step delta | "
+      "sent / one-step | k one-step deltas | sent / their sum | "
       "full table |\n|---|---|---|---|---|---|---|---|---|\n");
   for (size_t n : sizes) {
     for (const bool rolling : {false, true}) {
       const auto tables = Tables(n, [&](size_t i) {
-        return rolling ? i * 7 + 1 : n / 2;  // distinct for i <= 8 when n > 56
+        return rolling ? i * 7 + 1
+                       : n / 2;  // distinct backends for i <= 9 at 10+
       });
       // Every generation's encoding, each with the group's recent tables
       // as bases, as Group::Encoded makes it.
@@ -74,7 +77,7 @@ void LaggingSubscriber(const std::vector<size_t>& sizes) {
       }
       const EncodedUpdate& newest = *encoded.back();
       const size_t last = tables.size() - 1;
-      for (size_t k = 1; k <= kDeltaBases; ++k) {
+      for (size_t k = 1; k <= kDeltaBases + 1; ++k) {
         size_t combined = 0;
         const grpc::ByteBuffer* d =
             newest.DeltaFrom(tables[last - k]->generation(), &combined);
@@ -82,20 +85,16 @@ void LaggingSubscriber(const std::vector<size_t>& sizes) {
         for (size_t i = last - k + 1; i <= last; ++i) {
           steps += encoded[i]->delta_bytes;
         }
+        // What is sent: the combined delta, or the full table when there
+        // is none.
+        const size_t sent = d == nullptr ? newest.full_bytes() : combined;
         std::printf(
-            "| %zu | %s | %zu | %s | %zu B | %s | %zu B | %.2f× | %zu B |\n", n,
-            rolling ? "a different backend each time" : "the same backend", k,
-            d == nullptr ? "full table"
-                         : absl::StrFormat("%zu B", combined).c_str(),
-            newest.delta_bytes,
-            d == nullptr
-                ? "—"
-                : absl::StrFormat("%.2f×", static_cast<double>(combined) /
-                                               newest.delta_bytes)
-                      .c_str(),
-            steps,
-            static_cast<double>(d == nullptr ? newest.full_bytes() : combined) /
-                static_cast<double>(steps),
+            "| %zu | %s | %zu | %s%zu B | %zu B | %.2f× | %zu B | %.2f× | "
+            "%zu B |\n",
+            n, rolling ? "a different backend each time" : "the same backend",
+            k, d == nullptr ? "full table, " : "", sent, newest.delta_bytes,
+            static_cast<double>(sent) / newest.delta_bytes, steps,
+            static_cast<double>(sent) / static_cast<double>(steps),
             newest.full_bytes());
       }
     }
