@@ -187,7 +187,7 @@ bool WatchHub::Stream::OnWriteDone(bool ok) {
   writing_ = false;
   if (!ok) {
     FinishLocked(WriteFailedStatus());
-  } else if (end_after_write_) {
+  } else if (end_deferred_at_.has_value()) {
     FinishLocked(ShuttingDownStatus());
   } else {
     WriteNextLocked();
@@ -213,9 +213,9 @@ bool WatchHub::Stream::OnDone() {
 
 void WatchHub::Stream::CheckStall(int64_t now, absl::Duration limit) {
   aside::MutexLock lock(&mu_);
-  if (end_after_write_) {
+  if (end_deferred_at_.has_value()) {
     if (writing_ && !finished_ &&
-        now - end_deferred_at_ >=
+        now - *end_deferred_at_ >=
             absl::ToInt64Nanoseconds(kShutdownWriteWait)) {
       ForceFinishLocked(ShuttingDownStatus());
     }
@@ -313,7 +313,6 @@ bool WatchHub::Stream::RunReady() {
 void WatchHub::Stream::Shutdown() {
   aside::MutexLock lock(&mu_);
   if (writing_ && !finished_) {
-    end_after_write_ = true;
     end_deferred_at_ = MonotonicNanos();
     return;
   }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -173,10 +174,9 @@ class WatchHub::Stream final : public Group::Listener {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish in flight
-  // Shutdown came while a write was in flight: end after it (when, on
-  // MonotonicNanos).
-  bool end_after_write_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t end_deferred_at_ ABSL_GUARDED_BY(mu_) = 0;
+  // When (MonotonicNanos) Shutdown came while a write was in flight: the
+  // stream ends after that write.
+  std::optional<int64_t> end_deferred_at_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;    // done notification came
   bool queued_ ABSL_GUARDED_BY(mu_) = false;  // on the shard's ready list
   bool subscribed_ ABSL_GUARDED_BY(mu_) = false;
