@@ -161,8 +161,8 @@ def main():
                                   out_dir, args.clang)
                 for line, headers in pch_jobs.items()}
         for line, future in made.items():
-            if future.result() is not None:
-                pch_of[line] = future.result()
+            if (pch := future.result()) is not None:
+                pch_of[line] = pch
 
     def check(rel):
         entry = entries[rel]
