@@ -10,7 +10,11 @@
 // in: FinishLocked finishes once, ForceFinishLocked also cancels the call
 // when a write is in flight (a client that stopped reading would otherwise
 // hold the stream, and its OnDone, forever), OnCancel finishes CANCELLED and
-// Shutdown (StreamSet's call) finishes UNAVAILABLE.
+// Shutdown (StreamSet's call) finishes UNAVAILABLE: at once, or when a write
+// is in flight once it completes (WriteDoneLocked), so that the client gets
+// UNAVAILABLE and not a cancellation that overtakes it. A write that never
+// completes (a client that stopped reading) ends with the server's drain
+// deadline, when gRPC cancels every call still open.
 //
 // Thread rules: mu_ guards the stream's own state too (derived members are
 // ABSL_GUARDED_BY(mu_)); it is taken after the service's StreamSet lock,
@@ -38,7 +42,11 @@ class StreamReactor : public Base {
   // held).
   void Shutdown() {
     aside::MutexLock lock(&mu_);
-    ForceFinishLocked(ShuttingDownStatus());
+    if (writing_) {
+      end_after_write_ = true;
+      return;
+    }
+    FinishLocked(ShuttingDownStatus());
   }
 
  protected:
@@ -67,14 +75,20 @@ class StreamReactor : public Base {
     }
   }
 
-  // A write completed (OnWriteDone): clears writing_; when it failed,
-  // finishes the stream and returns false.
+  // A write completed (OnWriteDone): clears writing_; when it failed, or
+  // a shutdown waited for it, finishes the stream and returns false (write
+  // nothing more).
   bool WriteDoneLocked(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     writing_ = false;
     if (!ok) {
       FinishLocked(WriteFailedStatus());
+      return false;
     }
-    return ok;
+    if (end_after_write_) {
+      FinishLocked(ShuttingDownStatus());
+      return false;
+    }
+    return true;
   }
 
   bool finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_; }
@@ -87,6 +101,8 @@ class StreamReactor : public Base {
 
  private:
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Shutdown came while a write was in flight: end when it completes.
+  bool end_after_write_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace aside::server

@@ -274,5 +274,62 @@ TEST_F(GrpclbTest, FirstMessageMustBeTheInitialRequest) {
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// At shutdown a stream whose server list is still being written (the
+// client has not read it: it does not fit the flow-control window) ends
+// UNAVAILABLE after that list, not cancelled under it.
+TEST(GrpclbShutdownTest, AListInFlightIsSentBeforeTheStreamEnds) {
+  aside::testing::TempDir dir;
+  std::string yaml = absl::StrCat("state_dir: ", dir.path(), "\n", R"(
+listen: 127.0.0.1:0
+metrics: ""
+grpclb: {max_servers: 100000}
+groups:
+  - name: big
+    health_check: {kind: none}
+    backends:
+)");
+  constexpr int kBackends = 4000;  // a list of about 140 KB
+  for (int i = 0; i < kBackends; ++i) {
+    absl::StrAppend(&yaml, "      - {address: \"10.", i / 250, ".",
+                    i % 250 + 1, ".1:8080\"}\n");
+  }
+  absl::StatusOr<ServerConfig> config = ParseConfig(yaml, "t.yaml");
+  ASSERT_OK(config);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<AsideServer> server,
+                       AsideServer::Create(*config));
+  ASSERT_OK(server->Start());
+  grpc::ChannelArguments args;
+  // Keep the flow-control window at its initial size while nothing reads.
+  args.SetInt("grpc.http2.bdp_probe", 0);
+  auto stub = lb::LoadBalancer::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(server->grpc_port()),
+      grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(30));
+  auto stream = stub->BalanceLoad(&context);
+  lb::LoadBalanceRequest request;
+  request.mutable_initial_request()->set_name("big");
+  ASSERT_TRUE(stream->Write(request));
+  // The list is built under the stream's lock right before its write
+  // starts; the service offers no event for it, so poll (bounded).
+  for (const absl::Time until = absl::Now() + absl::Seconds(10);
+       server->grpclb().lists_built() == 0 && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(server->grpclb().lists_built(), 1u);
+
+  server->grpclb().Shutdown();
+  lb::LoadBalanceResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_TRUE(response.has_initial_response());
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.server_list().servers_size(), kBackends);
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  server->Shutdown(absl::Seconds(1));
+  server->Wait();
+}
+
 }  // namespace
 }  // namespace aside::server
