@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/address.h"
@@ -222,12 +222,6 @@ class GrpclbService::Stream final
     delete this;
   }
 
-  // The group the stream serves (null before its initial request).
-  GroupPtr group() {
-    aside::MutexLock lock(&mu_);
-    return group_;
-  }
-
   // Whether the stream serves `group` (any thread).
   bool ServesGroup(const std::string& group) {
     aside::MutexLock lock(&mu_);
@@ -420,53 +414,32 @@ uint32_t GrpclbService::streams_for(const std::string& group) const {
   return n;
 }
 
-uint64_t GrpclbService::lists_built() const {
-  aside::MutexLock lock(&lists_mu_);
-  return lists_built_;
-}
+uint64_t GrpclbService::lists_built() const { return lists_built_.load(); }
 
 std::shared_ptr<const GrpclbService::BuiltList> GrpclbService::ListFor(
     const Group& group) {
-  TableConstPtr table = group.table();
-  const GrpclbSpec options = group.spec_snapshot()->grpclb;
+  const std::shared_ptr<const Group::Publication> published = group.published();
+  const GrpclbSpec& options = published->spec->grpclb;
   const double overload =
       loads_ != nullptr ? loads_->OverloadFraction(
                               group.name(), options.max_requests_per_second)
                         : 0;
-  aside::MutexLock lock(&lists_mu_);
-  std::shared_ptr<const BuiltList>& slot = lists_[group.name()];
-  if (slot != nullptr && slot->generation == table->generation() &&
-      slot->overload == overload) {
-    return slot;
-  }
-  auto built = std::make_shared<BuiltList>();
-  built->generation = table->generation();
-  built->overload = overload;
-  *built->response.mutable_server_list() =
-      BuildServerList(*table, options, max_servers_, overload);
-  built->bytes = built->response.server_list().SerializeAsString();
-  ++lists_built_;
-  if (metrics_ != nullptr) {
-    metrics_->grpclb_lists_built.Add({{"group", group.name()}}).Increment();
-  }
-  slot = std::move(built);
-  return slot;
+  return published->forms.Get<BuiltList>(
+      "", absl::bit_cast<uint64_t>(overload), [&] {
+        auto built = std::make_shared<BuiltList>();
+        *built->response.mutable_server_list() = BuildServerList(
+            *published->table, options, max_servers_, overload);
+        built->bytes = built->response.server_list().SerializeAsString();
+        lists_built_.fetch_add(1);
+        if (metrics_ != nullptr) {
+          metrics_->grpclb_lists_built.Add({{"group", group.name()}})
+              .Increment();
+        }
+        return std::shared_ptr<const BuiltList>(std::move(built));
+      });
 }
 
 void GrpclbService::Tick() {
-  // The lists of groups no stream serves any more are let go.
-  absl::flat_hash_set<std::string> served;
-  streams_.ForEach([&](Stream* s) {
-    if (GroupPtr g = s->group()) {
-      served.insert(g->name());
-    }
-  });
-  {
-    aside::MutexLock lists_lock(&lists_mu_);
-    absl::erase_if(lists_, [&](const auto& entry) {
-      return !served.contains(entry.first);
-    });
-  }
   streams_.ForEach([](Stream* s) { s->Recheck(); });
 }
 

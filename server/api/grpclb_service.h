@@ -20,8 +20,9 @@
 //
 // A fresh list follows every change of the group (coalesced like Watch: at
 // most one write in flight, the newest list next). Each list is built and
-// serialised once per group generation and overload level, and that one
-// message is written to every stream of the group; the overload level is
+// serialised once per publication and overload level, into the publication
+// (Group::Publication::forms), and that one message is written to every
+// stream of the group; the overload level is
 // the load view's, read once a second per group for every edge
 // (LoadAggregator::OverloadFraction). ClientStats feed the
 // group's client-stats totals (Admin GetGroup) and metrics, when the
@@ -34,17 +35,18 @@
 // one ticker thread owned by the service (a Ticker,
 // server/base/stream_set.h) re-checks load-based drops once a second.
 // Locks: the stream set's (StreamSet) is taken before a stream's own, never
-// after; lists_mu_ (the built lists) after both, or alone; a stream joins
+// after; a list is built under its publication's lock
+// (server/groups/published_forms.h), taken last; a stream joins
 // and leaves a group's listeners without holding its lock, since leaving
 // waits for an OnPublish in progress, which takes it.
 #ifndef ASIDE_SERVER_API_GRPCLB_SERVICE_H_
 #define ASIDE_SERVER_API_GRPCLB_SERVICE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "grpc/lb/v1/load_balancer.grpc.pb.h"
 #include "lib/sync.h"
 #include "server/api/peer_stream_limit.h"
@@ -96,18 +98,16 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   class Stream;
   friend class Stream;
 
-  // Once a second: re-evaluates load-based drops and lets go of the lists
-  // no stream serves.
+  // Once a second: re-evaluates load-based drops.
   void Tick();
 
-  // A group's server list at one generation and overload level, as sent.
+  // A group's server list for one publication and overload level, as sent.
   struct BuiltList {
-    uint64_t generation = 0;
-    double overload = 0;
     grpc::lb::v1::LoadBalanceResponse response;
     std::string bytes;  // serialised: streams compare what they last sent
   };
-  // The list for `group`'s current table, built on first use.
+  // The list for `group`'s newest publication, built once into it
+  // (Group::Publication::forms) and shared by every stream of the group.
   std::shared_ptr<const BuiltList> ListFor(const Group& group);
 
   GroupRegistry* const groups_;
@@ -118,13 +118,7 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   const ReportAuth* const report_auth_;
 
   StreamSet<Stream> streams_;
-
-  // Taken after the stream set's lock and a stream's, or alone.
-  mutable aside::Mutex lists_mu_;
-  // The newest list of each group that has streams.
-  absl::flat_hash_map<std::string, std::shared_ptr<const BuiltList>> lists_
-      ABSL_GUARDED_BY(lists_mu_);
-  uint64_t lists_built_ ABSL_GUARDED_BY(lists_mu_) = 0;
+  std::atomic<uint64_t> lists_built_{0};
 
   // Last: stopped (in the destructor) before the state Tick reads goes.
   Ticker ticker_;

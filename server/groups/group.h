@@ -35,6 +35,7 @@
 #include "server/base/metrics.h"
 #include "server/groups/generation_source.h"
 #include "server/groups/group_member_state.h"
+#include "server/groups/published_forms.h"
 #include "server/groups/table_encoding.h"
 #include "server/health/health_registry.h"
 #include "server/health/outlier_detector.h"
@@ -117,6 +118,21 @@ class Group : public std::enable_shared_from_this<Group> {
     virtual bool every_publication() const { return false; }
   };
 
+  // One publication: everything an edge serves from, in one snapshot. The
+  // Watch encoding is made once, by the first edge that asks (Encoded());
+  // grpclb lists and xDS resources are built once into `forms`, those that
+  // follow from the spec alone into `spec_forms`, which a publication that
+  // keeps the spec carries over.
+  struct Publication {
+    TableConstPtr table;
+    std::shared_ptr<const GroupSpec> spec;  // the spec that made `table`
+    std::vector<TableConstPtr> bases;       // the tables before it
+    mutable PublishedForms forms;
+    std::shared_ptr<PublishedForms> spec_forms;
+    mutable absl::once_flag encode_once;
+    mutable std::shared_ptr<const EncodedUpdate> encoded;
+  };
+
   Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
         std::shared_ptr<GroupMetrics> group_metrics,
         std::shared_ptr<const std::string> session_key,
@@ -129,6 +145,12 @@ class Group : public std::enable_shared_from_this<Group> {
   const std::string& server_id() const { return server_id_; }
   // The current table; never null after Init() succeeded.
   TableConstPtr table() const { return table_.Acquire(); }
+  // The newest publication; never null after Init() succeeded. Lock-free.
+  // An edge reads the table and the spec from one publication, so they
+  // always belong together.
+  std::shared_ptr<const Publication> published() const {
+    return publication_.Acquire();
+  }
   // The current spec; lock-free (safe from listener callbacks).
   GroupSpec spec() const;
   std::shared_ptr<const GroupSpec> spec_snapshot() const;
@@ -307,15 +329,7 @@ class Group : public std::enable_shared_from_this<Group> {
   // the base of its delta; all are bases of combined deltas, at most
   // kDeltaBases).
   std::deque<TableConstPtr> recent_tables_ ABSL_GUARDED_BY(mu_);
-  // One publication: its table, the tables before it, and its Watch
-  // encoding, made once by the first edge that asks. Swapped as one with
-  // the table (PublishLocked), read without a lock.
-  struct Publication {
-    TableConstPtr table;
-    std::vector<TableConstPtr> bases;  // recent_tables_ when published
-    mutable absl::once_flag encode_once;
-    mutable std::shared_ptr<const EncodedUpdate> encoded;
-  };
+  // Swapped as one with the table (PublishLocked), read without a lock.
   SnapshotCell<Publication> publication_;
 };
 

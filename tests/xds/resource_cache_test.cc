@@ -112,7 +112,6 @@ TEST_F(ResourceCacheTest, ADeletedGroupsResourcesAreGone) {
   ASSERT_OK(registry_->Remove("web"));
   EXPECT_EQ(cache.Endpoints("web").resource, nullptr);
   EXPECT_EQ(cache.Listener("web", false).resource, nullptr);
-  cache.Prune();
 }
 
 }  // namespace

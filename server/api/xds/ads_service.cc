@@ -483,7 +483,6 @@ void AdsService::Tick() {
       }
     }
   }
-  cache_.Prune();
 }
 
 void AdsService::LimitStreamsPerPeer(uint32_t max) {

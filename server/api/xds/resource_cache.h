@@ -1,22 +1,19 @@
-// Encode-once store of the xDS resources of every group: a resource is
-// built and serialised once per (group table generation, spec, variant) and
-// the same bytes are shared by every ADS stream that sends it, as Watch
-// shares one encoding per generation.
+// The xDS resources of every group, each built and serialised once per
+// publication (and variant) and the same bytes shared by every ADS stream
+// that sends it, as Watch shares one encoding per generation. The built
+// resources live in the group's publication (Group::Publication: Listener
+// and Cluster, which follow from the spec alone, in its spec forms, kept
+// while the spec is), so nothing here needs pruning.
 //
-// Thread-safe: one mutex guards the maps; building happens under it, so a
-// resource is never built twice for the same inputs. Lookups read the
-// group's table and spec lock-free and never call a group's mutating
-// methods, so they may run from a group's publication callback.
+// Thread-safe and lock-free here; a resource is built under its
+// publication's lock (server/groups/published_forms.h), never twice for
+// the same inputs. Lookups never call a group's mutating methods, so they
+// may run from a group's publication callback.
 #ifndef ASIDE_SERVER_API_XDS_RESOURCE_CACHE_H_
 #define ASIDE_SERVER_API_XDS_RESOURCE_CACHE_H_
 
-#include <map>
 #include <string>
-#include <tuple>
-#include <utility>
 
-#include "absl/base/thread_annotations.h"
-#include "lib/sync.h"
 #include "server/api/xds/xds_resources.h"
 #include "server/groups/group_registry.h"
 #include "server/load/load_aggregator.h"
@@ -40,39 +37,16 @@ class ResourceCache {
 
   // The Listener for a target name: resolved like a grpclb name (alias,
   // else the host's first label).
-  Found Listener(const std::string& name, bool ring_hash_safe);
+  Found Listener(const std::string& name, bool ring_hash_safe) const;
   // The Cluster and the ClusterLoadAssignment of a group, by its name;
   // `typed`: with the typed policies (ReadsTypedPolicies).
   Found Cluster(const std::string& name, bool ring_hash_safe,
-                bool typed = false);
-  Found Endpoints(const std::string& name);
-
-  // Forgets entries of groups that no longer exist.
-  void Prune();
+                bool typed = false) const;
+  Found Endpoints(const std::string& name) const;
 
  private:
-  struct SpecEntry {
-    std::shared_ptr<const GroupSpec> spec;
-    ResourcePtr resource;
-  };
-  struct TableEntry {
-    // The generation encoded (not the table: the cache must not keep a
-    // superseded table alive).
-    uint64_t generation = 0;
-    // The overload drop encoded, in whole percent.
-    int overload_percent = 0;
-    ResourcePtr resource;
-  };
-
   GroupRegistry* const groups_;
   const LoadAggregator* const loads_;
-  aside::Mutex mu_;
-  // (name, hashing) → listener; (group, ring hash, typed) → cluster.
-  std::map<std::pair<std::string, bool>, SpecEntry> listeners_
-      ABSL_GUARDED_BY(mu_);
-  std::map<std::tuple<std::string, bool, bool>, SpecEntry> clusters_
-      ABSL_GUARDED_BY(mu_);
-  std::map<std::string, TableEntry> endpoints_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace aside::server::xds

@@ -509,6 +509,49 @@ TEST_F(GroupRegistryTest, EjectionEndsWhenItsTimeIsUp) {
   EXPECT_EQ(g->table()->generation(), ejected_generation + 1);
 }
 
+// A publication carries the table and the spec that made it, and what the
+// edges built from them: the spec's forms stay while the spec does, the
+// rest go with their publication.
+TEST_F(GroupRegistryTest, APublicationCarriesItsSpecAndTheFormsBuiltFromIt) {
+  GroupSpec spec = Spec({Member("10.0.0.1:80"), Member("10.0.0.2:80")});
+  spec.panic_threshold = 0;
+  spec.outlier.enabled = true;
+  spec.outlier.consecutive_failures = 3;
+  spec.outlier.max_ejection_percent = 50;
+  GroupPtr g = Add(spec);
+  std::shared_ptr<const Group::Publication> first = g->published();
+  EXPECT_EQ(first->table, g->table());
+  EXPECT_EQ(first->spec, g->spec_snapshot());
+  auto make = [] { return std::make_shared<const std::string>("form"); };
+  std::weak_ptr<const std::string> table_form =
+      first->forms.Get<std::string>("t", 0, make);
+  const std::shared_ptr<const std::string> spec_form =
+      first->spec_forms->Get<std::string>("s", 0, make);
+
+  // An ejection: a new table from the same spec.
+  g->OnLoadReport("10.0.0.2:80", 5, 5, 5, absl::ZeroDuration(),
+                  absl::ZeroDuration());
+  ASSERT_EQ(scheduler_.RunDue(), 1u);
+  std::shared_ptr<const Group::Publication> ejected = g->published();
+  ASSERT_NE(ejected->table, first->table);
+  EXPECT_FALSE(Ready(g, "10.0.0.2:80"));
+  EXPECT_EQ(ejected->spec, first->spec);
+  EXPECT_EQ(ejected->spec_forms, first->spec_forms);
+  EXPECT_EQ(ejected->spec_forms->Get<std::string>("s", 0, make), spec_form);
+  EXPECT_EQ(ejected->forms.size(), 0u);
+  first.reset();
+  EXPECT_TRUE(table_form.expired())
+      << "a superseded publication's forms are let go";
+
+  // A new spec: its forms start afresh.
+  spec.backends[0].weight = 300;
+  ASSERT_OK(g->Update(spec));
+  std::shared_ptr<const Group::Publication> updated = g->published();
+  EXPECT_EQ(updated->spec, g->spec_snapshot());
+  EXPECT_NE(updated->spec_forms, ejected->spec_forms);
+  EXPECT_EQ(updated->spec_forms->size(), 0u);
+}
+
 TEST_F(GroupRegistryTest, AwaitRebuildsIsBounded) {
   GroupPtr g = Add(Spec({Member("10.0.0.1:80")}));
   const uint64_t done = g->rebuilds();
