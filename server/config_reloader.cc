@@ -243,7 +243,7 @@ absl::Status ConfigReloader::ApplyGroupsLocked(const ServerConfig& next) {
   // took a name or alias between the plan and the step: it is reported,
   // the others go ahead.
   for (const std::string& name : removed) {
-    if (absl::Status s = groups_->Remove(name); !s.ok()) {
+    if (absl::Status s = groups_->Remove(name).status(); !s.ok()) {
       errors.push_back(absl::StrCat("group '", name, "': ", s.message()));
       continue;
     }

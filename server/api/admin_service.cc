@@ -273,10 +273,11 @@ grpc::Status AdminService::Mutate(
     }
     absl::Status s;
     if (!next->has_value()) {
-      s = groups_->Remove(name, [&](uint64_t g) {
-        *deleted_generation = g;
-        return absl::OkStatus();
-      });
+      absl::StatusOr<uint64_t> removed = groups_->Remove(name);
+      s = removed.status();
+      if (removed.ok()) {
+        *deleted_generation = *removed;
+      }
     } else if (group != nullptr) {
       s = groups_->Update(group, **std::move(next));
     } else {

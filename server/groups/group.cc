@@ -38,14 +38,11 @@ std::shared_ptr<const GroupSpec> Group::spec_snapshot() const {
   return spec_cell_.Acquire();
 }
 
-absl::Status Group::Init(const Persist& persist) {
+absl::Status Group::Init() {
   aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
   ASIDE_ASSIGN_OR_RETURN(TableConstPtr table,
                          CreateTableLocked(PrepareLocked(spec_)));
-  if (persist) {
-    ASIDE_RETURN_IF_ERROR(persist(table->generation()));
-  }
   PublishLocked(std::move(table), start);
   return absl::OkStatus();
 }
@@ -55,15 +52,13 @@ void Group::UseOwnGenerations(uint64_t first) {
   generations_ = own_generations_.get();
 }
 
-absl::Status Group::Update(GroupSpec spec, const Persist& persist,
-                           uint64_t min_generation) {
-  absl::Status s = UpdateQuietly(std::move(spec), persist, min_generation);
+absl::Status Group::Update(GroupSpec spec, uint64_t min_generation) {
+  absl::Status s = UpdateQuietly(std::move(spec), min_generation);
   Announce();
   return s;
 }
 
-absl::Status Group::UpdateQuietly(GroupSpec spec, const Persist& persist,
-                                  uint64_t min_generation) {
+absl::Status Group::UpdateQuietly(GroupSpec spec, uint64_t min_generation) {
   aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
   if (min_generation > 0) {
@@ -73,9 +68,6 @@ absl::Status Group::UpdateQuietly(GroupSpec spec, const Persist& persist,
   // new generation (callers wait for it), even when nothing changed.
   ASIDE_ASSIGN_OR_RETURN(TableConstPtr table,
                          CreateTableLocked(PrepareLocked(spec)));
-  if (persist) {
-    ASIDE_RETURN_IF_ERROR(persist(table->generation()));
-  }
   if (spec.dns != spec_.dns) {
     UnwatchDnsLocked();
     {

@@ -44,10 +44,6 @@
 
 namespace aside::server {
 
-// Writes a change to durable storage before it is published; receives the
-// generation the change will be published with. An error aborts the change.
-using Persist = std::function<absl::Status(uint64_t generation)>;
-
 class DnsDiscovery;
 class GroupPublisher;
 class HealthRegistry;
@@ -157,22 +153,18 @@ class Group : public std::enable_shared_from_this<Group> {
   // Never null when the registry was given Metrics.
   const GroupMetrics* metrics() const { return group_metrics_.get(); }
 
-  // Builds the first table and, when `persist` succeeds (if given),
-  // publishes it.
-  absl::Status Init(const Persist& persist = nullptr);
+  // Builds the first table and publishes it.
+  absl::Status Init();
   // Gives the group a generation counter of its own, starting at
   // `first` (a store revision's generation; see store.h), instead of the
   // registry's. Before Init only.
   void UseOwnGenerations(uint64_t first);
-  // Builds a table from `spec`, persists (if given), then publishes it and
-  // keeps the spec. An update is an acknowledged mutation: it always takes
-  // a new generation, newer than any before, even when nothing visible
-  // changed. On a build or persist error the table and spec stay as they
-  // were.
-  // With `min_generation` (a store revision's generation) the new table's
-  // generation is at least that.
-  absl::Status Update(GroupSpec spec, const Persist& persist = nullptr,
-                      uint64_t min_generation = 0);
+  // Builds a table from `spec`, publishes it and keeps the spec. An update
+  // is an acknowledged mutation: it always takes a new generation, newer
+  // than any before, even when nothing visible changed. On a build error
+  // the table and spec stay as they were. With `min_generation` (a store
+  // revision's generation) the new table's generation is at least that.
+  absl::Status Update(GroupSpec spec, uint64_t min_generation = 0);
   // Rebuilds the table from the current spec and inputs (health, load) and,
   // only if anything a pick or a subscriber sees changed, publishes it with
   // a new generation (a no-op rebuild takes no generation). Called off the
@@ -238,8 +230,7 @@ class Group : public std::enable_shared_from_this<Group> {
   friend class GroupRegistry;
   // Update without telling the listeners, and the removal queued for them:
   // the registry tells them (Announce) once its own lock is released.
-  absl::Status UpdateQuietly(GroupSpec spec, const Persist& persist,
-                             uint64_t min_generation);
+  absl::Status UpdateQuietly(GroupSpec spec, uint64_t min_generation);
   void QueueRemoved(uint64_t generation);
   // Has the listeners told what is queued: posts the group to the
   // publisher, or tells them here. Call with no lock held.

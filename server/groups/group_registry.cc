@@ -132,8 +132,7 @@ void GroupRegistry::set_session_key(std::string key) {
   session_key_ = std::make_shared<const std::string>(std::move(key));
 }
 
-absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist,
-                                uint64_t first_generation) {
+absl::Status GroupRegistry::Add(GroupSpec spec, uint64_t first_generation) {
   GroupPtr group;
   {
     aside::MutexLock lock(&write_mu_);
@@ -157,7 +156,7 @@ absl::Status GroupRegistry::Add(GroupSpec spec, const Persist& persist,
     if (first_generation > 0) {
       group->UseOwnGenerations(first_generation);
     }
-    ASIDE_RETURN_IF_ERROR(group->Init(persist));
+    ASIDE_RETURN_IF_ERROR(group->Init());
     groups_.Publish(current->With(group->name(), group));
     SetAliasesLocked(group->name(), group->spec_snapshot()->aliases);
     group->StartDiscovery();
@@ -193,7 +192,6 @@ void GroupRegistry::TellObservers(const GroupPtr& group) {
 }
 
 absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
-                                   const Persist& persist,
                                    uint64_t min_generation) {
   {
     aside::MutexLock lock(&write_mu_);
@@ -205,8 +203,7 @@ absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
     }
     ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
     std::vector<std::string> aliases = spec.aliases;
-    ASIDE_RETURN_IF_ERROR(
-        group->UpdateQuietly(std::move(spec), persist, min_generation));
+    ASIDE_RETURN_IF_ERROR(group->UpdateQuietly(std::move(spec), min_generation));
     SetAliasesLocked(group->name(), aliases);
   }
   group->Announce();  // the listeners, with write_mu_ released
@@ -267,10 +264,10 @@ void GroupRegistry::RemoveObserver(Observer* observer) {
   observers_mu_.Await(aside::Cond(&idle));
 }
 
-absl::Status GroupRegistry::Remove(absl::string_view name,
-                                   const Persist& persist,
-                                   uint64_t removal_generation) {
+absl::StatusOr<uint64_t> GroupRegistry::Remove(absl::string_view name,
+                                               uint64_t removal_generation) {
   GroupPtr removed;
+  uint64_t generation = 0;
   {
     aside::MutexLock lock(&write_mu_);
     std::shared_ptr<const GroupMap> current = groups_.Acquire();
@@ -278,11 +275,8 @@ absl::Status GroupRegistry::Remove(absl::string_view name,
       return absl::NotFoundError(
           absl::StrCat("group '", EchoName(name), "' not found"));
     }
-    const uint64_t generation =
+    generation =
         removal_generation > 0 ? removal_generation : generations_.Next();
-    if (persist) {
-      ASIDE_RETURN_IF_ERROR(persist(generation));
-    }
     removed = *current->find(name);
     removed->StopDiscovery();
     groups_.Publish(current->Without(name));
@@ -290,7 +284,7 @@ absl::Status GroupRegistry::Remove(absl::string_view name,
     removed->QueueRemoved(generation);
   }
   removed->Announce();  // the listeners, with write_mu_ released
-  return absl::OkStatus();
+  return generation;
 }
 
 }  // namespace aside::server

@@ -78,31 +78,28 @@ class GroupRegistry {
 
   // Adds a validated group, persists it (if `persist` is given) and
   // publishes its first table. ALREADY_EXISTS, RESOURCE_EXHAUSTED (max
-  // groups), the table build error or the persist error; on error nothing
-  // changes.
+  // groups) or the table build error; on error nothing changes.
   // Names and aliases are one namespace (see CheckGroupNamespace): a name
   // or alias that would take another group's grpclb clients is refused with
   // ALREADY_EXISTS naming the owner, checked under the same lock as the
   // change itself. With `first_generation` (a store revision's generation)
   // the group counts its own generations from there
   // (Group::UseOwnGenerations).
-  absl::Status Add(GroupSpec spec, const Persist& persist = nullptr,
-                   uint64_t first_generation = 0);
+  absl::Status Add(GroupSpec spec, uint64_t first_generation = 0);
   // Updates `group` (which must still be registered) to `spec` through
   // Group::Update (with `min_generation`, see there), after the same
   // namespace check. Changes that may touch aliases go through here, never
   // through Group::Update directly.
   absl::Status Update(const GroupPtr& group, GroupSpec spec,
-                      const Persist& persist = nullptr,
                       uint64_t min_generation = 0);
   // The namespace check alone, for a write that must be refused before it
   // reaches a shared store (Add and Update check again under their lock).
   absl::Status CheckNamespace(const GroupSpec& spec) const;
-  // Removes a group after persisting the removal (if given); its listeners
-  // hear OnRemoved, with `generation` when given (a store revision's), else
-  // a new one of the registry's.
-  absl::Status Remove(absl::string_view name, const Persist& persist = nullptr,
-                      uint64_t generation = 0);
+  // Removes a group; its listeners hear OnRemoved, with `generation` when
+  // given (a store revision's), else a new one of the registry's. Returns
+  // the removal's generation.
+  absl::StatusOr<uint64_t> Remove(absl::string_view name,
+                                  uint64_t generation = 0);
 
   // Registers an observer of added groups; RemoveObserver waits for a call
   // in progress to return, after which the observer may be destroyed.

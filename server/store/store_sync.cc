@@ -62,8 +62,7 @@ absl::Status StoreSync::ApplyInitial(const StoreSnapshot& snapshot,
     absl::Status s = spec.status();
     if (spec.ok()) {
       applied_[name].spec = std::make_shared<const GroupSpec>(*spec);
-      s = groups_->Add(*std::move(spec), nullptr,
-                       GenerationFor(stored.revision));
+      s = groups_->Add(*std::move(spec), GenerationFor(stored.revision));
       if (absl::IsAlreadyExists(s)) {
         // An alias the config file (or an earlier stored group) now owns:
         // the file wins, as for names; the stored group stays stored.
@@ -211,7 +210,7 @@ absl::Status StoreSync::ApplyLocked(const StoreChange& change,
     if (existing == nullptr) {
       return absl::OkStatus();
     }
-    return groups_->Remove(change.name, nullptr, generation);
+    return groups_->Remove(change.name, generation).status();
   }
   absl::StatusOr<GroupSpec> spec =
       validated != nullptr
@@ -235,8 +234,8 @@ absl::Status StoreSync::ApplyLocked(const StoreChange& change,
   if (spec.ok()) {
     applied.spec = std::make_shared<const GroupSpec>(*spec);
     s = existing != nullptr
-            ? groups_->Update(existing, *std::move(spec), nullptr, generation)
-            : groups_->Add(*std::move(spec), nullptr, generation);
+            ? groups_->Update(existing, *std::move(spec), generation)
+            : groups_->Add(*std::move(spec), generation);
   }
   if (!s.ok()) {
     BadValue(change.name, change.revision, s.message());
@@ -433,11 +432,7 @@ absl::StatusOr<StoreSync::Written> StoreSync::Write(
     aside::MutexLock lock(&mu_);
     if (written == 0) {
       applied_.erase(name);
-      uint64_t generation = 0;
-      ASIDE_RETURN_IF_ERROR(groups_->Remove(name, [&](uint64_t g) {
-        generation = g;
-        return absl::OkStatus();
-      }));
+      ASIDE_ASSIGN_OR_RETURN(const uint64_t generation, groups_->Remove(name));
       return Written{.generation = generation};
     }
     ASIDE_RETURN_IF_ERROR(ApplyLocked({.name = name, .revision = written}));
