@@ -37,10 +37,17 @@ AsideServer::~AsideServer() {
 }
 
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& cfg,
-                                                 Metrics* metrics) {
+                                                 Metrics* metrics,
+                                                 EtcdStore** etcd) {
+  if (etcd != nullptr) {
+    *etcd = nullptr;
+  }
   if (cfg.store.type == "etcd") {
     ASIDE_ASSIGN_OR_RETURN(std::unique_ptr<EtcdStore> store,
                            EtcdStore::Create(cfg.store, metrics));
+    if (etcd != nullptr) {
+      *etcd = store.get();
+    }
     return store;
   }
   ASIDE_ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store,
@@ -129,7 +136,9 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   if (cfg.status_page_enabled) {
     server->events_ = std::make_unique<EventLog>(clock);
   }
-  ASIDE_ASSIGN_OR_RETURN(server->store_, OpenStore(cfg, &server->metrics_));
+  EtcdStore* etcd_store = nullptr;
+  ASIDE_ASSIGN_OR_RETURN(server->store_,
+                         OpenStore(cfg, &server->metrics_, &etcd_store));
   Store* store = server->store_.get();
   // A store the server can start without (etcd) is retried in the
   // background: config-file groups serve meanwhile.
@@ -175,7 +184,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       HealthRegistry::Create(
           {.max_concurrent_probes = cfg.max_concurrent_probes, .clock = clock},
           *server->metrics_.registry()));
-  if (auto* etcd_store = dynamic_cast<EtcdStore*>(store)) {
+  if (etcd_store != nullptr) {
     // Before any group acquires a target: each target's owner is decided
     // from its creation (every target until membership is confirmed).
     const fleet::FleetMetrics fm = fleet::FleetMetricsOf(server->metrics_);

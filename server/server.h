@@ -42,10 +42,15 @@
 
 namespace aside::server {
 
+class EtcdStore;
+
 // Opens the store `config` names (sqlite under state_dir, or etcd; etcd
-// connects on first use). `metrics` may not be null.
+// connects on first use). `metrics` may not be null. `etcd` (if given) is
+// set to the store when it is etcd's, whose client and prefix the fleet's
+// membership and probe ownership share, and to null otherwise.
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& config,
-                                                 Metrics* metrics);
+                                                 Metrics* metrics,
+                                                 EtcdStore** etcd = nullptr);
 
 class AsideServer {
  public:
