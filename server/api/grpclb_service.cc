@@ -154,14 +154,12 @@ class GrpclbService::Stream final
       FinishLocked(ShuttingDownStatus());
       return;
     }
-    if (service_->stream_limit_ != nullptr) {
-      grpc::Status refused = service_->stream_limit_->Acquire(
-          ClientPeer(context_->peer()), &counted_peer_);
-      if (!refused.ok()) {
-        aside::MutexLock lock(&mu_);
-        FinishLocked(refused);
-        return;
-      }
+    if (grpc::Status refused = peer_slot_.Acquire(service_->stream_limit_.get(),
+                                                  ClientPeer(context_->peer()));
+        !refused.ok()) {
+      aside::MutexLock lock(&mu_);
+      FinishLocked(refused);
+      return;
     }
     StartRead(&request_);
   }
@@ -214,9 +212,6 @@ class GrpclbService::Stream final
       if (service_->metrics_ != nullptr) {
         service_->metrics_->grpclb_streams.Decrement();
       }
-    }
-    if (service_->stream_limit_ != nullptr) {
-      service_->stream_limit_->Release(counted_peer_);
     }
     service_->streams_.Remove(this);
     delete this;
@@ -360,8 +355,8 @@ class GrpclbService::Stream final
   }
 
   GrpclbService* const service_;
-  // The address counted against the per-peer stream limit.
-  std::string counted_peer_;
+  // The stream's place under the per-peer stream limit.
+  PeerStreamLimit::Slot peer_slot_;
   lb::LoadBalanceRequest request_;
   // Set once by the reading side (under mu_) before any listener or writer
   // uses it; other threads read it under mu_.
@@ -424,19 +419,18 @@ std::shared_ptr<const GrpclbService::BuiltList> GrpclbService::ListFor(
       loads_ != nullptr ? loads_->OverloadFraction(
                               group.name(), options.max_requests_per_second)
                         : 0;
-  return published->forms.Get<BuiltList>(
-      "", absl::bit_cast<uint64_t>(overload), [&] {
-        auto built = std::make_shared<BuiltList>();
-        *built->response.mutable_server_list() = BuildServerList(
-            *published->table, options, max_servers_, overload);
-        built->bytes = built->response.server_list().SerializeAsString();
-        lists_built_.fetch_add(1);
-        if (metrics_ != nullptr) {
-          metrics_->grpclb_lists_built.Add({{"group", group.name()}})
-              .Increment();
-        }
-        return std::shared_ptr<const BuiltList>(std::move(built));
-      });
+  return published->forms.Get<
+      BuiltList>("", absl::bit_cast<uint64_t>(overload), [&] {
+    auto built = std::make_shared<BuiltList>();
+    *built->response.mutable_server_list() =
+        BuildServerList(*published->table, options, max_servers_, overload);
+    built->bytes = built->response.server_list().SerializeAsString();
+    lists_built_.fetch_add(1);
+    if (metrics_ != nullptr) {
+      metrics_->grpclb_lists_built.Add({{"group", group.name()}}).Increment();
+    }
+    return std::shared_ptr<const BuiltList>(std::move(built));
+  });
 }
 
 void GrpclbService::Tick() {

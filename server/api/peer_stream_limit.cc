@@ -36,6 +36,25 @@ grpc::Status PeerStreamLimit::Acquire(const std::string& peer,
   return grpc::Status::OK;
 }
 
+grpc::Status PeerStreamLimit::Slot::Acquire(PeerStreamLimit* limit,
+                                            const std::string& peer) {
+  if (limit == nullptr) {
+    return grpc::Status::OK;
+  }
+  grpc::Status s = limit->Acquire(peer, &counted_);
+  if (s.ok()) {
+    limit_ = limit;
+  }
+  return s;
+}
+
+void PeerStreamLimit::Slot::Release() {
+  if (limit_ != nullptr) {
+    limit_->Release(counted_);
+    limit_ = nullptr;
+  }
+}
+
 void PeerStreamLimit::Release(const std::string& counted) {
   if (counted.empty()) {
     return;

@@ -5,7 +5,11 @@
 // ReportAuth::PeerHost of the gRPC peer, so one client's connections count
 // together.
 //
-// Thread-safe.
+// A stream holds its place under the limit in a Slot, which gives it back
+// when the stream ends (Release) or is destroyed.
+//
+// Thread-safe; a Slot belongs to one stream (its service's limit outlives
+// it).
 #ifndef ASIDE_SERVER_API_PEER_STREAM_LIMIT_H_
 #define ASIDE_SERVER_API_PEER_STREAM_LIMIT_H_
 
@@ -27,12 +31,31 @@ class PeerStreamLimit {
   PeerStreamLimit(std::string key, std::string what, uint32_t max,
                   Metrics* metrics);
 
+  // One stream's place under a limit.
+  class Slot {
+   public:
+    Slot() = default;
+    ~Slot() { Release(); }
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+
+    // Counts a stream from `peer` under `limit` (null: no limit), or
+    // refuses it. Once per slot.
+    grpc::Status Acquire(PeerStreamLimit* limit, const std::string& peer);
+    // Gives the place back (idempotent; the destructor does too).
+    void Release();
+
+   private:
+    PeerStreamLimit* limit_ = nullptr;
+    std::string counted_;  // the address counted; empty: nothing counted
+  };
+
+ private:
   // Counts a stream from `peer`, or refuses it. On OK, `*counted` is what
   // to pass to Release when the stream ends (empty when nothing counted).
   grpc::Status Acquire(const std::string& peer, std::string* counted);
   void Release(const std::string& counted);
 
- private:
   const std::string key_;
   const std::string what_;
   const uint32_t max_;

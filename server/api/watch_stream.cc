@@ -119,7 +119,8 @@ void WatchHub::Stream::Start() {
       error = ShuttingDownStatus();
     }
     if (error.ok()) {
-      error = hub_->peer_limit_.Acquire(ClientPeer(context_.peer()), &peer_);
+      error =
+          peer_slot_.Acquire(&hub_->peer_limit_, ClientPeer(context_.peer()));
     }
     hub_->streams_.insert(this);
   }
@@ -204,7 +205,7 @@ bool WatchHub::Stream::OnDone() {
   {
     aside::MutexLock lock(&hub_->mu_);
     hub_->streams_.erase(this);
-    hub_->peer_limit_.Release(peer_);
+    peer_slot_.Release();
   }
   aside::MutexLock lock(&mu_);
   done_ = true;

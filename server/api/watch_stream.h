@@ -163,9 +163,9 @@ class WatchHub::Stream final : public Group::Listener {
   // The request; read once, in Start, on the queue's thread.
   grpc::ByteBuffer request_;
   grpc::ServerAsyncWriter<grpc::ByteBuffer> writer_;
-  // The peer this stream is counted against (empty: not counted). Written
-  // once in Start, under the hub's mu_, read under it in OnDone.
-  std::string peer_ ABSL_GUARDED_BY(hub_->mu_);
+  // The stream's place under the per-peer limit: taken once in Start,
+  // under the hub's mu_, and given back under it in OnDone.
+  PeerStreamLimit::Slot peer_slot_ ABSL_GUARDED_BY(hub_->mu_);
   aside::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
   // Entries that are absent (read by the hub without mu_).

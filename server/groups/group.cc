@@ -225,9 +225,10 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
   publication->spec = spec_cell_.Acquire();
   publication->bases.assign(recent_tables_.begin(), recent_tables_.end());
   const std::shared_ptr<const Publication> before = publication_.Acquire();
-  publication->spec_forms = before != nullptr && before->spec == publication->spec
-                                ? before->spec_forms
-                                : std::make_shared<PublishedForms>();
+  publication->spec_forms =
+      before != nullptr && before->spec == publication->spec
+          ? before->spec_forms
+          : std::make_shared<PublishedForms>();
   table_.Publish(table);
   publication_.Publish(std::move(publication));
   loads_.Prune();

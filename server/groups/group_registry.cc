@@ -203,7 +203,8 @@ absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
     }
     ASIDE_RETURN_IF_ERROR(CheckNamespaceLocked(spec, *current));
     std::vector<std::string> aliases = spec.aliases;
-    ASIDE_RETURN_IF_ERROR(group->UpdateQuietly(std::move(spec), min_generation));
+    ASIDE_RETURN_IF_ERROR(
+        group->UpdateQuietly(std::move(spec), min_generation));
     SetAliasesLocked(group->name(), aliases);
   }
   group->Announce();  // the listeners, with write_mu_ released

@@ -72,9 +72,9 @@ class AdsService::Stream final
       service_->metrics_->xds_streams.Add({{"service", "ads"}}).Increment();
     }
     grpc::Status refused;
-    if (!shutting_down && service_->stream_limit_ != nullptr) {
-      refused = service_->stream_limit_->Acquire(ClientPeer(context_->peer()),
-                                                 &counted_peer_);
+    if (!shutting_down) {
+      refused = peer_slot_.Acquire(service_->stream_limit_.get(),
+                                   ClientPeer(context_->peer()));
     }
     aside::MutexLock lock(&mu_);
     if (shutting_down) {
@@ -119,9 +119,6 @@ class AdsService::Stream final
   void OnDone() override {
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "ads"}}).Decrement();
-    }
-    if (service_->stream_limit_ != nullptr) {
-      service_->stream_limit_->Release(counted_peer_);
     }
     service_->streams_.Remove(this);
     delete this;
@@ -356,8 +353,8 @@ class AdsService::Stream final
   }
 
   AdsService* const service_;
-  // The address counted against the per-peer stream limit.
-  std::string counted_peer_;
+  // The stream's place under the per-peer stream limit.
+  PeerStreamLimit::Slot peer_slot_;
 
   discovery::DiscoveryRequest request_ ABSL_GUARDED_BY(mu_);
   discovery::DiscoveryResponse response_ ABSL_GUARDED_BY(mu_);

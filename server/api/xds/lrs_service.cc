@@ -42,13 +42,11 @@ class LrsService::Stream final
       FinishLocked(refusal);
       return;
     }
-    if (service_->stream_limit_ != nullptr) {
-      grpc::Status refused = service_->stream_limit_->Acquire(
-          ClientPeer(context_->peer()), &counted_peer_);
-      if (!refused.ok()) {
-        FinishLocked(refused);
-        return;
-      }
+    if (grpc::Status refused = peer_slot_.Acquire(service_->stream_limit_.get(),
+                                                  ClientPeer(context_->peer()));
+        !refused.ok()) {
+      FinishLocked(refused);
+      return;
     }
     StartRead(&request_);
   }
@@ -83,9 +81,6 @@ class LrsService::Stream final
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "lrs"}}).Decrement();
     }
-    if (service_->stream_limit_ != nullptr) {
-      service_->stream_limit_->Release(counted_peer_);
-    }
     service_->streams_.Remove(this);
     delete this;
   }
@@ -101,8 +96,8 @@ class LrsService::Stream final
 
  private:
   LrsService* const service_;
-  // The address counted against the per-peer stream limit.
-  std::string counted_peer_;
+  // The stream's place under the per-peer stream limit.
+  PeerStreamLimit::Slot peer_slot_;
   lrs::LoadStatsRequest request_ ABSL_GUARDED_BY(mu_);
   lrs::LoadStatsResponse response_ ABSL_GUARDED_BY(mu_);
   std::string reporter_ ABSL_GUARDED_BY(mu_);

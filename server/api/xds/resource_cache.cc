@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/api/grpclb_service.h"
@@ -10,8 +11,21 @@ namespace aside::server::xds {
 
 namespace {
 
-bool RingHash(const GroupSpec& spec, bool ring_hash_safe) {
-  return ring_hash_safe && IsHashPolicy(spec.policy.kind);
+// `group` (null: none answers the name) into `out`; its newest publication
+// and whether the client gets ring hash for it.
+std::shared_ptr<const Group::Publication> FoundGroup(GroupPtr group,
+                                                     bool ring_hash_safe,
+                                                     ResourceCache::Found* out,
+                                                     bool* hashing) {
+  out->group = std::move(group);
+  if (out->group == nullptr) {
+    return nullptr;
+  }
+  std::shared_ptr<const Group::Publication> published = out->group->published();
+  const bool hash_policy = IsHashPolicy(published->spec->policy.kind);
+  *hashing = ring_hash_safe && hash_policy;
+  out->ring_hash_fallback = !ring_hash_safe && hash_policy;
+  return published;
 }
 
 }  // namespace
@@ -19,15 +33,12 @@ bool RingHash(const GroupSpec& spec, bool ring_hash_safe) {
 ResourceCache::Found ResourceCache::Listener(const std::string& name,
                                              bool ring_hash_safe) const {
   Found out;
-  out.group = ResolveGrpclbName(*groups_, name);
-  if (out.group == nullptr) {
+  bool hashing = false;
+  const auto published = FoundGroup(ResolveGrpclbName(*groups_, name),
+                                    ring_hash_safe, &out, &hashing);
+  if (published == nullptr) {
     return out;
   }
-  const std::shared_ptr<const Group::Publication> published =
-      out.group->published();
-  const GroupSpec& spec = *published->spec;
-  const bool hashing = RingHash(spec, ring_hash_safe);
-  out.ring_hash_fallback = !ring_hash_safe && IsHashPolicy(spec.policy.kind);
   // The listener follows from the group's name and whether it hashes: a
   // form of the spec, kept across publications that leave the spec as it
   // was. The target name is the client's: many spellings reach one group
@@ -44,15 +55,13 @@ ResourceCache::Found ResourceCache::Cluster(const std::string& name,
                                             bool ring_hash_safe,
                                             bool typed) const {
   Found out;
-  out.group = groups_->Find(name);
-  if (out.group == nullptr) {
+  bool hashing = false;
+  const auto published =
+      FoundGroup(groups_->Find(name), ring_hash_safe, &out, &hashing);
+  if (published == nullptr) {
     return out;
   }
-  const std::shared_ptr<const Group::Publication> published =
-      out.group->published();
   const GroupSpec& spec = *published->spec;
-  const bool hashing = RingHash(spec, ring_hash_safe);
-  out.ring_hash_fallback = !ring_hash_safe && IsHashPolicy(spec.policy.kind);
   out.resource = published->spec_forms->Get<Resource>(
       absl::StrCat("cds/", hashing ? "hash/" : "", typed ? "typed" : ""), 0,
       [&] {
@@ -82,9 +91,9 @@ ResourceCache::Found ResourceCache::Endpoints(const std::string& name) const {
   out.resource = published->forms.Get<Resource>(
       "eds", static_cast<uint64_t>(overload), [&] {
         return MakeResource(
-            name, BuildLoadAssignment(*published->table,
-                                      drops.drop_in_panic_percent,
-                                      overload / 100.0));
+            name,
+            BuildLoadAssignment(*published->table, drops.drop_in_panic_percent,
+                                overload / 100.0));
       });
   return out;
 }

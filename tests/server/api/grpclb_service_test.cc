@@ -290,8 +290,8 @@ groups:
 )");
   constexpr int kBackends = 4000;  // a list of about 140 KB
   for (int i = 0; i < kBackends; ++i) {
-    absl::StrAppend(&yaml, "      - {address: \"10.", i / 250, ".",
-                    i % 250 + 1, ".1:8080\"}\n");
+    absl::StrAppend(&yaml, "      - {address: \"10.", i / 250, ".", i % 250 + 1,
+                    ".1:8080\"}\n");
   }
   absl::StatusOr<ServerConfig> config = ParseConfig(yaml, "t.yaml");
   ASSERT_OK(config);
