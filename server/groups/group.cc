@@ -92,7 +92,7 @@ void Group::Rebuild() {
     FlushHeldLocked();
   }
   Announce();
-  aside::MutexLock lock(&rebuilds_mu_);
+  aside::MutexLock lock(&notify_mu_);
   ++rebuilds_;  // waiters wake as the lock is released
 }
 
@@ -120,17 +120,17 @@ void Group::RebuildLocked() {
 }
 
 bool Group::AwaitRebuilds(uint64_t count, absl::Duration timeout) const {
-  aside::MutexLock lock(&rebuilds_mu_);
-  return rebuilds_mu_.AwaitWithTimeout(
+  aside::MutexLock lock(&notify_mu_);
+  return notify_mu_.AwaitWithTimeout(
       [&] {
-        rebuilds_mu_.AssertHeld();
+        notify_mu_.AssertHeld();
         return rebuilds_ >= count;
       },
       timeout);
 }
 
 uint64_t Group::rebuilds() const {
-  aside::MutexLock lock(&rebuilds_mu_);
+  aside::MutexLock lock(&notify_mu_);
   return rebuilds_;
 }
 

@@ -86,9 +86,11 @@ struct GroupInputs {
 // - OnDnsResult: DNS threads; dns_mu_ guards the discovered members.
 // - Listeners: notify_mu_ (after mu_, or alone) guards them and the
 //   notices they have yet to hear; it is never held while one is told.
-//   The rebuild count: rebuilds_mu_ (taken alone).
-// - Encoded(): any thread, lock-free: each publication carries the tables
-//   before it and makes its Watch encoding once, on first use.
+//   The rebuild count too.
+// - published(), Encoded(): any thread, lock-free: each publication
+//   carries the tables before it and makes its Watch encoding once, on
+//   first use; the edges' forms in it are built under its own lock
+//   (PublishedForms), which takes nothing.
 class Group : public std::enable_shared_from_this<Group> {
  public:
   // Told about publications (Watch, grpclb and ADS streams; the event
@@ -280,9 +282,6 @@ class Group : public std::enable_shared_from_this<Group> {
   std::vector<Backend> dns_members_ ABSL_GUARDED_BY(dns_mu_);
   std::string dns_error_ ABSL_GUARDED_BY(dns_mu_);
 
-  // Taken alone.
-  mutable aside::Mutex rebuilds_mu_;
-  uint64_t rebuilds_ ABSL_GUARDED_BY(rebuilds_mu_) = 0;
 
   // What the listeners have yet to hear: a publication (for the records,
   // and for the edges unless held by the window) or the removal.
@@ -295,6 +294,8 @@ class Group : public std::enable_shared_from_this<Group> {
   mutable aside::Mutex notify_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<Listener*> listeners_ ABSL_GUARDED_BY(notify_mu_);
   std::vector<Notice> notices_ ABSL_GUARDED_BY(notify_mu_);
+  // Rebuild() calls completed (AwaitRebuilds waits on it).
+  uint64_t rebuilds_ ABSL_GUARDED_BY(notify_mu_) = 0;
   // The removal was queued: nothing more is.
   bool removed_ ABSL_GUARDED_BY(notify_mu_) = false;
   // Posted to the publisher and not yet taken up.
