@@ -26,16 +26,16 @@ grpc::Status AdminService::DoListMembers(const v1::ListMembersRequest&,
 
 void AdminService::Describe(const Group& group, bool with_backends,
                             v1::Group* out) const {
-  // The published spec, shared rather than copied: a summary (ListGroups)
-  // needs none of its backends.
-  const std::shared_ptr<const GroupSpec> snapshot = group.spec_snapshot();
-  const GroupSpec& spec = *snapshot;
+  // The spec and the table of one publication, so that they agree; shared
+  // rather than copied: a summary (ListGroups) needs none of its backends.
+  const std::shared_ptr<const Group::Publication> published = group.published();
+  const GroupSpec& spec = *published->spec;
   GroupSpecToProto(spec, out, with_backends);
   if (store_ != nullptr && spec.source == GroupSource::kStore) {
     out->set_store_revision(store_->revision(spec.name));
   }
   out->set_dns_error(group.dns_error());
-  TableConstPtr table = group.table();
+  const TableConstPtr& table = published->table;
   if (with_backends) {
     GroupStateToProto(*table, out);
     if (loads_ != nullptr) {

@@ -282,7 +282,6 @@ class Group : public std::enable_shared_from_this<Group> {
   std::vector<Backend> dns_members_ ABSL_GUARDED_BY(dns_mu_);
   std::string dns_error_ ABSL_GUARDED_BY(dns_mu_);
 
-
   // What the listeners have yet to hear: a publication (for the records,
   // and for the edges unless held by the window) or the removal.
   struct Notice {

@@ -214,10 +214,11 @@ std::string StatusPage::Json() {
   std::vector<GroupView> views;
   absl::flat_hash_map<std::string, uint64_t> counts;
   for (GroupPtr& g : sources_.groups->List()) {
-    GroupView v{g, g->table(), g->spec_snapshot()};
-    if (v.table == nullptr || v.spec == nullptr) {
+    const std::shared_ptr<const Group::Publication> published = g->published();
+    if (published == nullptr) {
       continue;
     }
+    GroupView v{g, published->table, published->spec};
     uint64_t group_picks = 0;
     if (const GroupMetrics* gm = g->metrics(); gm != nullptr) {
       group_picks = static_cast<uint64_t>(gm->picks_ok->Value() +
