@@ -31,7 +31,7 @@ void AdminService::Describe(const Group& group, bool with_backends,
   const std::shared_ptr<const Group::Publication> published = group.published();
   const GroupSpec& spec = *published->spec;
   GroupSpecToProto(spec, out, with_backends);
-  if (store_ != nullptr && spec.source == GroupSource::kStore) {
+  if (spec.source == GroupSource::kStore) {
     out->set_store_revision(store_->revision(spec.name));
   }
   out->set_dns_error(group.dns_error());
@@ -118,18 +118,15 @@ grpc::Status AdminService::DoListTargets(const v1::ListTargetsRequest& request,
     return {grpc::StatusCode::NOT_FOUND,
             absl::StrCat("group '", EchoName(request.group()), "' not found")};
   }
-  if (store_ != nullptr) {
-    const StoreState state = store_->store().state();
-    v1::StoreState* out = response->mutable_store();
-    out->set_type(state.type);
-    out->set_location(state.location);
-    out->set_up(state.up);
-    out->set_revision(state.revision);
-    out->set_last_error(state.last_error);
-    if (state.last_error_at != absl::InfinitePast()) {
-      out->set_last_error_unix_seconds(
-          absl::ToUnixSeconds(state.last_error_at));
-    }
+  const StoreState state = store_->store().state();
+  v1::StoreState* out = response->mutable_store();
+  out->set_type(state.type);
+  out->set_location(state.location);
+  out->set_up(state.up);
+  out->set_revision(state.revision);
+  out->set_last_error(state.last_error);
+  if (state.last_error_at != absl::InfinitePast()) {
+    out->set_last_error_unix_seconds(absl::ToUnixSeconds(state.last_error_at));
   }
   if (health_ == nullptr) {
     return grpc::Status::OK;

@@ -197,9 +197,7 @@ AdminService::MutationScope::MutationScope(AdminService* admin,
                                            std::string name,
                                            bool claims_aliases)
     : admin_(admin), name_(std::move(name)), claims_aliases_(claims_aliases) {
-  // With a store, StoreSync::Mutate orders (and folds) the writes of one
-  // name; without one, this scope is all that orders them.
-  const bool one_per_name = admin_->store_ == nullptr;
+  // StoreSync::Mutate orders (and folds) the writes of one name.
   aside::MutexLock lock(&admin_->mutation_mu_);
   if (claims_aliases_) {
     ++admin_->claims_waiting_;
@@ -211,10 +209,9 @@ AdminService::MutationScope::MutationScope(AdminService* admin,
     --admin_->claims_waiting_;
     admin_->claiming_ = true;
   } else {
-    admin_->mutation_mu_.Await([this, one_per_name] {
+    admin_->mutation_mu_.Await([this] {
       admin_->mutation_mu_.AssertHeld();
-      return !admin_->claiming_ && admin_->claims_waiting_ == 0 &&
-             !(one_per_name && admin_->mutating_.contains(name_));
+      return !admin_->claiming_ && admin_->claims_waiting_ == 0;
     });
     ++admin_->sharing_;
   }
@@ -256,41 +253,6 @@ grpc::Status AdminService::Mutate(
   auto answer = [](const absl::Status& s) {
     return ToGrpcStatus(ErrorFieldPath(s) ? PrefixFieldPath("group", s) : s);
   };
-  if (store_ == nullptr) {
-    // Nothing persisted: the registry is the only copy.
-    if (expected_revision != 0) {
-      return Invalid("expected_revision: nothing is stored (leave it 0)");
-    }
-    const GroupPtr group = groups_->Find(name);
-    std::optional<GroupSpec> current;
-    if (group != nullptr) {
-      current = group->spec();
-    }
-    absl::StatusOr<std::optional<GroupSpec>> next =
-        edit(current.has_value() ? &*current : nullptr);
-    if (!next.ok()) {
-      return answer(next.status());
-    }
-    absl::Status s;
-    if (!next->has_value()) {
-      absl::StatusOr<uint64_t> removed = groups_->Remove(name);
-      s = removed.status();
-      if (removed.ok()) {
-        *deleted_generation = *removed;
-      }
-    } else if (group != nullptr) {
-      s = groups_->Update(group, **std::move(next));
-    } else {
-      s = groups_->Add(**std::move(next));
-    }
-    if (!s.ok()) {
-      return answer(s);
-    }
-    if (response != nullptr) {
-      Describe(*groups_->Find(name), true, response);
-    }
-    return grpc::Status::OK;
-  }
   absl::StatusOr<StoreSync::Written> written =
       store_->Mutate(name, expected_revision, on_conflict, edit);
   if (!written.ok()) {

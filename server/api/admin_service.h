@@ -74,7 +74,7 @@ class AdminService final : public v1::Admin::CallbackService {
   static constexpr char kRetryPushbackKey[] = "grpc-retry-pushback-ms";
   static constexpr char kRetryAfterKey[] = "aside-retry-after-ms";
 
-  // `store` may be null (nothing is persisted: for tests of validation).
+  // Every write goes through `store` (never null).
   // `queue`: the mutation queue's bounds (max_workers is kMutationWorkers).
   AdminService(GroupRegistry* groups, StoreSync* store, const AdminAuth* auth,
                Metrics* metrics, const LoadAggregator* loads = nullptr,
@@ -179,8 +179,8 @@ class AdminService final : public v1::Admin::CallbackService {
   // (StoreSync::Mutate reads it from the store when this replica has not
   // seen it).
   grpc::Status CheckMutable(const std::string& name) const;
-  // One read-modify-write of a store-owned group (StoreSync::Mutate, or
-  // the registry alone without a store); answers with the group as
+  // One read-modify-write of a store-owned group (StoreSync::Mutate);
+  // answers with the group as
   // published in `response` (unless null), the generation of a delete and
   // the store revision of the write.
   grpc::Status Mutate(const std::string& name, int64_t expected_revision,
@@ -220,8 +220,7 @@ class AdminService final : public v1::Admin::CallbackService {
   const OrcaCollector* orca_ = nullptr;
   Members members_;
   // With `claims_aliases`, no other mutation at all (see the file
-  // comment); without a store, one mutation of `name` at a time (with one,
-  // StoreSync orders them).
+  // comment); without, any number (StoreSync orders those of one name).
   class MutationScope {
    public:
     MutationScope(AdminService* admin, std::string name, bool claims_aliases);

@@ -120,10 +120,6 @@ grpc::Status AdminService::DoCreateGroup(const v1::CreateGroupRequest& request,
   }
   const std::string name = spec->name;
   MutationScope scope(this, name, !spec->aliases.empty());
-  if (groups_->Find(name) != nullptr && store_ == nullptr) {
-    return {grpc::StatusCode::ALREADY_EXISTS,
-            absl::StrCat("group '", name, "' already exists")};
-  }
   if (GroupPtr g = groups_->Find(name);
       g != nullptr && g->spec().source == GroupSource::kFile) {
     return {grpc::StatusCode::ALREADY_EXISTS,
