@@ -25,24 +25,23 @@ Group::Group(GroupSpec spec, GenerationSource* generations, Metrics* metrics,
       group_metrics_(std::move(group_metrics)),
       loads_(inputs.clock),
       inputs_(inputs),
-      spec_cell_(std::make_shared<const GroupSpec>(spec)),
-      spec_(spec),
+      spec_(std::make_shared<const GroupSpec>(spec)),
       members_(spec.name, inputs.health, spec.outlier, inputs.clock,
                inputs.orca) {}
 
 Group::~Group() = default;
 
-GroupSpec Group::spec() const { return *spec_cell_.Acquire(); }
+GroupSpec Group::spec() const { return *publication_.Acquire()->spec; }
 
 std::shared_ptr<const GroupSpec> Group::spec_snapshot() const {
-  return spec_cell_.Acquire();
+  return publication_.Acquire()->spec;
 }
 
 absl::Status Group::Init() {
   aside::MutexLock lock(&mu_);
   const int64_t start = MonotonicNanos();
   ASIDE_ASSIGN_OR_RETURN(TableConstPtr table,
-                         CreateTableLocked(PrepareLocked(spec_)));
+                         CreateTableLocked(PrepareLocked(*spec_)));
   PublishLocked(std::move(table), start);
   return absl::OkStatus();
 }
@@ -68,7 +67,7 @@ absl::Status Group::UpdateQuietly(GroupSpec spec, uint64_t min_generation) {
   // new generation (callers wait for it), even when nothing changed.
   ASIDE_ASSIGN_OR_RETURN(TableConstPtr table,
                          CreateTableLocked(PrepareLocked(spec)));
-  if (spec.dns != spec_.dns) {
+  if (spec.dns != spec_->dns) {
     UnwatchDnsLocked();
     {
       aside::MutexLock lock(&dns_mu_);
@@ -77,10 +76,7 @@ absl::Status Group::UpdateQuietly(GroupSpec spec, uint64_t min_generation) {
     }
     WatchDnsLocked(spec);
   }
-  // The spec first: listeners told of the new table read the spec that
-  // made it.
-  spec_cell_.Publish(std::make_shared<const GroupSpec>(spec));
-  spec_ = std::move(spec);
+  spec_ = std::make_shared<const GroupSpec>(std::move(spec));
   PublishLocked(std::move(table), start);
   return absl::OkStatus();
 }
@@ -102,7 +98,7 @@ void Group::RebuildLocked() {
   if (current == nullptr) {
     return;  // Init has not published (or failed): nothing to rebuild
   }
-  TableSpec next = PrepareLocked(spec_);
+  TableSpec next = PrepareLocked(*spec_);
   if (SameTable(next, *current)) {
     return;  // nothing a pick or a subscriber would see changed
   }
@@ -222,7 +218,7 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
   }
   auto publication = std::make_shared<Publication>();
   publication->table = table;
-  publication->spec = spec_cell_.Acquire();
+  publication->spec = spec_;
   publication->bases.assign(recent_tables_.begin(), recent_tables_.end());
   const std::shared_ptr<const Publication> before = publication_.Acquire();
   publication->spec_forms =
@@ -351,7 +347,7 @@ void Group::TellListeners() {
 
 void Group::StartDiscovery() {
   aside::MutexLock lock(&mu_);
-  WatchDnsLocked(spec_);
+  WatchDnsLocked(*spec_);
 }
 
 void Group::StopDiscovery() {

@@ -76,7 +76,8 @@ struct GroupInputs {
 };
 
 // One group. Thread rules:
-// - table(), spec(), spec_snapshot(): any thread, lock-free.
+// - table(), spec(), spec_snapshot(): any thread, lock-free, once Init
+//   succeeded.
 // - Init, Update, Rebuild: any thread (Admin handlers, the config loader,
 //   the RebuildScheduler's thread, DNS callbacks without a scheduler);
 //   they serialise on mu_, which guards spec_, the DNS watch id and the
@@ -149,7 +150,8 @@ class Group : public std::enable_shared_from_this<Group> {
   std::shared_ptr<const Publication> published() const {
     return publication_.Acquire();
   }
-  // The current spec; lock-free (safe from listener callbacks).
+  // The spec of the newest publication; lock-free (safe from listener
+  // callbacks).
   GroupSpec spec() const;
   std::shared_ptr<const GroupSpec> spec_snapshot() const;
   // Never null when the registry was given Metrics.
@@ -264,12 +266,14 @@ class Group : public std::enable_shared_from_this<Group> {
   const std::string server_id_;
   const std::shared_ptr<GroupMetrics> group_metrics_;
   LoadTracker loads_;
+  // The newest publication's table again, on its own: a pick loads it in
+  // one step and holds the table alone.
   SnapshotCell<Table> table_;
 
   const GroupInputs inputs_;
-  SnapshotCell<GroupSpec> spec_cell_;
   mutable aside::Mutex mu_;
-  GroupSpec spec_ ABSL_GUARDED_BY(mu_);
+  // The spec the group builds from (published with each table).
+  std::shared_ptr<const GroupSpec> spec_ ABSL_GUARDED_BY(mu_);
   uint64_t dns_watch_ ABSL_GUARDED_BY(mu_) = 0;
   // Health handles, join times, zone smoothing: guarded by mu_; its
   // outlier detector locks itself (see GroupMemberState).
