@@ -109,6 +109,23 @@ TEST(ServerListTest, OverloadDrops) {
   EXPECT_EQ(drops, 3);  // 3 of 12
 }
 
+// A BalanceLoad stream that has sent its initial request for `name`.
+struct Balancer {
+  Balancer(lb::LoadBalancer::Stub& stub, const std::string& name) {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    stream = stub.BalanceLoad(&context);
+    lb::LoadBalanceRequest request;
+    request.mutable_initial_request()->set_name(name);
+    sent = stream->Write(request);
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<lb::LoadBalanceRequest, lb::LoadBalanceResponse>>
+      stream;
+  bool sent = false;
+};
+
 class GrpclbTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -165,13 +182,9 @@ TEST_F(GrpclbTest, NamesMapByFirstLabelOrAlias) {
 }
 
 TEST_F(GrpclbTest, InitialResponseServerListsAndClientStats) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(10));
-  auto stream = stub_->BalanceLoad(&context);
-  lb::LoadBalanceRequest request;
-  request.mutable_initial_request()->set_name("web.lb.test:1234");
-  ASSERT_TRUE(stream->Write(request));
+  Balancer balancer(*stub_, "web.lb.test:1234");
+  ASSERT_TRUE(balancer.sent);
+  auto& stream = balancer.stream;
   lb::LoadBalanceResponse response;
   ASSERT_TRUE(stream->Read(&response));
   ASSERT_TRUE(response.has_initial_response());
@@ -210,22 +223,11 @@ TEST_F(GrpclbTest, InitialResponseServerListsAndClientStats) {
 
 TEST_F(GrpclbTest, EachGenerationsListIsBuiltOnceForEveryStream) {
   constexpr int kStreams = 5;
-  struct Open {
-    grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReaderWriter<lb::LoadBalanceRequest,
-                                             lb::LoadBalanceResponse>>
-        stream;
-  };
-  std::vector<std::unique_ptr<Open>> streams;
+  std::vector<std::unique_ptr<Balancer>> streams;
   lb::LoadBalanceResponse response;
   for (int i = 0; i < kStreams; ++i) {
-    auto o = std::make_unique<Open>();
-    o->context.set_deadline(std::chrono::system_clock::now() +
-                            std::chrono::seconds(10));
-    o->stream = stub_->BalanceLoad(&o->context);
-    lb::LoadBalanceRequest request;
-    request.mutable_initial_request()->set_name("web.lb.test");
-    ASSERT_TRUE(o->stream->Write(request));
+    auto o = std::make_unique<Balancer>(*stub_, "web.lb.test");
+    ASSERT_TRUE(o->sent);
     ASSERT_TRUE(o->stream->Read(&response));  // initial response
     ASSERT_TRUE(o->stream->Read(&response));
     ASSERT_EQ(response.server_list().servers_size(), 4);
@@ -247,13 +249,9 @@ TEST_F(GrpclbTest, EachGenerationsListIsBuiltOnceForEveryStream) {
 }
 
 TEST_F(GrpclbTest, UnknownNameIsNotFound) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(10));
-  auto stream = stub_->BalanceLoad(&context);
-  lb::LoadBalanceRequest request;
-  request.mutable_initial_request()->set_name("nothing.lb.test");
-  ASSERT_TRUE(stream->Write(request));
+  Balancer balancer(*stub_, "nothing.lb.test");
+  ASSERT_TRUE(balancer.sent);
+  auto& stream = balancer.stream;
   lb::LoadBalanceResponse response;
   EXPECT_FALSE(stream->Read(&response));
   grpc::Status s = stream->Finish();
@@ -304,13 +302,9 @@ groups:
   auto stub = lb::LoadBalancer::NewStub(grpc::CreateCustomChannel(
       "127.0.0.1:" + std::to_string(server->grpc_port()),
       grpc::InsecureChannelCredentials(), args));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(30));
-  auto stream = stub->BalanceLoad(&context);
-  lb::LoadBalanceRequest request;
-  request.mutable_initial_request()->set_name("big");
-  ASSERT_TRUE(stream->Write(request));
+  Balancer balancer(*stub, "big");
+  ASSERT_TRUE(balancer.sent);
+  auto& stream = balancer.stream;
   // The list is built under the stream's lock right before its write
   // starts; the service offers no event for it, so poll (bounded).
   for (const absl::Time until = absl::Now() + absl::Seconds(10);
