@@ -450,7 +450,7 @@ void Group::QueueRemoved(uint64_t generation) {
 
 std::shared_ptr<const EncodedUpdate> Group::Encoded() const {
   const std::shared_ptr<const Publication> p = publication_.Acquire();
-  absl::call_once(p->encode_once, [&] {
+  std::call_once(p->encode_once, [&] {
     const Table* previous = !p->bases.empty() && p->bases.back()->generation() <
                                                      p->table->generation()
                                 ? p->bases.back().get()

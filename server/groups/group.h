@@ -17,11 +17,11 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/base/call_once.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -128,7 +128,7 @@ class Group : public std::enable_shared_from_this<Group> {
     std::vector<TableConstPtr> bases;       // the tables before it
     mutable PublishedForms forms;
     std::shared_ptr<PublishedForms> spec_forms;
-    mutable absl::once_flag encode_once;
+    mutable std::once_flag encode_once;
     mutable std::shared_ptr<const EncodedUpdate> encoded;
   };
 

@@ -68,7 +68,7 @@ void MakeDelta(const Table& previous, const Table& current,
 }
 
 void EncodedUpdate::EncodeFull() const {
-  absl::call_once(full_once_, [this] {
+  std::call_once(full_once_, [this] {
     v1::GroupUpdate full;
     full.set_group(table_->group());
     full.set_generation(table_->generation());

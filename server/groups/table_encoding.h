@@ -14,11 +14,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/base/call_once.h"
 #include "aside/v1/lookaside.pb.h"
 #include "lib/sync.h"
 #include "lib/table.h"
@@ -76,7 +76,7 @@ class EncodedUpdate {
   // Older tables than the delta's base, newest first (at most
   // kDeltaBases - 1).
   std::vector<std::shared_ptr<const Table>> older_bases_;
-  mutable absl::once_flag full_once_;
+  mutable std::once_flag full_once_;
   mutable grpc::ByteBuffer full_;
   mutable size_t full_bytes_ = 0;
   mutable aside::Mutex combined_mu_;
