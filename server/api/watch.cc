@@ -26,7 +26,7 @@ WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
       stall_timeout_(stall_timeout),
       peer_limit_("max_watch_streams_per_peer", "Watch streams",
                   max_streams_per_peer, metrics) {
-  groups_->AddObserver(this);
+  groups_->AddListener(this);
   janitor_ = std::thread([this] {
     NameThisThread("aside-watch-jan");
     Janitor();
@@ -35,7 +35,7 @@ WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
 
 WatchHub::~WatchHub() {
   // Waits for an announcement in progress, which holds mu_ at times.
-  groups_->RemoveObserver(this);
+  groups_->RemoveListener(this);
   StopServing();
   {
     aside::MutexLock lock(&mu_);
@@ -158,11 +158,11 @@ size_t WatchHub::streams() const {
   return streams_.size();
 }
 
-void WatchHub::OnAdded(const GroupPtr& group) {
+void WatchHub::OnAdded(Group& group, const TableConstPtr& /*table*/) {
   aside::MutexLock lock(&mu_);
   for (Stream* s : streams_) {
     if (s->waiting()) {
-      s->Reattach(&group->name());
+      s->Reattach(&group.name());
     }
   }
 }

@@ -27,8 +27,9 @@
 // Thread rules and lock order: the hub's mu_, then a stream's mu_ (a
 // group's encoding is read without a lock). Groups added and publications
 // reach the hub and its streams on the group publisher's thread with no
-// lock of the registry's or a group's held (GroupRegistry::Observer,
-// Group::Listener); nothing holding a stream's mu_ takes the hub's mu_.
+// lock of the registry's or a group's held (the hub listens to every group,
+// GroupRegistry::AddListener; a stream to its groups); nothing holding a
+// stream's mu_ takes the hub's mu_.
 //
 // The hub is watch.cc; one stream (WatchHub::Stream, its life and thread
 // rules) is watch_stream.h and watch_stream.cc.
@@ -64,7 +65,7 @@ inline constexpr int kWatchThreads = 2;
 // Tracks live Watch streams: ends stalled ones, attaches groups that appear
 // after a stream asked for them, ends all at shutdown. Observes `groups`
 // from construction to destruction (which must come first).
-class WatchHub : private GroupRegistry::Observer {
+class WatchHub : private Group::Listener {
  public:
   // At most `max_streams_per_peer` streams from one peer IP address are
   // open at once; one more is answered RESOURCE_EXHAUSTED naming
@@ -100,9 +101,12 @@ class WatchHub : private GroupRegistry::Observer {
   friend class Stream;
   struct Op;
 
-  // GroupRegistry::Observer: attaches the group to the streams waiting for
-  // its name. On the group publisher's thread, no lock held.
-  void OnAdded(const GroupPtr& group) override;
+  // A listener of every group: a group added is attached to the streams
+  // waiting for its name (on the group publisher's thread, no lock held).
+  // Its publications reach the streams through their own listeners.
+  void OnAdded(Group& group, const TableConstPtr& table) override;
+  void OnPublish(Group& /*group*/, const TableConstPtr& /*table*/) override {}
+  void OnRemoved(Group& /*group*/, uint64_t /*generation*/) override {}
   // Ends stalled streams, every min(1 s, stall_timeout / 4).
   void Janitor();
   // One completion queue, its thread, and the streams waiting for that

@@ -228,7 +228,7 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
   table_.Publish(table);
   publication_.Publish(std::move(publication));
   loads_.Prune();
-  NotifyPublishLocked(table);
+  NotifyPublishLocked(table, /*first=*/before == nullptr);
   if (metrics_ != nullptr) {
     group_metrics_->ready->Set(table->ready_count());
     group_metrics_->total->Set(static_cast<double>(table->size()));
@@ -240,14 +240,20 @@ void Group::PublishLocked(TableConstPtr table, int64_t build_start_nanos) {
   }
 }
 
-void Group::NotifyPublishLocked(const TableConstPtr& table) {
+bool Group::HasListenersLocked() const {
+  return !listeners_.empty() ||
+         (inputs_.every_group != nullptr && !inputs_.every_group->empty());
+}
+
+void Group::NotifyPublishLocked(const TableConstPtr& table, bool first) {
   aside::MutexLock lock(&notify_mu_);
   const int64_t window = absl::ToInt64Nanoseconds(inputs_.publish_window);
   const int64_t now = window > 0 ? inputs_.clock->NowNanos() : 0;
   const bool hold =
       window > 0 && inputs_.scheduler != nullptr && now - notified_at_ < window;
-  if (!listeners_.empty() && !removed_) {
-    notices_.push_back({.table = table, .records = true, .edges = !hold});
+  if (HasListenersLocked() && !removed_) {
+    notices_.push_back(
+        {.table = table, .added = first, .records = true, .edges = !hold});
   }
   if (!hold) {
     notified_at_ = now;
@@ -281,7 +287,7 @@ void Group::FlushHeldLocked() {
   }
   notified_at_ = now;
   held_ = false;
-  if (!listeners_.empty() && !removed_) {
+  if (HasListenersLocked() && !removed_) {
     notices_.push_back({.table = table_.Acquire(), .edges = true});
   }
 }
@@ -323,26 +329,43 @@ void Group::TellListeners() {
     gone_in_round_.clear();
     for (const Notice& n : notices) {
       for (Listener* l : listeners) {
-        if (n.table != nullptr &&
-            !(l->every_publication() ? n.records : n.edges)) {
-          continue;
-        }
         if (std::find(gone_in_round_.begin(), gone_in_round_.end(), l) !=
             gone_in_round_.end()) {
           continue;  // removed by an earlier listener of this round
         }
-        if (n.table == nullptr) {
-          l->OnRemoved(*this, n.removed_generation);
-        } else {
-          l->OnPublish(*this, n.table);
-        }
+        Tell(*l, n);
       }
     }
     notify_mu_.Lock();
     rounds_done_ = round;  // RemoveListener's waiters wake on Unlock
+    if (inputs_.every_group != nullptr) {
+      // Apart from the group's own listeners, whose removal (under a lock
+      // a listener of every group may take: the Watch hub's) waits only
+      // for their calls.
+      notify_mu_.Unlock();
+      for (Listener* l : inputs_.every_group->BeginRound()) {
+        for (const Notice& n : notices) {
+          Tell(*l, n);
+        }
+      }
+      inputs_.every_group->EndRound();
+      notify_mu_.Lock();
+    }
   }
   telling_ = false;
   notify_mu_.Unlock();
+}
+
+void Group::Tell(Listener& l, const Notice& n) {
+  if (n.table == nullptr) {
+    l.OnRemoved(*this, n.removed_generation);
+  } else if (!(l.every_publication() ? n.records : n.edges)) {
+    return;  // held for the edges (the publish window)
+  } else if (n.added) {
+    l.OnAdded(*this, n.table);
+  } else {
+    l.OnPublish(*this, n.table);
+  }
 }
 
 void Group::StartDiscovery() {
@@ -439,7 +462,7 @@ void Group::RemoveListener(Listener* listener) {
 void Group::QueueRemoved(uint64_t generation) {
   aside::MutexLock lock(&notify_mu_);
   held_ = false;  // the removal supersedes it
-  if (!removed_ && !listeners_.empty()) {
+  if (!removed_ && HasListenersLocked()) {
     notices_.push_back({.table = nullptr,
                         .records = true,
                         .edges = true,
@@ -458,6 +481,34 @@ std::shared_ptr<const EncodedUpdate> Group::Encoded() const {
     p->encoded = EncodeUpdate(previous, p->table, server_id_, p->bases);
   });
   return p->encoded;
+}
+
+void EveryGroupListeners::Add(Group::Listener* listener) {
+  aside::MutexLock lock(&mu_);
+  listeners_.push_back(listener);
+  size_.store(listeners_.size(), std::memory_order_release);
+}
+
+void EveryGroupListeners::Remove(Group::Listener* listener) {
+  aside::MutexLock lock(&mu_);
+  listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), listener),
+                   listeners_.end());
+  size_.store(listeners_.size(), std::memory_order_release);
+  // A round in progress may have taken it: wait for the rounds to end.
+  auto idle = [this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return rounds_ == 0; };
+  mu_.Await(aside::Cond(&idle));
+}
+
+std::vector<Group::Listener*> EveryGroupListeners::BeginRound() {
+  aside::MutexLock lock(&mu_);
+  ++rounds_;
+  return listeners_;
+}
+
+void EveryGroupListeners::EndRound() {
+  aside::MutexLock lock(&mu_);
+  --rounds_;  // Remove's waiters wake on the unlock
 }
 
 }  // namespace aside::server

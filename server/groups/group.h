@@ -13,6 +13,7 @@
 #ifndef ASIDE_SERVER_GROUPS_GROUP_H_
 #define ASIDE_SERVER_GROUPS_GROUP_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -45,6 +46,7 @@
 namespace aside::server {
 
 class DnsDiscovery;
+class EveryGroupListeners;
 class GroupPublisher;
 class HealthRegistry;
 class LoadAggregator;
@@ -73,6 +75,8 @@ struct GroupInputs {
   // Without one (tests), the publishing thread tells them once it has
   // released the group's and the registry's locks.
   GroupPublisher* publisher = nullptr;
+  // The listeners of every group of the registry (set by the registry).
+  EveryGroupListeners* every_group = nullptr;
 };
 
 // One group. Thread rules:
@@ -108,6 +112,13 @@ class Group : public std::enable_shared_from_this<Group> {
     // `table` is the publication told of: each in turn for listeners of
     // every_publication, the newest when told for the others.
     virtual void OnPublish(Group& group, const TableConstPtr& table) = 0;
+    // The group's first publication, told only to the listeners of every
+    // group (EveryGroupListeners; a group's own listeners join later): the
+    // group is in the registry now (Find returns it). An OnPublish unless
+    // overridden.
+    virtual void OnAdded(Group& group, const TableConstPtr& table) {
+      OnPublish(group, table);
+    }
     // The group was deleted; `generation` is the deletion's. Nothing
     // follows it.
     virtual void OnRemoved(Group& group, uint64_t generation) = 0;
@@ -244,9 +255,12 @@ class Group : public std::enable_shared_from_this<Group> {
   void PublishLocked(TableConstPtr table, int64_t build_start_nanos)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues a publication for the listeners, or holds it for the edges until
-  // the publish window ends.
-  void NotifyPublishLocked(const TableConstPtr& table)
+  // the publish window ends. `first`: the group's first (OnAdded).
+  void NotifyPublishLocked(const TableConstPtr& table, bool first)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether anyone listens: the group's own listeners or those of every
+  // group.
+  bool HasListenersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(notify_mu_);
   // At the end of the window (a scheduled Rebuild): queues the publication
   // held, if any, for the edges.
   void FlushHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -290,10 +304,13 @@ class Group : public std::enable_shared_from_this<Group> {
   // and for the edges unless held by the window) or the removal.
   struct Notice {
     TableConstPtr table;  // null: the group was removed
+    bool added = false;   // the first publication
     bool records = false;
     bool edges = false;
     uint64_t removed_generation = 0;
   };
+  // Tells `l` of `n` (unless held from it by the publish window).
+  void Tell(Listener& l, const Notice& n);
   mutable aside::Mutex notify_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<Listener*> listeners_ ABSL_GUARDED_BY(notify_mu_);
   std::vector<Notice> notices_ ABSL_GUARDED_BY(notify_mu_);
@@ -329,6 +346,39 @@ class Group : public std::enable_shared_from_this<Group> {
 };
 
 using GroupPtr = std::shared_ptr<Group>;
+
+// The listeners of every group of a registry (GroupRegistry::AddListener):
+// each group tells them what it tells its own listeners, right after them,
+// from its first publication (OnAdded) to its removal, whether or not
+// anything else listens to it. A group's RemoveListener does not wait for
+// these calls, so a lock a listener of every group takes may be held
+// while leaving a group (the Watch hub's is). One list, so that an edge that
+// follows all groups neither keeps a subscription per group nor misses the ones
+// added later.
+//
+// Thread rules: Add and Remove from any thread, never from a listener
+// call: Remove waits for the rounds in progress (of any group), so a
+// listener removed is never called again. mu_ is taken alone and never
+// held while a listener is told.
+class EveryGroupListeners {
+ public:
+  // Hears of publications queued from now on.
+  void Add(Group::Listener* listener);
+  void Remove(Group::Listener* listener);
+  // Lock-free: whether a publication needs queueing for these.
+  bool empty() const { return size_.load(std::memory_order_acquire) == 0; }
+
+  // A group's round of telling: the listeners now, counted in progress
+  // until EndRound.
+  std::vector<Group::Listener*> BeginRound();
+  void EndRound();
+
+ private:
+  aside::Mutex mu_;
+  std::vector<Group::Listener*> listeners_ ABSL_GUARDED_BY(mu_);
+  int rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<size_t> size_{0};
+};
 
 }  // namespace aside::server
 

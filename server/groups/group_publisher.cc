@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "lib/thread_name.h"
-#include "server/groups/group_registry.h"
+#include "server/groups/group.h"
 
 namespace aside::server {
 
@@ -23,19 +23,15 @@ GroupPublisher::~GroupPublisher() {
 }
 
 void GroupPublisher::Post(std::shared_ptr<Group> group) {
-  Post([group = std::move(group)] { group->TellListeners(); });
-}
-
-void GroupPublisher::Post(std::function<void()> task) {
   aside::MutexLock lock(&mu_);
-  queue_.push_back(std::move(task));
+  queue_.push_back(std::move(group));
   ++posted_;
 }
 
 bool GroupPublisher::AwaitIdle(absl::Duration timeout) {
-  // Idle means nothing queued and nothing running, counting what the tasks
-  // themselves post (an observer that adds a group posts its announcement):
-  // a target taken at the call would return between the two.
+  // Idle means nothing queued and no group being told, counting what the
+  // listeners themselves cause to be posted (one that adds a group): a
+  // target taken at the call would return between the two.
   aside::MutexLock lock(&mu_);
   return mu_.AwaitWithTimeout(
       [&] {
@@ -55,11 +51,11 @@ void GroupPublisher::Run() {
     if (queue_.empty()) {
       break;  // stopped, and everything posted was told
     }
-    std::function<void()> task = std::move(queue_.front());
+    std::shared_ptr<Group> group = std::move(queue_.front());
     queue_.pop_front();
     mu_.Unlock();
-    task();
-    task = nullptr;  // a group's last reference may go here, outside mu_
+    group->TellListeners();
+    group = nullptr;  // its last reference may go here, outside mu_
     mu_.Lock();
     ++told_;
   }

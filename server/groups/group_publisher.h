@@ -13,7 +13,8 @@
 // contract (they note the change and start non-blocking work), so one
 // thread keeps up with the server's publication rate.
 //
-// The registry's observers of added groups are told here too, in turn.
+// The registry's listeners of every group are told here too, in each
+// group's turn (EveryGroupListeners).
 //
 // Thread rules: Post and AwaitIdle from any thread; mu_ guards the queue
 // and the counters and is never held while a group is told.
@@ -22,7 +23,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <thread>
 
@@ -45,12 +45,10 @@ class GroupPublisher {
 
   // Tells `group`'s listeners what it has queued, soon, on the thread.
   void Post(std::shared_ptr<Group> group);
-  // Runs `task` on the thread, in turn with the groups posted (the
-  // registry's observers of added groups).
-  void Post(std::function<void()> task);
 
-  // Waits until the queue is empty and no task runs, including tasks that
-  // tasks post; true when it was within `timeout`.
+  // Waits until the queue is empty and no group is being told, including
+  // groups posted while one was (a listener that adds a group); true when
+  // it was within `timeout`.
   bool AwaitIdle(absl::Duration timeout);
 
   // Whether the caller runs on the publisher's thread.
@@ -62,7 +60,7 @@ class GroupPublisher {
   void Run();
 
   aside::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Group>> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t posted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t told_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

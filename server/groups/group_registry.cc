@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/status_macros.h"
-#include "server/groups/group_publisher.h"
 
 namespace aside::server {
 
@@ -63,7 +62,9 @@ GroupRegistry::GroupRegistry(Metrics* metrics, uint64_t generation_base,
       generations_(generation_base, std::move(reserver)),
       session_key_(std::make_shared<const std::string>(std::move(session_key))),
       server_id_(std::move(server_id)),
-      groups_(std::make_shared<const GroupMap>()) {}
+      groups_(std::make_shared<const GroupMap>()) {
+  inputs_.every_group = &every_group_;
+}
 
 GroupPtr GroupRegistry::Find(absl::string_view name) const {
   std::shared_ptr<const GroupMap> map = groups_.Acquire();
@@ -164,31 +165,10 @@ absl::Status GroupRegistry::Add(GroupSpec spec, uint64_t first_generation) {
   // A probe result that arrived between the first build and now found no
   // group to rebuild (health observers look groups up by name): take it in
   // now. Usually nothing changed and this publishes nothing. Outside
-  // write_mu_, as it may tell listeners (Group::Listener).
+  // write_mu_, as it tells the listeners (the first publication's OnAdded
+  // among them).
   group->Rebuild();
-  // Observers fan out to their own subscribers, which must not hold up
-  // this write or others. They look the name up, so a removal that
-  // overtakes the call is harmless.
-  if (inputs_.publisher != nullptr) {
-    inputs_.publisher->Post([this, group] { TellObservers(group); });
-  } else {
-    TellObservers(group);
-  }
   return absl::OkStatus();
-}
-
-void GroupRegistry::TellObservers(const GroupPtr& group) {
-  std::vector<Observer*> observers;
-  {
-    aside::MutexLock lock(&observers_mu_);
-    observers = observers_;
-    ++observer_calls_;
-  }
-  for (Observer* o : observers) {
-    o->OnAdded(group);
-  }
-  aside::MutexLock lock(&observers_mu_);
-  --observer_calls_;  // RemoveObserver's waiters wake on the unlock
 }
 
 absl::Status GroupRegistry::Update(const GroupPtr& group, GroupSpec spec,
@@ -247,22 +227,6 @@ void GroupRegistry::SetAliasesLocked(const std::string& group,
   for (const std::string& alias : aliases) {
     alias_owners_.emplace(alias, group);
   }
-}
-
-void GroupRegistry::AddObserver(Observer* observer) {
-  aside::MutexLock lock(&observers_mu_);
-  observers_.push_back(observer);
-}
-
-void GroupRegistry::RemoveObserver(Observer* observer) {
-  aside::MutexLock lock(&observers_mu_);
-  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer),
-                   observers_.end());
-  // A call in progress may have taken it: wait for the calls to end.
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(observers_mu_) {
-    return observer_calls_ == 0;
-  };
-  observers_mu_.Await(aside::Cond(&idle));
 }
 
 absl::StatusOr<uint64_t> GroupRegistry::Remove(absl::string_view name,

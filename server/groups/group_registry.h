@@ -1,6 +1,6 @@
 // All groups by name (GroupRegistry): lock-free lookups for every edge,
 // serialised additions and removals, the namespace of names and aliases,
-// and the observers told of groups added. One group is group.h.
+// and the listeners of every group. One group is group.h.
 #ifndef ASIDE_SERVER_GROUPS_GROUP_REGISTRY_H_
 #define ASIDE_SERVER_GROUPS_GROUP_REGISTRY_H_
 
@@ -33,26 +33,10 @@ namespace aside::server {
 // Thread rules: Find, List, size from any thread (lock-free); Add and Remove
 // from any thread, serialised on write_mu_ (which guards metrics_by_name_);
 // set_inputs and set_session_key during start-up only, before groups are
-// added. AddObserver and RemoveObserver from any thread; observers_mu_
-// guards the observers and the calls in progress, is taken alone and is
-// never held while one is told; RemoveObserver waits for calls in progress,
-// so an observer is never called after it returned.
+// added. AddListener and RemoveListener from any thread but a listener's
+// call (EveryGroupListeners).
 class GroupRegistry {
  public:
-  // Told about every group added (Watch streams waiting for a name).
-  // OnAdded runs once the group is in the map (Find returns it) and its
-  // first table is published, with no lock held: on the group publisher's
-  // thread (GroupInputs::publisher), or without one on the adding thread
-  // once the registry's lock is released. It may take its own locks and
-  // call Find and the group's methods, but must not (un)register
-  // observers. A group may already be removed again by the time it is
-  // told; look the name up rather than trust `group`.
-  class Observer {
-   public:
-    virtual ~Observer() = default;
-    virtual void OnAdded(const GroupPtr& group) = 0;
-  };
-
   // `generation_base`: generations start above it. The server passes the
   // start time in microseconds since the epoch (or the persisted generation,
   // if higher) so generations never go backwards across restarts. Fails
@@ -63,7 +47,10 @@ class GroupRegistry {
 
   // Installs DNS discovery and the rebuild scheduler (before groups are
   // added).
-  void set_inputs(GroupInputs inputs) { inputs_ = inputs; }
+  void set_inputs(GroupInputs inputs) {
+    inputs_ = inputs;
+    inputs_.every_group = &every_group_;
+  }
 
   GroupPtr Find(absl::string_view name) const;
   // Sorted by name.
@@ -101,10 +88,16 @@ class GroupRegistry {
   absl::StatusOr<uint64_t> Remove(absl::string_view name,
                                   uint64_t generation = 0);
 
-  // Registers an observer of added groups; RemoveObserver waits for a call
-  // in progress to return, after which the observer may be destroyed.
-  void AddObserver(Observer* observer);
-  void RemoveObserver(Observer* observer);
+  // A listener of every group, those here now and those added later: told
+  // as each group's own listeners are (Group::Listener, no lock held),
+  // OnAdded with a group's first table once Find returns it. It may call
+  // Add, Find and the groups' methods, but not (un)register listeners of
+  // every group. RemoveListener waits for a call in progress to return,
+  // after which the listener may be destroyed.
+  void AddListener(Group::Listener* listener) { every_group_.Add(listener); }
+  void RemoveListener(Group::Listener* listener) {
+    every_group_.Remove(listener);
+  }
 
   GenerationSource& generations() { return generations_; }
   // Random per process; tells Watch subscribers which server's generation
@@ -124,6 +117,8 @@ class GroupRegistry {
                 GenerationSource::Reserver reserver, std::string session_key,
                 std::string server_id);
 
+  // First: the groups tell it until they go.
+  EveryGroupListeners every_group_;
   Metrics* const metrics_;
   const size_t max_groups_;
   GenerationSource generations_;
@@ -150,14 +145,6 @@ class GroupRegistry {
   // Every alias of every group, with its group's name.
   absl::flat_hash_map<std::string, std::string> alias_owners_
       ABSL_GUARDED_BY(write_mu_);
-
-  // Tells the observers of an added group, with no lock held.
-  void TellObservers(const GroupPtr& group);
-
-  aside::Mutex observers_mu_;
-  std::vector<Observer*> observers_ ABSL_GUARDED_BY(observers_mu_);
-  // TellObservers calls in progress (RemoveObserver waits for none).
-  int observer_calls_ ABSL_GUARDED_BY(observers_mu_) = 0;
 };
 
 }  // namespace aside::server

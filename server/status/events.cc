@@ -148,69 +148,38 @@ HealthEvents::~HealthEvents() { health_->RemoveObserver(observer_); }
 PublicationEvents::PublicationEvents(GroupRegistry* registry,
                                      EventRecorder* events)
     : registry_(registry), events_(events) {
-  registry_->AddObserver(this);
+  registry_->AddListener(this);
   for (const GroupPtr& g : registry_->List()) {
-    Attach(g);
+    Seed(*g, g->table(), /*replace=*/false);
   }
 }
 
-PublicationEvents::~PublicationEvents() {
-  registry_->RemoveObserver(this);
-  std::vector<std::weak_ptr<Group>> attached;
-  {
-    aside::MutexLock lock(&mu_);
-    attached.swap(attached_);
-  }
-  // Outside mu_: RemoveListener waits for a call in progress, which may
-  // be waiting for mu_.
-  for (const std::weak_ptr<Group>& w : attached) {
-    if (GroupPtr g = w.lock()) {
-      g->RemoveListener(this);
-    }
-  }
+PublicationEvents::~PublicationEvents() { registry_->RemoveListener(this); }
+
+void PublicationEvents::OnAdded(Group& group, const TableConstPtr& table) {
+  Seed(group, table, /*replace=*/true);
+  events_->Record(EventKind::kGroupAdded, group.name(), "",
+                  absl::StrCat("generation ", table->generation()));
 }
 
-void PublicationEvents::OnAdded(const GroupPtr& group) {
-  Attach(group);
-  events_->Record(EventKind::kGroupAdded, group->name(), "",
-                  absl::StrCat("generation ", group->table()->generation()));
-}
-
-void PublicationEvents::Attach(const GroupPtr& group) {
-  {
-    aside::MutexLock lock(&mu_);
-    for (const std::weak_ptr<Group>& w : attached_) {
-      if (!w.owner_before(group) && !group.owner_before(w)) {
-        return;  // the same group (compared without locking it)
-      }
-    }
-    attached_.push_back(group);
-    // Drop the entries of groups that are gone.
-    attached_.erase(std::remove_if(attached_.begin(), attached_.end(),
-                                   [](const std::weak_ptr<Group>& w) {
-                                     return w.expired();
-                                   }),
-                    attached_.end());
-  }
-  group->AddListener(this);
-  const TableConstPtr table = group->table();
-  if (table == nullptr) {
-    return;
-  }
-  aside::MutexLock lock(&mu_);
-  auto [it, inserted] = groups_.try_emplace(group->name());
-  if (!inserted) {
-    return;  // a publication got here first
-  }
-  it->second.group = group.get();
-  it->second.generation = table->generation();
+void PublicationEvents::Seed(Group& group, const TableConstPtr& table,
+                             bool replace) {
   absl::flat_hash_set<std::string> ejected;
-  for (OutlierDetector::Ejection& e : group->Ejections()) {
+  for (OutlierDetector::Ejection& e : group.Ejections()) {
     ejected.insert(std::move(e.address));
   }
+  aside::MutexLock lock(&mu_);
+  auto [it, inserted] = groups_.try_emplace(group.name());
+  if (!inserted && !replace) {
+    return;  // a publication got here first
+  }
+  GroupState& state = it->second;
+  state.group = &group;
+  state.generation = table->generation();
+  state.backends.clear();
   for (const Member& m : table->members()) {
-    it->second.backends[m.backend.address] = {
-        Drained(m), ejected.contains(m.backend.address)};
+    state.backends[m.backend.address] = {Drained(m),
+                                         ejected.contains(m.backend.address)};
   }
 }
 
@@ -224,7 +193,7 @@ void PublicationEvents::OnPublish(Group& group, const TableConstPtr& table) {
   aside::MutexLock lock(&mu_);
   GroupState& state = groups_[name];
   if (table->generation() <= state.generation) {
-    return;  // seen already (Attach read the group after it was queued)
+    return;  // seen already (Seed read the group after it was queued)
   }
   state.group = &group;
   state.generation = table->generation();

@@ -10,8 +10,8 @@
 //   strings reassigned, each cut to kMaxFieldBytes), List and Json are
 //   O(capacity). The oldest event is overwritten when the ring is full and
 //   counted in dropped().
-// - PublicationEvents follows every group's publications (a
-//   GroupRegistry::Observer and a Group::Listener) and records, per
+// - PublicationEvents follows every group's publications (a listener of
+//   every group, GroupRegistry::AddListener) and records, per
 //   published generation, the generation itself and what changed for each
 //   backend between the two tables: added, removed, drained, undrained,
 //   ejected, returned. Health transitions are recorded by HealthEvents,
@@ -131,8 +131,7 @@ class HealthEvents {
   uint64_t observer_ = 0;
 };
 
-class PublicationEvents final : public GroupRegistry::Observer,
-                                public Group::Listener {
+class PublicationEvents final : public Group::Listener {
  public:
   // Follows the groups of `registry` (those already in it and every one
   // added later) until destroyed. Both must outlive this object.
@@ -141,7 +140,7 @@ class PublicationEvents final : public GroupRegistry::Observer,
   PublicationEvents(const PublicationEvents&) = delete;
   PublicationEvents& operator=(const PublicationEvents&) = delete;
 
-  void OnAdded(const GroupPtr& group) override;
+  void OnAdded(Group& group, const TableConstPtr& table) override;
   // O(members): the new table against the previous one's summary.
   void OnPublish(Group& group, const TableConstPtr& table) override;
   void OnRemoved(Group& group, uint64_t generation) override;
@@ -162,13 +161,14 @@ class PublicationEvents final : public GroupRegistry::Observer,
     uint64_t generation = 0;
     absl::flat_hash_map<std::string, BackendState> backends;
   };
-  void Attach(const GroupPtr& group);
+  // Takes `table` as what the group's backends were, unless a
+  // publication got here first (or `replace`: the group is new).
+  void Seed(Group& group, const TableConstPtr& table, bool replace);
 
   GroupRegistry* const registry_;
   EventRecorder* const events_;
   aside::Mutex mu_;
   absl::flat_hash_map<std::string, GroupState> groups_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::weak_ptr<Group>> attached_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace aside::server

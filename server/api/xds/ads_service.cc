@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "lib/hash.h"
@@ -43,7 +45,8 @@ int TypeIndex(const std::string& type_url) {
 
 }  // namespace
 
-// Forwards publications and deletions of watched groups to every stream.
+// A listener of every group: forwards publications and deletions to the
+// streams that use the group.
 class AdsService::GroupWatcher final : public Group::Listener {
  public:
   explicit GroupWatcher(AdsService* service) : service_(service) {}
@@ -102,7 +105,7 @@ class AdsService::Stream final
         StartRead(&request_);
       }
     }
-    service_->RegisterPending();
+    service_->LookAgainIfNew();
   }
 
   void OnWriteDone(bool ok) override {
@@ -113,7 +116,7 @@ class AdsService::Stream final
       }
       WriteNextLocked();
     }
-    service_->RegisterPending();
+    service_->LookAgainIfNew();
   }
 
   void OnDone() override {
@@ -238,8 +241,9 @@ class AdsService::Stream final
           break;  // routes are inline in listeners: none by name
       }
       if (f.group != nullptr) {
-        uses_.insert(f.group->name());
-        service_->WatchLater(f.group);
+        if (uses_.insert(f.group->name()).second) {
+          service_->Use(f.group->name());
+        }
       }
       if (type == 0) {
         if (f.resource != nullptr) {
@@ -381,21 +385,19 @@ class AdsService::Stream final
 };
 
 AdsService::AdsService(GroupRegistry* groups, Metrics* metrics,
-                       const LoadAggregator* loads)
+                       const LoadAggregator* loads, absl::Duration tick)
     : groups_(groups),
       metrics_(metrics),
       cache_(groups, loads),
       watcher_(std::make_unique<GroupWatcher>(this)),
-      ticker_("aside-ads", absl::Seconds(1), [this] { Tick(); }) {}
+      ticker_("aside-ads", tick, [this] { Tick(); }) {
+  groups_->AddListener(watcher_.get());
+}
 
 AdsService::~AdsService() {
+  groups_->RemoveListener(watcher_.get());
   Shutdown();
   ticker_.Stop();
-  aside::MutexLock lock(&watched_mu_);
-  for (auto& [name, group] : watched_) {
-    group->RemoveListener(watcher_.get());
-  }
-  watched_.clear();
 }
 
 grpc::ServerBidiReactor<discovery::DiscoveryRequest,
@@ -413,73 +415,47 @@ void AdsService::PokeAll() {
 }
 
 void AdsService::PokeUsers(const std::string& group) {
+  {
+    aside::MutexLock lock(&used_mu_);
+    if (!used_.contains(group) && !used_before_.contains(group)) {
+      return;  // no stream's resources came from it
+    }
+  }
   streams_.ForEach([&group](Stream* s) { s->PokeIfUses(group); });
 }
 
-void AdsService::WatchLater(const GroupPtr& group) {
-  aside::MutexLock lock(&pending_mu_);
-  if (!known_.contains(group.get())) {
-    pending_.push_back(group);
+void AdsService::Use(const std::string& group) {
+  aside::MutexLock lock(&used_mu_);
+  if (used_.insert(group).second && !used_before_.contains(group)) {
+    look_again_ = true;
   }
 }
 
-void AdsService::Forget(const Group* group) {
-  aside::MutexLock lock(&pending_mu_);
-  known_.erase(group);
-}
-
-void AdsService::RegisterPending() {
-  std::vector<GroupPtr> pending;
+void AdsService::LookAgainIfNew() {
   {
-    aside::MutexLock lock(&pending_mu_);
-    pending.swap(pending_);
-  }
-  bool added = false;
-  {
-    aside::MutexLock lock(&watched_mu_);
-    for (GroupPtr& g : pending) {
-      auto it = watched_.find(g->name());
-      if (it != watched_.end() && it->second == g) {
-        continue;
-      }
-      if (it != watched_.end()) {
-        it->second->RemoveListener(watcher_.get());
-        Forget(it->second.get());
-      }
-      g->AddListener(watcher_.get());
-      watched_[g->name()] = g;
-      {
-        aside::MutexLock known(&pending_mu_);
-        known_.insert(g.get());
-      }
-      added = true;
+    aside::MutexLock lock(&used_mu_);
+    if (!look_again_) {
+      return;
     }
+    look_again_ = false;
   }
-  // A publication between the streams' lookup and the subscription above
-  // went unheard: look again.
-  if (added) {
-    PokeAll();
-    RegisterPending();
-  }
+  // A publication of the group between a stream's lookup and its Use went
+  // unheard (no stream used it yet): look again.
+  PokeAll();
 }
 
 void AdsService::Tick() {
+  // The groups used since the last pass stay known while every stream
+  // records afresh what it uses now; a group no stream uses any more is
+  // forgotten at the next pass.
+  {
+    aside::MutexLock lock(&used_mu_);
+    used_before_ = std::exchange(used_, {});
+  }
   // Names may now resolve to groups created meanwhile, or (aliases
   // changed) to other groups.
   streams_.ForEach([](Stream* s) { s->Poke(/*forget=*/true); });
-  RegisterPending();
-  {
-    aside::MutexLock watched(&watched_mu_);
-    for (auto it = watched_.begin(); it != watched_.end();) {
-      if (groups_->Find(it->first) != it->second) {
-        it->second->RemoveListener(watcher_.get());
-        Forget(it->second.get());
-        it = watched_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  LookAgainIfNew();
 }
 
 void AdsService::LimitStreamsPerPeer(uint32_t max) {

@@ -22,19 +22,18 @@
 // resolve, or resolve elsewhere).
 //
 // Threads: gRPC reactor callbacks, group publication callbacks (the group
-// publisher's thread, no lock held) and the ticker thread. Lock order: the
-// stream set's (server/base/stream_set.h) → a stream's lock; groups are
-// subscribed to (AddListener) only with none of those held, from
-// RegisterPending().
+// publisher's thread, no lock held: the service listens to every group,
+// GroupRegistry::AddListener) and the ticker thread. Lock order: the
+// stream set's (server/base/stream_set.h) → a stream's lock → used_mu_.
 #ifndef ASIDE_SERVER_API_XDS_ADS_SERVICE_H_
 #define ASIDE_SERVER_API_XDS_ADS_SERVICE_H_
 
-#include <map>
+#include <memory>
 #include <set>
 #include <string>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
 #include "envoy/service/discovery/v3/discovery.grpc.pb.h"
 #include "lib/sync.h"
 #include "server/api/peer_stream_limit.h"
@@ -48,9 +47,11 @@ namespace aside::server::xds {
 class AdsService final : public envoy::service::discovery::v3::
                              AggregatedDiscoveryService::CallbackService {
  public:
-  // `loads` (may be null) drives overload drops.
+  // `loads` (may be null) drives overload drops. `tick`: how often every
+  // stream is re-evaluated (names that now resolve, aliases moved).
   AdsService(GroupRegistry* groups, Metrics* metrics,
-             const LoadAggregator* loads = nullptr);
+             const LoadAggregator* loads = nullptr,
+             absl::Duration tick = absl::Seconds(1));
   ~AdsService() override;
 
   grpc::ServerBidiReactor<envoy::service::discovery::v3::DiscoveryRequest,
@@ -75,15 +76,15 @@ class AdsService final : public envoy::service::discovery::v3::
   // Re-evaluates every stream.
   void PokeAll();
   // Re-evaluates the streams whose resources came from `group` (its
-  // publications and deletion).
+  // publications and deletion); nothing when no stream used it lately.
   void PokeUsers(const std::string& group);
-  // Queues `group` to be subscribed to (any thread, any locks).
-  void WatchLater(const GroupPtr& group);
-  // Drops `group` from known_ (it is no longer watched).
-  void Forget(const Group* group);
-  // Subscribes to queued groups; call with no lock held.
-  void RegisterPending();
-  // Once a second: new groups for unresolved names, pruning.
+  // A stream's resources came from `group` (any thread, any locks).
+  void Use(const std::string& group);
+  // After a group was first used (Use): re-evaluates every stream. Call
+  // with no lock held.
+  void LookAgainIfNew();
+  // Every tick: every stream afresh (names that now resolve, groups no
+  // longer used).
   void Tick();
 
   GroupRegistry* const groups_;
@@ -93,16 +94,15 @@ class AdsService final : public envoy::service::discovery::v3::
 
   StreamSet<Stream> streams_;
 
-  // Taken last (nothing else is locked while it is held). `known_` mirrors
-  // watched_ so that re-evaluations queue only groups not yet watched.
-  aside::Mutex pending_mu_;
-  std::vector<GroupPtr> pending_ ABSL_GUARDED_BY(pending_mu_);
-  std::set<const Group*> known_ ABSL_GUARDED_BY(pending_mu_);
-  // Never taken while holding the stream set's or a stream's lock (leaving
-  // a group's listeners, under it, waits for a publication in progress,
-  // which takes those).
-  aside::Mutex watched_mu_;
-  std::map<std::string, GroupPtr> watched_ ABSL_GUARDED_BY(watched_mu_);
+  // The groups some stream's resources came from, since the ticker's last
+  // pass and in the pass before: a publication of any other group is
+  // dropped at once. Taken last (nothing else is locked while it is
+  // held).
+  aside::Mutex used_mu_;
+  std::set<std::string> used_ ABSL_GUARDED_BY(used_mu_);
+  std::set<std::string> used_before_ ABSL_GUARDED_BY(used_mu_);
+  // A group was used that neither set held (LookAgainIfNew).
+  bool look_again_ ABSL_GUARDED_BY(used_mu_) = false;
 
   // Last: stopped (in the destructor) before the state Tick reads goes.
   Ticker ticker_;

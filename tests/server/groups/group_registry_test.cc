@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "lib/clock.h"
 #include "server/groups/group_publisher.h"
@@ -332,56 +333,82 @@ TEST_F(GroupRegistryTest, RemoveListenerWaitsForACallInProgress) {
   EXPECT_EQ(listener.calls.load(), calls);
 }
 
-// Records what an observer sees when it is told of an added group.
-class RecordingObserver : public GroupRegistry::Observer {
+// Records what a listener of every group hears, in order.
+class EveryGroupRecorder : public Group::Listener {
  public:
-  explicit RecordingObserver(GroupRegistry* registry) : registry_(registry) {}
-  void OnAdded(const GroupPtr& group) override {
-    names.push_back(group->name());
-    found_by_name.push_back(registry_->Find(group->name()) == group);
-    published.push_back(group->table() != nullptr);
+  explicit EveryGroupRecorder(GroupRegistry* registry) : registry_(registry) {}
+  void OnAdded(Group& group, const TableConstPtr& table) override {
+    heard.push_back(absl::StrCat("added ", group.name()));
+    found_by_name.push_back(registry_->Find(group.name()).get() == &group);
+    generations.push_back(table->generation());
   }
-  std::vector<std::string> names;
+  void OnPublish(Group& group, const TableConstPtr& table) override {
+    heard.push_back(absl::StrCat("published ", group.name()));
+    generations.push_back(table->generation());
+  }
+  void OnRemoved(Group& group, uint64_t generation) override {
+    heard.push_back(absl::StrCat("removed ", group.name()));
+    generations.push_back(generation);
+  }
+  std::vector<std::string> heard;
   std::vector<bool> found_by_name;
-  std::vector<bool> published;
+  std::vector<uint64_t> generations;
 
  private:
   GroupRegistry* const registry_;
 };
 
-TEST_F(GroupRegistryTest, ObserversHearOfAddedGroupsOnceTheyCanBeFound) {
-  RecordingObserver observer(registry_.get());
-  registry_->AddObserver(&observer);
-  Add(Spec({Member("10.0.0.1:80")}));
+TEST_F(GroupRegistryTest, ListenersOfEveryGroupHearEachFromItsAdditionOn) {
+  GroupPtr web = Add(Spec({Member("10.0.0.1:80")}));
+  EveryGroupRecorder recorder(registry_.get());
+  registry_->AddListener(&recorder);
+  // A group there before: its next publication.
+  ASSERT_OK(registry_->Update(web, Spec({Member("10.0.0.9:80")})));
+  // A group added later: its first table (once Find returns it), a
+  // publication and its removal.
   GroupSpec api = Spec({Member("10.0.0.2:80")});
   api.name = "api";
   ASSERT_OK(registry_->Add(api));
-  // A refused addition is not announced.
+  // A refused addition is not told.
   EXPECT_FALSE(registry_->Add(api).ok());
-  EXPECT_THAT(observer.names, ::testing::ElementsAre("web", "api"));
-  EXPECT_THAT(observer.found_by_name, ::testing::ElementsAre(true, true));
-  EXPECT_THAT(observer.published, ::testing::ElementsAre(true, true));
+  GroupPtr g = registry_->Find("api");
+  ASSERT_NE(g, nullptr);
+  GroupSpec api2 = Spec({Member("10.0.0.3:80")});
+  api2.name = "api";
+  ASSERT_OK(registry_->Update(g, api2));
+  ASSERT_OK_AND_ASSIGN(const uint64_t removal, registry_->Remove("api"));
+  EXPECT_THAT(recorder.heard,
+              ::testing::ElementsAre("published web", "added api",
+                                     "published api", "removed api"));
+  EXPECT_THAT(recorder.found_by_name, ::testing::ElementsAre(true));
+  EXPECT_TRUE(
+      std::is_sorted(recorder.generations.begin(), recorder.generations.end()));
+  EXPECT_EQ(recorder.generations.back(), removal);
 
-  registry_->RemoveObserver(&observer);
-  GroupSpec later = Spec({Member("10.0.0.3:80")});
+  // Gone: nothing more reaches it.
+  registry_->RemoveListener(&recorder);
+  GroupSpec later = Spec({Member("10.0.0.4:80")});
   later.name = "later";
   ASSERT_OK(registry_->Add(later));
-  EXPECT_EQ(observer.names.size(), 2u);
+  ASSERT_OK(registry_->Update(web, Spec({Member("10.0.0.5:80")})));
+  EXPECT_EQ(recorder.heard.size(), 4u);
 }
 
 // Adds a group of its own when told of the first: under a registry lock
 // that would deadlock.
-class AddingObserver : public GroupRegistry::Observer {
+class AddingListener : public Group::Listener {
  public:
-  explicit AddingObserver(GroupRegistry* registry) : registry_(registry) {}
-  void OnAdded(const GroupPtr& group) override {
-    names.push_back(group->name());
+  explicit AddingListener(GroupRegistry* registry) : registry_(registry) {}
+  void OnAdded(Group& group, const TableConstPtr&) override {
+    names.push_back(group.name());
     if (names.size() == 1) {
-      GroupSpec spec = group->spec();
+      GroupSpec spec = group.spec();
       spec.name = "second";
       added = registry_->Add(spec);
     }
   }
+  void OnPublish(Group&, const TableConstPtr&) override {}
+  void OnRemoved(Group&, uint64_t) override {}
   std::vector<std::string> names;
   absl::Status added = absl::UnknownError("not called");
 
@@ -389,7 +416,7 @@ class AddingObserver : public GroupRegistry::Observer {
   GroupRegistry* const registry_;
 };
 
-TEST_F(GroupRegistryTest, ObserversAreToldWithNoRegistryLockHeld) {
+TEST_F(GroupRegistryTest, ListenersOfEveryGroupAreToldWithNoRegistryLockHeld) {
   for (const bool with_publisher : {false, true}) {
     SCOPED_TRACE(with_publisher ? "publisher" : "inline");
     ASSERT_OK_AND_ASSIGN(registry_, GroupRegistry::Create(nullptr, 1000, 100));
@@ -397,15 +424,86 @@ TEST_F(GroupRegistryTest, ObserversAreToldWithNoRegistryLockHeld) {
     registry_->set_inputs({.scheduler = &scheduler_,
                            .clock = &clock_,
                            .publisher = with_publisher ? &publisher : nullptr});
-    AddingObserver observer(registry_.get());
-    registry_->AddObserver(&observer);
+    AddingListener listener(registry_.get());
+    registry_->AddListener(&listener);
     Add(Spec({Member("10.0.0.1:80")}));
     ASSERT_TRUE(publisher.AwaitIdle(absl::Seconds(30)));
-    ASSERT_OK(observer.added);
-    EXPECT_THAT(observer.names, ::testing::ElementsAre("web", "second"));
+    ASSERT_OK(listener.added);
+    EXPECT_THAT(listener.names, ::testing::ElementsAre("web", "second"));
     EXPECT_NE(registry_->Find("second"), nullptr);
-    registry_->RemoveObserver(&observer);
+    registry_->RemoveListener(&listener);
   }
+}
+
+TEST_F(GroupRegistryTest,
+       RemovingAListenerOfEveryGroupWaitsForACallInProgress) {
+  GroupPublisher publisher;
+  registry_->set_inputs(
+      {.scheduler = &scheduler_, .clock = &clock_, .publisher = &publisher});
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80")}));
+  BlockingListener listener;
+  registry_->AddListener(&listener);
+  ASSERT_OK(registry_->Update(g, g->spec()));  // returns before the telling
+  ASSERT_TRUE(
+      listener.entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  absl::Notification removed;
+  std::thread remover([&] {
+    registry_->RemoveListener(&listener);
+    removed.Notify();
+  });
+  // Not while the call is in progress (a bounded look: it must not return).
+  EXPECT_FALSE(removed.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  listener.release.Notify();
+  ASSERT_TRUE(removed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  remover.join();
+  ASSERT_OK(registry_->Update(g, g->spec()));
+  ASSERT_TRUE(publisher.AwaitIdle(absl::Seconds(30)));
+  EXPECT_EQ(listener.calls.load(), 1);
+}
+
+// A listener of every group that takes a lock of its own in each call (as
+// the Watch hub does).
+class LockingListener : public Group::Listener {
+ public:
+  explicit LockingListener(absl::Mutex* mu) : mu_(mu) {}
+  void OnPublish(Group&, const TableConstPtr&) override {
+    entered.Notify();
+    absl::MutexLock lock(mu_);
+  }
+  void OnRemoved(Group&, uint64_t) override {}
+  absl::Notification entered;
+
+ private:
+  absl::Mutex* const mu_;
+};
+
+TEST_F(GroupRegistryTest, LeavingAGroupDoesNotWaitForListenersOfEveryGroup) {
+  GroupPublisher publisher;
+  registry_->set_inputs(
+      {.scheduler = &scheduler_, .clock = &clock_, .publisher = &publisher});
+  GroupPtr g = Add(Spec({Member("10.0.0.1:80")}));
+  absl::Mutex mu;
+  LockingListener every(&mu);
+  registry_->AddListener(&every);
+  GenerationListener own(false);
+  g->AddListener(&own);
+  absl::Notification left;
+  std::thread leaver;
+  {
+    // Held, as a hub holds its lock while a stream leaves a group.
+    absl::MutexLock lock(&mu);
+    ASSERT_OK(registry_->Update(g, g->spec()));
+    ASSERT_TRUE(
+        every.entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    leaver = std::thread([&] {
+      g->RemoveListener(&own);
+      left.Notify();
+    });
+    EXPECT_TRUE(left.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  }
+  leaver.join();
+  EXPECT_EQ(own.seen.size(), 1u);
+  registry_->RemoveListener(&every);
 }
 
 TEST_F(GroupRegistryTest, ReapplyingTheSpecPublishesOnlyExplicitUpdates) {
