@@ -1,7 +1,8 @@
 // The Watch hub (watch.h): its completion queues and the thread polling
-// each, the set of open streams, the janitor that ends stalled ones, and
-// attaching groups added later to the streams waiting for them. One stream
-// is watch_stream.h and watch_stream.cc.
+// each, the set of open streams and the janitor that ends stalled ones
+// (server/base/stream_set.h), and attaching groups added later to the
+// streams waiting for them. One stream is watch_stream.h and
+// watch_stream.cc.
 #include "server/api/watch.h"
 
 #include <algorithm>
@@ -25,23 +26,17 @@ WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
       metrics_(metrics),
       stall_timeout_(stall_timeout),
       peer_limit_("max_watch_streams_per_peer", "Watch streams",
-                  max_streams_per_peer, metrics) {
+                  max_streams_per_peer, metrics),
+      janitor_("aside-watch-jan", std::min(absl::Seconds(1), stall_timeout / 4),
+               [this] { EndStalled(); }) {
   groups_->AddListener(this);
-  janitor_ = std::thread([this] {
-    NameThisThread("aside-watch-jan");
-    Janitor();
-  });
 }
 
 WatchHub::~WatchHub() {
-  // Waits for an announcement in progress, which holds mu_ at times.
+  // Waits for an announcement in progress, which takes the set's lock.
   groups_->RemoveListener(this);
   StopServing();
-  {
-    aside::MutexLock lock(&mu_);
-    stop_janitor_ = true;  // wakes the janitor as the lock is released
-  }
-  janitor_.join();
+  janitor_.Stop();
 }
 
 void WatchHub::AddCompletionQueues(grpc::ServerBuilder& builder, int threads) {
@@ -143,48 +138,22 @@ void WatchHub::StopServing() {
   serving_ = false;
 }
 
-void WatchHub::Shutdown() {
-  std::vector<Stream*> streams;
-  aside::MutexLock lock(&mu_);
-  shutting_down_ = true;
-  // Holding mu_ keeps every stream alive (OnDone erases under mu_).
-  for (Stream* s : streams_) {
-    s->Shutdown();
-  }
-}
+void WatchHub::Shutdown() { streams_.Shutdown(); }
 
-size_t WatchHub::streams() const {
-  aside::MutexLock lock(&mu_);
-  return streams_.size();
-}
+size_t WatchHub::streams() const { return streams_.size(); }
 
 void WatchHub::OnAdded(Group& group, const TableConstPtr& /*table*/) {
-  aside::MutexLock lock(&mu_);
-  for (Stream* s : streams_) {
+  streams_.ForEach([&group](Stream* s) {
     if (s->waiting()) {
       s->Reattach(&group.name());
     }
-  }
+  });
 }
 
-void WatchHub::Janitor() {
-  const absl::Duration tick = std::min(absl::Seconds(1), stall_timeout_ / 4);
-  aside::MutexLock lock(&mu_);
-  while (!stop_janitor_) {
-    mu_.AwaitWithTimeout(
-        [this] {
-          mu_.AssertHeld();
-          return stop_janitor_;
-        },
-        tick);
-    if (stop_janitor_) {
-      break;
-    }
-    const int64_t now = MonotonicNanos();
-    for (Stream* s : streams_) {
-      s->CheckStall(now, stall_timeout_);
-    }
-  }
+void WatchHub::EndStalled() {
+  const int64_t now = MonotonicNanos();
+  streams_.ForEach(
+      [this, now](Stream* s) { s->CheckStall(now, stall_timeout_); });
 }
 
 }  // namespace aside::server

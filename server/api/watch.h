@@ -24,12 +24,14 @@
 // that name, the stream listens to the group and sends its full table.
 // Only a malformed request fails the whole call (INVALID_ARGUMENT).
 //
-// Thread rules and lock order: the hub's mu_, then a stream's mu_ (a
-// group's encoding is read without a lock). Groups added and publications
-// reach the hub and its streams on the group publisher's thread with no
-// lock of the registry's or a group's held (the hub listens to every group,
+// Thread rules and lock order: the stream set's lock
+// (server/base/stream_set.h), then a stream's mu_ (a group's encoding is
+// read without a lock); the hub's mu_ (its completion queues' life) is
+// taken alone. Groups added and publications reach the hub and its
+// streams on the group publisher's thread with no lock of the registry's
+// or a group's held (the hub listens to every group,
 // GroupRegistry::AddListener; a stream to its groups); nothing holding a
-// stream's mu_ takes the hub's mu_.
+// stream's mu_ takes the set's lock.
 //
 // The hub is watch.cc; one stream (WatchHub::Stream, its life and thread
 // rules) is watch_stream.h and watch_stream.cc.
@@ -43,7 +45,6 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +54,7 @@
 #include "lib/sync.h"
 #include "server/api/peer_stream_limit.h"
 #include "server/base/metrics.h"
+#include "server/base/stream_set.h"
 #include "server/groups/group_registry.h"
 
 namespace aside::server {
@@ -107,8 +109,8 @@ class WatchHub : private Group::Listener {
   void OnAdded(Group& group, const TableConstPtr& table) override;
   void OnPublish(Group& /*group*/, const TableConstPtr& /*table*/) override {}
   void OnRemoved(Group& /*group*/, uint64_t /*generation*/) override {}
-  // Ends stalled streams, every min(1 s, stall_timeout / 4).
-  void Janitor();
+  // The janitor's tick: ends stalled streams.
+  void EndStalled();
   // One completion queue, its thread, and the streams waiting for that
   // thread to start their next write.
   struct Shard {
@@ -135,13 +137,9 @@ class WatchHub : private Group::Listener {
   // limits.max_watch_streams_per_peer.
   PeerStreamLimit peer_limit_;
 
-  // Guards the stream set and the janitor's stop flag; holding it keeps
-  // every listed stream alive (OnDone erases under it).
-  mutable aside::Mutex mu_;
-  std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_janitor_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread janitor_;
+  // The open streams: holding its lock keeps every one alive (OnDone
+  // removes under it) and serialises Reattach calls.
+  StreamSet<Stream> streams_;
 
   // Serving: the queues and their threads (set up before the server runs,
   // torn down by StopServing on the thread that owns the hub).
@@ -151,8 +149,13 @@ class WatchHub : private Group::Listener {
   // Stream objects alive, requested calls included: the queues are shut
   // down only once none is left, so that no operation starts on a queue
   // that is shut down.
+  mutable aside::Mutex mu_;
   size_t alive_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Last: stopped (in the destructor) before the streams it reads go.
+  // Every min(1 s, stall_timeout / 4).
+  Ticker janitor_;
 };
 
 }  // namespace aside::server

@@ -113,16 +113,11 @@ void WatchHub::Stream::Start() {
       }
     }
   }
-  {
-    aside::MutexLock lock(&hub_->mu_);
-    if (error.ok() && hub_->shutting_down_) {
-      error = ShuttingDownStatus();
-    }
-    if (error.ok()) {
-      error =
-          peer_slot_.Acquire(&hub_->peer_limit_, ClientPeer(context_.peer()));
-    }
-    hub_->streams_.insert(this);
+  if (!hub_->streams_.Add(this) && error.ok()) {
+    error = ShuttingDownStatus();
+  }
+  if (error.ok()) {
+    error = peer_slot_.Acquire(&hub_->peer_limit_, ClientPeer(context_.peer()));
   }
   if (!error.ok()) {
     aside::MutexLock lock(&mu_);
@@ -152,11 +147,10 @@ void WatchHub::Stream::Start() {
   // announced while this stream was not subscribed (Reattach ignored it)
   // or not yet in the hub: look absent names up once more. The group is
   // in the registry before it is announced, so either that announcement
-  // or this lookup finds it; both run under the hub's mu_, so they never
-  // attach the same group twice.
+  // or this lookup finds it; both run under the stream set's lock, so they
+  // never attach the same group twice.
   if (waiting()) {
-    aside::MutexLock lock(&hub_->mu_);
-    Reattach(nullptr);
+    hub_->streams_.Locked([this] { Reattach(nullptr); });
   }
 }
 
@@ -202,11 +196,8 @@ bool WatchHub::Stream::OnDone() {
     finished_ = true;
   }
   Unsubscribe();
-  {
-    aside::MutexLock lock(&hub_->mu_);
-    hub_->streams_.erase(this);
-    peer_slot_.Release();
-  }
+  hub_->streams_.Remove(this);
+  peer_slot_.Release();
   aside::MutexLock lock(&mu_);
   done_ = true;
   return ReleasableLocked();

@@ -85,9 +85,10 @@ class WatchHub::Stream final : public Group::Listener {
     return absent_count_.load(std::memory_order_acquire) > 0;
   }
 
-  // With the hub's mu_ held (which keeps this stream alive and serialises
-  // Reattach calls): for every absent name (or only `name`, when given)
-  // that now has a group, listens to that group and queues its full table.
+  // With the hub's stream set locked (which keeps this stream alive and
+  // serialises Reattach calls): for every absent name (or only `name`, when
+  // given) that now has a group, listens to that group and queues its full
+  // table.
   void Reattach(const std::string* name);
 
   // On the shard's thread, taken off its ready list: starts the next write.
@@ -163,9 +164,9 @@ class WatchHub::Stream final : public Group::Listener {
   // The request; read once, in Start, on the queue's thread.
   grpc::ByteBuffer request_;
   grpc::ServerAsyncWriter<grpc::ByteBuffer> writer_;
-  // The stream's place under the per-peer limit: taken once in Start,
-  // under the hub's mu_, and given back under it in OnDone.
-  PeerStreamLimit::Slot peer_slot_ ABSL_GUARDED_BY(hub_->mu_);
+  // The stream's place under the per-peer limit: taken once in Start and
+  // given back in OnDone, both on the queue's thread.
+  PeerStreamLimit::Slot peer_slot_;
   aside::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
   // Entries that are absent (read by the hub without mu_).

@@ -1,5 +1,5 @@
-// What every streaming service shares (grpclb, xDS ADS and LRS, the fleet's
-// LoadView): the set of its open streams and a ticker.
+// What every streaming service shares (Watch, grpclb, xDS ADS and LRS, the
+// fleet's LoadView): the set of its open streams and a ticker.
 //
 // StreamSet<Stream> holds the open streams: a stream adds itself when it
 // starts and removes itself in OnDone; once the service shuts down, Add
@@ -70,6 +70,13 @@ class StreamSet {
     for (Stream* s : streams_) {
       fn(s);
     }
+  }
+  // Calls fn() with the set's lock held: serialised with ForEach's calls,
+  // and every stream in the set stays alive meanwhile.
+  template <typename Fn>
+  void Locked(Fn fn) const {
+    aside::MutexLock lock(&mu_);
+    fn();
   }
 
  private:

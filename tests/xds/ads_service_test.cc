@@ -67,9 +67,8 @@ class AdsServiceTest : public ::testing::Test {
     builder.RegisterService(ads_.get());
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
-    stub_ = discovery::AggregatedDiscoveryService::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                            grpc::InsecureChannelCredentials()));
+    stub_ = discovery::AggregatedDiscoveryService::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
     context_.set_deadline(std::chrono::system_clock::now() +
                           std::chrono::seconds(30));
     stream_ = stub_->StreamAggregatedResources(&context_);
