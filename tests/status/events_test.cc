@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/clock.h"
 #include "server/groups/group_registry.h"
+#include "tests/testing/group_specs.h"
 #include "tests/testing/status_matchers.h"
 
 namespace aside::server {
@@ -20,19 +21,7 @@ namespace {
 
 using ::testing::ElementsAre;
 
-GroupSpec Spec(const std::string& name, std::vector<std::string> addresses) {
-  GroupSpec spec;
-  spec.name = name;
-  spec.policy.kind = PolicyKind::kWeightedRoundRobin;
-  spec.health_check.kind = HealthCheckSpec::Kind::kNone;
-  for (std::string& address : addresses) {
-    Backend b;
-    b.address = std::move(address);
-    b.weight = 100;
-    spec.backends.push_back(std::move(b));
-  }
-  return spec;
-}
+using ::aside::testing::PlainGroup;
 
 class PublicationEventsTest : public ::testing::Test {
  protected:
@@ -54,15 +43,16 @@ class PublicationEventsTest : public ::testing::Test {
 };
 
 TEST_F(PublicationEventsTest, GroupsBeforeAndAfterAreFollowedToTheirRemoval) {
-  ASSERT_OK(registry_->Add(Spec("web", {"10.0.0.1:80"})));
+  ASSERT_OK(registry_->Add(PlainGroup("web", {"10.0.0.1:80"})));
   auto events = std::make_unique<PublicationEvents>(registry_.get(), &log_);
   // A group there before is taken as it is: no event until it changes.
   EXPECT_TRUE(log_.List().empty());
-  ASSERT_OK(registry_->Update(registry_->Find("web"),
-                              Spec("web", {"10.0.0.1:80", "10.0.0.2:80"})));
-  ASSERT_OK(registry_->Add(Spec("api", {"10.0.0.3:80"})));
+  ASSERT_OK(
+      registry_->Update(registry_->Find("web"),
+                        PlainGroup("web", {"10.0.0.1:80", "10.0.0.2:80"})));
+  ASSERT_OK(registry_->Add(PlainGroup("api", {"10.0.0.3:80"})));
   const uint64_t first = registry_->Find("api")->table()->generation();
-  GroupSpec drained = Spec("api", {"10.0.0.3:80"});
+  GroupSpec drained = PlainGroup("api", {"10.0.0.3:80"});
   drained.backends[0].drained = true;
   ASSERT_OK(registry_->Update(registry_->Find("api"), drained));
   ASSERT_OK_AND_ASSIGN(const uint64_t removal, registry_->Remove("api"));
@@ -78,7 +68,7 @@ TEST_F(PublicationEventsTest, GroupsBeforeAndAfterAreFollowedToTheirRemoval) {
 
   // Once destroyed it records nothing more.
   events.reset();
-  ASSERT_OK(registry_->Add(Spec("later", {"10.0.0.4:80"})));
+  ASSERT_OK(registry_->Add(PlainGroup("later", {"10.0.0.4:80"})));
   EXPECT_EQ(log_.List().size(), 6u);
 }
 

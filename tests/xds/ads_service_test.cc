@@ -14,6 +14,7 @@
 
 #include "envoy/config/endpoint/v3/endpoint.pb.h"
 #include "server/api/xds/xds_resources.h"
+#include "tests/testing/group_specs.h"
 #include "tests/testing/status_matchers.h"
 
 namespace aside::server::xds {
@@ -23,19 +24,7 @@ namespace discovery = envoy::service::discovery::v3;
 using Stream = grpc::ClientReaderWriter<discovery::DiscoveryRequest,
                                         discovery::DiscoveryResponse>;
 
-GroupSpec Spec(const std::string& name, std::vector<std::string> addresses) {
-  GroupSpec spec;
-  spec.name = name;
-  spec.policy.kind = PolicyKind::kWeightedRoundRobin;
-  spec.health_check.kind = HealthCheckSpec::Kind::kNone;
-  for (std::string& address : addresses) {
-    Backend b;
-    b.address = std::move(address);
-    b.weight = 100;
-    spec.backends.push_back(std::move(b));
-  }
-  return spec;
-}
+using ::aside::testing::PlainGroup;
 
 // The endpoints a ClusterLoadAssignment response lists, per resource.
 std::vector<int> Endpoints(const discovery::DiscoveryResponse& response) {
@@ -56,8 +45,9 @@ class AdsServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_OK_AND_ASSIGN(registry_, GroupRegistry::Create(nullptr, 1000, 100));
-    ASSERT_OK(registry_->Add(Spec("web", {"10.0.0.1:80", "10.0.0.2:80"})));
-    ASSERT_OK(registry_->Add(Spec("api", {"10.0.0.3:80"})));
+    ASSERT_OK(
+        registry_->Add(PlainGroup("web", {"10.0.0.1:80", "10.0.0.2:80"})));
+    ASSERT_OK(registry_->Add(PlainGroup("api", {"10.0.0.3:80"})));
     ads_ = std::make_unique<AdsService>(registry_.get(), &metrics_, nullptr,
                                         absl::Hours(24));
     grpc::ServerBuilder builder;
@@ -111,12 +101,13 @@ TEST_F(AdsServiceTest, PublicationsAndRemovalsOfAUsedGroupArePushed) {
   Request({"web"}, &response);
 
   // A group the stream does not use: nothing for it. Then one it uses.
-  ASSERT_OK(registry_->Update(registry_->Find("api"),
-                              Spec("api", {"10.0.0.4:80", "10.0.0.5:80"})));
+  ASSERT_OK(
+      registry_->Update(registry_->Find("api"),
+                        PlainGroup("api", {"10.0.0.4:80", "10.0.0.5:80"})));
   const std::string before = response.version_info();
   ASSERT_OK(registry_->Update(
       registry_->Find("web"),
-      Spec("web", {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.6:80"})));
+      PlainGroup("web", {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.6:80"})));
   ASSERT_TRUE(stream_->Read(&response));
   EXPECT_NE(response.version_info(), before);
   EXPECT_THAT(Endpoints(response), ::testing::ElementsAre(3));

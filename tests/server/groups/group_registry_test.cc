@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -302,6 +303,21 @@ class BlockingListener : public Group::Listener {
   absl::Notification release;
 };
 
+// Runs `remove` on a thread while `listener` is in a call: it must not
+// return before the call is released (a bounded look), and must after.
+void ExpectRemovalWaitsForTheCall(BlockingListener& listener,
+                                  const std::function<void()>& remove) {
+  absl::Notification removed;
+  std::thread remover([&] {
+    remove();
+    removed.Notify();
+  });
+  EXPECT_FALSE(removed.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  listener.release.Notify();
+  EXPECT_TRUE(removed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  remover.join();
+}
+
 TEST_F(GroupRegistryTest, RemoveListenerWaitsForACallInProgress) {
   GroupPublisher publisher;
   registry_->set_inputs(
@@ -314,16 +330,7 @@ TEST_F(GroupRegistryTest, RemoveListenerWaitsForACallInProgress) {
       listener.entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
   // Publications go on while a listener is slow.
   ASSERT_OK(registry_->Update(g, g->spec()));
-  absl::Notification removed;
-  std::thread remover([&] {
-    g->RemoveListener(&listener);
-    removed.Notify();
-  });
-  // Not while the call is in progress (a bounded look: it must not return).
-  EXPECT_FALSE(removed.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
-  listener.release.Notify();
-  ASSERT_TRUE(removed.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  remover.join();
+  ExpectRemovalWaitsForTheCall(listener, [&] { g->RemoveListener(&listener); });
   // Once RemoveListener returned, nothing reaches it (the second
   // publication did only if its round began before the removal).
   const int calls = listener.calls.load();
@@ -446,16 +453,8 @@ TEST_F(GroupRegistryTest,
   ASSERT_OK(registry_->Update(g, g->spec()));  // returns before the telling
   ASSERT_TRUE(
       listener.entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  absl::Notification removed;
-  std::thread remover([&] {
-    registry_->RemoveListener(&listener);
-    removed.Notify();
-  });
-  // Not while the call is in progress (a bounded look: it must not return).
-  EXPECT_FALSE(removed.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
-  listener.release.Notify();
-  ASSERT_TRUE(removed.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  remover.join();
+  ExpectRemovalWaitsForTheCall(listener,
+                               [&] { registry_->RemoveListener(&listener); });
   ASSERT_OK(registry_->Update(g, g->spec()));
   ASSERT_TRUE(publisher.AwaitIdle(absl::Seconds(30)));
   EXPECT_EQ(listener.calls.load(), 1);
