@@ -52,9 +52,11 @@ class AdsService::GroupWatcher final : public Group::Listener {
   explicit GroupWatcher(AdsService* service) : service_(service) {}
   void OnPublish(Group& group, const TableConstPtr& /*table*/) override {
     service_->PokeUsers(group.name());
+    service_->LookAgainIfNew();
   }
   void OnRemoved(Group& group, uint64_t /*generation*/) override {
     service_->PokeUsers(group.name());
+    service_->LookAgainIfNew();
   }
 
  private:
@@ -432,16 +434,19 @@ void AdsService::Use(const std::string& group) {
 }
 
 void AdsService::LookAgainIfNew() {
-  {
-    aside::MutexLock lock(&used_mu_);
-    if (!look_again_) {
-      return;
+  while (true) {
+    {
+      aside::MutexLock lock(&used_mu_);
+      if (!look_again_) {
+        return;
+      }
+      look_again_ = false;
     }
-    look_again_ = false;
+    // A publication of the group between a stream's lookup and its Use
+    // went unheard (no stream used it yet): look again. Ends once a pass
+    // uses no group first (each pass adds to the groups used).
+    PokeAll();
   }
-  // A publication of the group between a stream's lookup and its Use went
-  // unheard (no stream used it yet): look again.
-  PokeAll();
 }
 
 void AdsService::Tick() {
