@@ -350,11 +350,11 @@ using GroupPtr = std::shared_ptr<Group>;
 // The listeners of every group of a registry (GroupRegistry::AddListener):
 // each group tells them what it tells its own listeners, right after them,
 // from its first publication (OnAdded) to its removal, whether or not
-// anything else listens to it. A group's RemoveListener does not wait for
-// these calls, so a lock a listener of every group takes may be held
-// while leaving a group (the Watch hub's is). One list, so that an edge that
-// follows all groups neither keeps a subscription per group nor misses the ones
-// added later.
+// anything else listens to it. One list, so that an edge that follows all
+// groups neither keeps a subscription per group nor misses the ones added
+// later. A group's RemoveListener does not wait for these calls, so a lock
+// that a listener of every group takes may be held while leaving a group
+// (the Watch hub's is).
 //
 // Thread rules: Add and Remove from any thread, never from a listener
 // call: Remove waits for the rounds in progress (of any group), so a
