@@ -54,6 +54,11 @@ class AdsService::GroupWatcher final : public Group::Listener {
     service_->PokeUsers(group.name());
     service_->LookAgainIfNew();
   }
+  // A group added may answer names that no group answered.
+  void OnAdded(Group& /*group*/, const TableConstPtr& /*table*/) override {
+    service_->PokeUnanswered();
+    service_->LookAgainIfNew();
+  }
   void OnRemoved(Group& group, uint64_t /*generation*/) override {
     service_->PokeUsers(group.name());
     service_->LookAgainIfNew();
@@ -140,6 +145,17 @@ class AdsService::Stream final
     WriteNextLocked();
   }
 
+  // Re-evaluates only when some subscribed name had no group.
+  void PokeIfUnanswered() {
+    aside::MutexLock lock(&mu_);
+    for (const TypeState& t : types_) {
+      if (t.subscribed && t.unanswered) {
+        WriteNextLocked();
+        return;
+      }
+    }
+  }
+
   // Re-evaluates only when the stream's resources came from `group`.
   void PokeIfUses(const std::string& group) {
     aside::MutexLock lock(&mu_);
@@ -154,6 +170,8 @@ class AdsService::Stream final
     std::vector<std::string> names;  // sorted, unique
     // Answer even when the version did not change (new names).
     bool must_respond = false;
+    // Some name had no group when last resolved.
+    bool unanswered = false;
     std::string sent_version;
     std::string sent_nonce;
     std::string acked_version;
@@ -312,6 +330,7 @@ class AdsService::Stream final
       size_t unknown = 0;
       std::vector<ResourcePtr> resources =
           ResolveLocked(static_cast<int>(type), &unknown);
+      t.unanswered = unknown > 0;
       std::string versions;
       for (const ResourcePtr& r : resources) {
         absl::StrAppend(&versions, r->name, "\n", r->version, "\n");
@@ -424,6 +443,10 @@ void AdsService::PokeUsers(const std::string& group) {
     }
   }
   streams_.ForEach([&group](Stream* s) { s->PokeIfUses(group); });
+}
+
+void AdsService::PokeUnanswered() {
+  streams_.ForEach([](Stream* s) { s->PokeIfUnanswered(); });
 }
 
 void AdsService::Use(const std::string& group) {

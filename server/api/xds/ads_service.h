@@ -18,8 +18,9 @@
 // node id and counted, and a response of the rejected version is never sent
 // again on that stream. A changed set of names is answered at once; a group
 // publication re-evaluates the streams that use the group and sends only
-// what changed; once a second every stream is re-evaluated (names that now
-// resolve, or resolve elsewhere).
+// what changed; a group added re-evaluates the streams with a name no
+// group answered; once a second every stream is re-evaluated (names that
+// now resolve elsewhere, aliases moved).
 //
 // Threads: gRPC reactor callbacks, group publication callbacks (the group
 // publisher's thread, no lock held: the service listens to every group,
@@ -78,6 +79,9 @@ class AdsService final : public envoy::service::discovery::v3::
   // Re-evaluates the streams whose resources came from `group` (its
   // publications and deletion); nothing when no stream used it lately.
   void PokeUsers(const std::string& group);
+  // Re-evaluates the streams with a subscribed name no group answered (a
+  // group was added).
+  void PokeUnanswered();
   // A stream's resources came from `group` (any thread, any locks).
   void Use(const std::string& group);
   // After a group was first used (Use): re-evaluates every stream. Call
