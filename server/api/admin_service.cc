@@ -194,17 +194,15 @@ grpc::ServerUnaryReactor* AdminService::ListMembers(
 }
 
 AdminService::MutationScope::MutationScope(AdminService* admin,
-                                           std::string name,
                                            bool claims_aliases)
-    : admin_(admin), name_(std::move(name)), claims_aliases_(claims_aliases) {
+    : admin_(admin), claims_aliases_(claims_aliases) {
   // StoreSync::Mutate orders (and folds) the writes of one name.
   aside::MutexLock lock(&admin_->mutation_mu_);
   if (claims_aliases_) {
     ++admin_->claims_waiting_;
     admin_->mutation_mu_.Await([this] {
       admin_->mutation_mu_.AssertHeld();
-      return !admin_->claiming_ && admin_->sharing_ == 0 &&
-             !admin_->mutating_.contains(name_);
+      return !admin_->claiming_ && admin_->sharing_ == 0;
     });
     --admin_->claims_waiting_;
     admin_->claiming_ = true;
@@ -215,14 +213,10 @@ AdminService::MutationScope::MutationScope(AdminService* admin,
     });
     ++admin_->sharing_;
   }
-  ++admin_->mutating_[name_];
 }
 
 AdminService::MutationScope::~MutationScope() {
   aside::MutexLock lock(&admin_->mutation_mu_);
-  if (auto it = admin_->mutating_.find(name_); --it->second == 0) {
-    admin_->mutating_.erase(it);
-  }
   if (claims_aliases_) {
     admin_->claiming_ = false;
   } else {

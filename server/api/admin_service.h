@@ -27,10 +27,11 @@
 // honour, and aside-retry-after-ms), and one whose deadline passed while it
 // waited is answered DEADLINE_EXCEEDED without being made. Reads (GetGroup,
 // ListGroups, ListTargets) take no lock of their own: they read published
-// group snapshots. A mutation holds its group's MutationScope from the read
-// of the current spec to the publication of the new one (mutation_mu_ only
-// guards who holds which); the state store and the registry take their own
-// locks inside it, never the other way round.
+// group snapshots. A mutation holds a MutationScope (shared, or alone for
+// one that claims aliases) from the read of the current spec to the
+// publication of the new one (mutation_mu_ only guards who holds which);
+// the state store and the registry take their own locks inside it, never
+// the other way round.
 // set_grpclb_streams() is for wiring, before the server serves.
 //
 // Files: admin_service.cc (the calls' dispatch, admission and the write
@@ -180,9 +181,8 @@ class AdminService final : public v1::Admin::CallbackService {
   // seen it).
   grpc::Status CheckMutable(const std::string& name) const;
   // One read-modify-write of a store-owned group (StoreSync::Mutate);
-  // answers with the group as
-  // published in `response` (unless null), the generation of a delete and
-  // the store revision of the write.
+  // answers with the group as published in `response` (unless null), the
+  // generation of a delete and the store revision of the write.
   grpc::Status Mutate(const std::string& name, int64_t expected_revision,
                       StoreSync::OnConflict on_conflict,
                       const StoreSync::Edit& edit, v1::Group* response,
@@ -223,21 +223,18 @@ class AdminService final : public v1::Admin::CallbackService {
   // comment); without, any number (StoreSync orders those of one name).
   class MutationScope {
    public:
-    MutationScope(AdminService* admin, std::string name, bool claims_aliases);
+    MutationScope(AdminService* admin, bool claims_aliases);
     ~MutationScope();
     MutationScope(const MutationScope&) = delete;
     MutationScope& operator=(const MutationScope&) = delete;
 
    private:
     AdminService* const admin_;
-    const std::string name_;
     const bool claims_aliases_;
   };
   // Who holds a MutationScope; taken before the store's and the registry's
   // locks, and never held while a mutation runs.
   aside::Mutex mutation_mu_;
-  // Scopes held per name.
-  absl::flat_hash_map<std::string, int> mutating_ ABSL_GUARDED_BY(mutation_mu_);
   int sharing_ ABSL_GUARDED_BY(mutation_mu_) = 0;  // scopes not claiming
   bool claiming_ ABSL_GUARDED_BY(mutation_mu_) = false;
   // Claiming scopes waiting: new sharing ones wait behind them.

@@ -119,7 +119,7 @@ grpc::Status AdminService::DoCreateGroup(const v1::CreateGroupRequest& request,
     return ToGrpcStatus(spec.status());
   }
   const std::string name = spec->name;
-  MutationScope scope(this, name, !spec->aliases.empty());
+  MutationScope scope(this, !spec->aliases.empty());
   if (GroupPtr g = groups_->Find(name);
       g != nullptr && g->spec().source == GroupSource::kFile) {
     return {grpc::StatusCode::ALREADY_EXISTS,
@@ -147,10 +147,9 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
   const std::string& name = request.group().name();
   const auto& paths = request.update_mask().paths();
   MutationScope scope(
-      this, name,
-      request.group().aliases_size() > 0 &&
-          (paths.empty() ||
-           std::find(paths.begin(), paths.end(), "aliases") != paths.end()));
+      this, request.group().aliases_size() > 0 &&
+                (paths.empty() || std::find(paths.begin(), paths.end(),
+                                            "aliases") != paths.end()));
   if (grpc::Status s = CheckMutable(name); !s.ok()) {
     return s;
   }
@@ -172,7 +171,7 @@ grpc::Status AdminService::DoUpdateGroup(const v1::UpdateGroupRequest& request,
 
 grpc::Status AdminService::DoDeleteGroup(const v1::DeleteGroupRequest& request,
                                          v1::DeleteGroupResponse* response) {
-  MutationScope scope(this, request.name(), false);
+  MutationScope scope(this, false);
   if (grpc::Status s = CheckMutable(request.name()); !s.ok()) {
     return s;
   }
@@ -217,7 +216,7 @@ grpc::Status AdminService::DoAddBackends(const v1::AddBackendsRequest& request,
     }
     added.push_back(*std::move(b));
   }
-  MutationScope scope(this, request.group(), false);
+  MutationScope scope(this, false);
   if (grpc::Status s = CheckMutable(request.group()); !s.ok()) {
     return s;
   }
@@ -268,7 +267,7 @@ grpc::Status AdminService::EditBackends(
   if (grpc::Status s = CanonicalAddresses(addresses, &canonical); !s.ok()) {
     return s;
   }
-  MutationScope scope(this, group_name, false);
+  MutationScope scope(this, false);
   if (grpc::Status s = CheckMutable(group_name); !s.ok()) {
     return s;
   }
