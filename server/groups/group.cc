@@ -338,7 +338,7 @@ void Group::TellListeners() {
     }
     notify_mu_.Lock();
     rounds_done_ = round;  // RemoveListener's waiters wake on Unlock
-    if (inputs_.every_group != nullptr) {
+    if (inputs_.every_group != nullptr && !inputs_.every_group->empty()) {
       // Apart from the group's own listeners, whose removal (under a lock
       // a listener of every group may take: the Watch hub's) waits only
       // for their calls.
