@@ -38,13 +38,14 @@ AsideServer::~AsideServer() {
 
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& cfg,
                                                  Metrics* metrics,
-                                                 EtcdStore** etcd) {
+                                                 EtcdStore** etcd,
+                                                 const BackendRelay* relay) {
   if (etcd != nullptr) {
     *etcd = nullptr;
   }
   if (cfg.store.type == "etcd") {
     ASIDE_ASSIGN_OR_RETURN(std::unique_ptr<EtcdStore> store,
-                           EtcdStore::Create(cfg.store, metrics));
+                           EtcdStore::Create(cfg.store, metrics, relay));
     if (etcd != nullptr) {
       *etcd = store.get();
     }
@@ -136,9 +137,13 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   if (cfg.status_page_enabled) {
     server->events_ = std::make_unique<EventLog>(clock);
   }
+  // Before every channel to a backend or to etcd: each goes through it.
+  ASIDE_ASSIGN_OR_RETURN(server->backend_relay_,
+                         BackendRelay::Start(&server->metrics_));
   EtcdStore* etcd_store = nullptr;
   ASIDE_ASSIGN_OR_RETURN(server->store_,
-                         OpenStore(cfg, &server->metrics_, &etcd_store));
+                         OpenStore(cfg, &server->metrics_, &etcd_store,
+                                   server->backend_relay_.get()));
   Store* store = server->store_.get();
   // A store the server can start without (etcd) is retried in the
   // background: config-file groups serve meanwhile.
@@ -180,10 +185,11 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->publisher_ = std::make_unique<GroupPublisher>();
   server->scheduler_ = std::make_unique<RebuildScheduler>();
   ASIDE_ASSIGN_OR_RETURN(
-      server->health_,
-      HealthRegistry::Create(
-          {.max_concurrent_probes = cfg.max_concurrent_probes, .clock = clock},
-          *server->metrics_.registry()));
+      server->health_, HealthRegistry::Create(
+                           {.max_concurrent_probes = cfg.max_concurrent_probes,
+                            .clock = clock,
+                            .relay = server->backend_relay_.get()},
+                           *server->metrics_.registry()));
   if (etcd_store != nullptr) {
     // Before any group acquires a target: each target's owner is decided
     // from its creation (every target until membership is confirmed).
@@ -218,7 +224,9 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
           "(admin.token_file, admin.allowed_identities): every load report "
           "is refused"}});
   }
-  server->orca_ = std::make_unique<OrcaCollector>(clock, &server->metrics_);
+  server->orca_ = std::make_unique<OrcaCollector>(
+      clock, &server->metrics_,
+      OrcaCollector::Options{.relay = server->backend_relay_.get()});
   if (server->ownership_ != nullptr) {
     // One ORCA stream per backend in the fleet, held by its owner; the
     // others take its reports from the load view.

@@ -215,7 +215,8 @@ void WatchHub::Stream::CheckStall(int64_t now, absl::Duration limit) {
   }
   if (writing_ && !finished_ &&
       now - write_started_ > absl::ToInt64Nanoseconds(limit)) {
-    Log(LogLevel::kWarn, "watch.stalled",
+    LogThrottled(
+        LogLevel::kWarn, "watch.stalled",
         {{"peer", ClientPeer(context_.peer())},
          {"stalled_for",
           absl::FormatDuration(absl::Nanoseconds(now - write_started_))}});

@@ -1,7 +1,10 @@
 #include "server/base/log.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +19,21 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::atomic<bool> g_json{false};
 aside::Mutex g_write_mu;
+
+// LogThrottled's token bucket of one event, and what it left out.
+struct Throttle {
+  double tokens = kThrottleBurst;
+  absl::Time last;
+  uint64_t pending = 0;  // left out since the event's last line
+  uint64_t total = 0;
+};
+aside::Mutex g_throttle_mu;
+// By event name; events are the code's own literals, so few.
+std::map<std::string, Throttle, std::less<>>& Throttles()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_throttle_mu) {
+  static auto* throttles = new std::map<std::string, Throttle, std::less<>>();
+  return *throttles;
+}
 
 absl::string_view LevelName(LogLevel level) {
   switch (level) {
@@ -69,11 +87,11 @@ bool LogEnabled(LogLevel level) {
   return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed);
 }
 
-void Log(LogLevel level, absl::string_view event,
-         std::initializer_list<LogField> fields) {
-  if (!LogEnabled(level)) {
-    return;
-  }
+namespace {
+
+void Write(LogLevel level, absl::string_view event,
+           std::initializer_list<LogField> fields,
+           const LogField* extra = nullptr) {
   const std::string ts = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
                                           absl::UTCTimeZone());
   std::string line;
@@ -81,25 +99,83 @@ void Log(LogLevel level, absl::string_view event,
     line = absl::StrCat("{\"ts\":\"", ts, "\",\"level\":\"", LevelName(level),
                         "\",\"event\":");
     AppendJsonString(&line, event);
-    for (const auto& [key, value] : fields) {
+    auto append = [&line](const LogField& field) {
       line.push_back(',');
-      AppendJsonString(&line, key);
+      AppendJsonString(&line, field.first);
       line.push_back(':');
-      AppendJsonString(&line, value);
-    }
+      AppendJsonString(&line, field.second);
+    };
+    for (const LogField& field : fields) append(field);
+    if (extra != nullptr) append(*extra);
     line += "}\n";
   } else {
     line = absl::StrCat("ts=", ts, " level=", LevelName(level), " event=");
     AppendTextValue(line, event);
-    for (const auto& [key, value] : fields) {
-      absl::StrAppend(&line, " ", key, "=");
-      AppendTextValue(line, value);
-    }
+    auto append = [&line](const LogField& field) {
+      absl::StrAppend(&line, " ", field.first, "=");
+      AppendTextValue(line, field.second);
+    };
+    for (const LogField& field : fields) append(field);
+    if (extra != nullptr) append(*extra);
     line.push_back('\n');
   }
   aside::MutexLock lock(&g_write_mu);
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
+}
+
+}  // namespace
+
+void Log(LogLevel level, absl::string_view event,
+         std::initializer_list<LogField> fields) {
+  if (LogEnabled(level)) {
+    Write(level, event, fields);
+  }
+}
+
+void LogThrottled(LogLevel level, absl::string_view event,
+                  std::initializer_list<LogField> fields) {
+  if (!LogEnabled(level)) {
+    return;
+  }
+  uint64_t left_out = 0;
+  {
+    aside::MutexLock lock(&g_throttle_mu);
+    auto& throttles = Throttles();
+    auto it = throttles.find(event);
+    if (it == throttles.end()) {
+      it = throttles.emplace(std::string(event), Throttle{}).first;
+      it->second.last = absl::Now();
+    }
+    Throttle& t = it->second;
+    const absl::Time now = absl::Now();
+    t.tokens = std::min<double>(
+        kThrottleBurst,
+        t.tokens + absl::ToDoubleSeconds(now - t.last) * kThrottlePerSecond);
+    t.last = now;
+    if (t.tokens < 1) {
+      ++t.pending;
+      ++t.total;
+      return;
+    }
+    t.tokens -= 1;
+    left_out = std::exchange(t.pending, 0);
+  }
+  if (left_out == 0) {
+    Write(level, event, fields);
+  } else {
+    const LogField extra{"suppressed", absl::StrCat(left_out)};
+    Write(level, event, fields, &extra);
+  }
+}
+
+std::vector<std::pair<std::string, uint64_t>> LogSuppressed() {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  aside::MutexLock lock(&g_throttle_mu);
+  for (const auto& [event, t] : Throttles()) {
+    out.emplace_back(event, t.total);
+  }
+  return out;
 }
 
 }  // namespace aside::server

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -26,6 +27,19 @@ using LogField = std::pair<absl::string_view, std::string>;
 
 void Log(LogLevel level, absl::string_view event,
          std::initializer_list<LogField> fields = {});
+
+// Log for events a peer can cause at will (a NACK, a refused report or
+// request, a backend's oversized answer): at most kThrottleBurst lines of
+// one event at once, then kThrottlePerSecond a second. The next line of the
+// event that is written says how many were left out before it
+// (`suppressed=N`); LogSuppressed() counts them all, for
+// aside_log_lines_suppressed_total{event}.
+inline constexpr int kThrottleBurst = 20;
+inline constexpr int kThrottlePerSecond = 1;
+void LogThrottled(LogLevel level, absl::string_view event,
+                  std::initializer_list<LogField> fields = {});
+// Lines LogThrottled left out so far, by event.
+std::vector<std::pair<std::string, uint64_t>> LogSuppressed();
 
 }  // namespace aside::server
 

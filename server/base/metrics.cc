@@ -138,7 +138,8 @@ Metrics::Metrics()
       xds_requests(prometheus::BuildCounter()
                        .Name("aside_xds_requests_total")
                        .Help("ADS requests by resource type and result "
-                             "(subscribe, ack, nack, stale).")
+                             "(subscribe, ack, nack, stale, unknown_type, "
+                             "too_many_names, name_too_long).")
                        .Register(*registry_)),
       xds_unknown_resources(
           prometheus::BuildCounter()
@@ -278,7 +279,13 @@ Metrics::Metrics()
                            .Name("aside_orca_backend_utilization")
                            .Help("A backend's last accepted ORCA utilisation "
                                  "(application, else CPU), by address.")
-                           .Register(*registry_)) {
+                           .Register(*registry_)),
+      backend_refused(prometheus::BuildCounter()
+                          .Name("aside_backend_refused_total")
+                          .Help("Connections to backends stopped because "
+                                "the backend sent more than a limit allows, "
+                                "by kind and backend address.")
+                          .Register(*registry_)) {
   build_info.Add({{"version", ASIDE_VERSION}}).Set(1);
   for (const char* result : {"accepted", "rejected", "throttled"}) {
     orca_reports.Add({{"result", result}});
@@ -288,7 +295,7 @@ Metrics::Metrics()
        {"max_watch_streams_per_peer", "max_balancer_streams_per_peer",
         "watch_stall_timeout", "max_groups", "max_connections",
         "max_connections_per_peer", "max_receive_message_bytes",
-        "max_stream_resets"}) {
+        "max_stream_resets", "max_streams_per_peer", "max_streams"}) {
     limit_refused.Add({{"limit", limit}});
   }
 }
@@ -323,6 +330,18 @@ std::string Metrics::Render() const {
       all.push_back(std::move(groups[i].family));
     }
   }
+  // Kept by the log itself (server/base/log.h), which outlives any Metrics.
+  prometheus::MetricFamily suppressed{
+      .name = "aside_log_lines_suppressed_total",
+      .help = "Log lines left out by the per-event rate limit, by event.",
+      .type = prometheus::MetricType::Counter};
+  for (auto& [event, total] : LogSuppressed()) {
+    prometheus::ClientMetric m;
+    m.label.push_back({"event", std::move(event)});
+    m.counter.value = static_cast<double>(total);
+    suppressed.metric.push_back(std::move(m));
+  }
+  all.push_back(std::move(suppressed));
   prometheus::TextSerializer serializer;
   return serializer.Serialize(all);
 }

@@ -136,6 +136,11 @@ class Metrics {
   prometheus::Gauge& orca_streams;
   prometheus::Family<prometheus::Counter>& orca_reports;
   prometheus::Family<prometheus::Gauge>& orca_utilization;
+  // Connections to backends (and etcd) stopped because of what the backend
+  // sent (server/net/backend_relay.h), by kind (health, orca, etcd) and
+  // backend address: only addresses that sent something refused have a
+  // series.
+  prometheus::Family<prometheus::Counter>& backend_refused;
 
  private:
   GroupSeries group_series_;

@@ -44,10 +44,11 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
       : clock_(options.clock != nullptr ? options.clock : &SystemClock::Get()),
         metrics_(metrics),
         max_concurrent_probes_(options.max_concurrent_probes),
+        relay_(options.relay),
         seed_(options.seed != 0 ? options.seed : std::random_device{}()) {}
 
   absl::Status Start() {
-    auto prober = Prober::Create(max_concurrent_probes_, seed_,
+    auto prober = Prober::Create(max_concurrent_probes_, seed_, relay_,
                                  [this](Target& target, ProbeResult result) {
                                    OnProbeResult(target, std::move(result));
                                  });
@@ -455,6 +456,7 @@ class RegistryCore : public std::enable_shared_from_this<RegistryCore> {
   const Clock* const clock_;
   HealthMetrics metrics_;
   const uint32_t max_concurrent_probes_;
+  const BackendRelay* const relay_;
   const uint64_t seed_;
   std::unique_ptr<Prober> prober_;  // set by Start, before any use
 

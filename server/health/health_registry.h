@@ -54,6 +54,7 @@
 #include "lib/clock.h"
 #include "server/health/health_metrics.h"
 #include "server/health/health_state.h"
+#include "server/net/backend_relay.h"
 #include "server/schema/group_spec.h"
 
 namespace aside::server {
@@ -196,6 +197,10 @@ class HealthRegistry {
     const Clock* clock = nullptr;
     // Seed for interval jitter; 0 picks one at random.
     uint64_t seed = 0;
+    // grpc probes go through it, so that a backend's answer is bounded
+    // before it is buffered (server/net/backend_relay.h). Null: straight
+    // to the backend. Outlives the registry.
+    const BackendRelay* relay = nullptr;
   };
 
   // Starts the prober thread. Metrics are registered in `metrics`, which

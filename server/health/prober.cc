@@ -99,8 +99,10 @@ struct GrpcCall {
 
 class Prober::Impl {
  public:
-  Impl(uint32_t max_in_flight, uint64_t seed, ResultSink sink)
-      : sink_(std::move(sink)),
+  Impl(uint32_t max_in_flight, uint64_t seed, const BackendRelay* relay,
+       ResultSink sink)
+      : relay_(relay),
+        sink_(std::move(sink)),
         scheduler_(max_in_flight, seed),
         timer_(io_),
         work_(asio::make_work_guard(io_)) {}
@@ -477,9 +479,6 @@ class Prober::Impl {
     const HealthCheckSpec& spec = target.spec;
     if (state->stub == nullptr) {
       grpc::ChannelArguments args;
-      if (!spec.grpc_authority.empty()) {
-        args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, spec.grpc_authority);
-      }
       // Reconnect within about one interval after a failure, so a backend
       // that comes back is seen by the next probes, not after gRPC's
       // default backoff of up to two minutes.
@@ -500,9 +499,20 @@ class Prober::Impl {
       args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
       args.SetInt(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
       args.SetMaxReceiveMessageSize(kGrpcMaxResponseBytes);
-      const std::string uri =
-          target.ipv6 ? absl::StrCat("ipv6:[", target.host, "]:", target.port)
-                      : absl::StrCat("ipv4:", target.host, ":", target.port);
+      std::string uri;
+      if (relay_ != nullptr) {
+        uri = relay_->Route(
+            target.ipv6 ? absl::StrCat("[", target.host, "]:", target.port)
+                        : absl::StrCat(target.host, ":", target.port),
+            "health", kGrpcMaxResponseBytes, &args, spec.grpc_authority);
+      } else {
+        if (!spec.grpc_authority.empty()) {
+          args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, spec.grpc_authority);
+        }
+        uri = target.ipv6
+                  ? absl::StrCat("ipv6:[", target.host, "]:", target.port)
+                  : absl::StrCat("ipv4:", target.host, ":", target.port);
+      }
       state->channel = grpc::CreateCustomChannel(
           uri, grpc::InsecureChannelCredentials(), args);
       state->stub = grpc::health::v1::Health::NewStub(state->channel);
@@ -577,6 +587,7 @@ class Prober::Impl {
     }
   }
 
+  const BackendRelay* const relay_;
   const ResultSink sink_;
   // When each target is probed; prober thread only.
   ProbeScheduler scheduler_;
@@ -607,10 +618,11 @@ class Prober::Impl {
   std::thread thread_;
 };
 
-absl::StatusOr<std::unique_ptr<Prober>> Prober::Create(uint32_t max_in_flight,
-                                                       uint64_t seed,
-                                                       ResultSink sink) {
-  auto impl = std::make_unique<Impl>(max_in_flight, seed, std::move(sink));
+absl::StatusOr<std::unique_ptr<Prober>> Prober::Create(
+    uint32_t max_in_flight, uint64_t seed, const BackendRelay* relay,
+    ResultSink sink) {
+  auto impl =
+      std::make_unique<Impl>(max_in_flight, seed, relay, std::move(sink));
   absl::Status started = impl->Start();
   if (!started.ok()) {
     return started;

@@ -49,9 +49,10 @@ class Prober {
   // prober thread. `result.latency` is set; `finished_at` is left to it.
   using ResultSink = std::function<void(Target&, ProbeResult)>;
 
-  static absl::StatusOr<std::unique_ptr<Prober>> Create(uint32_t max_in_flight,
-                                                        uint64_t seed,
-                                                        ResultSink sink);
+  // grpc probes go through `relay` unless it is null.
+  static absl::StatusOr<std::unique_ptr<Prober>> Create(
+      uint32_t max_in_flight, uint64_t seed, const BackendRelay* relay,
+      ResultSink sink);
   ~Prober();  // Shutdown()
 
   // Starts probing `target` (its kind is not none) at once; a target this

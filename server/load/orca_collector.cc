@@ -80,7 +80,7 @@ bool CheckOrcaLoad(const OrcaLoad& load, std::string* why) {
 class OrcaCollector::Stream : public grpc::ClientReadReactor<OrcaLoadReport> {
  public:
   Stream(OrcaCollector* owner, std::string address, absl::Duration interval,
-         int max_report_bytes)
+         int max_report_bytes, const BackendRelay* relay)
       : address_(std::move(address)), owner_(owner) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -88,8 +88,13 @@ class OrcaCollector::Stream : public grpc::ClientReadReactor<OrcaLoadReport> {
     args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
     args.SetInt(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
     args.SetMaxReceiveMessageSize(max_report_bytes);
+    const std::string uri =
+        relay != nullptr
+            ? relay->Route(address_, "orca",
+                           static_cast<uint32_t>(max_report_bytes), &args)
+            : ChannelUri(address_);
     channel_ = grpc::CreateCustomChannel(
-        ChannelUri(address_), grpc::InsecureChannelCredentials(), args);
+        uri, grpc::InsecureChannelCredentials(), args);
     stub_ = xds::service::orca::v3::OpenRcaService::NewStub(channel_);
     const int64_t nanos = absl::ToInt64Nanoseconds(interval);
     request_.mutable_report_interval()->set_seconds(nanos / 1'000'000'000);
@@ -401,8 +406,8 @@ std::optional<int64_t> OrcaCollector::OpenDueLocked(int64_t now) {
         continue;
       }
     }
-    b.stream = std::make_shared<Stream>(this, address, b.interval,
-                                        options_.max_report_bytes);
+    b.stream = std::make_shared<Stream>(
+        this, address, b.interval, options_.max_report_bytes, options_.relay);
     b.delivered = false;
     ++live_streams_;
     begin.push_back(b.stream);

@@ -17,7 +17,8 @@
 // group wants any longer has its stream cancelled.
 //
 // Hostile backends are bounded: a report over `max_report_bytes` ends the
-// stream (RESOURCE_EXHAUSTED, then the backoff); a value that is negative,
+// stream before it is buffered when the streams go through a BackendRelay
+// (the server's do; then the backoff); a value that is negative,
 // not finite or past its bound (utilisation 100, qps and eps 1e9) rejects the
 // whole report; reports closer together than half the interval are dropped
 // (a flood costs one timestamp compare each). Each is counted in
@@ -47,6 +48,7 @@
 #include "lib/clock.h"
 #include "lib/load/orca_weight.h"
 #include "lib/sync.h"
+#include "server/net/backend_relay.h"
 
 namespace aside::server {
 
@@ -64,6 +66,10 @@ class OrcaCollector {
     absl::Duration max_backoff = absl::Minutes(2);
     absl::Duration unimplemented_retry = absl::Minutes(5);
     int max_report_bytes = 16 * 1024;
+    // Streams go through it, so that a report is bounded before it is
+    // buffered (server/net/backend_relay.h). Null: straight to the
+    // backend. Outlives the collector.
+    const BackendRelay* relay = nullptr;
   };
 
   // A backend's latest accepted report.

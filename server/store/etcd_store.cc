@@ -45,12 +45,19 @@ absl::StatusOr<std::string> EncodeStoredGroup(const v1::Group& definition) {
 }
 
 absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Create(
-    const StoreConfig& config, Metrics* metrics) {
+    const StoreConfig& config, Metrics* metrics, const BackendRelay* relay) {
   if (config.endpoints.empty()) {
     return absl::InvalidArgumentError("store.etcd.endpoints: at least one");
   }
   etcd::EtcdClientOptions options;
   options.endpoints = config.endpoints;
+  if (relay != nullptr) {
+    options.route_channel = [relay, max = options.max_response_bytes](
+                                const std::string& address,
+                                grpc::ChannelArguments* args) {
+      return relay->Route(address, "etcd", max, args);
+    };
+  }
   options.dial_timeout = config.dial_timeout;
   options.request_timeout = config.request_timeout;
   options.keepalive_time = config.keepalive_time;

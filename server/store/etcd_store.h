@@ -33,6 +33,7 @@
 #include "lib/sync.h"
 #include "server/base/metrics.h"
 #include "server/config/config.h"
+#include "server/net/backend_relay.h"
 #include "server/store/etcd/etcd_client.h"
 #include "server/store/etcd/etcd_follower.h"
 #include "server/store/store.h"
@@ -49,9 +50,12 @@ absl::StatusOr<std::string> EncodeStoredGroup(const v1::Group& definition);
 class EtcdStore final : public Store {
  public:
   // Checks the options and reads the TLS and credentials files; does not
-  // connect (so it succeeds while etcd is down). `metrics` may be null.
+  // connect (so it succeeds while etcd is down). `metrics` and `relay` may
+  // be null; a plaintext store's channels go through `relay`, which
+  // outlives the store.
   static absl::StatusOr<std::unique_ptr<EtcdStore>> Create(
-      const StoreConfig& config, Metrics* metrics);
+      const StoreConfig& config, Metrics* metrics,
+      const BackendRelay* relay = nullptr);
   ~EtcdStore() override;
 
   std::string type() const override { return "etcd"; }

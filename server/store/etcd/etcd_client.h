@@ -75,7 +75,10 @@
 #ifndef ASIDE_SERVER_STORE_ETCD_ETCD_CLIENT_H_
 #define ASIDE_SERVER_STORE_ETCD_ETCD_CLIENT_H_
 
+#include <grpcpp/support/channel_arguments.h>
+
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -141,6 +144,17 @@ struct EtcdClientOptions {
   absl::Duration max_reconnect_backoff = absl::Seconds(2);
   // Range reads a prefix in pages of this many keys (all at one revision).
   int64_t range_page_size = 1000;
+  // The largest response accepted from a member. A page of groups is a few
+  // MB at most; a member (or something posing as one) that sends more
+  // fails the call instead of growing the server.
+  uint32_t max_response_bytes = 64 << 20;
+  // Plaintext only: sets `args` for a channel to `address` and returns the
+  // target to dial instead of it (the server's BackendRelay, which bounds
+  // each response before gRPC buffers it: server/net/backend_relay.h).
+  // Empty: dial `address` itself, with gRPC's own receive limit.
+  std::function<std::string(const std::string& address,
+                            grpc::ChannelArguments* args)>
+      route_channel;
 };
 
 // One key as stored.

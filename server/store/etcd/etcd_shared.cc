@@ -138,8 +138,8 @@ absl::StatusOr<std::shared_ptr<Shared>> Shared::Create(
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               ToMillis(options.max_reconnect_backoff));
-  // Large ranges and transactions are etcd's to limit, not the client's.
-  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<uint32_t>(options.max_response_bytes, INT32_MAX)));
   // Each client its own connections, so one client's failures and backoff
   // never affect another's.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -152,7 +152,14 @@ absl::StatusOr<std::shared_ptr<Shared>> Shared::Create(
     }
     auto endpoint = std::make_unique<Endpoint>();
     endpoint->address = address;
-    endpoint->channel = grpc::CreateCustomChannel(address, credentials, args);
+    if (options.route_channel && !options.tls.has_value()) {
+      grpc::ChannelArguments routed = args;
+      const std::string target = options.route_channel(address, &routed);
+      endpoint->channel =
+          grpc::CreateCustomChannel(target, credentials, routed);
+    } else {
+      endpoint->channel = grpc::CreateCustomChannel(address, credentials, args);
+    }
     endpoint->kv = pb::KV::NewStub(endpoint->channel);
     endpoint->watch = pb::Watch::NewStub(endpoint->channel);
     endpoint->lease = pb::Lease::NewStub(endpoint->channel);
