@@ -136,6 +136,13 @@ struct ServerConfig {
   // grpclb, xDS ADS and LRS streams one peer IP address may hold open at
   // once, each service counted apart; more are answered RESOURCE_EXHAUSTED.
   uint32_t max_balancer_streams_per_peer = 10000;
+  // Streams of every kind (unary calls in flight included) one peer IP
+  // address, and the whole plaintext port, may hold open at once; more are
+  // refused at their first frame (server/net/h2_request_guard.h). An open
+  // stream costs the server about 20 KiB (docs/operations.md,
+  // "Connections").
+  uint32_t max_streams_per_peer = 4096;
+  uint32_t max_streams = 20000;
   // Connections on the gRPC port (server/net/connection_gate.h), in total and
   // per peer (an IPv4 address, an IPv6 /64; 0: no per-peer cap). 0 total:
   // the open-file limit less a reserve (ConnectionBudgetFor); a larger

@@ -267,6 +267,23 @@ std::vector<Setting> DeclareServerSettings() {
           "answered RESOURCE_EXHAUSTED naming this key (counted in "
           "`aside_limit_refused_total`), 1..1000000",
           [](auto& c) -> auto& { return c.max_balancer_streams_per_peer; }),
+      Uint(
+          "limits.max_streams_per_peer", kRestart, 0, 10000000,
+          "streams of every kind (Watch, ADS, LRS, grpclb, ReportLoad, "
+          "LoadView, health Watch and unary calls in flight) one client "
+          "address may hold open at once on a plaintext port; one more is "
+          "answered RESOURCE_EXHAUSTED naming this key (counted in "
+          "`aside_limit_refused_total`); about 20 KiB of memory each; not "
+          "applied with `max_connections_per_peer: 0`; `0` = no cap, "
+          "0..10000000",
+          [](auto& c) -> auto& { return c.max_streams_per_peer; }),
+      Uint(
+          "limits.max_streams", kRestart, 0, 10000000,
+          "streams of every kind open at once on a plaintext port, from all "
+          "clients together; one more is answered RESOURCE_EXHAUSTED naming "
+          "this key; size it to the pod's memory (about 20 KiB each); "
+          "`0` = no cap, 0..10000000",
+          [](auto& c) -> auto& { return c.max_streams; }),
   });
   {
     Setting auth = Field(

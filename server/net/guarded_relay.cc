@@ -85,8 +85,14 @@ std::string ClientPeer(absl::string_view grpc_peer) {
 class GuardedRelay::Worker {
  public:
   Worker(const GuardedRelayOptions& options, prometheus::Counter& refused,
-         prometheus::Counter& reset_floods)
-      : options_(options), refused_(refused), reset_floods_(reset_floods) {
+         prometheus::Counter& reset_floods,
+         prometheus::Counter& peer_streams_refused,
+         prometheus::Counter& all_streams_refused)
+      : options_(options),
+        refused_(refused),
+        reset_floods_(reset_floods),
+        peer_streams_refused_(peer_streams_refused),
+        all_streams_refused_(all_streams_refused) {
     epoll_ = epoll_create1(EPOLL_CLOEXEC);
     wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     epoll_event ev{};
@@ -108,10 +114,10 @@ class GuardedRelay::Worker {
     close(epoll_);
   }
 
-  void Post(int client, int server, std::shared_ptr<ResetBucket> resets) {
+  void Post(int client, int server, PeerShares shares) {
     {
       aside::MutexLock lock(&mu_);
-      incoming_.push_back({client, server, std::move(resets)});
+      incoming_.push_back({client, server, std::move(shares)});
     }
     const uint64_t one = 1;
     (void)!write(wake_, &one, sizeof(one));
@@ -134,9 +140,9 @@ class GuardedRelay::Worker {
     bool client;
   };
   struct Conn {
-    Conn(const H2RequestGuardOptions& options,
-         std::shared_ptr<ResetBucket> resets)
-        : guard(options, std::move(resets)) {}
+    Conn(const H2RequestGuardOptions& options, PeerShares shares)
+        : guard(options, std::move(shares.resets), std::move(shares.streams),
+                std::move(shares.all_streams)) {}
     int client = -1;
     int server = -1;
     End ends[2];
@@ -146,6 +152,8 @@ class GuardedRelay::Worker {
     std::string to_server;
     std::string to_client;
     uint64_t refused_counted = 0;
+    uint64_t peer_streams_counted = 0;
+    uint64_t all_streams_counted = 0;
     bool client_eof = false;
     bool server_eof = false;
     bool server_write_shut = false;
@@ -179,6 +187,8 @@ class GuardedRelay::Worker {
   const GuardedRelayOptions& options_;
   prometheus::Counter& refused_;
   prometheus::Counter& reset_floods_;
+  prometheus::Counter& peer_streams_refused_;
+  prometheus::Counter& all_streams_refused_;
   int epoll_ = -1;
   int wake_ = -1;
   absl::flat_hash_set<Conn*> conns_;
@@ -192,7 +202,7 @@ class GuardedRelay::Worker {
   struct Incoming {
     int client;
     int server;
-    std::shared_ptr<ResetBucket> resets;
+    PeerShares shares;
   };
   std::vector<Incoming> incoming_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -259,7 +269,7 @@ void GuardedRelay::Worker::TakeIncoming() {
     taken.swap(incoming_);
   }
   for (Incoming& in : taken) {
-    auto* c = new Conn(options_.guard, std::move(in.resets));
+    auto* c = new Conn(options_.guard, std::move(in.shares));
     c->client = in.client;
     c->server = in.server;
     c->ends[0] = {c, true};
@@ -361,6 +371,18 @@ void GuardedRelay::Worker::OnEvent(End* end, uint32_t events) {
     refused_.Increment(static_cast<double>(refused - c->refused_counted));
     c->refused_counted = refused;
   }
+  if (const uint64_t refused = c->guard.refused_peer_streams();
+      refused > c->peer_streams_counted) {
+    peer_streams_refused_.Increment(
+        static_cast<double>(refused - c->peer_streams_counted));
+    c->peer_streams_counted = refused;
+  }
+  if (const uint64_t refused = c->guard.refused_all_streams();
+      refused > c->all_streams_counted) {
+    all_streams_refused_.Increment(
+        static_cast<double>(refused - c->all_streams_counted));
+    c->all_streams_counted = refused;
+  }
   if (ok && c->client_eof && c->to_server.empty() && !c->server_write_shut &&
       c->server >= 0) {
     shutdown(c->server, SHUT_WR);
@@ -444,10 +466,19 @@ std::unique_ptr<GuardedRelay> GuardedRelay::Start(GuardedRelayOptions options) {
   prometheus::Counter& refused = counter(relay->options_.guard.limit_name);
   prometheus::Counter& reset_floods =
       counter(relay->options_.guard.resets_limit_name);
+  prometheus::Counter& peer_streams_refused =
+      counter(relay->options_.guard.peer_streams_limit_name);
+  prometheus::Counter& all_streams_refused =
+      counter(relay->options_.guard.all_streams_limit_name);
+  if (relay->options_.max_streams != 0) {
+    relay->all_streams_ =
+        std::make_shared<StreamCount>(relay->options_.max_streams);
+  }
   const int threads = std::max(1, relay->options_.threads);
   for (int i = 0; i < threads; ++i) {
     relay->workers_.push_back(
-        std::make_unique<Worker>(relay->options_, refused, reset_floods));
+        std::make_unique<Worker>(relay->options_, refused, reset_floods,
+                                 peer_streams_refused, all_streams_refused));
   }
   for (auto& worker : relay->workers_) {
     relay->threads_.emplace_back([w = worker.get()] {
@@ -468,31 +499,40 @@ GuardedRelay::~GuardedRelay() {
   workers_.clear();
 }
 
-std::shared_ptr<ResetBucket> GuardedRelay::ResetsFor(const sockaddr* addr,
-                                                     socklen_t len) {
+PeerShares GuardedRelay::SharesFor(const sockaddr* addr, socklen_t len) {
+  PeerShares shares{.all_streams = all_streams_};
   const H2RequestGuardOptions& guard = options_.guard;
-  if (guard.max_resets == 0 || !options_.resets_per_peer) {
-    return nullptr;  // none, or the connection's own
+  if (!options_.resets_per_peer) {
+    return shares;  // the connection's own reset budget, no peers
   }
   std::string peer = PeerKey(addr, len);
   if (peer.empty()) {
-    return nullptr;
+    return shares;
   }
   const auto now = ResetBucket::Clock::now();
-  if (peer_resets_.size() >= peer_resets_swept_at_) {
-    // A bucket no connection holds and that has refilled is the same as a
-    // new one: forget it.
-    absl::erase_if(peer_resets_, [now](const auto& entry) {
-      return entry.second.use_count() == 1 && entry.second->FullAt(now);
+  if (peers_.size() >= peers_swept_at_) {
+    // What no connection holds and is back at its start (a bucket that
+    // refilled, no stream open) is the same as new: forget it.
+    absl::erase_if(peers_, [now](const auto& entry) {
+      const PeerShares& s = entry.second;
+      return (s.resets == nullptr ||
+              (s.resets.use_count() == 1 && s.resets->FullAt(now))) &&
+             (s.streams == nullptr ||
+              (s.streams.use_count() == 1 && s.streams->open() == 0));
     });
-    peer_resets_swept_at_ = std::max<size_t>(1024, 2 * peer_resets_.size());
+    peers_swept_at_ = std::max<size_t>(1024, 2 * peers_.size());
   }
-  std::shared_ptr<ResetBucket>& bucket = peer_resets_[std::move(peer)];
-  if (bucket == nullptr) {
-    bucket = std::make_shared<ResetBucket>(guard.max_resets,
-                                           guard.resets_per_second);
+  PeerShares& kept = peers_[std::move(peer)];
+  if (kept.resets == nullptr && guard.max_resets != 0) {
+    kept.resets = std::make_shared<ResetBucket>(guard.max_resets,
+                                                guard.resets_per_second);
   }
-  return bucket;
+  if (kept.streams == nullptr && options_.max_streams_per_peer != 0) {
+    kept.streams = std::make_shared<StreamCount>(options_.max_streams_per_peer);
+  }
+  shares.resets = kept.resets;
+  shares.streams = kept.streams;
+  return shares;
 }
 
 int GuardedRelay::Adopt(int client, const sockaddr* addr, socklen_t len) {
@@ -518,7 +558,7 @@ int GuardedRelay::Adopt(int client, const sockaddr* addr, socklen_t len) {
       static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
   // Without the name gRPC would see an anonymous peer; the call still works.
   (void)bind(pair[0], reinterpret_cast<const sockaddr*>(&un), un_len);
-  workers_[next_worker_]->Post(client, pair[0], ResetsFor(addr, len));
+  workers_[next_worker_]->Post(client, pair[0], SharesFor(addr, len));
   next_worker_ = (next_worker_ + 1) % workers_.size();
   return pair[1];
 }

@@ -58,11 +58,16 @@ struct GuardedRelayOptions {
   H2RequestGuardOptions guard;
   int threads = 1;           // at least 1
   std::string tag = "grpc";  // in the socket names: which port
-  // The reset budget (guard.max_resets) shared by all connections of one
-  // peer (server/net/peer_admission.h's PeerKey), so that reconnecting does
-  // not refill it; false: each connection has its own (behind a proxy every
-  // connection has the same address).
+  // The reset budget (guard.max_resets) and the stream cap
+  // (max_streams_per_peer) shared by all connections of one peer
+  // (server/net/peer_admission.h's PeerKey), so that reconnecting does not
+  // refill them; false: each connection has its own reset budget and no
+  // peer stream cap (behind a proxy every connection has the same address).
   bool resets_per_peer = true;
+  // Streams one peer, and the whole port, may hold open at once (0: no
+  // cap); one more is refused at its HEADERS (h2_request_guard.h).
+  uint32_t max_streams_per_peer = 0;
+  uint32_t max_streams = 0;
   Metrics* metrics = nullptr;  // not null; outlives the relay
 };
 
@@ -85,16 +90,18 @@ class GuardedRelay {
 
  private:
   GuardedRelay() = default;
-  // The reset budget for a connection from `addr` (null: the guard's own).
-  std::shared_ptr<ResetBucket> ResetsFor(const sockaddr* addr, socklen_t len);
+  // The reset budget and stream counts for a connection from `addr` (a null
+  // budget: the guard's own).
+  PeerShares SharesFor(const sockaddr* addr, socklen_t len);
 
   GuardedRelayOptions options_;
   uint64_t next_seq_ = 0;
   size_t next_worker_ = 0;
-  // Per peer key; touched only by Adopt(), and swept of buckets that are
-  // full and unheld when it reaches `peer_resets_swept_at_` entries.
-  absl::flat_hash_map<std::string, std::shared_ptr<ResetBucket>> peer_resets_;
-  size_t peer_resets_swept_at_ = 1024;
+  // Per peer key; touched only by Adopt(), and swept of what is unheld and
+  // back at its start when it reaches `peers_swept_at_` entries.
+  absl::flat_hash_map<std::string, PeerShares> peers_;
+  size_t peers_swept_at_ = 1024;
+  std::shared_ptr<StreamCount> all_streams_;  // null: no cap
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
 };

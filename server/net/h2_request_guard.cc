@@ -19,6 +19,7 @@ constexpr uint8_t kRstStream = 0x3;
 constexpr uint8_t kSettings = 0x4;
 constexpr uint8_t kGoAway = 0x7;
 constexpr uint8_t kWindowUpdate = 0x8;
+constexpr uint8_t kContinuation = 0x9;
 constexpr uint8_t kEndStream = 0x1;
 constexpr uint8_t kEndHeaders = 0x4;
 constexpr uint8_t kPadded = 0x8;
@@ -122,14 +123,76 @@ bool ResetBucket::FullAt(Clock::time_point now) const {
 }
 
 H2RequestGuard::H2RequestGuard(H2RequestGuardOptions options,
-                               std::shared_ptr<ResetBucket> resets)
+                               std::shared_ptr<ResetBucket> resets,
+                               std::shared_ptr<StreamCount> peer_streams,
+                               std::shared_ptr<StreamCount> all_streams)
     : options_(std::move(options)),
       resets_(std::move(resets)),
+      peer_streams_(std::move(peer_streams)),
+      all_streams_(std::move(all_streams)),
       preface_left_(kPrefaceSize) {
   if (resets_ == nullptr && options_.max_resets > 0) {
     resets_ = std::make_shared<ResetBucket>(options_.max_resets,
                                             options_.resets_per_second);
   }
+}
+
+H2RequestGuard::~H2RequestGuard() {
+  // The connection is gone, and its streams with it.
+  for (size_t i = 0; i < open_.size(); ++i) {
+    if (peer_streams_ != nullptr) peer_streams_->Close();
+    if (all_streams_ != nullptr) all_streams_->Close();
+  }
+}
+
+bool H2RequestGuard::OpenStream(uint32_t stream_id, std::string* to_server) {
+  if (peer_streams_ == nullptr && all_streams_ == nullptr) {
+    return true;
+  }
+  const StreamCount* full = nullptr;
+  const std::string* name = nullptr;
+  if (peer_streams_ != nullptr && !peer_streams_->TryOpen()) {
+    full = peer_streams_.get();
+    name = &options_.peer_streams_limit_name;
+    ++refused_peer_streams_;
+  } else if (all_streams_ != nullptr && !all_streams_->TryOpen()) {
+    if (peer_streams_ != nullptr) {
+      peer_streams_->Close();
+    }
+    full = all_streams_.get();
+    name = &options_.all_streams_limit_name;
+    ++refused_all_streams_;
+  }
+  if (full != nullptr) {
+    // gRPC's reset waits for the end of the header block (a frame between
+    // HEADERS and its payload or CONTINUATION is a connection error).
+    RefuseStream(stream_id, false,
+                 absl::StrCat("too many streams open at once: ", full->max(),
+                              " (", *name, ")"),
+                 nullptr);
+    reset_after_headers_ = stream_id;
+    (void)to_server;
+    return false;
+  }
+  open_.insert(stream_id);
+  return true;
+}
+
+void H2RequestGuard::ResetRefusedStream(std::string* to_server) {
+  if (reset_after_headers_ != 0 && header_block_ends_ &&
+      client_stream_left_ == 0) {
+    PutRstStream(to_server, reset_after_headers_, kCancel);
+    reset_after_headers_ = 0;
+    header_block_ends_ = false;
+  }
+}
+
+void H2RequestGuard::CloseStream(uint32_t stream_id) {
+  if (open_.erase(stream_id) == 0) {
+    return;
+  }
+  if (peer_streams_ != nullptr) peer_streams_->Close();
+  if (all_streams_ != nullptr) all_streams_->Close();
 }
 
 bool H2RequestGuard::TakeReset() {
@@ -163,6 +226,7 @@ void H2RequestGuard::FromClient(std::string_view bytes, std::string* to_server,
       to_server->append(bytes.substr(0, n));
       client_stream_left_ -= static_cast<uint32_t>(n);
       bytes.remove_prefix(n);
+      ResetRefusedStream(to_server);
       continue;
     }
     if (client_frame_.size() < kFrameHeader) {
@@ -184,6 +248,7 @@ void H2RequestGuard::FromClient(std::string_view bytes, std::string* to_server,
       OnClientFrame(client_frame_, to_server, to_client);
       client_frame_.clear();
       client_stream_left_ = length;
+      ResetRefusedStream(to_server);
       continue;
     }
     if (length > max_frame_) {
@@ -224,9 +289,18 @@ void H2RequestGuard::OnClientFrame(std::string_view header,
     return;
   }
   to_server->append(header);
+  if (type == kContinuation && (flags & kEndHeaders) != 0) {
+    header_block_ends_ = true;
+  }
   if (type == kHeaders) {
     if (id > last_client_stream_ && (id & 1) == 1) {
       last_client_stream_ = id;  // opens a stream
+      // The header block still goes to gRPC (its HPACK state must see
+      // it); a refused stream is reset right after it.
+      if (!OpenStream(id, to_server)) {
+        header_block_ends_ = (flags & kEndHeaders) != 0;
+        return;
+      }
       if ((flags & kEndStream) == 0) {
         streams_.try_emplace(id);
         if (streams_.size() > options_.max_streams) {
@@ -238,6 +312,7 @@ void H2RequestGuard::OnClientFrame(std::string_view header,
     }
   } else if (type == kRstStream) {
     streams_.erase(id);
+    CloseStream(id);
   }
 }
 
@@ -302,18 +377,28 @@ void H2RequestGuard::Refuse(uint32_t stream_id, Stream& s, uint64_t declared,
                             std::string* to_server) {
   ++refused_;
   largest_refused_ = std::max(largest_refused_, declared);
-  PutRstStream(to_server, stream_id, kCancel);
+  RefuseStream(stream_id, s.server_headers,
+               absl::StrCat("request message of ", declared,
+                            " bytes is larger than ", options_.limit_name, " (",
+                            options_.max_message_bytes, " bytes)"),
+               to_server);
+}
+
+void H2RequestGuard::RefuseStream(uint32_t stream_id, bool server_headers,
+                                  const std::string& message,
+                                  std::string* to_server) {
+  if (to_server != nullptr) {
+    PutRstStream(to_server, stream_id, kCancel);
+  }
+  CloseStream(stream_id);
   std::string block;
-  if (!s.server_headers) {
+  if (!server_headers) {
     block.push_back(static_cast<char>(0x88));  // :status 200 (static index 8)
     PutLiteral(&block, "content-type", "application/grpc");
   }
   PutLiteral(&block, "grpc-status", "8");
   // ASCII without '%': needs no percent-encoding.
-  PutLiteral(&block, "grpc-message",
-             absl::StrCat("request message of ", declared,
-                          " bytes is larger than ", options_.limit_name, " (",
-                          options_.max_message_bytes, " bytes)"));
+  PutLiteral(&block, "grpc-message", message);
   PutFrameHeader(&injected_, static_cast<uint32_t>(block.size()), kHeaders,
                  kEndStream | kEndHeaders, stream_id);
   injected_.append(block);
@@ -379,6 +464,10 @@ void H2RequestGuard::OnServerFrameHeader(const uint8_t* h) {
   }
   if (id == 0) {
     return;
+  }
+  if (type == kRstStream ||
+      ((type == kHeaders || type == kData) && (flags & kEndStream) != 0)) {
+    CloseStream(id);
   }
   auto it = streams_.find(id);
   if (it == streams_.end()) {

@@ -54,6 +54,7 @@
 #ifndef ASIDE_SERVER_NET_H2_REQUEST_GUARD_H_
 #define ASIDE_SERVER_NET_H2_REQUEST_GUARD_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -64,6 +65,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "lib/sync.h"
 
 namespace aside::server {
@@ -83,6 +85,36 @@ struct H2RequestGuardOptions {
   uint32_t resets_per_second = 0;
   // Named in the GOAWAY's debug data.
   std::string resets_limit_name = "limits.max_stream_resets";
+  // Named when a stream is refused past a StreamCount.
+  std::string peer_streams_limit_name = "limits.max_streams_per_peer";
+  std::string all_streams_limit_name = "limits.max_streams";
+};
+
+// Streams open at once against a cap (0: none): one peer's, shared by its
+// connections, or the whole port's. Every stream counts, whatever its
+// service (Watch, ADS, LRS, grpclb, ReportLoad, LoadView, health Watch, a
+// unary call in flight): what one peer's streams may hold in memory is
+// bounded by their number. Thread-safe.
+class StreamCount {
+ public:
+  explicit StreamCount(uint32_t max) : max_(max) {}
+  // Counts one more stream; false (nothing counted) at the cap.
+  bool TryOpen() {
+    uint32_t n = open_.load(std::memory_order_relaxed);
+    do {
+      if (max_ != 0 && n >= max_) {
+        return false;
+      }
+    } while (!open_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
+    return true;
+  }
+  void Close() { open_.fetch_sub(1, std::memory_order_relaxed); }
+  uint32_t open() const { return open_.load(std::memory_order_relaxed); }
+  uint32_t max() const { return max_; }
+
+ private:
+  const uint32_t max_;
+  std::atomic<uint32_t> open_{0};
 };
 
 // A token bucket of stream resets: `burst` at most, refilled at
@@ -111,14 +143,31 @@ class ResetBucket {
   Clock::time_point last_ ABSL_GUARDED_BY(mu_){};
 };
 
+// What the connections of one peer share: a reset budget and a stream
+// count (null: none, or the connection's own budget), and the port's
+// stream count.
+struct PeerShares {
+  std::shared_ptr<ResetBucket> resets;
+  std::shared_ptr<StreamCount> streams;
+  std::shared_ptr<StreamCount> all_streams;
+};
+
 class H2RequestGuard {
  public:
   using Clock = ResetBucket::Clock;
 
   // `resets` is the reset budget to draw on; null: the connection's own
-  // (when options.max_resets is not 0).
+  // (when options.max_resets is not 0). Each stream the client opens is
+  // counted in `peer_streams` and `all_streams` (either may be null) until
+  // it ends; one past either cap is refused at its HEADERS, as an
+  // oversized message is (RESOURCE_EXHAUSTED naming the limit).
   explicit H2RequestGuard(H2RequestGuardOptions options,
-                          std::shared_ptr<ResetBucket> resets = nullptr);
+                          std::shared_ptr<ResetBucket> resets = nullptr,
+                          std::shared_ptr<StreamCount> peer_streams = nullptr,
+                          std::shared_ptr<StreamCount> all_streams = nullptr);
+  ~H2RequestGuard();
+  H2RequestGuard(const H2RequestGuard&) = delete;
+  H2RequestGuard& operator=(const H2RequestGuard&) = delete;
 
   // Bytes from the client. Appends to `to_server` what gRPC may read and to
   // `to_client` the guard's own frames that can go now.
@@ -128,8 +177,13 @@ class H2RequestGuard {
   // frames at the frame boundaries.
   void FromServer(std::string_view bytes, std::string* to_client);
 
-  // Calls refused so far.
+  // Calls refused so far for their message size, and streams refused past
+  // the peer's and the port's stream caps.
   uint64_t refused() const { return refused_; }
+  uint64_t refused_peer_streams() const { return refused_peer_streams_; }
+  uint64_t refused_all_streams() const { return refused_all_streams_; }
+  // Streams counted open now.
+  size_t open_streams() const { return open_.size(); }
   // The largest message length a refused call declared.
   uint64_t largest_refused() const { return largest_refused_; }
   bool passthrough() const { return passthrough_; }
@@ -162,6 +216,17 @@ class H2RequestGuard {
   uint64_t Walk(Stream& s, std::string_view data);
   void Refuse(uint32_t stream_id, Stream& s, uint64_t declared,
               std::string* to_server);
+  // Ends the stream: RST_STREAM(CANCEL) to gRPC, trailers with
+  // RESOURCE_EXHAUSTED and `message` to the client.
+  void RefuseStream(uint32_t stream_id, bool server_headers,
+                    const std::string& message, std::string* to_server);
+  // Counts a stream the client opens; false (and the stream refused) past
+  // a cap.
+  bool OpenStream(uint32_t stream_id, std::string* to_server);
+  void CloseStream(uint32_t stream_id);
+  // Sends gRPC the reset of a stream refused at its HEADERS once its header
+  // block has passed whole.
+  void ResetRefusedStream(std::string* to_server);
   // Takes one reset from the budget; false when there is none left.
   bool TakeReset();
   void OnServerFrameHeader(const uint8_t* header);
@@ -172,7 +237,18 @@ class H2RequestGuard {
   bool failed_ = false;
   bool resets_spent_ = false;
   uint64_t refused_ = 0;
-  std::shared_ptr<ResetBucket> resets_;  // null: no budget
+  uint64_t refused_peer_streams_ = 0;
+  uint64_t refused_all_streams_ = 0;
+  std::shared_ptr<ResetBucket> resets_;        // null: no budget
+  std::shared_ptr<StreamCount> peer_streams_;  // null: not counted
+  std::shared_ptr<StreamCount> all_streams_;
+  // Streams counted in the StreamCounts, until either side ends them.
+  absl::flat_hash_set<uint32_t> open_;
+  // A stream refused at its HEADERS, whose reset goes to gRPC after its
+  // header block (`header_block_ends_` once the END_HEADERS frame was
+  // seen).
+  uint32_t reset_after_headers_ = 0;
+  bool header_block_ends_ = false;
   std::optional<Clock::time_point> now_for_test_;
   uint64_t largest_refused_ = 0;
 

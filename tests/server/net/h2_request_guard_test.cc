@@ -405,3 +405,80 @@ TEST(ClientPeerTest, AddressesAreWrittenAsGrpcWritesThem) {
 
 }  // namespace
 }  // namespace aside::server
+
+namespace aside::server {
+namespace {
+
+// Streams counted against a peer's cap, whatever their service: one past it
+// is refused at its HEADERS, whose header block still reaches gRPC whole
+// (its HPACK state) before the reset; a stream that ends frees its place.
+TEST(StreamCapTest, AStreamPastThePeersCapIsRefusedAfterItsHeaderBlock) {
+  auto peer = std::make_shared<StreamCount>(2);
+  auto all = std::make_shared<StreamCount>(100);
+  H2RequestGuard guard({.max_message_bytes = 1024}, nullptr, peer, all);
+  std::string to_server, to_client;
+  guard.FromClient(std::string(kPreface) + Frame(0x4, 0, 0, ""), &to_server,
+                   &to_client);
+  guard.FromServer(ServerSettings(), &to_client);
+  to_server.clear();
+  to_client.clear();
+
+  guard.FromClient(Headers(1) + Headers(3), &to_server, &to_client);
+  EXPECT_EQ(peer->open(), 2u);
+  EXPECT_EQ(all->open(), 2u);
+  // The third, split over a HEADERS and a CONTINUATION frame, byte by byte.
+  const std::string third =
+      Headers(5, /*flags=*/0) + Frame(0x9, 0x4, 5, "\x84");
+  for (char c : third) {
+    guard.FromClient(std::string_view(&c, 1), &to_server, &to_client);
+  }
+  EXPECT_EQ(guard.refused_peer_streams(), 1u);
+  EXPECT_EQ(peer->open(), 2u);
+  Frames to_grpc = Frames::Parse(to_server);
+  ASSERT_EQ(to_grpc.list.size(), 5u);
+  EXPECT_EQ(to_grpc.list[2].type, 0x1);  // the refused stream's HEADERS,
+  EXPECT_EQ(to_grpc.list[3].type, 0x9);  // its CONTINUATION,
+  EXPECT_EQ(to_grpc.list[4].type, 0x3);  // then its reset
+  EXPECT_EQ(to_grpc.list[4].stream, 5u);
+  Frames back = Frames::Parse(to_client);
+  ASSERT_EQ(back.list.size(), 2u);
+  EXPECT_EQ(back.list[0].stream, 5u);
+  EXPECT_THAT(back.list[0].payload,
+              HasSubstr("too many streams open at once: 2 "
+                        "(limits.max_streams_per_peer)"));
+
+  // Stream 1 ends (the server's trailers): a new stream fits again.
+  to_server.clear();
+  guard.FromServer(Headers(1, 0x5), &to_client);
+  EXPECT_EQ(peer->open(), 1u);
+  guard.FromClient(Headers(7), &to_server, &to_client);
+  EXPECT_EQ(peer->open(), 2u);
+  EXPECT_EQ(guard.refused_peer_streams(), 1u);
+  // A reset from the client ends one too.
+  guard.FromClient(Frame(0x3, 0, 3, std::string("\0\0\0\x8", 4)), &to_server,
+                   &to_client);
+  EXPECT_EQ(peer->open(), 1u);
+}
+
+TEST(StreamCapTest, TheConnectionsStreamsAreGivenBackWhenItCloses) {
+  auto peer = std::make_shared<StreamCount>(10);
+  auto all = std::make_shared<StreamCount>(2);
+  {
+    H2RequestGuard guard({.max_message_bytes = 1024}, nullptr, peer, all);
+    std::string to_server, to_client;
+    guard.FromClient(std::string(kPreface) + Frame(0x4, 0, 0, ""), &to_server,
+                     &to_client);
+    guard.FromServer(ServerSettings(), &to_client);
+    guard.FromClient(Headers(1) + Headers(3) + Headers(5), &to_server,
+                     &to_client);
+    // The port's cap: the peer's count is given back for the refused one.
+    EXPECT_EQ(guard.refused_all_streams(), 1u);
+    EXPECT_EQ(peer->open(), 2u);
+    EXPECT_EQ(all->open(), 2u);
+  }
+  EXPECT_EQ(peer->open(), 0u);
+  EXPECT_EQ(all->open(), 0u);
+}
+
+}  // namespace
+}  // namespace aside::server
