@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "server/api/grpclb_service.h"
 #include "server/api/health_service.h"
 #include "server/api/load_balancer_service.h"
+#include "server/api/parse_error_interceptor.h"
 #include "server/api/xds/ads_service.h"
 #include "server/api/xds/lrs_service.h"
 #include "server/auth/admin_auth.h"
@@ -32,6 +34,7 @@
 #include "server/load/load_view_peers.h"
 #include "server/load/load_view_service.h"
 #include "server/load/orca_collector.h"
+#include "server/net/backend_relay.h"
 #include "server/net/connection_gate.h"
 #include "server/net/metrics_port.h"
 #include "server/status/events.h"
@@ -47,10 +50,11 @@ class EtcdStore;
 // Opens the store `config` names (sqlite under state_dir, or etcd; etcd
 // connects on first use). `metrics` may not be null. `etcd` (if given) is
 // set to the store when it is etcd's, whose client and prefix the fleet's
-// membership and probe ownership share, and to null otherwise.
-absl::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& config,
-                                                 Metrics* metrics,
-                                                 EtcdStore** etcd = nullptr);
+// membership and probe ownership share, and to null otherwise. etcd's
+// channels go through `relay` when it is given.
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(
+    const ServerConfig& config, Metrics* metrics, EtcdStore** etcd = nullptr,
+    const BackendRelay* relay = nullptr);
 
 class AsideServer {
  public:
@@ -117,6 +121,9 @@ class AsideServer {
   MetricsPort metrics_http_{metrics_};
   // First in, last out: everything below may record into it.
   std::unique_ptr<EventLog> events_;
+  // The channels to backends and etcd go through it (probes, ORCA
+  // streams, the store's client): it outlives them.
+  std::unique_ptr<BackendRelay> backend_relay_;
   std::unique_ptr<Store> store_;
   // Applies the store's changes to groups_: stopped in the destructor,
   // before the groups go.
@@ -176,6 +183,10 @@ class AsideServer {
   int metrics_port_ = 0;
   int health_port_ = 0;
   bool shut_down_ = false;
+  // /readyz on the metrics port: from the end of Start to Shutdown.
+  std::atomic<bool> ready_{false};
+  // The gRPC port's calls in flight, which a shutdown waits for.
+  CallsInFlight calls_;
 };
 
 }  // namespace aside::server

@@ -23,6 +23,10 @@
 
 namespace aside::server {
 
+// After the unary calls of a shutdown: how long the streams' last writes
+// may take before they are cut.
+constexpr absl::Duration kShutdownStreamGrace = absl::Seconds(3);
+
 namespace {
 
 // The soft open-file limit now (main raised it to the hard limit).
@@ -104,7 +108,9 @@ GuardedRelayOptions AsideServer::RequestRelay() const {
           .threads = RelayThreads(),
           .tag = "grpc",
           // Behind a proxy every connection has one address: no peers.
-          .resets_per_peer = config_.max_connections_per_peer != 0};
+          .resets_per_peer = config_.max_connections_per_peer != 0,
+          .max_streams_per_peer = config_.max_streams_per_peer,
+          .max_streams = config_.max_streams};
 }
 
 absl::Status AsideServer::Start() {
@@ -166,7 +172,8 @@ absl::Status AsideServer::Start() {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors;
-    interceptors.push_back(std::make_unique<ParseErrorInterceptorFactory>());
+    interceptors.push_back(
+        std::make_unique<ParseErrorInterceptorFactory>(&calls_));
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
   watch_hub_->AddCompletionQueues(builder);
@@ -247,11 +254,22 @@ absl::Status AsideServer::Start() {
         {{"id", membership_->id()}, {"address", AdvertiseAddress()}});
   }
   if (!config_.metrics.empty()) {
-    absl::StatusOr<int> port = metrics_http_.Serve(
-        config_.metrics, {},
-        status_page_ != nullptr
-            ? status_page_->Routes()
-            : std::vector<std::pair<std::string, HttpHandler>>{});
+    std::vector<std::pair<std::string, HttpHandler>> routes;
+    if (status_page_ != nullptr) {
+      routes = status_page_->Routes();
+    }
+    // Liveness: the port answers. Readiness: the gRPC port serves (from
+    // the end of Start to the start of Shutdown).
+    routes.emplace_back("/healthz", [](const HttpRequest&) {
+      return HttpResponse{.body = "ok\n"};
+    });
+    routes.emplace_back("/readyz", [this](const HttpRequest&) {
+      return ready_.load()
+                 ? HttpResponse{.body = "ready\n"}
+                 : HttpResponse{.status = 503, .body = "not serving\n"};
+    });
+    absl::StatusOr<int> port =
+        metrics_http_.Serve(config_.metrics, {}, std::move(routes));
     if (!port.ok()) {
       return fail(port.status());
     }
@@ -262,6 +280,7 @@ absl::Status AsideServer::Start() {
     Log(LogLevel::kInfo, "metrics.listening",
         {{"address", config_.metrics}, {"port", absl::StrCat(metrics_port_)}});
   }
+  ready_ = true;
   return absl::OkStatus();
 }
 
@@ -348,6 +367,7 @@ void AsideServer::Shutdown(absl::Duration grace) {
     return;
   }
   shut_down_ = true;
+  ready_ = false;
   // Leave the fleet first: the other replicas take this one's targets over
   // at once (its lease is revoked) while its calls drain.
   StopFleet();
@@ -360,15 +380,21 @@ void AsideServer::Shutdown(absl::Duration grace) {
   if (orca_ != nullptr) {
     orca_->Stop();
   }
-  const auto deadline =
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(grace));
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::milliseconds(absl::ToInt64Milliseconds(grace));
   // No connection reaches gRPC once it shuts down; waiting ones are closed.
   if (gate_ != nullptr) {
     gate_->Stop();
   }
   if (server_ != nullptr) {
-    server_->Shutdown(deadline);
+    // The grace is for the unary calls in flight. Once they are done, the
+    // streams (ended above) get at most kShutdownStreamGrace more for their
+    // last writes, and then nothing is waited for: not a stream whose
+    // client stopped reading, nor a connection that never closes after the
+    // GOAWAY (its client does not read).
+    calls_.WaitForNoUnary(grace);
+    calls_.WaitForNone(std::min(grace, kShutdownStreamGrace));
+    server_->Shutdown(std::chrono::system_clock::now());
   }
   if (admin_service_ != nullptr) {
     // Before the server is destroyed: a worker that answered the last

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/address.h"
+#include "lib/backend.h"
 #include "lib/policies/weighted_round_robin.h"
 #include "lib/thread_name.h"
 #include "proto/convert.h"
@@ -249,7 +250,7 @@ class GrpclbService::Stream final
       aside::MutexLock lock(&mu_);
       FinishLocked(grpc::Status(
           grpc::StatusCode::NOT_FOUND,
-          absl::StrCat("no group for grpclb name '", name.substr(0, 512),
+          absl::StrCat("no group for grpclb name '", EchoName(name),
                        "' (by alias or by the host's first label)")));
       return;
     }

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "lib/backend.h"
 #include "lib/sync.h"
 #include "server/base/status_util.h"
 #include "server/base/stream_reactor.h"
@@ -119,10 +121,11 @@ grpc::ServerUnaryReactor* HealthService::Check(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto status = Status(request->service());
   if (!status) {
-    reactor->Finish(
-        grpc::Status(grpc::StatusCode::NOT_FOUND,
-                     "unknown service '" + request->service() +
-                         "' (use \"\", a service name or a group name)"));
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("unknown service '", EchoName(request->service()),
+                     "' (use \"\", a service name or a group "
+                     "name)")));
   } else {
     response->set_status(*status);
     reactor->Finish(grpc::Status::OK);

@@ -28,8 +28,19 @@ std::string RequestTypeOf(const char* method) {
 
 class ParseErrorInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit ParseErrorInterceptor(grpc::experimental::ServerRpcInfo* info)
-      : info_(info) {}
+  // A call's interceptor lives as long as the call.
+  ParseErrorInterceptor(grpc::experimental::ServerRpcInfo* info,
+                        CallsInFlight* calls)
+      : info_(info), calls_(calls) {
+    if (calls_ != nullptr) {
+      calls_->Begin(/*unary=*/true);
+    }
+  }
+  ~ParseErrorInterceptor() override {
+    if (calls_ != nullptr) {
+      calls_->End(/*unary=*/true);
+    }
+  }
 
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -52,7 +63,24 @@ class ParseErrorInterceptor final : public grpc::experimental::Interceptor {
 
  private:
   grpc::experimental::ServerRpcInfo* const info_;
+  CallsInFlight* const calls_;
   bool unparsed_ = false;
+};
+
+// A stream's: counts it, and passes everything on.
+class StreamCounter final : public grpc::experimental::Interceptor {
+ public:
+  explicit StreamCounter(CallsInFlight* calls) : calls_(calls) {
+    calls_->Begin(/*unary=*/false);
+  }
+  ~StreamCounter() override { calls_->End(/*unary=*/false); }
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    methods->Proceed();
+  }
+
+ private:
+  CallsInFlight* const calls_;
 };
 
 }  // namespace
@@ -61,9 +89,10 @@ grpc::experimental::Interceptor*
 ParseErrorInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
   if (info->type() != grpc::experimental::ServerRpcInfo::Type::UNARY) {
-    return nullptr;  // nothing to do, and no cost, on streams
+    // Nothing to check on streams; only counted.
+    return calls_ != nullptr ? new StreamCounter(calls_) : nullptr;
   }
-  return new ParseErrorInterceptor(info);
+  return new ParseErrorInterceptor(info, calls_);
 }
 
 }  // namespace aside::server

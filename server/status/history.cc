@@ -509,7 +509,9 @@ std::optional<GroupHistory> StatusHistory::ReadLocked(
   return h;
 }
 
-std::string StatusHistory::Json(absl::string_view group, bool backends) const {
+std::string StatusHistory::Json(absl::string_view group, bool backends,
+                                absl::string_view after,
+                                size_t max_bytes) const {
   aside::MutexLock lock(&mu_);
   const size_t n = options_.samples;
   const uint64_t first = seq_ >= n ? seq_ - n + 1 : 1;
@@ -534,20 +536,29 @@ std::string StatusHistory::Json(absl::string_view group, bool backends) const {
     }
   } else {
     for (const auto& [name, unused] : groups_) {
-      names.push_back(name);
+      if (name > after) {
+        names.push_back(name);
+      }
     }
     std::sort(names.begin(), names.end());
   }
+  bool first_group = true;
+  std::string next;  // the last group written, when the budget ran out
   auto uint_format = [](std::string* o, uint32_t v) { absl::StrAppend(o, v); };
   auto bool_format = [](std::string* o, bool v) {
     o->append(v ? "true" : "false");
   };
   for (size_t i = 0; i < names.size(); ++i) {
+    if (out.size() >= max_bytes && !first_group) {
+      next = names[i - 1];
+      break;
+    }
     const std::optional<GroupHistory> h = ReadLocked(names[i]);
     if (!h.has_value()) {
       continue;
     }
-    out.append(i == 0 ? "{\"name\":" : ",{\"name\":");
+    out.append(first_group ? "{\"name\":" : ",{\"name\":");
+    first_group = false;
     AppendJsonString(&out, h->name);
     AppendSeries(&out, "picks_per_second", h->picks_per_second);
     AppendSeries(&out, "pick_failures_per_second", h->pick_failures_per_second);
@@ -583,7 +594,13 @@ std::string StatusHistory::Json(absl::string_view group, bool backends) const {
     }
     out.push_back('}');
   }
-  out.append("]}");
+  out.push_back(']');
+  if (!next.empty()) {
+    // The rest from ?after=<next>.
+    out.append(",\"truncated\":true,\"next_after\":");
+    AppendJsonString(&out, next);
+  }
+  out.push_back('}');
   return out;
 }
 

@@ -155,9 +155,14 @@ class StatusHistory {
 
   // The kept history of one group (nullopt when it is not tracked).
   std::optional<GroupHistory> Read(absl::string_view group) const;
-  // /status/history.json: every tracked group, or only `group` when not
-  // empty, with backend series when `backends`.
-  std::string Json(absl::string_view group, bool backends) const;
+  // /status/history.json: every tracked group (by name, those after
+  // `after`), or only `group` when not empty, with backend series when
+  // `backends`. Groups stop once the response passes `max_bytes`; it then
+  // says "truncated": true and "next_after": the name to go on after.
+  static constexpr size_t kMaxJsonBytes = 1 << 20;
+  std::string Json(absl::string_view group, bool backends,
+                   absl::string_view after = {},
+                   size_t max_bytes = kMaxJsonBytes) const;
 
   struct Stats {
     uint64_t samples = 0;  // taken since start

@@ -519,7 +519,8 @@ std::vector<std::pair<std::string, HttpHandler>> StatusPage::Routes() {
           }
           const std::string group = QueryParam(request.query, "group");
           return json(sources_.history->Json(
-              group, QueryParam(request.query, "backends") != "0"));
+              group, QueryParam(request.query, "backends") != "0",
+              QueryParam(request.query, "after")));
         });
   }
   if (sources_.events != nullptr) {

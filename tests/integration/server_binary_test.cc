@@ -229,6 +229,15 @@ TEST_F(ServerBinaryTest, HealthServiceKnowsServerServicesAndGroups) {
             grpc::health::v1::HealthCheckResponse::NOT_SERVING);
   EXPECT_EQ(check("no-such-thing", &response).error_code(),
             grpc::StatusCode::NOT_FOUND);
+  // A long name with CR/LF is echoed cut and escaped, never raw.
+  std::string hostile(100000, 'a');
+  hostile.replace(10, 2, "\r\n");
+  const grpc::Status unknown = check(hostile, &response);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_LT(unknown.error_message().size(), 256u) << unknown.error_message();
+  EXPECT_EQ(unknown.error_message().find_first_of("\r\n"), std::string::npos)
+      << unknown.error_message();
+  EXPECT_THAT(unknown.error_message(), HasSubstr("(100000 bytes)"));
 
   // Watch sends the current status first.
   auto context = Context();
@@ -278,6 +287,16 @@ TEST_F(ServerBinaryTest, ServesPrometheusMetrics) {
   EXPECT_THAT(
       metrics.body,
       HasSubstr("aside_group_backends{group=\"demo\",state=\"ready\"} 2"));
+}
+
+// The metrics port answers the probes the docs name for it.
+TEST_F(ServerBinaryTest, MetricsPortAnswersLivenessAndReadiness) {
+  for (const char* path : {"/healthz", "/readyz"}) {
+    ASSERT_OK_AND_ASSIGN(
+        aside::testing::HttpResponse r,
+        aside::testing::HttpGet("127.0.0.1", server_.metrics_port, path));
+    EXPECT_EQ(r.status, 200) << path;
+  }
 }
 
 TEST_F(ServerBinaryTest, SigtermShutsDownCleanly) {
@@ -330,6 +349,32 @@ TEST(ServerBinaryShutdownTest, SigtermEndsOpenLoadReportStreams) {
   EXPECT_THAT(s.error_message(), HasSubstr("shutting down"));
   std::optional<int> status = server.process->Wait(absl::Seconds(30));
   ASSERT_TRUE(status.has_value()) << "server waited for the report stream";
+  EXPECT_TRUE(WIFEXITED(*status));
+}
+
+// A client that stopped reading (SIGSTOP) with an idle connection and an
+// open Watch stream: it never closes its connection after the GOAWAY, and
+// the server must not wait out its grace for it.
+TEST(ServerBinaryShutdownTest, AClientThatStoppedReadingDoesNotHoldItUp) {
+  TempDir dir;
+  const std::string config = dir.WriteFile(
+      "aside.yaml", absl::StrCat(kConfig, "shutdown_grace: 120s\n"));
+  ASSERT_OK_AND_ASSIGN(RunningServer server,
+                       StartServer(dir, {"--config", config}));
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Process> client,
+      Process::Start({"/usr/bin/python3",
+                      aside::testing::SourceDir() +
+                          "/tests/abuse/stopped_client.py",
+                      server.target(), "demo"}));
+  ASSERT_OK(client->WaitForLine("event=stopped_client.ready", absl::Seconds(30))
+                .status());
+  client->Signal(SIGSTOP);
+  server.process->Signal(SIGTERM);
+  // Well inside the 120 s grace (no unary call is in flight).
+  std::optional<int> status = server.process->Wait(absl::Seconds(30));
+  client->Signal(SIGCONT);
+  ASSERT_TRUE(status.has_value()) << "server waited for the stopped client";
   EXPECT_TRUE(WIFEXITED(*status));
 }
 

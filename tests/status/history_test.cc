@@ -222,6 +222,30 @@ TEST_F(HistoryTest, JsonSaysNullForWhatWasNotMeasured) {
   EXPECT_THAT(h.Json("nope", true), HasSubstr("\"groups\":[]"));
 }
 
+// A response stops at its size budget and says where to go on.
+TEST_F(HistoryTest, JsonIsCutAtItsBudgetAndGoesOnAfterTheLastGroup) {
+  StatusHistory h = Make();
+  std::vector<HistoryGroupInput> groups;
+  for (int i = 0; i < 50; ++i) {
+    groups.push_back(Group(absl::StrCat("g", 10 + i), 0,
+                           {Backend("a:1", 100, 0), Backend("b:1", 100, 0)}));
+  }
+  h.Record(groups);
+  const std::string whole = h.Json("", true);
+  EXPECT_THAT(whole, Not(HasSubstr("truncated")));
+  const std::string first = h.Json("", true, "", whole.size() / 4);
+  EXPECT_LT(first.size(), whole.size() / 2);
+  EXPECT_THAT(first, HasSubstr("\"truncated\":true"));
+  const size_t at = first.find("\"next_after\":\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string next =
+      first.substr(at + 14, first.find('"', at + 14) - (at + 14));
+  const std::string rest = h.Json("", true, next);
+  EXPECT_THAT(rest, Not(HasSubstr(absl::StrCat("\"name\":\"", next, "\""))));
+  EXPECT_THAT(rest, HasSubstr("\"name\":\"g59\""));
+  EXPECT_THAT(rest, Not(HasSubstr("truncated")));
+}
+
 TEST_F(HistoryTest, StoreAndFleetChangesBecomeEvents) {
   EventLog events(&clock_);
   bool up = true;

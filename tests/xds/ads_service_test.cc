@@ -125,5 +125,46 @@ TEST_F(AdsServiceTest, AGroupAddedAnswersANameThatHadNoneAtOnce) {
   EXPECT_THAT(Endpoints(response), ::testing::ElementsAre(1));
 }
 
+// A request past a cap ends the stream with a status naming the cap: the
+// client sees why, instead of waiting for resources that never come.
+TEST_F(AdsServiceTest, ARequestPastTheNameCapEndsTheStreamNamingIt) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 1000; ++i) {
+    names.push_back(absl::StrCat("name", i));
+  }
+  names.push_back("web");
+  Request(names);
+  discovery::DiscoveryResponse response;
+  EXPECT_FALSE(stream_->Read(&response));
+  const grpc::Status status = stream_->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("at most 1000"));
+}
+
+TEST_F(AdsServiceTest, ARequestWithATooLongNameEndsTheStreamNamingTheCap) {
+  Request({"web", std::string(513, 'x')});
+  discovery::DiscoveryResponse response;
+  EXPECT_FALSE(stream_->Read(&response));
+  const grpc::Status status = stream_->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              ::testing::HasSubstr("513 bytes; at most 512"));
+}
+
+// At the caps, a request is answered.
+TEST_F(AdsServiceTest, ARequestAtTheCapsIsAnswered) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 999; ++i) {
+    names.push_back(absl::StrCat("name", i));
+  }
+  names.push_back("web");
+  names.push_back(std::string(512, 'y'));
+  names.erase(names.begin());
+  Request(names);
+  discovery::DiscoveryResponse response;
+  ASSERT_TRUE(stream_->Read(&response));
+  EXPECT_THAT(Endpoints(response), ::testing::ElementsAre(2));
+}
+
 }  // namespace
 }  // namespace aside::server::xds

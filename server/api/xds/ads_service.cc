@@ -105,6 +105,14 @@ class AdsService::Stream final
         FinishLocked(grpc::Status::OK);
         return;
       }
+      if (grpc::Status refused = OverCapLocked(); !refused.ok()) {
+        LogThrottled(LogLevel::kWarn, "xds.request_refused",
+                     {{"node", node_id_},
+                      {"error", refused.error_message()},
+                      {"peer", ClientPeer(context_->peer())}});
+        FinishLocked(refused);
+        return;
+      }
       HandleRequestLocked();
       WriteNextLocked();
       if (!finished()) {
@@ -178,6 +186,30 @@ class AdsService::Stream final
     std::string rejected_version;
   };
 
+  // A request past a cap is refused whole, with the stream: the client
+  // sees which cap (a subscription cut short would leave it waiting for
+  // resources that never come).
+  grpc::Status OverCapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (static_cast<size_t>(request_.resource_names_size()) >
+        kMaxNamesPerType) {
+      Count("other", "too_many_names");
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("xds: ", request_.resource_names_size(),
+                       " resource names in one request; at most ",
+                       kMaxNamesPerType, " per type"));
+    }
+    for (const std::string& n : request_.resource_names()) {
+      if (n.size() > kMaxNameBytes) {
+        Count("other", "name_too_long");
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("xds: a resource name of ", n.size(),
+                                         " bytes; at most ", kMaxNameBytes));
+      }
+    }
+    return grpc::Status::OK;
+  }
+
   void HandleRequestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (request_.has_node() && !have_node_) {
       have_node_ = true;
@@ -185,7 +217,8 @@ class AdsService::Stream final
       ring_hash_safe_ = RingHashSafe(request_.node());
       typed_policies_ = ReadsTypedPolicies(request_.node());
       no_route_safe_ = NoRouteListenerSafe(request_.node());
-      Log(LogLevel::kInfo, "xds.stream",
+      LogThrottled(
+          LogLevel::kInfo, "xds.stream",
           {{"node", node_id_},
            {"user_agent", request_.node().user_agent_name().substr(0, 128)},
            {"user_agent_version",
@@ -209,7 +242,8 @@ class AdsService::Stream final
       if (request_.has_error_detail()) {
         t.rejected_version = t.sent_version;
         Count(label, "nack");
-        Log(LogLevel::kWarn, "xds.nack",
+        LogThrottled(
+            LogLevel::kWarn, "xds.nack",
             {{"node", node_id_},
              {"type", label},
              {"version", t.sent_version},
@@ -221,11 +255,9 @@ class AdsService::Stream final
       }
     }
     std::vector<std::string> names;
-    for (const std::string& n : request_.resource_names()) {
-      if (n.size() <= kMaxNameBytes && names.size() < kMaxNamesPerType) {
-        names.push_back(n);
-      }
-    }
+    // Within the caps (OverCapLocked).
+    names.assign(request_.resource_names().begin(),
+                 request_.resource_names().end());
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
     if (!t.subscribed || names != t.names) {
