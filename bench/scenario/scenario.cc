@@ -138,6 +138,11 @@ absl::Duration Scenario::MeanCallTime() const {
 }
 
 double Scenario::CapacityFactor(uint32_t b, absl::Duration t) const {
+  return CapacityFactor(b, t, events);
+}
+
+double Scenario::CapacityFactor(uint32_t b, absl::Duration t,
+                                absl::Span<const ScenarioEvent> events) const {
   double factor = 1;
   for (const ScenarioEvent& e : events) {
     if (e.backend != b || t < e.at || t >= e.end()) {

@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace aside::bench {
 
@@ -98,6 +99,10 @@ struct Scenario {
   // The factor of backend `b`'s own capacity at time `t` from the start of
   // the measurement (1 when no event applies; 0 during a stall).
   double CapacityFactor(uint32_t b, absl::Duration t) const;
+  // The same over the events of `events` only (those naming backend b, for
+  // callers that index them per backend).
+  double CapacityFactor(uint32_t b, absl::Duration t,
+                        absl::Span<const ScenarioEvent> events) const;
 };
 
 // Parses a scenario. Errors are InvalidArgument "source:line: message" (the
