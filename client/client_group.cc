@@ -56,15 +56,15 @@ bool ReadsLatency(const PolicyConfig& policy) {
           p->p2c.load == P2cParams::Load::kPeakEwma);
 }
 
-// Whether `policy` picks by in-flight counts (p2c; sticky and locality by
-// their child's): its picks count in the members' BackendLoad.
+// Whether `policy` picks by in-flight counts (p2c, least_time; sticky and
+// locality by their child's): its picks count in the members' BackendLoad.
 bool ReadsInFlight(const PolicyConfig& policy) {
   const PolicyConfig* p = &policy;
   if (p->kind == PolicyKind::kSticky || p->kind == PolicyKind::kLocality)
       [[unlikely]] {
     p = &p->child_or_default();
   }
-  return p->kind == PolicyKind::kP2c;
+  return p->kind == PolicyKind::kP2c || p->kind == PolicyKind::kLeastTime;
 }
 
 // Counts one call started, in the calling thread's counters.

@@ -65,8 +65,11 @@ struct RingHashParams {
 struct P2cParams {
   enum class Load : uint8_t { kPending, kPeakEwma };
   Load load = Load::kPending;
-  // Peak-EWMA decay time constant, 1ms..1h.
-  absl::Duration decay = absl::Seconds(10);
+  // Peak-EWMA decay time constant, 1ms..1h. 1 s, not Finagle's and Tower's
+  // 10 s: with 10 s a backend whose estimate peaked while it was slow took
+  // tens of seconds to be seen again once it recovered (bench/README.md,
+  // "Arena simulator").
+  absl::Duration decay = absl::Seconds(1);
   // RTT assumed for a backend without samples, 1us..1m.
   absl::Duration default_rtt = absl::Milliseconds(30);
   friend bool operator==(const P2cParams&, const P2cParams&) = default;

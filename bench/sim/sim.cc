@@ -7,8 +7,10 @@
 #include <queue>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "lib/clock.h"
 #include "lib/load/backend_load.h"
 #include "lib/load/load_tracker.h"
@@ -48,8 +50,40 @@ struct PolicyPlan {
   int64_t interval_nanos = kSecond;
 };
 
-absl::StatusOr<PolicyPlan> PlanOf(const std::string& name) {
+// Variants for experiments: "p2c_peak_ewma/decay=1s" sets a parameter.
+absl::Status ApplyParam(PolicyPlan& p, absl::string_view key,
+                        absl::string_view value) {
+  absl::Duration d;
+  double v = 0;
+  if (key == "decay" && absl::ParseDuration(value, &d)) {
+    p.config.p2c.decay = d;
+  } else if (key == "default_rtt" && absl::ParseDuration(value, &d)) {
+    p.config.p2c.default_rtt = d;
+  } else if (key == "alpha" && absl::SimpleAtod(value, &v)) {
+    p.config.least_time.alpha = v;
+  } else if (key == "interval" && absl::ParseDuration(value, &d)) {
+    p.interval_nanos = absl::ToInt64Nanoseconds(d);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad parameter '", key, "=", value, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PolicyPlan> PlanOf(const std::string& full_name) {
   PolicyPlan p;
+  std::vector<std::string> parts = absl::StrSplit(full_name, '/');
+  const std::string name = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) {
+    std::vector<std::string> kv = absl::StrSplit(parts[i], '=');
+    if (kv.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad parameter '", parts[i], "'"));
+    }
+    if (absl::Status st = ApplyParam(p, kv[0], kv[1]); !st.ok()) {
+      return st;
+    }
+  }
   if (name == "round_robin") {
     p.config.kind = PolicyKind::kRoundRobin;
   } else if (name == "weighted_round_robin") {

@@ -145,6 +145,9 @@ void BackendLoad::Estimate(const Completion& c,
     UpdatePeak(c, model);
   }
   if (model.latency_ewma) {
+    if (c.ok && c.now_nanos > latency_stamp_.load(std::memory_order_relaxed)) {
+      latency_stamp_.store(c.now_nanos, std::memory_order_relaxed);
+    }
     UpdateEwma(last_byte_,
                static_cast<double>(c.latency_nanos > 0 ? c.latency_nanos : 0),
                model, c.ok);

@@ -18,7 +18,10 @@
 //   the default is tried within tau * ln(default / fleet RTT) rather than
 //   never; its first sample replaces the default.
 // - latency EWMAs for least_time, time to first byte and to last byte:
-//   e = alpha * sample + (1 - alpha) * e, the first sample taken as is.
+//   e = alpha * sample + (1 - alpha) * e, the first sample taken as is;
+//   read back toward the default latency with the time since the last
+//   successful completion, d + (e - d) * exp(-age / 1 s), so an estimate
+//   nobody refreshes is not frozen.
 //
 // Failed requests are counted; their latency may raise an estimate (a slow
 // failure is news) but never lowers it, so a backend that fails fast does
@@ -96,6 +99,9 @@ struct LoadModel {
   // samples.
   double alpha = 0.3;
   double default_latency_nanos = 10e6;
+  // Least-time: 1 / the time constant (1 s) in 1/ns with which an estimate
+  // returns to the default when no completion updates it.
+  double latency_inverse_decay_nanos = 1.0 / 1e9;
 
   // The model of `policy` (of its child for sticky and locality). Every
   // estimate is updated for policies that read none of them, so a policy
@@ -219,6 +225,23 @@ class BackendLoad {
   double FirstByteEwma(const LoadModel& model) const noexcept {
     return Ewma(first_byte_, model);
   }
+  // What least_time compares: the EWMA (last byte, or first byte with
+  // `first_byte`) returned toward the default with the time since its last
+  // update, times (in-flight + 1), so that calls sitting in a queue count
+  // before they complete and an estimate nobody refreshes is tried again.
+  double LeastTimeCost(int64_t now_nanos, const LoadModel& model,
+                       bool first_byte) const noexcept {
+    double e = Ewma(first_byte ? first_byte_ : last_byte_, model);
+    const int64_t stamp = latency_stamp_.load(std::memory_order_relaxed);
+    if (stamp != 0 && now_nanos > stamp) {
+      const double d = model.default_latency_nanos;
+      e = d + (e - d) * load_internal::ExpNegative(
+                            static_cast<double>(now_nanos - stamp) *
+                            model.latency_inverse_decay_nanos);
+    }
+    const int64_t pending = in_flight();
+    return e * static_cast<double>((pending > 0 ? pending : 0) + 1);
+  }
 
   // Peak-EWMA state packing, exposed for tests: 24 bits of RTT (a float32
   // without its sign and low 7 mantissa bits: relative precision 2^-17) and
@@ -272,6 +295,8 @@ class BackendLoad {
   // Least-time EWMAs (double bits); kNoSample = no sample yet.
   std::atomic<uint64_t> last_byte_{kNoSample};
   std::atomic<uint64_t> first_byte_{kNoSample};
+  // Monotonic time of the last update of either EWMA; 0 = none.
+  std::atomic<int64_t> latency_stamp_{0};
   std::atomic<uint64_t> picks_{0};
 };
 

@@ -35,6 +35,7 @@ class LeastTimeSelector final : public Selector {
     }
     FastRng& rng = pick_internal::RngOf(request);
     const LoadModel& model = table_.load_model();
+    const int64_t now = pick_internal::NowOf(request);
     size_t count = 0;
     while (count < out.size() && count < kRankedChoices) {
       const Candidate* best = nullptr;
@@ -45,8 +46,7 @@ class LeastTimeSelector final : public Selector {
             pick_internal::Contains(out.subspan(0, count), c.index)) {
           continue;
         }
-        const double t = first_byte_ ? c.load->FirstByteEwma(model)
-                                     : c.load->LastByteEwma(model);
+        const double t = c.load->LeastTimeCost(now, model, first_byte_);
         if (best == nullptr || t < best_time) {
           best = &c;
           best_time = t;
