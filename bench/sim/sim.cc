@@ -44,6 +44,12 @@ enum class Source : uint8_t {
 struct PolicyPlan {
   PolicyConfig config;
   Source source = Source::kNone;
+  // Backends' own load (RIF, latency) to the clients' BackendLoad::Report:
+  // on every response, from one stream per backend published to every
+  // client each interval, and from this many probes per call.
+  bool piggyback = false;
+  bool fleet = false;
+  uint32_t probes = 0;
   // Static weights proportional to the capacities (hand-set WRR).
   bool capacity_weights = false;
   // Interval of the ORCA reports and table pushes.
@@ -63,6 +69,25 @@ absl::Status ApplyParam(PolicyPlan& p, absl::string_view key,
     p.config.least_time.alpha = v;
   } else if (key == "interval" && absl::ParseDuration(value, &d)) {
     p.interval_nanos = absl::ToInt64Nanoseconds(d);
+  } else if (key == "pool" &&
+             absl::SimpleAtoi(value, &p.config.prequal.pool_size)) {
+  } else if (key == "hot" &&
+             absl::SimpleAtod(value, &p.config.prequal.hot_quantile)) {
+  } else if (key == "max_age" && absl::ParseDuration(value, &d)) {
+    p.config.prequal.max_age = d;
+  } else if (key == "probes" && absl::SimpleAtoi(value, &p.probes)) {
+  } else if (key == "source") {
+    p.piggyback = p.fleet = false;
+    for (absl::string_view one : absl::StrSplit(value, '+')) {
+      if (one == "piggyback") {
+        p.piggyback = true;
+      } else if (one == "fleet") {
+        p.fleet = true;
+      } else if (one != "local" && one != "probe") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unknown source '", one, "'"));
+      }
+    }
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("bad parameter '", key, "=", value, "'"));
@@ -74,6 +99,13 @@ absl::StatusOr<PolicyPlan> PlanOf(const std::string& full_name) {
   PolicyPlan p;
   std::vector<std::string> parts = absl::StrSplit(full_name, '/');
   const std::string name = parts[0];
+  if (name == "prequal") {
+    // The source chosen by the figures (bench/README.md): each response
+    // carries the backend's RIF and latency. "source=fleet" adds one
+    // stream per backend published to every client each interval.
+    p.piggyback = true;
+    p.interval_nanos = 100'000'000;
+  }
   for (size_t i = 1; i < parts.size(); ++i) {
     std::vector<std::string> kv = absl::StrSplit(parts[i], '=');
     if (kv.size() != 2) {
@@ -102,6 +134,8 @@ absl::StatusOr<PolicyPlan> PlanOf(const std::string& full_name) {
   } else if (name == "orca_wrr") {
     p.config.kind = PolicyKind::kWeightedRoundRobin;
     p.source = Source::kOrca;
+  } else if (name == "prequal") {
+    p.config.kind = PolicyKind::kPrequal;
   } else if (name == "limit") {
     p.source = Source::kLimit;
   } else {
@@ -153,6 +187,11 @@ struct SimBackend {
   double busy_nanos = 0;
   int64_t busy_since = 0;  // when `busy` last changed
   OrcaEndpointWeight orca;
+  // The backend's own latency estimate (EWMA of its calls' time from
+  // arrival to answer), what it reports; 0 before its first call.
+  double latency_ewma = 0;
+  // EWMA of its service times (without the queue); 0 before any.
+  double service_ewma = 0;
   // The scenario's events that name this backend.
   std::vector<ScenarioEvent> events;
   // Measured.
@@ -164,6 +203,17 @@ struct SimBackend {
   double nanos_per_slot = 0;
 
   uint32_t rif() const { return busy + live_queued; }
+  // What a call arriving now would take, as the backend estimates it from
+  // its recent service times and its requests in flight (Prequal's servers
+  // estimate it from recent latencies at the current RIF); a sinkhole
+  // reports 0.
+  double ReportedLatency() const {
+    if (spec.sinkhole) {
+      return 0;
+    }
+    const double service = service_ewma > 0 ? service_ewma : call_nanos;
+    return service * std::max(1.0, (rif() + 1.0) / spec.slots);
+  }
 };
 
 struct MemberStats {
@@ -219,7 +269,7 @@ class Simulation {
              e.backend);
       }
     }
-    if (plan_.source == Source::kOrca) {
+    if (plan_.source == Source::kOrca || plan_.fleet) {
       Push(plan_.interval_nanos, EvType::kTick, 0);
     }
     Push(NextArrivalGap(), EvType::kArrival, 0);
@@ -365,6 +415,11 @@ class Simulation {
         }
       }
       client.last_backend = call.backend;
+      // Probes for the next picks (answered before them).
+      for (uint32_t i = 0; i < plan_.probes; ++i) {
+        ReportTo(client, static_cast<uint32_t>(rng_.Below(backends_.size())));
+        ++messages_;
+      }
     }
     ++dispatched_;
     Push(now_ + deadline_, EvType::kDeadline, id);
@@ -391,6 +446,13 @@ class Simulation {
       result_.max_rif = std::max(result_.max_rif, b.rif());
     }
     StartQueued(call.backend);
+  }
+
+  // The backend of member `member` reports its load to `client`.
+  void ReportTo(SimClient& client, uint32_t member) {
+    const SimBackend& b = backends_[member_backend_[member]];
+    client.table->member(member).load->Report(b.rif(), b.ReportedLatency(),
+                                              kClockBase + now_);
   }
 
   uint32_t ClientPick(SimClient& client) {
@@ -493,6 +555,8 @@ class Simulation {
       call.state = CallState::kServing;
       SetBusy(b, b.busy + 1);
       const double service = b.call_nanos / factor;
+      b.service_ewma =
+          b.service_ewma == 0 ? service : 0.8 * b.service_ewma + 0.2 * service;
       Push(now_ + std::max<int64_t>(1, static_cast<int64_t>(service)),
            EvType::kComplete, id);
     }
@@ -504,8 +568,14 @@ class Simulation {
     SetBusy(b, b.busy - 1);
     ++b.completed;
     const uint32_t backend = call.backend;
+    const double took = static_cast<double>(now_ - call.arrival);
+    b.latency_ewma =
+        b.latency_ewma == 0 ? took : 0.8 * b.latency_ewma + 0.2 * took;
     if (!call.finished) {
       Answer(id, /*ok=*/true);
+      if (plan_.piggyback) {
+        ReportTo(clients_[call.client], call.member);
+      }
     }
     call.state = CallState::kDone;
     Release(id);
@@ -576,6 +646,22 @@ class Simulation {
   // ----------------------------------------------------------------
 
   void OnTick() {
+    if (plan_.fleet) {
+      // One report per backend to the server, one push of all of them to
+      // each client.
+      messages_ += backends_.size() + clients_.size();
+      for (SimClient& client : clients_) {
+        for (uint32_t m = 0; m < member_backend_.size(); ++m) {
+          ReportTo(client, m);
+        }
+      }
+      if (plan_.source != Source::kOrca) {
+        if (now_ + plan_.interval_nanos < end_) {
+          Push(now_ + plan_.interval_nanos, EvType::kTick, 0);
+        }
+        return;
+      }
+    }
     const double interval_s = plan_.interval_nanos / 1e9;
     OrcaWeightParams params;
     params.blackout_nanos = 0;  // steady state: the blackout is long past
@@ -769,7 +855,8 @@ class Simulation {
 
 std::vector<std::string> SimPolicyNames() {
   return {"round_robin",   "weighted_round_robin", "random",   "p2c_pending",
-          "p2c_peak_ewma", "least_time",           "orca_wrr", "limit"};
+          "p2c_peak_ewma", "least_time",           "orca_wrr", "prequal",
+          "limit"};
 }
 
 absl::StatusOr<StepResult> RunStep(const Scenario& scenario,
