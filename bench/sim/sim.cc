@@ -45,14 +45,16 @@ struct PolicyPlan {
   PolicyConfig config;
   Source source = Source::kNone;
   // Backends' own load (RIF, latency) to the clients' BackendLoad::Report:
-  // on every response, from one stream per backend published to every
-  // client each interval, and from this many probes per call.
+  // on every response (piggyback), from one stream per backend published
+  // to every client each interval (fleet), and from this many probes per
+  // call to random backends (answered before the next pick).
   bool piggyback = false;
   bool fleet = false;
   uint32_t probes = 0;
   // Static weights proportional to the capacities (hand-set WRR).
   bool capacity_weights = false;
-  // Interval of the ORCA reports and table pushes.
+  // Interval of the ORCA reports and table pushes (orca_wrr), and of the
+  // fleet's load pushes (source=fleet).
   int64_t interval_nanos = kSecond;
 };
 
@@ -101,8 +103,7 @@ absl::StatusOr<PolicyPlan> PlanOf(const std::string& full_name) {
   const std::string name = parts[0];
   if (name == "prequal") {
     // The source chosen by the figures (bench/README.md): each response
-    // carries the backend's RIF and latency. "source=fleet" adds one
-    // stream per backend published to every client each interval.
+    // carries the backend's RIF and latency. "source=..." replaces it.
     p.piggyback = true;
     p.interval_nanos = 100'000'000;
   }
@@ -852,12 +853,6 @@ class Simulation {
 };
 
 }  // namespace
-
-std::vector<std::string> SimPolicyNames() {
-  return {"round_robin",   "weighted_round_robin", "random",   "p2c_pending",
-          "p2c_peak_ewma", "least_time",           "orca_wrr", "prequal",
-          "limit"};
-}
 
 absl::StatusOr<StepResult> RunStep(const Scenario& scenario,
                                    const std::string& name, double load) {

@@ -59,17 +59,12 @@ struct StepResult {
   double same_backend = 0;
 };
 
-// A policy as the simulator runs it: a PolicyConfig for the clients plus
-// where load information comes from.
-struct SimPolicy {
-  std::string name;
-};
-
-// The policies the simulator knows (names for scenarios' `policies`).
-std::vector<std::string> SimPolicyNames();
-
-// Runs one load step of `scenario` with policy `name` ("limit" for the
-// perfect-information dispatcher).
+// Runs one load step of `scenario` with policy `name`: round_robin,
+// weighted_round_robin (weights set to the capacities), random,
+// p2c_pending, p2c_peak_ewma, least_time, orca_wrr (A58 weights from one
+// ORCA stream per backend, pushed as tables), prequal, or "limit" (the
+// perfect-information dispatcher); "name/key=value/..." sets parameters
+// (bench/README.md, "Arena simulator"). Unimplemented for an unknown name.
 absl::StatusOr<StepResult> RunStep(const Scenario& scenario,
                                    const std::string& name, double load);
 
