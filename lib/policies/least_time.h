@@ -7,9 +7,10 @@
 // (time constant 1 s), so a backend that was slow is tried again. Counting
 // the calls in flight is what keeps the lowest estimate from taking every
 // call until they time out: a backend whose calls queue costs more with each
-// call sent to it, before any completes. Among equal minima one is chosen
-// uniformly at random (reservoir sampling), so idle members with the
-// default do not all send traffic to one of them.
+// call sent to it, before any completes. Among minima within 1 % of each
+// other one is chosen uniformly at random (reservoir sampling), so idle
+// members with the default, or equal estimates aged a little differently,
+// do not all send traffic to one of them.
 // Weights only decide eligibility (weight 0 is never picked). Fallbacks are
 // the next lowest, then a walk from a random position.
 //
