@@ -12,6 +12,8 @@ Parts (each writes JSON to build/bench/):
           group in the same run (fanout_load --ads), as ratios
   probe   the health prober against a bare Asio connect loop (probe_load)
   lab     the balancing-quality lab (balance_lab)
+  sim     the balancing simulator (arena_sim) on the default scenario,
+          Prequal's 100 x 100 shape and 1000 x 1000
 Then summary.json and summary.md: every DESIGN.md section 8 target with the
 measured figure, its ratio to the floor or peer of the same run, and whether
 it is met. BENCH_QUICK=1 (or --quick) runs everything shorter.
@@ -33,7 +35,8 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARTS = ["micro", "rpc", "fanout", "fanout-xds", "probe", "lab", "scale"]
+PARTS = ["micro", "rpc", "fanout", "fanout-xds", "probe", "lab", "sim",
+         "scale"]
 
 
 def log(msg):
@@ -855,6 +858,22 @@ def run_lab(args, out_dir):
     subprocess.run(argv, check=True, timeout=1800)
 
 
+def run_sim(args, out_dir):
+    # Deterministic, on a virtual clock: its tables go into sim.md and the
+    # end of report.md.
+    scenarios = [os.path.join(ROOT, "bench", "scenario", f)
+                 for f in ("default.scn", "prequal.scn", "thousand.scn")]
+    argv = [os.path.join(args.bin_dir, "arena_sim"),
+            "--scenario=" + ",".join(scenarios),
+            f"--json={os.path.join(out_dir, 'sim.json')}"]
+    if args.quick:
+        argv.append("--loads=0.9")
+    log("== sim: " + " ".join(argv[1:]))
+    with open(os.path.join(out_dir, "sim.md"), "w") as f:
+        subprocess.run(argv, check=True, timeout=1800, stdout=f,
+                       stderr=subprocess.DEVNULL)
+
+
 def run_scale(args, out_dir):
     # In process: large groups, many groups, the fixed cost of one update.
     # Its tables (markdown, ratios to floors of the same run) go into
@@ -1673,7 +1692,8 @@ def main():
         write_json(os.path.join(args.out_dir, "machine.json"), machine())
         began = time.monotonic()
         runners = {"micro": run_micro, "rpc": run_rpc, "fanout": run_fanout,
-                   "fanout-xds": run_fanout_xds, "probe": run_probe, "lab": run_lab, "scale": run_scale}
+                   "fanout-xds": run_fanout_xds, "probe": run_probe, "lab": run_lab, "sim": run_sim,
+                   "scale": run_scale}
         for part in args.only.split(","):
             if part not in runners:
                 sys.exit(f"run.py: unknown part '{part}'")
@@ -1690,6 +1710,10 @@ def main():
     with open(os.path.join(args.out_dir, "report.md"), "w") as f:
         f.write("### Against the targets\n\n" + table + "\n" +
                 details(args.out_dir))
+        sim = os.path.join(args.out_dir, "sim.md")
+        if os.path.exists(sim):
+            with open(sim) as s:
+                f.write("\n## Arena simulator (arena_sim)\n" + s.read())
         scale = os.path.join(args.out_dir, "scale.md")
         if os.path.exists(scale):
             with open(scale) as s:

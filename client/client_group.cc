@@ -43,28 +43,31 @@ struct CacheSlot {
 constexpr size_t kCacheSlots = 64;
 thread_local std::array<CacheSlot, kCacheSlots> t_cache;
 
-// Whether `policy` picks by a latency estimate (p2c peak_ewma, least_time;
-// sticky and locality by their child's): its picks need an exact start.
+// Whether `policy` picks by a latency estimate (p2c peak_ewma, least_time,
+// prequal; sticky and locality by their child's): its picks need an exact
+// start.
 bool ReadsLatency(const PolicyConfig& policy) {
   const PolicyConfig* p = &policy;
   if (p->kind == PolicyKind::kSticky || p->kind == PolicyKind::kLocality)
       [[unlikely]] {
     p = &p->child_or_default();
   }
-  return p->kind == PolicyKind::kLeastTime ||
+  return p->kind == PolicyKind::kLeastTime || p->kind == PolicyKind::kPrequal ||
          (p->kind == PolicyKind::kP2c &&
           p->p2c.load == P2cParams::Load::kPeakEwma);
 }
 
-// Whether `policy` picks by in-flight counts (p2c; sticky and locality by
-// their child's): its picks count in the members' BackendLoad.
+// Whether `policy` picks by in-flight counts (p2c, least_time, prequal;
+// sticky and locality by their child's): its picks count in the members'
+// BackendLoad.
 bool ReadsInFlight(const PolicyConfig& policy) {
   const PolicyConfig* p = &policy;
   if (p->kind == PolicyKind::kSticky || p->kind == PolicyKind::kLocality)
       [[unlikely]] {
     p = &p->child_or_default();
   }
-  return p->kind == PolicyKind::kP2c;
+  return p->kind == PolicyKind::kP2c || p->kind == PolicyKind::kLeastTime ||
+         p->kind == PolicyKind::kPrequal;
 }
 
 // Counts one call started, in the calling thread's counters.

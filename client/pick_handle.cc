@@ -130,6 +130,16 @@ bool PickHandle::RecordBackendMetrics(absl::string_view serialized) noexcept {
       load->application_utilization > kMaxUtilization) {
     return false;
   }
+  if (load->rif >= 0 && member_ != nullptr) {
+    // The backend's own requests in flight and latency (prequal): without
+    // a latency of its own, the stub's estimate stands in.
+    member_->load->Report(
+        static_cast<uint32_t>(std::min(load->rif, 1e9)),
+        load->latency_ms >= 0
+            ? load->latency_ms * 1e6
+            : member_->load->LastByteEwma(hold_->snapshot->table->load_model()),
+        Now());
+  }
   aside::MutexLock lock(&stats_->orca_mu);
   stats_->orca = *load;
   ++stats_->orca_reports;

@@ -197,8 +197,11 @@ class PickHandle {
   // goes with the next load report (BackendLoad.utilization: CPU and
   // application utilisation, qps and eps as reported), where the server
   // turns it into weights for groups with `orca: {weights: true}` and into
-  // the locality policy's utilisation. Returns false, recording nothing,
-  // for a malformed report or one whose utilisation is outside 0..10.
+  // the locality policy's utilisation. Named metrics "rif" (requests in
+  // flight at the backend) and "latency_ms" (its latency estimate) go to
+  // the prequal policy at once (BackendLoad::Report). Returns false,
+  // recording nothing, for a malformed report or one whose utilisation is
+  // outside 0..10.
   // Costs a parse of the few bytes and an uncontended lock; any thread,
   // before or after Done (the handle must still exist).
   bool RecordBackendMetrics(absl::string_view serialized) noexcept;

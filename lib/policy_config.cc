@@ -16,7 +16,7 @@ constexpr std::array<absl::string_view, kPolicyKindCount> kNames = {
     "ketama",      "maglev",
     "p2c",         "least_time",
     "sticky",      "locality",
-    "ring_hash"};
+    "ring_hash",   "prequal"};
 
 absl::Status FractionIn(absl::string_view field, double value, double low,
                         double high, bool low_open) {
@@ -72,6 +72,8 @@ bool operator==(const PolicyConfig& a, const PolicyConfig& b) {
       return a.p2c == b.p2c;
     case PolicyKind::kLeastTime:
       return a.least_time == b.least_time;
+    case PolicyKind::kPrequal:
+      return a.prequal == b.prequal;
     case PolicyKind::kSticky:
       return a.sticky == b.sticky &&
              a.child_or_default() == b.child_or_default();
@@ -165,6 +167,24 @@ absl::Status ValidatePolicy(absl::string_view field,
       }
       s = CheckDuration(absl::StrCat(prefix, ".default_latency"),
                         config.least_time.default_latency, kDefaultLatency);
+      if (!s.ok()) {
+        return s;
+      }
+      break;
+    }
+    case PolicyKind::kPrequal: {
+      absl::Status s = CheckInteger(absl::StrCat(prefix, ".pool_size"),
+                                    config.prequal.pool_size, kPrequalPoolSize);
+      if (!s.ok()) {
+        return s;
+      }
+      s = CheckDuration(absl::StrCat(prefix, ".max_age"),
+                        config.prequal.max_age, kPrequalMaxAge);
+      if (!s.ok()) {
+        return s;
+      }
+      s = FractionIn(absl::StrCat(prefix, ".hot_quantile"),
+                     config.prequal.hot_quantile, 0, 1, false);
       if (!s.ok()) {
         return s;
       }

@@ -7,6 +7,7 @@
 #include "lib/policies/locality.h"
 #include "lib/policies/maglev.h"
 #include "lib/policies/p2c.h"
+#include "lib/policies/prequal.h"
 #include "lib/policies/ring_hash.h"
 #include "lib/policies/round_robin.h"
 #include "lib/policies/sticky.h"
@@ -34,6 +35,8 @@ absl::StatusOr<std::unique_ptr<const Selector>> BuildSelector(
       return MakeP2cSelector(input, config.p2c);
     case PolicyKind::kLeastTime:
       return MakeLeastTimeSelector(input, config.least_time);
+    case PolicyKind::kPrequal:
+      return MakePrequalSelector(input, config.prequal);
     case PolicyKind::kSticky:
       return BuildStickySelector(input, config);
     case PolicyKind::kLocality:

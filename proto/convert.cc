@@ -184,6 +184,20 @@ absl::StatusOr<PolicyConfig> FromProto(absl::string_view field,
                        &c.least_time.default_latency));
       break;
     }
+    case v1::Policy::kPrequal: {
+      c.kind = PolicyKind::kPrequal;
+      const v1::Prequal& p = pb.prequal();
+      if (p.has_pool_size()) {
+        c.prequal.pool_size = p.pool_size();
+      }
+      ASIDE_RETURN_IF_ERROR(
+          ReadDuration(absl::StrCat(field, ".prequal.max_age"), p.has_max_age(),
+                       p.max_age(), &c.prequal.max_age));
+      ASIDE_RETURN_IF_ERROR(ReadFraction(
+          absl::StrCat(field, ".prequal.hot_quantile"), p.has_hot_quantile(),
+          p.hot_quantile(), &c.prequal.hot_quantile));
+      break;
+    }
     case v1::Policy::kSticky: {
       c.kind = PolicyKind::kSticky;
       const v1::Sticky& p = pb.sticky();
@@ -265,6 +279,13 @@ void ToProto(const PolicyConfig& c, v1::Policy* pb) {
                         : v1::LeastTime::LAST_BYTE);
       p->set_alpha(c.least_time.alpha);
       ToProto(c.least_time.default_latency, p->mutable_default_latency());
+      break;
+    }
+    case PolicyKind::kPrequal: {
+      v1::Prequal* p = pb->mutable_prequal();
+      p->set_pool_size(c.prequal.pool_size);
+      ToProto(c.prequal.max_age, p->mutable_max_age());
+      p->set_hot_quantile(c.prequal.hot_quantile);
       break;
     }
     case PolicyKind::kSticky: {

@@ -45,7 +45,9 @@ LoadModel LoadModel::For(const PolicyConfig& policy) {
   if (p->kind == PolicyKind::kP2c) {
     m.peak_ewma = p->p2c.load == P2cParams::Load::kPeakEwma;
     m.latency_ewma = false;
-  } else if (p->kind == PolicyKind::kLeastTime) {
+  } else if (p->kind == PolicyKind::kLeastTime ||
+             p->kind == PolicyKind::kPrequal) {
+    // prequal reads the last-byte EWMA when no report is fresh.
     m.peak_ewma = false;
     m.latency_ewma = true;
   }
@@ -130,6 +132,22 @@ void BackendLoad::UpdateEwma(std::atomic<uint64_t>& cell, double sample,
   }
 }
 
+void BackendLoad::Report(uint32_t rif, double latency_nanos,
+                         int64_t now_nanos) noexcept {
+  if (now_nanos < report_nanos_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  const float f = static_cast<float>(std::clamp(
+      std::isfinite(latency_nanos) ? latency_nanos : 0.0, 0.0, 3.0e38));
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  const int64_t own = std::clamp<int64_t>(in_flight(), 0, 0x7fffffff);
+  report_.store(static_cast<uint64_t>(own) << 32 | bits,
+                std::memory_order_relaxed);
+  report_rif_.store(rif, std::memory_order_relaxed);
+  report_nanos_.store(now_nanos, std::memory_order_relaxed);
+}
+
 void BackendLoad::Observe(const Completion& c,
                           const LoadModel& model) noexcept {
   counts_.fetch_add(kObserveDelta, std::memory_order_relaxed);
@@ -140,11 +158,17 @@ void BackendLoad::Estimate(const Completion& c,
                            const LoadModel& model) noexcept {
   if (!c.ok) {
     failures_.fetch_add(1, std::memory_order_relaxed);
+    if (c.now_nanos > failure_nanos_.load(std::memory_order_relaxed)) {
+      failure_nanos_.store(c.now_nanos, std::memory_order_relaxed);
+    }
   }
   if (model.peak_ewma) {
     UpdatePeak(c, model);
   }
   if (model.latency_ewma) {
+    if (c.ok && c.now_nanos > latency_stamp_.load(std::memory_order_relaxed)) {
+      latency_stamp_.store(c.now_nanos, std::memory_order_relaxed);
+    }
     UpdateEwma(last_byte_,
                static_cast<double>(c.latency_nanos > 0 ? c.latency_nanos : 0),
                model, c.ok);

@@ -18,14 +18,24 @@
 //   the default is tried within tau * ln(default / fleet RTT) rather than
 //   never; its first sample replaces the default.
 // - latency EWMAs for least_time, time to first byte and to last byte:
-//   e = alpha * sample + (1 - alpha) * e, the first sample taken as is.
+//   e = alpha * sample + (1 - alpha) * e, the first sample taken as is;
+//   read back toward the default latency with the time since the last
+//   successful completion, d + (e - d) * exp(-age / 1 s), so an estimate
+//   nobody refreshes is not frozen.
+//
+// - the backend's own load as it last reported it (prequal): requests in
+//   flight at the backend (RIF) and its latency estimate, with when it was
+//   reported and this process's own in-flight count then, so that the
+//   calls this process sent since count on top of the report.
 //
 // Failed requests are counted; their latency may raise an estimate (a slow
 // failure is news) but never lowers it, so a backend that fails fast does
-// not look fast.
+// not look fast. The time of the last failure is kept (prequal holds a
+// backend that failed as hot).
 #ifndef ASIDE_LIB_LOAD_BACKEND_LOAD_H_
 #define ASIDE_LIB_LOAD_BACKEND_LOAD_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -96,11 +106,27 @@ struct LoadModel {
   // samples.
   double alpha = 0.3;
   double default_latency_nanos = 10e6;
+  // Least-time: 1 / the time constant (1 s) in 1/ns with which an estimate
+  // returns to the default when no completion updates it.
+  double latency_inverse_decay_nanos = 1.0 / 1e9;
 
   // The model of `policy` (of its child for sticky and locality). Every
   // estimate is updated for policies that read none of them, so a policy
   // change finds warm estimates.
   static LoadModel For(const PolicyConfig& policy);
+};
+
+// A backend's load as it reported it, corrected by what this process sent
+// since (BackendLoad::Reported).
+struct ReportedLoad {
+  // Requests in flight at the backend, plus this process's calls started
+  // since the report (net of their completions), at least 0.
+  double rif = 0;
+  // The reported latency, scaled by (rif + 1) / (reported rif + 1) when
+  // this process has calls in flight there beyond those it had then.
+  double latency_nanos = 0;
+  // Monotonic time of the report; 0 when there is none.
+  int64_t at_nanos = 0;
 };
 
 // One finished request, as the caller saw it.
@@ -203,6 +229,42 @@ class BackendLoad {
     return PeakEwmaRtt(now_nanos, model) *
            static_cast<double>((pending > 0 ? pending : 0) + 1);
   }
+  // The backend's own load, from a response's per-call metrics, the fleet's
+  // load stream or a probe, at monotonic time `now_nanos`: `rif` requests in
+  // flight at the backend and its latency estimate. A report older than
+  // the one kept is ignored.
+  void Report(uint32_t rif, double latency_nanos, int64_t now_nanos) noexcept;
+  // The last report, its RIF corrected by this process's in-flight change
+  // since; at_nanos 0 when none was made.
+  ReportedLoad Reported() const noexcept {
+    ReportedLoad out;
+    const int64_t at = report_nanos_.load(std::memory_order_relaxed);
+    if (at == 0) {
+      return out;
+    }
+    const uint64_t packed = report_.load(std::memory_order_relaxed);
+    const int64_t own_then = static_cast<int64_t>(packed >> 32);
+    const int64_t reported = report_rif_.load(std::memory_order_relaxed);
+    const int64_t rif = std::max<int64_t>(0, reported + in_flight() - own_then);
+    out.at_nanos = at;
+    out.rif = static_cast<double>(rif);
+    uint32_t bits = static_cast<uint32_t>(packed);
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    out.latency_nanos = f;
+    if (rif > reported) {
+      // Calls sent since wait behind the reported ones: the latency grows
+      // with the requests in flight.
+      out.latency_nanos *=
+          static_cast<double>(rif + 1) / static_cast<double>(reported + 1);
+    }
+    return out;
+  }
+  // Monotonic time of the last failed completion (0: none).
+  int64_t last_failure_nanos() const noexcept {
+    return failure_nanos_.load(std::memory_order_relaxed);
+  }
+
   bool has_rtt_sample() const noexcept {
     return peak_.load(std::memory_order_relaxed) != 0;
   }
@@ -218,6 +280,23 @@ class BackendLoad {
   }
   double FirstByteEwma(const LoadModel& model) const noexcept {
     return Ewma(first_byte_, model);
+  }
+  // What least_time compares: the EWMA (last byte, or first byte with
+  // `first_byte`) returned toward the default with the time since its last
+  // update, times (in-flight + 1), so that calls sitting in a queue count
+  // before they complete and an estimate nobody refreshes is tried again.
+  double LeastTimeCost(int64_t now_nanos, const LoadModel& model,
+                       bool first_byte) const noexcept {
+    double e = Ewma(first_byte ? first_byte_ : last_byte_, model);
+    const int64_t stamp = latency_stamp_.load(std::memory_order_relaxed);
+    if (stamp != 0 && now_nanos > stamp) {
+      const double d = model.default_latency_nanos;
+      e = d + (e - d) * load_internal::ExpNegative(
+                            static_cast<double>(now_nanos - stamp) *
+                            model.latency_inverse_decay_nanos);
+    }
+    const int64_t pending = in_flight();
+    return e * static_cast<double>((pending > 0 ? pending : 0) + 1);
   }
 
   // Peak-EWMA state packing, exposed for tests: 24 bits of RTT (a float32
@@ -272,7 +351,17 @@ class BackendLoad {
   // Least-time EWMAs (double bits); kNoSample = no sample yet.
   std::atomic<uint64_t> last_byte_{kNoSample};
   std::atomic<uint64_t> first_byte_{kNoSample};
+  // Monotonic time of the last update of either EWMA; 0 = none.
+  std::atomic<int64_t> latency_stamp_{0};
   std::atomic<uint64_t> picks_{0};
+  // Prequal: the last report's latency (float bits, low 32) and this
+  // process's in-flight count then (high 32); its RIF; its time. Read
+  // without a lock, a report may be seen half replaced by the next: each
+  // field is some report's, which is as good for a load estimate.
+  std::atomic<uint64_t> report_{0};
+  std::atomic<uint32_t> report_rif_{0};
+  std::atomic<int64_t> report_nanos_{0};
+  std::atomic<int64_t> failure_nanos_{0};
 };
 
 }  // namespace aside

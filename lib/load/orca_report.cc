@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/strings/string_view.h"
+
 namespace aside {
 namespace {
 
@@ -20,6 +22,62 @@ bool ReadVarint(const char** p, const char* end, uint64_t* out) {
     }
   }
   return false;
+}
+
+// Reads 8 little-endian bytes as a double, advancing `*p`.
+bool ReadDouble(const char** p, const char* end, double* out) {
+  if (end - *p < 8) {
+    return false;
+  }
+  uint64_t bits = 0;
+  for (int i = 7; i >= 0; --i) {
+    bits = (bits << 8) | static_cast<uint8_t>((*p)[i]);
+  }
+  *p += 8;
+  std::memcpy(out, &bits, sizeof(*out));
+  return true;
+}
+
+// One named_metrics entry (key = 1, value = 2): sets `load`'s field of
+// that name, if it reads one. False when the entry is malformed.
+bool ReadNamedMetric(absl::string_view entry, OrcaLoad& load) {
+  const char* p = entry.data();
+  const char* const end = entry.data() + entry.size();
+  absl::string_view key;
+  double value = 0;
+  bool has_value = false;
+  while (p < end) {
+    uint64_t tag = 0;
+    if (!ReadVarint(&p, end, &tag)) {
+      return false;
+    }
+    if (tag == (1 << 3 | 2)) {
+      uint64_t length = 0;
+      if (!ReadVarint(&p, end, &length) ||
+          length > static_cast<uint64_t>(end - p)) {
+        return false;
+      }
+      key = absl::string_view(p, length);
+      p += length;
+    } else if (tag == (2 << 3 | 1)) {
+      if (!ReadDouble(&p, end, &value)) {
+        return false;
+      }
+      has_value = true;
+    } else {
+      return false;
+    }
+  }
+  double* target = key == "rif"          ? &load.rif
+                   : key == "latency_ms" ? &load.latency_ms
+                                         : nullptr;
+  if (target != nullptr && has_value) {
+    if (!std::isfinite(value) || value < 0) {
+      return false;
+    }
+    *target = value;
+  }
+  return true;
 }
 
 }  // namespace
@@ -70,6 +128,10 @@ std::optional<OrcaLoad> ParseOrcaLoadReport(absl::string_view bytes) {
         uint64_t length = 0;
         if (!ReadVarint(&p, end, &length) ||
             length > static_cast<uint64_t>(end - p)) {
+          return std::nullopt;
+        }
+        if (field == 8 &&
+            !ReadNamedMetric(absl::string_view(p, length), load)) {
           return std::nullopt;
         }
         p += length;

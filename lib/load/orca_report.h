@@ -6,9 +6,10 @@
 //
 // Wire format (protobuf encoding): the fields read are cpu_utilization (1),
 // rps_fractional (6), eps (7) and application_utilization (9), all doubles
-// (wire type 1); every other field of any wire type is skipped, the last
-// occurrence of a field wins (protobuf's rule for scalars). Pure and
-// thread-compatible.
+// (wire type 1), and the named_metrics (8) entries "rif" and "latency_ms"
+// (map entries: key 1, value 2); every other field of any wire type is
+// skipped, the last occurrence of a field wins (protobuf's rule for
+// scalars). Pure and thread-compatible.
 #ifndef ASIDE_LIB_LOAD_ORCA_REPORT_H_
 #define ASIDE_LIB_LOAD_ORCA_REPORT_H_
 

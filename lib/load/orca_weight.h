@@ -37,6 +37,11 @@ struct OrcaLoad {
   double application_utilization = 0;
   double qps = 0;
   double eps = 0;
+  // Named metrics the prequal policy reads (lib/policies/prequal.h): the
+  // backend's requests in flight ("rif") and its latency estimate in
+  // milliseconds ("latency_ms"); negative when not reported.
+  double rif = -1;
+  double latency_ms = -1;
 
   friend bool operator==(const OrcaLoad&, const OrcaLoad&) = default;
 };

@@ -1,5 +1,6 @@
 #include "lib/policies/least_time.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "lib/load/backend_load.h"
@@ -11,6 +12,10 @@ namespace {
 
 // Choices made by scanning for the minimum; further fallbacks walk.
 constexpr size_t kRankedChoices = 8;
+// Estimates this close (relative) are equal: the same EWMA read a few
+// microseconds older has returned a little further toward the default, and
+// that must not decide every pick.
+constexpr double kTie = 0.01;
 
 class LeastTimeSelector final : public Selector {
  public:
@@ -35,6 +40,7 @@ class LeastTimeSelector final : public Selector {
     }
     FastRng& rng = pick_internal::RngOf(request);
     const LoadModel& model = table_.load_model();
+    const int64_t now = pick_internal::NowOf(request);
     size_t count = 0;
     while (count < out.size() && count < kRankedChoices) {
       const Candidate* best = nullptr;
@@ -45,14 +51,18 @@ class LeastTimeSelector final : public Selector {
             pick_internal::Contains(out.subspan(0, count), c.index)) {
           continue;
         }
-        const double t = first_byte_ ? c.load->FirstByteEwma(model)
-                                     : c.load->LastByteEwma(model);
-        if (best == nullptr || t < best_time) {
+        const double t = c.load->LeastTimeCost(now, model, first_byte_);
+        if (best == nullptr || t < best_time * (1 - kTie)) {
           best = &c;
           best_time = t;
           ties = 1;
-        } else if (t == best_time && rng.Below(++ties) == 0) {
-          best = &c;  // each of the `ties` equal minima kept with 1/ties
+        } else if (t <= best_time * (1 + kTie)) {
+          // Within kTie of the lowest: a tie, each of the `ties` kept
+          // with 1/ties.
+          best_time = std::min(best_time, t);
+          if (rng.Below(++ties) == 0) {
+            best = &c;
+          }
         }
       }
       if (best == nullptr) {

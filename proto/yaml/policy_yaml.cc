@@ -152,6 +152,27 @@ void Converter::Policy(const YAML::Node& node, const Paths& at,
       }
       return;
     }
+    case PolicyKind::kPrequal: {
+      v1::Prequal* p = out->mutable_prequal();
+      if (is_map &&
+          reader_.CheckMap(node, at.yaml,
+                           {"name", "pool_size", "max_age", "hot_quantile"})) {
+        uint32_t pool = 0;
+        if (YAML::Node n = Child(node, params, "pool_size");
+            n && reader_.GetUint32(n, key("pool_size").yaml, &pool)) {
+          p->set_pool_size(pool);
+        }
+        if (YAML::Node n = Child(node, params, "max_age")) {
+          Duration(n, key("max_age"), [&] { return p->mutable_max_age(); });
+        }
+        double quantile = 0;
+        if (YAML::Node n = Child(node, params, "hot_quantile");
+            n && reader_.GetDouble(n, key("hot_quantile").yaml, &quantile)) {
+          p->set_hot_quantile(quantile);
+        }
+      }
+      return;
+    }
     case PolicyKind::kSticky: {
       v1::Sticky* p = out->mutable_sticky();
       if (is_map &&

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <thread>
 
@@ -103,6 +104,64 @@ TEST(ClientTest, FallbackServesUntilTheFirstTableArrives) {
     EXPECT_FALSE(pick.from_fallback());
     EXPECT_EQ(pick.address(), "127.0.0.1:8001");
     EXPECT_EQ(pick.generation(), 42u);
+    pick.Done(true);
+  }
+}
+
+// A per-call ORCA report carrying only the named metrics `rif` and
+// `latency_ms` (xds.data.orca.v3.OrcaLoadReport field 8, map entries of a
+// string key 1 and a double value 2), encoded by hand.
+std::string NamedMetricsReport(double rif, double latency_ms) {
+  std::string out;
+  for (const auto& [key, value] : {std::pair<std::string, double>{"rif", rif},
+                                   {"latency_ms", latency_ms}}) {
+    std::string entry;
+    entry.push_back(0x0a);  // key: field 1, length-delimited
+    entry.push_back(static_cast<char>(key.size()));
+    entry += key;
+    entry.push_back(0x11);  // value: field 2, 64 bits
+    uint64_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    for (int i = 0; i < 8; ++i) {
+      entry.push_back(static_cast<char>(bits >> (8 * i)));
+    }
+    out.push_back(0x42);  // named_metrics: field 8, length-delimited
+    out.push_back(static_cast<char>(entry.size()));
+    out += entry;
+  }
+  return out;
+}
+
+TEST(ClientTest, NamedMetricsOnResponsesSteerPrequal) {
+  FakeServer fake;
+  fake.Start();
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(FastOptions(fake.target())));
+  ClientGroup* web = client->Group("web");
+  v1::GroupUpdate u =
+      Full("web", 7, {{"127.0.0.1:8001", 100}, {"127.0.0.1:8002", 100}});
+  u.mutable_full()->mutable_policy()->mutable_prequal();
+  fake.service.Push(u);
+  ASSERT_TRUE(web->WaitForGeneration(7, absl::Seconds(10)));
+  // Without reports it reads its own in-flight counts: a second pick while
+  // the first is in flight goes to the other backend.
+  ASSERT_OK_AND_ASSIGN(PickHandle first, web->Pick());
+  ASSERT_OK_AND_ASSIGN(PickHandle second, web->Pick());
+  ASSERT_NE(first.address(), second.address());
+  PickHandle& fast = first.address() == "127.0.0.1:8001" ? first : second;
+  PickHandle& busy = first.address() == "127.0.0.1:8001" ? second : first;
+  EXPECT_TRUE(fast.RecordBackendMetrics(NamedMetricsReport(0, 2)));
+  EXPECT_TRUE(busy.RecordBackendMetrics(NamedMetricsReport(50, 90)));
+  fast.Done(true);
+  busy.Done(true);
+  const TableConstPtr table = web->table();
+  const ReportedLoad reported =
+      table->member(static_cast<uint32_t>(table->Find("127.0.0.1:8002")))
+          .load->Reported();
+  EXPECT_EQ(reported.rif, 49);  // 50, less this client's call since done
+  EXPECT_NEAR(reported.latency_nanos, 90e6, 1);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
+    EXPECT_EQ(pick.address(), "127.0.0.1:8001");
     pick.Done(true);
   }
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <map>
 
 #include "lib/clock.h"
@@ -16,6 +17,10 @@ namespace {
 using ::aside::testing::MakeTableSpec;
 using ::aside::testing::TableOptions;
 using ::testing::ElementsAre;
+
+// Estimates return to the default with age, so samples and picks share one
+// time unless a test moves it.
+constexpr int64_t kNow = 1'000'000'000;
 
 struct Fixture {
   LoadTracker loads;
@@ -37,17 +42,19 @@ void Make(Fixture& f, TableOptions options,
 void Record(const Fixture& f, uint32_t member, int64_t last_ms,
             int64_t first_ms = -1) {
   Completion c;
-  c.now_nanos = 1;
+  c.now_nanos = kNow;
   c.latency_nanos = last_ms * 1'000'000;
   c.first_byte_nanos = first_ms < 0 ? -1 : first_ms * 1'000'000;
   f.table->member(member).load->Start();
   f.table->member(member).load->Finish(c, f.table->load_model());
 }
 
-std::vector<uint32_t> PickAll(const Table& t, size_t n, FastRng& rng) {
+std::vector<uint32_t> PickAll(const Table& t, size_t n, FastRng& rng,
+                              int64_t now = kNow) {
   std::vector<uint32_t> out(n);
   PickRequest r;
   r.rng = &rng;
+  r.now_nanos = now;
   out.resize(t.Pick(r, absl::MakeSpan(out)));
   return out;
 }
@@ -101,6 +108,53 @@ TEST(LeastTimeTest, FirstByteMetricReadsTheFirstByteEwma) {
   Record(f, 1, /*last*/ 90, /*first*/ 2);
   FastRng rng(4);
   EXPECT_THAT(PickAll(*f.table, 2, rng), ElementsAre(1, 0));
+}
+
+TEST(LeastTimeTest, CallsInFlightMultiplyTheEstimate) {
+  Fixture f;
+  Make(f, {.weights = {1, 1}});
+  Record(f, 0, 10);
+  Record(f, 1, 25);
+  FastRng rng(6);
+  EXPECT_THAT(PickAll(*f.table, 1, rng), ElementsAre(0));
+  // Two calls queued on the fast one: 10 ms × 3 > 25 ms × 1, before either
+  // completes.
+  f.table->member(0).load->Start();
+  EXPECT_THAT(PickAll(*f.table, 1, rng), ElementsAre(0));  // 20 < 25
+  f.table->member(0).load->Start();
+  EXPECT_THAT(PickAll(*f.table, 1, rng), ElementsAre(1));
+}
+
+TEST(LeastTimeTest, AnEstimateNobodyRefreshesReturnsToTheDefault) {
+  Fixture f;
+  Make(f, {.weights = {1, 1}});  // default 10 ms
+  Record(f, 0, 200);             // was slow once
+  Completion c;
+  c.latency_nanos = 20'000'000;
+  FastRng rng(7);
+  // Backend 1 answers in 20 ms, every 100 ms.
+  auto tick = [&](int64_t t) {
+    c.now_nanos = t;
+    f.table->member(1).load->Start();
+    f.table->member(1).load->Finish(c, f.table->load_model());
+  };
+  tick(kNow);
+  EXPECT_THAT(PickAll(*f.table, 1, rng), ElementsAre(1));
+  // After 3 s, 10 + 190 e^-3 = 19.5 ms < 20 ms: tried again.
+  int64_t t = kNow;
+  for (; t < kNow + 3'000'000'000; t += 100'000'000) {
+    tick(t);
+    ASSERT_THAT(PickAll(*f.table, 1, rng, t), ElementsAre(1)) << t;
+  }
+  tick(t);
+  EXPECT_THAT(PickAll(*f.table, 1, rng, t), ElementsAre(0));
+  const LoadModel& model = f.table->load_model();
+  EXPECT_NEAR(f.table->member(0).load->LeastTimeCost(kNow + 3'000'000'000,
+                                                     model, false),
+              10e6 + 190e6 * std::exp(-3.0), 1e3);
+  EXPECT_NEAR(f.table->member(0).load->LeastTimeCost(kNow + 3600'000'000'000,
+                                                     model, false),
+              10e6, 1);
 }
 
 TEST(LeastTimeTest, WeightZeroAndUnreadyAreSkipped) {

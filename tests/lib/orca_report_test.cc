@@ -33,6 +33,28 @@ TEST(OrcaReportTest, ReadsTheFieldsWeightsUseAndSkipsTheRest) {
   EXPECT_EQ(load->eps, 2);
 }
 
+TEST(OrcaReportTest, ReadsTheNamedMetricsPrequalUses) {
+  xds::data::orca::v3::OrcaLoadReport r;
+  r.set_cpu_utilization(0.5);
+  (*r.mutable_named_metrics())["x"] = 1;
+  (*r.mutable_named_metrics())["rif"] = 7;
+  (*r.mutable_named_metrics())["latency_ms"] = 12.5;
+  const std::optional<OrcaLoad> load =
+      ParseOrcaLoadReport(r.SerializeAsString());
+  ASSERT_TRUE(load.has_value());
+  EXPECT_EQ(load->cpu_utilization, 0.5);
+  EXPECT_EQ(load->rif, 7);
+  EXPECT_EQ(load->latency_ms, 12.5);
+  // Not reported: negative.
+  const std::optional<OrcaLoad> none = ParseOrcaLoadReport("");
+  ASSERT_TRUE(none.has_value());
+  EXPECT_LT(none->rif, 0);
+  EXPECT_LT(none->latency_ms, 0);
+  // A negative RIF is refused.
+  (*r.mutable_named_metrics())["rif"] = -1;
+  EXPECT_FALSE(ParseOrcaLoadReport(r.SerializeAsString()).has_value());
+}
+
 TEST(OrcaReportTest, AnEmptyReportIsAllZeros) {
   const std::optional<OrcaLoad> load = ParseOrcaLoadReport("");
   ASSERT_TRUE(load.has_value());

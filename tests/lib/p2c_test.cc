@@ -17,10 +17,12 @@ namespace {
 using ::aside::testing::MakeTableSpec;
 using ::aside::testing::TableOptions;
 
-PolicyConfig P2c(P2cParams::Load load) {
+PolicyConfig P2c(P2cParams::Load load,
+                 absl::Duration decay = P2cParams().decay) {
   PolicyConfig c;
   c.kind = PolicyKind::kP2c;
   c.p2c.load = load;
+  c.p2c.decay = decay;
   return c;
 }
 
@@ -29,8 +31,10 @@ struct Fixture {
   TableConstPtr table;
 };
 
-void Make(Fixture& f, P2cParams::Load load, TableOptions options) {
-  auto t = Table::Create(MakeTableSpec(P2c(load), options), nullptr, &f.loads);
+void Make(Fixture& f, P2cParams::Load load, TableOptions options,
+          absl::Duration decay = P2cParams().decay) {
+  auto t = Table::Create(MakeTableSpec(P2c(load, decay), options), nullptr,
+                         &f.loads);
   ASSERT_TRUE(t.ok()) << t.status();
   f.table = *t;
 }
@@ -102,7 +106,7 @@ TEST(P2cTest, PendingIsDividedByWeight) {
 
 TEST(P2cTest, PeakEwmaFollowsItsDefinitionUnderAnInjectedClock) {
   Fixture f;
-  Make(f, P2cParams::Load::kPeakEwma, {.weights = {1, 1}});
+  Make(f, P2cParams::Load::kPeakEwma, {.weights = {1, 1}}, absl::Seconds(10));
   FakeClock clock;
   const LoadModel& model = f.table->load_model();
   BackendLoad& slow = *f.table->member(0).load;
@@ -151,12 +155,13 @@ TEST(P2cTest, NewBackendsStartAtTheDefaultRtt) {
 TEST(P2cTest, ANewBackendsDefaultRttDecaysSoItIsTriedInAFastFleet) {
   // Backend 0 answers in 2 ms, far under the 30 ms default of backend 1,
   // which has no sample. The default decays from when the backend was
-  // first seen (tau 10 s): it wins once 30 ms * exp(-t / 10 s) < 2 ms,
-  // after about 27 s, instead of never.
+  // first seen (tau 10 s here, 1 s by default): it wins once
+  // 30 ms * exp(-t / 10 s) < 2 ms, after about 27 s, instead of never.
   FakeClock clock;
   LoadTracker loads(&clock);
   auto made = Table::Create(
-      MakeTableSpec(P2c(P2cParams::Load::kPeakEwma), {.weights = {1, 1}}),
+      MakeTableSpec(P2c(P2cParams::Load::kPeakEwma, absl::Seconds(10)),
+                    {.weights = {1, 1}}),
       nullptr, &loads);
   ASSERT_OK(made);
   const TableConstPtr t = *made;

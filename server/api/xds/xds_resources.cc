@@ -133,7 +133,8 @@ cluster::LoadBalancingPolicy TypedPolicies(const PolicyConfig& policy) {
       AddRoundRobin(&list);
       break;
     case PolicyKind::kP2c:
-    case PolicyKind::kLeastTime: {
+    case PolicyKind::kLeastTime:
+    case PolicyKind::kPrequal: {
       // Over every endpoint, not inside wrr_locality: each backend is a
       // locality of its own, where a choice between two is no choice.
       lbp::least_request::v3::LeastRequest least;
