@@ -809,8 +809,8 @@ void Arena::Report() const {
   };
   std::printf(
       "arena: %s, %zu backends (%.0f calls/s aggregate capacity, mean call "
-      "%.2f ms), %u clients, %.0f s measured per step after %.0f s warmup, "
-      "deadline %.0f s\n",
+      "%.2f ms), %u clients, %g s measured per step after %g s warmup, "
+      "deadline %g s\n",
       scenario_.source.c_str(), scenario_.backends.size(),
       scenario_.AggregateCapacity(), mean_call_ms, scenario_.clients,
       absl::ToDoubleSeconds(scenario_.duration),

@@ -16,6 +16,9 @@ namespace aside::bench {
 
 // The workload's method (any payload; the reply is the backend's index).
 inline constexpr char kArenaMethod[] = "/aside.arena.Work/Call";
+// The same, sent by the perfect-information dispatcher, which counts the
+// call in the backend's `dispatched` (arena_shm.h) until it arrives.
+inline constexpr char kArenaDispatchedMethod[] = "/aside.arena.Work/Dispatched";
 
 // Factors applied to a scenario file: `time` multiplies its duration,
 // warmup and event times, `service` its service times (dividing its

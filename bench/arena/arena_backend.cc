@@ -323,6 +323,11 @@ void Call::OnReadDone(bool ok) {
     backend_->Submit(this);
     return;
   }
+  if (method == kArenaDispatchedMethod) {
+    backend_->slot()->dispatched.fetch_sub(1, std::memory_order_acq_rel);
+    backend_->Submit(this);
+    return;
+  }
   if (method == kHealthCheck) {
     backend_->slot()->health_checks.fetch_add(1, std::memory_order_relaxed);
     // grpc.health.v1.HealthCheckResponse{status: SERVING}.

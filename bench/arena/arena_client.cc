@@ -10,7 +10,8 @@
 //   aside-server (Pick, the call on the stub's channel pool, the backend's
 //   per-call ORCA report handed to the pick, Done with the status);
 // - limit: the perfect-information dispatcher: reads every backend's exact
-//   number of calls from shared memory and takes the shortest expected
+//   number of calls from shared memory (plus the calls it sent there that
+//   have not arrived yet) and takes the shortest expected
 //   delay, (1 + max(0, calls - slots + 1) / slots) × the backend's current
 //   call time, plus what remains of a stall; never the sinkhole;
 // - grpc_round_robin: a plain gRPC channel with gRPC's own round_robin
@@ -274,6 +275,8 @@ class Client {
       call->pick.emplace(*std::move(pick));
     } else if (role_.mode == "limit") {
       call->chosen = Shortest(random);
+      shm_->backends[call->chosen].dispatched.fetch_add(
+          1, std::memory_order_acq_rel);
       channel = channels_[static_cast<size_t>(call->chosen)];
     } else {
       channel = channels_[0];
@@ -285,8 +288,10 @@ class Client {
     grpc::GenericStub stub(channel);
     Run* run = &run_;
     stub.UnaryCall(
-        &call->context, kArenaMethod, grpc::StubOptions(), &call->request,
-        &call->response, [call, run](const grpc::Status& status) {
+        &call->context,
+        role_.mode == "limit" ? kArenaDispatchedMethod : kArenaMethod,
+        grpc::StubOptions(), &call->request, &call->response,
+        [call, run](const grpc::Status& status) {
           if (call->pick.has_value()) {
             const auto& trailers = call->context.GetServerTrailingMetadata();
             const auto it = trailers.find("orca-load-report-bin");
@@ -331,7 +336,9 @@ class Client {
       const double call_ns =
           static_cast<double>(absl::ToInt64Nanoseconds(spec.call_time())) /
           factor;
-      const int calls = shm_->backends[b].rif.load(std::memory_order_acquire);
+      const int calls =
+          shm_->backends[b].rif.load(std::memory_order_acquire) +
+          shm_->backends[b].dispatched.load(std::memory_order_acquire);
       const double slots = spec.slots;
       const double delay =
           wait + call_ns * (1 + std::max(0.0, calls - slots + 1) / slots);

@@ -25,6 +25,11 @@ inline constexpr int kArenaMaxSteps = 16;
 struct ArenaBackendSlot {
   // Calls in the backend now: queued plus in service.
   std::atomic<int32_t> rif{0};
+  // Calls the perfect-information dispatcher sent that have not arrived
+  // yet (it adds one when it chooses the backend, the backend takes it
+  // back on arrival), so that its clients do not all choose the same
+  // backend before its queue shows their calls.
+  std::atomic<int32_t> dispatched{0};
   // The largest `rif` seen during each load step.
   std::atomic<int32_t> max_rif[kArenaMaxSteps];
   // Calls of each kind the backend received or sent since it started
