@@ -11,7 +11,13 @@
 //   arena_client.cc);
 // - the same clients as the perfect-information dispatcher ("limit"),
 //   which reads every backend's exact queue from shared memory, and as
-//   plain gRPC channels with gRPC's own round_robin ("grpc_round_robin").
+//   plain gRPC channels with gRPC's own round_robin ("grpc_round_robin");
+// - grpc-js 1.14's own weighted_round_robin (gRFC A58) over the backends'
+//   per-call ORCA reports, in node processes (grpc_js_client.js): gRPC C++
+//   1.51 has no weighted_round_robin (its library has round_robin,
+//   weighted_target and xds_wrr_locality only). Only with --grpc_js: its
+//   clients take about 8 ms of CPU per call here (grpc-js's round_robin
+//   1.5 ms), more than this machine has at the arena's rates.
 //
 // Policy names come from the scenario's `policies` line. Each becomes the
 // group's `policy:` in the server's YAML config (p2c_pending and
@@ -36,7 +42,8 @@
 // errors are at most 1 %.
 //
 //   arena [--scenario=FILE] [--smoke] [--time_scale=F] [--policies=a,b]
-//         [--json=FILE] [--grpc=false] [--verbose]
+//         [--json=FILE] [--grpc=false] [--grpc_js]
+//         [--verbose]
 #include "bench/arena/arena.h"
 
 #include <signal.h>
@@ -51,6 +58,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -60,12 +68,14 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "bench/arena/arena_shm.h"
 #include "bench/scenario/scenario.h"
@@ -84,6 +94,8 @@ ABSL_FLAG(bool, smoke, false, "two policies, one short step");
 ABSL_FLAG(std::vector<std::string>, policies, {},
           "policies (default: the scenario's)");
 ABSL_FLAG(bool, grpc, true, "also run gRPC's own round_robin");
+ABSL_FLAG(bool, grpc_js, false,
+          "also run grpc-js's own weighted_round_robin (node processes)");
 ABSL_FLAG(int, backend_procs, 4, "backend processes");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
 ABSL_FLAG(std::string, bin_dir, "", "where aside-server is");
@@ -116,7 +128,7 @@ using testing::TempDir;
 constexpr char kUsage[] =
     "usage: arena [--scenario=FILE] [--smoke] [--time_scale=F] "
     "[--service_scale=F] "
-    "[--policies=a,b] [--json=FILE] [--grpc=false] [--verbose]\n";
+    "[--policies=a,b] [--json=FILE] [--grpc=false] [--grpc_js] [--verbose]\n";
 
 int64_t NowNanos() {
   timespec ts;
@@ -254,6 +266,7 @@ struct Flags {
   bool smoke = false;
   std::vector<std::string> policies;
   bool grpc = true;
+  bool grpc_js = false;
   int backend_procs = 4;
   std::string json;
   std::string bin_dir;
@@ -281,19 +294,31 @@ class Arena {
     if (flags_.grpc) {
       runs.push_back({"grpc_round_robin", "grpc_round_robin"});
     }
+    if (flags_.grpc_js) {
+      runs.push_back(
+          {"grpc_js_weighted_round_robin", "grpc_js_weighted_round_robin"});
+    }
     for (const auto& [name, mode] : runs) {
       RunResult r;
       r.name = name;
       r.mode = mode;
       absl::Status s = RunOne(&r);
       if (!s.ok()) {
+        // A run that fails is reported with the others, and the arena
+        // exits non-zero at the end; a policy the server does not know
+        // (or a peer not installed) is only skipped.
         if (r.skipped.empty()) {
-          return s;
+          r.skipped = std::string(s.message());
+          failed_.push_back(name);
         }
         std::fprintf(stderr, "arena: %s skipped: %s\n", name.c_str(),
                      r.skipped.c_str());
       }
       results_.push_back(std::move(r));
+    }
+    if (!failed_.empty()) {
+      return absl::InternalError(
+          absl::StrCat("runs failed: ", absl::StrJoin(failed_, ", ")));
     }
     return absl::OkStatus();
   }
@@ -355,6 +380,7 @@ class Arena {
   std::vector<std::string> addresses_;
   std::vector<Process*> live_;  // the current run's server and clients
   std::vector<RunResult> results_;
+  std::vector<std::string> failed_;
 };
 
 absl::Status Arena::StartBackends() {
@@ -493,12 +519,29 @@ absl::Status Arena::RunOne(RunResult* r) {
   for (double rate : Rates()) {
     rates.push_back(absl::StrCat(rate / scenario_.clients));
   }
+  std::vector<std::string> prefix = {SelfPath(), "--role=client"};
+  if (r->mode == "grpc_js_weighted_round_robin") {
+    // grpc-js from tests/xds/node (npm ci there), node from the PATH.
+    const std::string script =
+        testing::SourceDir() + "/bench/arena/grpc_js_client.js";
+    const std::string grpc_js = testing::SourceDir() +
+                                "/tests/xds/node/node_modules/@grpc/grpc-js/"
+                                "package.json";
+    testing::CommandResult node =
+        testing::RunCommand({"/bin/sh", "-c", "command -v node"});
+    std::string node_path(absl::StripAsciiWhitespace(node.output));
+    if (node.exit_code != 0 || node_path.empty() ||
+        access(grpc_js.c_str(), R_OK) != 0) {
+      r->skipped =
+          "needs node and grpc-js (npm ci in tests/xds/node), not installed";
+      return absl::FailedPreconditionError(r->skipped);
+    }
+    prefix = {node_path, script};
+  }
   std::vector<std::unique_ptr<Process>> clients;
   for (uint32_t i = 0; i < scenario_.clients; ++i) {
-    ASIDE_ASSIGN_OR_RETURN(
-        std::unique_ptr<Process> c,
-        Process::Start(
-            {SelfPath(), "--role=client",
+    std::vector<std::string> argv = prefix;
+    for (std::string& a : std::vector<std::string>{
              absl::StrCat("--scenario=", flags_.scenario),
              absl::StrCat("--time_scale=", flags_.scale.time),
              absl::StrCat("--service_scale=", flags_.scale.service),
@@ -515,7 +558,11 @@ absl::Status Arena::RunOne(RunResult* r) {
              absl::StrCat("--deadline_ns=",
                           absl::ToInt64Nanoseconds(scenario_.deadline)),
              absl::StrCat("--seed=", scenario_.seed),
-             absl::StrCat("--out=", run_dir, "-client", i, ".bin")}));
+             absl::StrCat("--out=", run_dir, "-client", i, ".bin")}) {
+      argv.push_back(std::move(a));
+    }
+    ASIDE_ASSIGN_OR_RETURN(std::unique_ptr<Process> c,
+                           Process::Start(std::move(argv)));
     live_.push_back(c.get());
     clients.push_back(std::move(c));
   }
@@ -592,7 +639,8 @@ absl::Status Arena::RunOne(RunResult* r) {
     const int64_t bound = NowNanos() +
                           absl::ToInt64Nanoseconds(scenario_.deadline) +
                           15'000'000'000;
-    while (!clients[i]->Wait(absl::Milliseconds(50)).has_value()) {
+    std::optional<int> exited;
+    while (!(exited = clients[i]->Wait(absl::Milliseconds(50))).has_value()) {
       Pump(NowNanos());
       if (NowNanos() > bound) {
         clients[i]->Signal(SIGKILL);
@@ -604,10 +652,11 @@ absl::Status Arena::RunOne(RunResult* r) {
                      std::ios::binary);
     ArenaClientHeader header;
     if (!in.read(reinterpret_cast<char*>(&header), sizeof(header))) {
-      live_.clear();
-      return absl::InternalError(
-          absl::StrCat(r->name, ": client ", i,
-                       " wrote nothing: ", clients[i]->StderrText()));
+      clients[i]->ReadAvailable();
+      return absl::InternalError(absl::StrCat(
+          "client ", i, " wrote nothing (",
+          exited.has_value() ? absl::StrCat("wait status ", *exited) : "killed",
+          "): ", clients[i]->StderrText()));
     }
     const size_t at = records.size();
     records.resize(at + header.records);
@@ -1034,6 +1083,7 @@ int Main(int argc, char** argv) {
   flags.smoke = absl::GetFlag(FLAGS_smoke);
   flags.policies = absl::GetFlag(FLAGS_policies);
   flags.grpc = absl::GetFlag(FLAGS_grpc);
+  flags.grpc_js = absl::GetFlag(FLAGS_grpc_js);
   flags.backend_procs = absl::GetFlag(FLAGS_backend_procs);
   flags.json = absl::GetFlag(FLAGS_json);
   flags.verbose = absl::GetFlag(FLAGS_verbose);
