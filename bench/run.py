@@ -1270,7 +1270,7 @@ def summarize(out_dir):
             row("arena", f"{best} sustainable load (p99 ≤ 5× mean call) vs "
                 "the limit's", "≥ 0.9×", f"{fmt(sb)} vs {fmt(sl)}",
                 f"{fmt(ratio(sb, sl))}×",
-                f"{fmt(ratio(0.9, ratio(sb, sl)))}×",
+                f"{fmt(ratio(0.9, ratio(sb, sl)))}×" if sb else "—",
                 ratio(sb, sl) is not None and sb / sl >= 0.9)
             e = runs[best].get("extra_per_query")
             row("arena", f"{best} extra messages per query, fleet-wide",
@@ -1573,8 +1573,12 @@ def details(out_dir):
             lim = limit["steps"][k] if limit and "steps" in limit else None
             cpu = [r["steps"][k]["machine_cpu"] for r in runs
                    if "steps" in r and k < len(r["steps"])]
-            out.append(f"load {load_:g}, machine CPU "
-                       f"{100 * min(cpu):.0f}–{100 * max(cpu):.0f} %:\n"
+            own = [r["steps"][k]["arena_cpu"] for r in runs
+                   if "steps" in r and k < len(r["steps"])]
+            out.append(f"load {load_:g}, machine CPU (/proc/stat) "
+                       f"{100 * min(cpu):.0f}–{100 * max(cpu):.0f} %, the "
+                       f"arena's processes {100 * min(own):.0f}–"
+                       f"{100 * max(own):.0f} % of it:\n"
                        if cpu else f"load {load_:g}:\n")
             out.append("| policy | p50 ms | p99 ms | p99 ×limit | p99.9 ms "
                        "| p99.9 ×limit | errors | max RIF | share/capacity "
@@ -1599,6 +1603,18 @@ def details(out_dir):
                     f"{rec} | {100 * st['sinkhole_share']:.2f} % | "
                     f"{r['extra_per_query']:.3f} |")
             out.append("")
+        out.append("| policy | sustainable load | ×limit | extra messages "
+                   "per query (by kind) |")
+        out.append("|---|---|---|---|")
+        ls = limit.get("sustainable_load") if limit else None
+        for r in runs:
+            if "steps" not in r:
+                continue
+            kinds = ", ".join(f"{k} {v}" for k, v in r["extra"].items() if v)
+            out.append(f"| {r['name']} | {r['sustainable_load']:g} | "
+                       f"{fmt(ls and r['sustainable_load'] / ls)}× | "
+                       f"{r['extra_per_query']:.3f} ({kinds or 'none'}) |")
+        out.append("")
         skipped = [f"{r['name']} ({r['skipped']})" for r in runs
                    if "skipped" in r]
         if skipped:
