@@ -9,9 +9,9 @@
 #                                 (with SANITIZE=... too; CI runs it under
 #                                 ASan+UBSan)
 #   make bench                    Release build, run every benchmark and the
-#                                 balancing lab; JSON and the target summary
+#                                 balancing arena; JSON and the target summary
 #                                 in build/bench/ (BENCH_QUICK=1: ~2 minutes;
-#                                 BENCH_ARGS="--only lab" runs one part)
+#                                 BENCH_ARGS="--only arena" runs one part)
 #   make format                   clang-format the sources
 #   make fuzz                     clang + libFuzzer + ASan/UBSan build in
 #                                 build-fuzz, then every fuzz target for

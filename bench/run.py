@@ -11,7 +11,8 @@ Parts (each writes JSON to build/bench/):
   fanout-xds  one change to 1000 Watch then 1000 ADS subscribers of one
           group in the same run (fanout_load --ads), as ratios
   probe   the health prober against a bare Asio connect loop (probe_load)
-  lab     the balancing-quality lab (balance_lab)
+  arena   the balancing arena (arena): the default scenario's policies
+          against a perfect-information dispatcher, with real processes
   sim     the balancing simulator (arena_sim) on the default scenario,
           Prequal's 100 x 100 shape and 1000 x 1000
 Then summary.json and summary.md: every DESIGN.md section 8 target with the
@@ -35,7 +36,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARTS = ["micro", "rpc", "fanout", "fanout-xds", "probe", "lab", "sim",
+PARTS = ["micro", "rpc", "fanout", "fanout-xds", "probe", "arena", "sim",
          "scale"]
 
 
@@ -849,13 +850,21 @@ def run_probe(args, out_dir):
         check=True, timeout=900)
 
 
-def run_lab(args, out_dir):
-    log("== lab: balancing quality")
-    argv = [os.path.join(args.bin_dir, "balance_lab"),
-            f"--json={os.path.join(out_dir, 'lab.json')}"]
+def run_arena(args, out_dir):
+    # The default scenario (bench/scenario/default.scn) with every policy
+    # it names, the limit and gRPC's own round_robin; the table goes to
+    # stdout as it is, the figures to arena.json. Service times twice the
+    # file's (2800 calls/s at full load, which keeps the arena's processes
+    # near half of this 2-core machine at the top step) and its times at
+    # 0.6 (12 s measured per step: about 11 minutes in all). Quick: the
+    # smoke run.
+    log("== arena: balancing against the perfect-information limit")
+    argv = [os.path.join(args.bin_dir, "arena"), "--service_scale=2",
+            "--time_scale=0.6",
+            f"--json={os.path.join(out_dir, 'arena.json')}"]
     if args.quick:
-        argv.append("--quick")
-    subprocess.run(argv, check=True, timeout=1800)
+        argv.append("--smoke")
+    subprocess.run(argv, check=True, timeout=3600)
 
 
 def run_sim(args, out_dir):
@@ -1236,27 +1245,61 @@ def summarize(out_dir):
             f"{fmt(rr)}× / {fmt(cr)}×", f"{fmt(ratio(rr, 0.9))}×",
             rr is not None and rr >= 0.9)
 
-    lab = load(os.path.join(out_dir, "lab.json"))
-    if lab and lab.get("targets"):
-        t = lab["targets"]
-        a = t["p2c_peak_ewma_slow_p99_over_healthy_p99"]
-        b = t["round_robin_slow_p99_over_p2c_peak_ewma_slow_p99"]
-        c = t.get("stock_round_robin_slow_p99_over_p2c_peak_ewma_slow_p99")
-        summ = lab.get("summary", {})
-        hp = summ.get("healthy", {}).get("p2c_peak_ewma", {}).get("p99_us")
-        sp = summ.get("slow", {}).get("p2c_peak_ewma", {}).get("p99_us")
-        rp = summ.get("slow", {}).get("round_robin", {}).get("p99_us")
-        row("lab", "p2c+peak_ewma p99, one backend 10× slower vs all healthy",
-            "≤ 1.3×",
-            f"{fmt_spread(sp, ' ms', 1e-3)} vs {fmt_spread(hp, ' ms', 1e-3)}",
-            fmt_spread(a["value"], "×"),
-            f"{fmt(a['value']['median'] / 1.3)}×", a["met"])
-        row("lab", "round robin p99 / p2c+peak_ewma p99, one 10× slower",
-            "≥ 10×",
-            f"{fmt_spread(rp, ' ms', 1e-3)} vs {fmt_spread(sp, ' ms', 1e-3)}",
-            fmt_spread(b["value"], "×") + (
-                f"; stock rr {fmt(c['value']['median'])}×" if c else ""),
-            f"{fmt(b['value']['median'] / 10)}×", b["met"])
+    arena = load(os.path.join(out_dir, "arena.json"))
+    if arena:
+        runs = {r["name"]: r for r in arena["runs"] if "steps" in r}
+        limit = runs.get("limit")
+        step = None
+        if limit:
+            loads = [st["load"] for st in limit["steps"]]
+            step = min(range(len(loads)), key=lambda i: abs(loads[i] - 0.9))
+
+        def at(name, key):
+            r = runs.get(name)
+            return None if r is None or step is None or \
+                step >= len(r["steps"]) else r["steps"][step][key]
+
+        stubs = [n for n, r in runs.items() if r["mode"] == "stub"]
+        # The recommended policy: prequal once it runs, else the stub
+        # policy with the lowest p99 at the 0.9 step.
+        best = "prequal" if "prequal" in runs else (
+            min(stubs, key=lambda n: at(n, "p99_ms") or 1e9) if stubs
+            else None)
+        if best and limit:
+            load_txt = f"{limit['steps'][step]['load']:g}"
+            p99, lp99 = at(best, "p99_ms"), at("limit", "p99_ms")
+            row("arena", f"{best} p99 at {load_txt} load vs the "
+                "perfect-information limit", "≤ 1.25×",
+                f"{fmt(p99, ' ms')} vs {fmt(lp99, ' ms')}",
+                f"{fmt(ratio(p99, lp99))}×",
+                f"{fmt(ratio(ratio(p99, lp99), 1.25))}×",
+                ratio(p99, lp99) is not None and p99 / lp99 <= 1.25)
+            for peer, target in (("p2c_peak_ewma", 0.75),
+                                 ("round_robin", 0.5)):
+                q = at(peer, "p99_ms")
+                if q is None or peer == best:
+                    continue
+                row("arena", f"{best} p99 / {peer} p99 at {load_txt}",
+                    f"≤ {target}×", f"{fmt(p99, ' ms')} vs {fmt(q, ' ms')}",
+                    f"{fmt(ratio(p99, q))}×",
+                    f"{fmt(ratio(ratio(p99, q), target))}×",
+                    ratio(p99, q) is not None and p99 / q <= target)
+            sb, sl = (runs[best].get("sustainable_load"),
+                      limit.get("sustainable_load"))
+            row("arena", f"{best} sustainable load (p99 ≤ 5× mean call) vs "
+                "the limit's", "≥ 0.9×", f"{fmt(sb)} vs {fmt(sl)}",
+                f"{fmt(ratio(sb, sl))}×",
+                f"{fmt(ratio(0.9, ratio(sb, sl)))}×" if sb else "—",
+                ratio(sb, sl) is not None and sb / sl >= 0.9)
+            e = runs[best].get("extra_per_query")
+            row("arena", f"{best} extra messages per query, fleet-wide",
+                "≤ 0.1", fmt(e, digits=3), None,
+                f"{fmt(ratio(e, 0.1))}×", e is not None and e <= 0.1)
+            k = at(best, "sinkhole_share")
+            row("arena", f"{best} calls to the sinkhole after its first "
+                f"second at {load_txt}", "≤ 1 %",
+                fmt(k and 100 * k, " %"), None,
+                f"{fmt(ratio(k, 0.01))}×", k is not None and k <= 0.01)
 
     doc = {"machine": load(os.path.join(out_dir, "machine.json")),
            "rows": rows}
@@ -1536,67 +1579,65 @@ def details(out_dir):
                        f"{st['cpu_ratio_to_bare_floor']:.2f}× | "
                        f"{st['failures']:.0f} |")
         out.append("")
-    lab = load(os.path.join(out_dir, "lab.json"))
-    if lab:
-        c = lab["config"]
-        out.append(f"#### Balancing quality ({c['backends']} backends at "
-                   f"{c['latency_us'] / 1000:g} ms, {c['workers']} service "
-                   f"slots each; {c['rate']:.0f} req/s open loop; "
-                   f"{c['rounds']} round(s) of healthy and slow)\n")
-        order = ["stock_round_robin", "round_robin", "random",
-                 "weighted_round_robin", "p2c_pending", "p2c_peak_ewma",
-                 "least_time_first_byte", "least_time_last_byte"]
-        summ = lab.get("summary", {})
-
-        def ms(sp, key="median"):
-            return fmt(sp[key] / 1000, digits=2) if sp else "n/a"
-
-        for scenario, title, extra in (
-                ("healthy", "all healthy", None),
-                ("slow", f"backend 0 {c['slow_factor']:g}× slower",
-                 "share to backend 0"),
-                ("death", f"one backend killed after "
-                 f"{c['death_before_s']:g} s", "until none reach it"),
-                ("warmup", f"a new backend joins cold ({c['slow_factor']:g}× "
-                 f"for {c['cold_s']:g} s)", "new backend's share")):
-            rows = summ.get(scenario)
-            if not rows:
-                continue
-            out.append(f"{title}:\n")
-            head = "| policy | p50 ms | p99 ms (min–max) | p99.9 ms | errors "
-            head += "| busiest backend |"
-            if extra:
-                head += f" {extra} |"
-            out.append(head)
-            out.append("|---" * (head.count("|") - 1) + "|")
-            for policy in order:
-                r = rows.get(policy)
-                if not r:
+    arena = load(os.path.join(out_dir, "arena.json"))
+    if arena:
+        runs = arena["runs"]
+        limit = next((r for r in runs if r["name"] == "limit"), None)
+        out.append(f"#### Balancing arena ({arena['scenario']}, "
+                   f"{arena['aggregate_capacity']:.0f} calls/s capacity, "
+                   f"mean call {arena['mean_call_ms']:.2f} ms, "
+                   f"{arena['clients']} clients, "
+                   f"{arena['duration_s']:g} s per step)\n")
+        for k, load_ in enumerate(arena["loads"]):
+            lim = limit["steps"][k] if limit and "steps" in limit else None
+            cpu = [r["steps"][k]["machine_cpu"] for r in runs
+                   if "steps" in r and k < len(r["steps"])]
+            own = [r["steps"][k]["arena_cpu"] for r in runs
+                   if "steps" in r and k < len(r["steps"])]
+            out.append(f"load {load_:g}, machine CPU (/proc/stat) "
+                       f"{100 * min(cpu):.0f}–{100 * max(cpu):.0f} %, the "
+                       f"arena's processes {100 * min(own):.0f}–"
+                       f"{100 * max(own):.0f} % of it:\n"
+                       if cpu else f"load {load_:g}:\n")
+            out.append("| policy | p50 ms | p99 ms | p99 ×limit | p99.9 ms "
+                       "| p99.9 ×limit | errors | max RIF | share/capacity "
+                       "(max) | recovery | sinkhole after 1 s | extra "
+                       "msgs/query |")
+            out.append("|---" * 12 + "|")
+            for r in runs:
+                if "steps" not in r or k >= len(r["steps"]):
                     continue
-                line = (f"| {policy} | {ms(r['p50_us'])} | {ms(r['p99_us'])} "
-                        f"({ms(r['p99_us'], 'min')}–{ms(r['p99_us'], 'max')})"
-                        f" | {ms(r['p999_us'])} | {r['errors']['median']:.0f} "
-                        f"| {100 * r['hottest_share']['median']:.1f} % |")
-                if scenario == "slow":
-                    line += f" {100 * r['watched_share']['median']:.1f} % |"
-                elif scenario == "death":
-                    line += f" {r['kill_to_last_ms']['median']:.0f} ms |"
-                elif scenario == "warmup":
-                    line += (f" {100 * r['cold_share']['median']:.1f} % cold,"
-                             f" {100 * r['warm_share']['median']:.1f} % warm |")
-                out.append(line)
+                st = r["steps"][k]
+                rec = st["recovery_s"]
+                rec = ("—" if rec is None else rec if isinstance(rec, str)
+                       else f"{rec:.1f} s")
+                out.append(
+                    f"| {r['name']} | {fmt(st['p50_ms'])} | "
+                    f"{fmt(st['p99_ms'])} | "
+                    f"{fmt(lim and st['p99_ms'] / lim['p99_ms'])}× | "
+                    f"{fmt(st['p999_ms'])} | "
+                    f"{fmt(lim and st['p999_ms'] / lim['p999_ms'])}× | "
+                    f"{100 * st['errors'] / max(st['calls'], 1):.2f} % | "
+                    f"{st['max_rif']} | {st['max_share_ratio']:.2f}× | "
+                    f"{rec} | {100 * st['sinkhole_share']:.2f} % | "
+                    f"{r['extra_per_query']:.3f} |")
             out.append("")
-        t = lab.get("targets", {})
-        if t:
-            a = t["p2c_peak_ewma_slow_p99_over_healthy_p99"]["value"]
-            b = t["round_robin_slow_p99_over_p2c_peak_ewma_slow_p99"]["value"]
-            d = t.get("round_robin_slow_p99_over_best_healthy_p99",
-                      {}).get("value")
-            out.append(f"Per-round ratios: p2c peak_ewma slow/healthy p99 "
-                       f"{fmt_spread(a, '×')}; round robin/p2c peak_ewma "
-                       f"p99 with the slow backend {fmt_spread(b, '×')}; "
-                       f"ceiling (round robin slow p99 / best healthy p99) "
-                       f"{fmt_spread(d, '×')}.\n")
+        out.append("| policy | sustainable load | ×limit | extra messages "
+                   "per query (by kind) |")
+        out.append("|---|---|---|---|")
+        ls = limit.get("sustainable_load") if limit else None
+        for r in runs:
+            if "steps" not in r:
+                continue
+            kinds = ", ".join(f"{k} {v}" for k, v in r["extra"].items() if v)
+            out.append(f"| {r['name']} | {r['sustainable_load']:g} | "
+                       f"{fmt(ls and r['sustainable_load'] / ls)}× | "
+                       f"{r['extra_per_query']:.3f} ({kinds or 'none'}) |")
+        out.append("")
+        skipped = [f"{r['name']} ({r['skipped']})" for r in runs
+                   if "skipped" in r]
+        if skipped:
+            out.append("Skipped: " + "; ".join(skipped) + "\n")
     return "\n".join(out)
 
 
@@ -1692,8 +1733,8 @@ def main():
         write_json(os.path.join(args.out_dir, "machine.json"), machine())
         began = time.monotonic()
         runners = {"micro": run_micro, "rpc": run_rpc, "fanout": run_fanout,
-                   "fanout-xds": run_fanout_xds, "probe": run_probe, "lab": run_lab, "sim": run_sim,
-                   "scale": run_scale}
+                   "fanout-xds": run_fanout_xds, "probe": run_probe,
+                   "arena": run_arena, "sim": run_sim, "scale": run_scale}
         for part in args.only.split(","):
             if part not in runners:
                 sys.exit(f"run.py: unknown part '{part}'")
