@@ -350,27 +350,15 @@ void H2RequestGuard::OnClientData(uint32_t stream_id, uint8_t flags,
 }
 
 uint64_t H2RequestGuard::Walk(Stream& s, std::string_view data) {
-  while (!data.empty()) {
-    if (s.message_left > 0) {
-      const size_t n = std::min<size_t>(s.message_left, data.size());
-      s.message_left -= static_cast<uint32_t>(n);
-      data.remove_prefix(n);
-      continue;
+  uint64_t refused = 0;
+  s.messages.Read(data, [&](uint8_t, uint32_t length) {
+    if (length > options_.max_message_bytes) {
+      refused = length;
+      return false;
     }
-    const size_t n = std::min<size_t>(5 - s.prefix_have, data.size());
-    std::memcpy(s.prefix + s.prefix_have, data.data(), n);
-    s.prefix_have = static_cast<uint8_t>(s.prefix_have + n);
-    data.remove_prefix(n);
-    if (s.prefix_have == 5) {
-      s.prefix_have = 0;
-      const uint32_t declared = Be32(s.prefix + 1);
-      if (declared > options_.max_message_bytes) {
-        return declared;
-      }
-      s.message_left = declared;
-    }
-  }
-  return 0;
+    return true;
+  });
+  return refused;
 }
 
 void H2RequestGuard::Refuse(uint32_t stream_id, Stream& s, uint64_t declared,

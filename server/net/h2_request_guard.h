@@ -67,6 +67,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "lib/sync.h"
+#include "server/net/grpc_message_walk.h"
 
 namespace aside::server {
 
@@ -200,9 +201,7 @@ class H2RequestGuard {
 
  private:
   struct Stream {
-    uint8_t prefix[5] = {0, 0, 0, 0, 0};
-    uint8_t prefix_have = 0;
-    uint32_t message_left = 0;  // bytes of the current message to come
+    MessageWalk messages;
     bool server_headers = false;
     bool refused = false;
   };

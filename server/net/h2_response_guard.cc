@@ -130,36 +130,20 @@ void H2ResponseGuard::WalkData(std::string_view data) {
   if (it == streams_.end()) {
     return;
   }
-  Stream& s = it->second;
-  while (!data.empty()) {
-    if (s.message_left > 0) {
-      const size_t n = std::min<size_t>(s.message_left, data.size());
-      s.message_left -= static_cast<uint32_t>(n);
-      data.remove_prefix(n);
-      continue;
-    }
-    const size_t n = std::min<size_t>(5 - s.prefix_have, data.size());
-    std::memcpy(s.prefix + s.prefix_have, data.data(), n);
-    s.prefix_have = static_cast<uint8_t>(s.prefix_have + n);
-    data.remove_prefix(n);
-    if (s.prefix_have < 5) {
-      continue;
-    }
-    s.prefix_have = 0;
-    const uint32_t declared = Be32(s.prefix + 1);
-    if (declared > options_.max_message_bytes) {
-      declared_ = declared;
-      Fail(absl::StrCat("a message of ", declared, " bytes (limit ",
+  it->second.messages.Read(data, [this](uint8_t flags, uint32_t length) {
+    if (length > options_.max_message_bytes) {
+      declared_ = length;
+      Fail(absl::StrCat("a message of ", length, " bytes (limit ",
                         options_.max_message_bytes, ")"));
-      return;
+      return false;
     }
-    if ((s.prefix[0] & kCompressed) != 0) {
-      declared_ = declared;
+    if ((flags & kCompressed) != 0) {
+      declared_ = length;
       Fail("a compressed message (only identity is accepted)");
-      return;
+      return false;
     }
-    s.message_left = declared;
-  }
+    return true;
+  });
 }
 
 }  // namespace aside::server

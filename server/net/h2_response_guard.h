@@ -30,6 +30,7 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
+#include "server/net/grpc_message_walk.h"
 
 namespace aside::server {
 
@@ -58,9 +59,7 @@ class H2ResponseGuard {
 
  private:
   struct Stream {
-    uint8_t prefix[5] = {0, 0, 0, 0, 0};
-    uint8_t prefix_have = 0;
-    uint32_t message_left = 0;
+    MessageWalk messages;
   };
 
   void OnFrameHeader();

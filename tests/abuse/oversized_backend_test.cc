@@ -13,13 +13,12 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "aside/v1/lookaside.grpc.pb.h"
+#include "tests/abuse/proc_status.h"
 #include "tests/abuse/scraped_metric.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/eventually.h"
@@ -36,20 +35,6 @@ constexpr bool kSanitized = true;
 constexpr int64_t kBoundKiB = 32 * 1024;
 constexpr bool kSanitized = false;
 #endif
-
-int64_t StatusKiB(pid_t pid, const char* field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) {
-      std::istringstream fields(line.substr(std::strlen(field)));
-      int64_t kib = 0;
-      fields >> kib;
-      return kib;
-    }
-  }
-  return -1;
-}
 
 struct Case {
   const char* name;
@@ -92,12 +77,12 @@ TEST_P(OversizedBackendTest, IsStoppedBeforeItIsBuffered) {
   const pid_t pid = server.process->pid();
   if (c.address_space_headroom_mib > 0) {
     const auto limit = static_cast<rlim_t>(
-        (StatusKiB(pid, "VmSize:") + c.address_space_headroom_mib * 1024) *
+        (ProcStatusKiB(pid, "VmSize:") + c.address_space_headroom_mib * 1024) *
         1024);
     const rlimit as{.rlim_cur = limit, .rlim_max = RLIM_INFINITY};
     ASSERT_EQ(prlimit(pid, RLIMIT_AS, &as, nullptr), 0) << std::strerror(errno);
   }
-  const int64_t before = StatusKiB(pid, "VmHWM:");
+  const int64_t before = ProcStatusKiB(pid, "VmHWM:");
   dir.WriteFile("aside.yaml", absl::StrCat(R"(groups:
   - name: idle
     policy: round_robin
@@ -128,7 +113,7 @@ TEST_P(OversizedBackendTest, IsStoppedBeforeItIsBuffered) {
       server.process->WaitForLine("event=backend.refused", absl::Seconds(10)));
   EXPECT_THAT(line, ::testing::HasSubstr(address));
 
-  const int64_t growth = StatusKiB(pid, "VmHWM:") - before;
+  const int64_t growth = ProcStatusKiB(pid, "VmHWM:") - before;
   std::cout << "event=oversized_backend.measured case=" << c.name
             << " growth_kib=" << growth << "\n";
   EXPECT_LT(growth, kBoundKiB) << c.mib << " MiB from a backend";

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
+#include "tests/abuse/proc_status.h"
 #include "tests/abuse/scraped_metric.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/process.h"
@@ -52,17 +53,7 @@ constexpr bool kSanitized = false;
 
 // The process's peak resident set (VmHWM), in KiB.
 int64_t PeakKiB(pid_t pid, const char* field = "VmHWM:") {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) {
-      std::istringstream fields(line.substr(std::strlen(field)));
-      int64_t kib = 0;
-      fields >> kib;
-      return kib;
-    }
-  }
-  return -1;
+  return ProcStatusKiB(pid, field);
 }
 
 struct Case {

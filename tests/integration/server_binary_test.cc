@@ -361,12 +361,11 @@ TEST(ServerBinaryShutdownTest, AClientThatStoppedReadingDoesNotHoldItUp) {
       "aside.yaml", absl::StrCat(kConfig, "shutdown_grace: 120s\n"));
   ASSERT_OK_AND_ASSIGN(RunningServer server,
                        StartServer(dir, {"--config", config}));
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<Process> client,
-      Process::Start({"/usr/bin/python3",
-                      aside::testing::SourceDir() +
-                          "/tests/abuse/stopped_client.py",
-                      server.target(), "demo"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Process> client,
+                       Process::Start({"/usr/bin/python3",
+                                       aside::testing::SourceDir() +
+                                           "/tests/abuse/stopped_client.py",
+                                       server.target(), "demo"}));
   ASSERT_OK(client->WaitForLine("event=stopped_client.ready", absl::Seconds(30))
                 .status());
   client->Signal(SIGSTOP);
