@@ -294,7 +294,8 @@ class Backend {
     xds::data::orca::v3::OrcaLoadReport report;
     report.set_cpu_utilization(std::min(utilization, 10.0));
     (*report.mutable_named_metrics())["rif"] = rif;
-    (*report.mutable_named_metrics())["latency"] = latency_s;
+    // The names prequal reads (docs/operations.md, "prequal").
+    (*report.mutable_named_metrics())["latency_ms"] = latency_s * 1e3;
     return report.SerializeAsString();
   }
 
