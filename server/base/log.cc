@@ -27,10 +27,10 @@ struct Throttle {
   uint64_t pending = 0;  // left out since the event's last line
   uint64_t total = 0;
 };
-aside::Mutex g_throttle_mu;
-// By event name; events are the code's own literals, so few.
+// By event name; events are the code's own literals, so few. Under the
+// write lock, taken apart from the write itself.
 std::map<std::string, Throttle, std::less<>>& Throttles()
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_throttle_mu) {
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_write_mu) {
   static auto* throttles = new std::map<std::string, Throttle, std::less<>>();
   return *throttles;
 }
@@ -140,7 +140,7 @@ void LogThrottled(LogLevel level, absl::string_view event,
   }
   uint64_t left_out = 0;
   {
-    aside::MutexLock lock(&g_throttle_mu);
+    aside::MutexLock lock(&g_write_mu);
     auto& throttles = Throttles();
     auto it = throttles.find(event);
     if (it == throttles.end()) {
@@ -171,7 +171,7 @@ void LogThrottled(LogLevel level, absl::string_view event,
 
 std::vector<std::pair<std::string, uint64_t>> LogSuppressed() {
   std::vector<std::pair<std::string, uint64_t>> out;
-  aside::MutexLock lock(&g_throttle_mu);
+  aside::MutexLock lock(&g_write_mu);
   for (const auto& [event, t] : Throttles()) {
     out.emplace_back(event, t.total);
   }

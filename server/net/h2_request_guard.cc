@@ -145,7 +145,7 @@ H2RequestGuard::~H2RequestGuard() {
   }
 }
 
-bool H2RequestGuard::OpenStream(uint32_t stream_id, std::string* to_server) {
+bool H2RequestGuard::OpenStream(uint32_t stream_id) {
   if (peer_streams_ == nullptr && all_streams_ == nullptr) {
     return true;
   }
@@ -171,7 +171,6 @@ bool H2RequestGuard::OpenStream(uint32_t stream_id, std::string* to_server) {
                               " (", *name, ")"),
                  nullptr);
     reset_after_headers_ = stream_id;
-    (void)to_server;
     return false;
   }
   open_.insert(stream_id);
@@ -297,7 +296,7 @@ void H2RequestGuard::OnClientFrame(std::string_view header,
       last_client_stream_ = id;  // opens a stream
       // The header block still goes to gRPC (its HPACK state must see
       // it); a refused stream is reset right after it.
-      if (!OpenStream(id, to_server)) {
+      if (!OpenStream(id)) {
         header_block_ends_ = (flags & kEndHeaders) != 0;
         return;
       }

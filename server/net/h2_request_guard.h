@@ -219,9 +219,9 @@ class H2RequestGuard {
   // RESOURCE_EXHAUSTED and `message` to the client.
   void RefuseStream(uint32_t stream_id, bool server_headers,
                     const std::string& message, std::string* to_server);
-  // Counts a stream the client opens; false (and the stream refused) past
-  // a cap.
-  bool OpenStream(uint32_t stream_id, std::string* to_server);
+  // Counts a stream the client opens; false (and the stream refused, its
+  // reset to gRPC waiting for the end of its header block) past a cap.
+  bool OpenStream(uint32_t stream_id);
   void CloseStream(uint32_t stream_id);
   // Sends gRPC the reset of a stream refused at its HEADERS once its header
   // block has passed whole.

@@ -130,7 +130,7 @@ void H2ResponseGuard::WalkData(std::string_view data) {
   if (it == streams_.end()) {
     return;
   }
-  it->second.messages.Read(data, [this](uint8_t flags, uint32_t length) {
+  it->second.Read(data, [this](uint8_t flags, uint32_t length) {
     if (length > options_.max_message_bytes) {
       declared_ = length;
       Fail(absl::StrCat("a message of ", length, " bytes (limit ",

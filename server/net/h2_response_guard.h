@@ -58,10 +58,6 @@ class H2ResponseGuard {
   uint64_t declared() const { return declared_; }
 
  private:
-  struct Stream {
-    MessageWalk messages;
-  };
-
   void OnFrameHeader();
   // Walks DATA bytes of the current frame's stream (padding excluded).
   void WalkData(std::string_view data);
@@ -84,7 +80,7 @@ class H2ResponseGuard {
   uint32_t padding_ = 0;
   // The header block being read: its size so far, open until END_HEADERS.
   uint32_t header_block_ = 0;
-  absl::flat_hash_map<uint32_t, Stream> streams_;
+  absl::flat_hash_map<uint32_t, MessageWalk> streams_;
 };
 
 }  // namespace aside::server
