@@ -187,6 +187,11 @@ class Backend {
     PublishLocked();
   }
 
+  // The timer holds its mutex, which is this backend's too.
+  void AssertTimerHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK(timer_->mu()) {
+    timer_->mu()->AssertHeld();
+  }
+
   // The timer: `call`'s service ended at `now`. Returns the reply's load
   // report; the slot passes to the oldest waiting call.
   std::string CompleteLocked(Call* call, int64_t now)
@@ -371,6 +376,7 @@ void Timer::Loop() {
     while (!due_.empty() && due_.top().at <= now) {
       const Due d = due_.top();
       due_.pop();
+      d.backend->AssertTimerHeld();
       replies.push_back(
           {d.call, d.backend->name(), d.backend->CompleteLocked(d.call, now)});
     }
