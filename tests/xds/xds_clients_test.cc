@@ -210,18 +210,22 @@ class XdsClientsTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
 
-  // Starts the Node stock client alone ("node") with the client's
-  // arguments after the script.
-  void StartNodeClient(const std::vector<std::string>& args) {
+  // Starts the Node stock client alone (named `name`, "node" unless the
+  // arguments say otherwise) with the client's arguments after the script;
+  // `env`: more NAME=VALUE settings for it.
+  void StartNodeClient(const std::vector<std::string>& args,
+                       const std::vector<std::string>& env = {}) {
     ASSERT_TRUE(std::string(ASIDE_NODE).find("NOTFOUND") == std::string::npos)
         << "node is not installed (scripts/install-deps.sh)";
     std::vector<std::string> argv = {"/usr/bin/env",
-                                     "GRPC_XDS_BOOTSTRAP=" + bootstrap_,
-                                     ASIDE_NODE, ASIDE_XDS_CLIENT_JS};
+                                     "GRPC_XDS_BOOTSTRAP=" + bootstrap_};
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.push_back(ASIDE_NODE);
+    argv.push_back(ASIDE_XDS_CLIENT_JS);
     argv.insert(argv.end(), args.begin(), args.end());
     absl::StatusOr<std::unique_ptr<Process>> p = StartChild(argv);
     ASSERT_OK(p.status());
-    clients_.push_back({"node", *std::move(p)});
+    clients_.push_back({args.size() >= 2 ? args[1] : "node", *std::move(p)});
     ASSERT_OK(
         clients_.back().process->WaitForLine("event=client.started", kWait));
   }
@@ -1115,6 +1119,59 @@ TEST_F(XdsClientsTest, RingHashKeysReachTheSameBackendOnEveryPath) {
   for (int k = 0; k < kKeys; ++k) {
     EXPECT_NE(log_.CallsSince(absl::StrCat("node/key-", k), 0).back(), 0);
   }
+}
+
+// Clients Aside does not know are offered a ring through the typed policy
+// list rather than given round robin: grpc-js-xds 1.14 saying it is nothing
+// at all, or a client no rule here names, keeps every key on one backend.
+TEST_F(XdsClientsTest, ClientsOfUnknownOrEmptyUserAgentKeepKeyAffinity) {
+  constexpr int kKeys = 100;
+  constexpr size_t kCycles = 3;
+  CreateGroup({1, 2, 3}, "ring_hash");
+  const std::string keys = absl::StrCat("x-aside-hash-key=@", kKeys);
+  StartNodeClient(
+      {"xds:///web", "empty", "0", keys},
+      {"ASIDE_XDS_USER_AGENT_NAME=", "ASIDE_XDS_USER_AGENT_VERSION="});
+  StartNodeClient({"xds:///web", "unknown", "0", keys},
+                  {"ASIDE_XDS_USER_AGENT_NAME=Some xDS Client",
+                   "ASIDE_XDS_USER_AGENT_VERSION=0.1.0"});
+  // Every key's first call waits for the configuration; then kCycles
+  // cycles of every key, from each client.
+  const bool cycled = log_.WaitUntil(
+      [&](const CallLog::Calls& calls) {
+        for (const char* client : {"empty", "unknown"}) {
+          for (int k = 0; k < kKeys; ++k) {
+            auto it = calls.find(absl::StrCat(client, "/key-", k));
+            if (it == calls.end() || it->second.size() < kCycles) {
+              return false;
+            }
+          }
+        }
+        return true;
+      },
+      kWait);
+  ASSERT_TRUE(cycled) << Describe();
+  for (const char* client : {"empty", "unknown"}) {
+    int sticky = 0;
+    std::vector<int> per_backend(kBackends, 0);
+    for (int k = 0; k < kKeys; ++k) {
+      const std::vector<int> calls =
+          log_.CallsSince(absl::StrCat(client, "/key-", k), 0);
+      const bool one = std::all_of(calls.begin(), calls.end(),
+                                   [&](int b) { return b == calls.front(); });
+      sticky += one ? 1 : 0;
+      ++per_backend[calls.front()];
+    }
+    EXPECT_EQ(sticky, kKeys) << client << ": keys that kept one backend";
+    // A ring over the group's three backends, not one for every key.
+    EXPECT_GT(*std::min_element(per_backend.begin(), per_backend.begin() + 3),
+              0)
+        << client;
+    RecordProperty(absl::StrCat(client, "_keys_on_one_backend"),
+                   absl::StrCat(sticky, "/", kKeys));
+  }
+  // Neither was served the fallback without a ring.
+  EXPECT_EQ(MetricValue({"aside_xds_ring_hash_fallbacks_total", "web"}), 0);
 }
 
 // Groups with outlier detection send gRPC's (gRFC A50) in the Cluster: a

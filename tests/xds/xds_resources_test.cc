@@ -9,6 +9,7 @@
 #include "envoy/config/route/v3/route.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
 #include "envoy/extensions/load_balancing_policies/least_request/v3/least_request.pb.h"
+#include "envoy/extensions/load_balancing_policies/ring_hash/v3/ring_hash.pb.h"
 #include "envoy/extensions/load_balancing_policies/round_robin/v3/round_robin.pb.h"
 #include "envoy/extensions/load_balancing_policies/wrr_locality/v3/wrr_locality.pb.h"
 #include "tests/testing/tables.h"
@@ -229,16 +230,21 @@ PolicyConfig Policy(PolicyKind kind) {
   return p;
 }
 
-TEST(XdsTypedPoliciesTest, OnlyTrustedClientsReadTypedPolicies) {
+TEST(XdsTypedPoliciesTest, EveryClientButOldCoreGetsTypedPolicies) {
   EXPECT_TRUE(ReadsTypedPolicies(NodeWith("gRPC Node Pure JS", "1.14.1")));
+  EXPECT_TRUE(ReadsTypedPolicies(NodeWith("gRPC Node Pure JS", "1.13.2")));
   EXPECT_TRUE(ReadsTypedPolicies(NodeWith("gRPC Go", "1.60.0")));
   EXPECT_TRUE(ReadsTypedPolicies(NodeWith("gRPC C-core linux", "31.0.0")));
+  // The list is the negotiation: a client that says nothing, or what no
+  // rule here knows, takes the first entry it supports.
+  EXPECT_TRUE(ReadsTypedPolicies(NodeWith("", "")));
+  EXPECT_TRUE(ReadsTypedPolicies(NodeWith("gRPC Rust", "0.1.0")));
   // gRPC 1.51 keeps the enum form only: it reads the list when told to by
   // its environment, and must never meet a ring there.
   EXPECT_FALSE(ReadsTypedPolicies(
       NodeWith("gRPC C-core linux Python", "C-core 29.0.0 Python 1.51.1")));
   EXPECT_FALSE(ReadsTypedPolicies(NodeWith("gRPC C-core linux", "29.0.0")));
-  EXPECT_FALSE(ReadsTypedPolicies(NodeWith("", "")));
+  EXPECT_FALSE(ReadsTypedPolicies(NodeWith("gRPC C-core linux", "garbage")));
 }
 
 TEST(XdsTypedPoliciesTest, EveryListEndsWithRoundRobin) {
@@ -262,7 +268,7 @@ TEST(XdsTypedPoliciesTest, RoundRobinGroupsRotateOverEveryEndpoint) {
 TEST(XdsTypedPoliciesTest, WeightedGroupsWeighLocalitiesThenRoundRobin) {
   for (const PolicyKind kind :
        {PolicyKind::kWeightedRoundRobin, PolicyKind::kRandom,
-        PolicyKind::kSticky, PolicyKind::kLocality, PolicyKind::kKetama}) {
+        PolicyKind::kSticky, PolicyKind::kLocality}) {
     const cluster::LoadBalancingPolicy list = TypedPolicies(Policy(kind));
     ASSERT_THAT(TypeUrls(list),
                 ::testing::ElementsAre(kWrrLocalityUrl, kRoundRobinUrl));
@@ -273,6 +279,29 @@ TEST(XdsTypedPoliciesTest, WeightedGroupsWeighLocalitiesThenRoundRobin) {
             &localities));
     EXPECT_THAT(TypeUrls(localities.endpoint_picking_policy()),
                 ::testing::ElementsAre(kRoundRobinUrl));
+  }
+}
+
+constexpr char kRingHashUrl[] =
+    "type.googleapis.com/"
+    "envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash";
+
+TEST(XdsTypedPoliciesTest, HashGroupsOfferARingFirstThenTheWeights) {
+  for (const PolicyKind kind : {PolicyKind::kRingHash, PolicyKind::kHash,
+                                PolicyKind::kKetama, PolicyKind::kMaglev}) {
+    const cluster::LoadBalancingPolicy list = TypedPolicies(Policy(kind));
+    ASSERT_THAT(
+        TypeUrls(list),
+        ::testing::ElementsAre(kRingHashUrl, kWrrLocalityUrl, kRoundRobinUrl));
+    envoy::extensions::load_balancing_policies::ring_hash::v3::RingHash ring;
+    ASSERT_TRUE(
+        list.policies(0).typed_extension_config().typed_config().UnpackTo(
+            &ring));
+    // gRPC clients accept xxHash only; grpc-js-xds 1.14 rejects typed sizes.
+    EXPECT_EQ(ring.hash_function(), envoy::extensions::load_balancing_policies::
+                                        ring_hash::v3::RingHash::XX_HASH);
+    EXPECT_FALSE(ring.has_minimum_ring_size());
+    EXPECT_FALSE(ring.has_maximum_ring_size());
   }
 }
 
@@ -305,6 +334,12 @@ TEST(XdsClusterTest, TypedPoliciesAreSentBesideTheEnumButNotWithARing) {
   const cluster::Cluster ring = BuildCluster("web", ketama, true, {}, true);
   EXPECT_EQ(ring.lb_policy(), cluster::Cluster::RING_HASH);
   EXPECT_FALSE(ring.has_load_balancing_policy());
+  // A client not trusted with the enum ring is offered one in the list.
+  const cluster::Cluster offered = BuildCluster("web", ketama, false, {}, true);
+  EXPECT_EQ(offered.lb_policy(), cluster::Cluster::ROUND_ROBIN);
+  EXPECT_THAT(
+      TypeUrls(offered.load_balancing_policy()),
+      ::testing::ElementsAre(kRingHashUrl, kWrrLocalityUrl, kRoundRobinUrl));
 }
 
 TEST(XdsClusterTest, OutlierDetectionBecomesFailurePercentageEjection) {

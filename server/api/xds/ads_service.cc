@@ -278,7 +278,7 @@ class AdsService::Stream final
       ResourceCache::Found f;
       switch (type) {
         case 0:
-          f = service_->cache_.Listener(name, ring_hash_safe_);
+          f = service_->cache_.Listener(name, ring_hash_safe_, typed_policies_);
           break;
         case 2:
           f = service_->cache_.Cluster(name, ring_hash_safe_, typed_policies_);
@@ -341,9 +341,9 @@ class AdsService::Stream final
         {{"group", group},
          {"node", node_id_},
          {"reason",
-          "the client is not known to support RING_HASH (gRPC C-core "
-          "before 1.53 crashes on it); serving weighted round robin "
-          "through localities"}});
+          "gRPC C-core before 1.53 crashes on RING_HASH and may not be "
+          "sent typed policies; serving weighted round robin through "
+          "localities"}});
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_ring_hash_fallbacks.Add({{"group", group}})
           .Increment();

@@ -12,9 +12,11 @@ namespace aside::server::xds {
 namespace {
 
 // `group` (null: none answers the name) into `out`; its newest publication
-// and whether the client gets ring hash for it.
+// and whether the client is offered a ring for it (`ring_hash`: in the
+// enum form, `typed`: in the typed list); a hash group offered none is a
+// fallback.
 std::shared_ptr<const Group::Publication> FoundGroup(GroupPtr group,
-                                                     bool ring_hash_safe,
+                                                     bool ring_hash, bool typed,
                                                      ResourceCache::Found* out,
                                                      bool* hashing) {
   out->group = std::move(group);
@@ -23,19 +25,22 @@ std::shared_ptr<const Group::Publication> FoundGroup(GroupPtr group,
   }
   std::shared_ptr<const Group::Publication> published = out->group->published();
   const bool hash_policy = IsHashPolicy(published->spec->policy.kind);
-  *hashing = ring_hash_safe && hash_policy;
-  out->ring_hash_fallback = !ring_hash_safe && hash_policy;
+  *hashing = ring_hash && hash_policy;
+  out->ring_hash_fallback = !ring_hash && !typed && hash_policy;
   return published;
 }
 
 }  // namespace
 
 ResourceCache::Found ResourceCache::Listener(const std::string& name,
-                                             bool ring_hash_safe) const {
+                                             bool ring_hash_safe,
+                                             bool typed) const {
   Found out;
   bool hashing = false;
-  const auto published = FoundGroup(ResolveGrpclbName(*groups_, name),
-                                    ring_hash_safe, &out, &hashing);
+  // The route hashes for every client offered a ring, in either form.
+  const auto published =
+      FoundGroup(ResolveGrpclbName(*groups_, name), ring_hash_safe || typed,
+                 typed, &out, &hashing);
   if (published == nullptr) {
     return out;
   }
@@ -57,7 +62,7 @@ ResourceCache::Found ResourceCache::Cluster(const std::string& name,
   Found out;
   bool hashing = false;
   const auto published =
-      FoundGroup(groups_->Find(name), ring_hash_safe, &out, &hashing);
+      FoundGroup(groups_->Find(name), ring_hash_safe, typed, &out, &hashing);
   if (published == nullptr) {
     return out;
   }

@@ -36,8 +36,11 @@ class ResourceCache {
   };
 
   // The Listener for a target name: resolved like a grpclb name (alias,
-  // else the host's first label).
-  Found Listener(const std::string& name, bool ring_hash_safe) const;
+  // else the host's first label); `ring_hash_safe` (RingHashSafe) and
+  // `typed` (ReadsTypedPolicies) as the client's Cluster has them, of which
+  // either makes the route of a hash group hash.
+  Found Listener(const std::string& name, bool ring_hash_safe,
+                 bool typed = false) const;
   // The Cluster and the ClusterLoadAssignment of a group, by its name;
   // `typed`: with the typed policies (ReadsTypedPolicies).
   Found Cluster(const std::string& name, bool ring_hash_safe,

@@ -17,6 +17,7 @@
 #include "envoy/extensions/filters/http/router/v3/router.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
 #include "envoy/extensions/load_balancing_policies/least_request/v3/least_request.pb.h"
+#include "envoy/extensions/load_balancing_policies/ring_hash/v3/ring_hash.pb.h"
 #include "envoy/extensions/load_balancing_policies/round_robin/v3/round_robin.pb.h"
 #include "envoy/extensions/load_balancing_policies/wrr_locality/v3/wrr_locality.pb.h"
 #include "lib/address.h"
@@ -62,22 +63,36 @@ int LeadingNumber(absl::string_view text) {
 
 }  // namespace
 
-bool RingHashSafe(const core::Node& node) {
+namespace {
+
+// A C-core based client (C++, Python, Ruby, PHP...) and its core's major
+// version (-1 when it says none). The version is either the core's
+// ("29.0.0") or names it ("C-core 29.0.0 Python 1.51.1", what Debian's
+// Python grpcio 1.51 sends under the name "gRPC C-core linux Python").
+bool CoreClient(const core::Node& node, int* major) {
   const std::string& name = node.user_agent_name();
   const std::string& version = node.user_agent_version();
   constexpr absl::string_view kCore = "C-core";
-  if (absl::StrContains(name, kCore) || absl::StrContains(version, kCore)) {
-    // C-core based clients: the version is either the core's ("29.0.0")
-    // or names it ("C-core 29.0.0 Python 1.51.1", what Debian's Python
-    // grpcio 1.51 sends under the name "gRPC C-core linux Python").
-    int major = LeadingNumber(version);
-    if (const size_t at = absl::string_view(version).find(kCore);
-        at != absl::string_view::npos) {
-      major =
-          LeadingNumber(absl::string_view(version).substr(at + kCore.size()));
-    }
+  if (!absl::StrContains(name, kCore) && !absl::StrContains(version, kCore)) {
+    return false;
+  }
+  *major = LeadingNumber(version);
+  if (const size_t at = absl::string_view(version).find(kCore);
+      at != absl::string_view::npos) {
+    *major =
+        LeadingNumber(absl::string_view(version).substr(at + kCore.size()));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool RingHashSafe(const core::Node& node) {
+  if (int major = -1; CoreClient(node, &major)) {
     return major >= kFirstCoreWithWorkingRingHash;
   }
+  const std::string& name = node.user_agent_name();
+  const std::string& version = node.user_agent_version();
   if (absl::StartsWith(name, "gRPC Node")) {
     // grpc-js-xds sends its package version, "1.14.1".
     const std::vector<absl::string_view> parts =
@@ -94,10 +109,12 @@ bool RingHashSafe(const core::Node& node) {
 }
 
 bool ReadsTypedPolicies(const core::Node& node) {
-  // The clients trusted with a ring hash read the field or ignore it
-  // (grpc-js-xds 1.14, Go, Java, C-core 31+); an untrusted one might read
-  // it where it should not (gRPC 1.51 behind its environment flag).
-  return RingHashSafe(node);
+  // Only old C-core reads the list where it should not (gRPC 1.51 behind
+  // its environment flag, which must never meet a ring); every other
+  // client reads the list and takes the first entry it supports, or
+  // ignores it.
+  int major = -1;
+  return !CoreClient(node, &major) || major >= kFirstCoreWithWorkingRingHash;
 }
 
 namespace {
@@ -114,6 +131,15 @@ void AddPolicy(cluster::LoadBalancingPolicy* list, const char* name,
 void AddRoundRobin(cluster::LoadBalancingPolicy* list) {
   AddPolicy(list, "envoy.load_balancing_policies.round_robin",
             lbp::round_robin::v3::RoundRobin());
+}
+
+// ring_hash with gRPC's defaults: xxHash (the only function gRPC clients
+// accept) and no ring sizes (grpc-js-xds 1.14 reads typed sizes as strings
+// and rejects the cluster).
+void AddRingHash(cluster::LoadBalancingPolicy* list) {
+  lbp::ring_hash::v3::RingHash ring;
+  ring.set_hash_function(lbp::ring_hash::v3::RingHash::XX_HASH);
+  AddPolicy(list, "envoy.load_balancing_policies.ring_hash", ring);
 }
 
 // wrr_locality over round_robin, then round_robin alone.
@@ -143,6 +169,13 @@ cluster::LoadBalancingPolicy TypedPolicies(const PolicyConfig& policy) {
       AddWeightedFallback(&list);
       break;
     }
+    case PolicyKind::kRingHash:
+    case PolicyKind::kHash:
+    case PolicyKind::kKetama:
+    case PolicyKind::kMaglev:
+      AddRingHash(&list);
+      AddWeightedFallback(&list);
+      break;
     default:
       AddWeightedFallback(&list);
       break;

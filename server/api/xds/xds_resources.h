@@ -21,17 +21,19 @@
 // group ignores weights in Aside, so all its localities weigh 1. Load reports
 // name the locality, which names the backend (BackendFromLocality).
 //
-// Hash policies (ring_hash, hash, ketama, maglev) become RING_HASH with a
-// header hash policy only for clients known to survive it (RingHashSafe);
-// every other client gets the weighted encoding above with ROUND_ROBIN.
-// ring_hash groups send their own ring sizes, so the client builds the ring
-// Aside's Pick uses; the others get 1024..4096, gRPC's ring, consistent but
-// not Aside's mapping.
+// Hash policies (ring_hash, hash, ketama, maglev) become RING_HASH in the
+// enum form, with a header hash policy, for clients known to build rings
+// correctly (RingHashSafe). ring_hash groups send their own ring sizes, so
+// the client builds the ring Aside's Pick uses; the others get 1024..4096,
+// gRPC's ring, consistent but not Aside's mapping.
 //
-// Clients that read typed load balancing policies (gRFC A52,
-// ReadsTypedPolicies) also get the Cluster's load_balancing_policy, a list
-// in order of preference of which the client takes the first it supports
-// (TypedPolicies); the lb_policy enum stays for every other client.
+// Every client not known to misread it (ReadsTypedPolicies: all but gRPC
+// C-core before 1.53) also gets the Cluster's load_balancing_policy (gRFC
+// A52), a list in order of preference of which the client takes the first
+// it supports (TypedPolicies): the list is the capability negotiation, so
+// an unknown client that knows ring_hash keeps key affinity and one that
+// does not falls back to round robin. Only old C-core clients get the
+// weighted encoding with ROUND_ROBIN alone for a hash group.
 //
 // Pure functions; thread-safe. Costs: O(members) per load assignment.
 #ifndef ASIDE_SERVER_API_XDS_XDS_RESOURCES_H_
@@ -94,21 +96,22 @@ using ResourcePtr = std::shared_ptr<const Resource>;
 ResourcePtr MakeResource(std::string name,
                          const google::protobuf::Message& message);
 
-// Whether a client may be sent RING_HASH: gRPC C-core based clients (C++,
-// Python, Ruby, PHP...) report user agent "C-core" (or a gRPC language name)
-// with a version; those older than kFirstCoreWithWorkingRingHash are not
-// safe. gRPC Go and Java are; grpc-js-xds ("gRPC Node Pure JS") from
-// 1.kFirstNodeXdsWithRingHash on. Clients that do not say what they are
-// are treated as unsafe.
+// Whether a client may be sent RING_HASH in the enum form with Aside's ring
+// sizes: gRPC C-core based clients (C++, Python, Ruby, PHP...) report user
+// agent "C-core" (or a gRPC language name) with a version; those older than
+// kFirstCoreWithWorkingRingHash are not safe. gRPC Go and Java are;
+// grpc-js-xds ("gRPC Node Pure JS") from 1.kFirstNodeXdsWithRingHash on.
+// Any other client is offered a ring through the typed list instead
+// (ReadsTypedPolicies), which it may decline.
 bool RingHashSafe(const envoy::config::core::v3::Node& node);
 
-// Whether a client reads the Cluster's load_balancing_policy (gRFC A52)
-// and may be sent it: the clients that are RingHashSafe (grpc-js-xds
-// reads the list by default from long before 1.kFirstNodeXdsWithRingHash,
-// current Go, Java and C-core too; older releases ignore the field). gRPC
-// 1.51 (C-core 29) reads the list only when
-// GRPC_EXPERIMENTAL_XDS_CUSTOM_LB_CONFIG is set and keeps the enum form
-// alone, byte for byte as before.
+// Whether a client may be sent the Cluster's load_balancing_policy (gRFC
+// A52): every client but C-core based ones older than
+// kFirstCoreWithWorkingRingHash. A client reads the list and takes the
+// first entry it supports, or ignores the field; gRPC 1.51 (C-core 29)
+// reads it only when GRPC_EXPERIMENTAL_XDS_CUSTOM_LB_CONFIG is set, must
+// never meet a ring there, and keeps the enum form alone, byte for byte
+// as before. An unknown or empty user agent gets the list.
 bool ReadsTypedPolicies(const envoy::config::core::v3::Node& node);
 
 // The typed policies (gRFC A52) of a group's Cluster, in order of
@@ -118,16 +121,20 @@ bool ReadsTypedPolicies(const envoy::config::core::v3::Node& node);
 //   endpoint, then the weighted fallback;
 // - round_robin: round_robin alone, over every endpoint (strict rotation,
 //   where wrr_locality over localities weighing 1 is a random pick);
+// - ring_hash, hash, ketama and maglev: ring_hash (xxHash, gRPC's default
+//   ring sizes) over every endpoint, then the weighted fallback: a client
+//   without ring hash loses key affinity, not the cluster;
 // - every other policy: the weighted fallback.
 // The weighted fallback is wrr_locality (a locality picked by weight, the
 // weight encoding above) with round_robin inside, followed by a bare
 // round_robin for a client without wrr_locality (weights lost rather than
 // the cluster rejected).
 //
-// A Cluster that is sent RING_HASH carries no list: grpc-js-xds 1.14
-// decodes a typed ring_hash's ring sizes as strings and then rejects them
-// (the whole cluster, not just the entry), while every client trusted with
-// a ring reads the enum form correctly, sizes included.
+// A Cluster that is sent RING_HASH in the enum form carries no list: the
+// enum carries the group's ring sizes, which grpc-js-xds 1.14 would decode
+// as strings in a typed ring_hash and then reject (the whole cluster, not
+// just the entry), while every client trusted with a ring reads the enum
+// form correctly, sizes included.
 envoy::config::cluster::v3::LoadBalancingPolicy TypedPolicies(
     const PolicyConfig& policy);
 

@@ -19,10 +19,41 @@
 //     event=client.started
 //     event=calls ok=N failed=M          about once a second, cumulative
 //     event=call.failed code=C message=... the first 20 failures
+//
+// With ASIDE_XDS_USER_AGENT_NAME and/or ASIDE_XDS_USER_AGENT_VERSION set
+// (empty included), the client says that in its ADS node instead of what
+// grpc-js-xds says ("gRPC Node Pure JS", its package version): the same
+// client under another name, to see what a management server sends a
+// client it does not know.
 'use strict';
 
 const grpc = require('@grpc/grpc-js');
 require('@grpc/grpc-js-xds').register();
+
+function overrideUserAgent() {
+  const name = process.env.ASIDE_XDS_USER_AGENT_NAME;
+  const version = process.env.ASIDE_XDS_USER_AGENT_VERSION;
+  if (name === undefined && version === undefined) {
+    return;
+  }
+  const {XdsClient} = require('@grpc/grpc-js-xds/build/src/xds-client');
+  const original =
+      Object.getOwnPropertyDescriptor(XdsClient.prototype, 'adsNode').get;
+  Object.defineProperty(XdsClient.prototype, 'adsNode', {
+    get() {
+      const node = original.call(this);
+      if (node === undefined) {
+        return node;
+      }
+      return {
+        ...node,
+        user_agent_name: name ?? node.user_agent_name,
+        user_agent_version: version ?? node.user_agent_version,
+      };
+    },
+  });
+}
+overrideUserAgent();
 
 const FAILURES_LOGGED = 20;
 
