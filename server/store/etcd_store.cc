@@ -403,6 +403,9 @@ void EtcdStore::Follow(std::optional<int64_t> revision, FeedHandlers handlers) {
                 bool was_up = false;
                 {
                   aside::MutexLock lock(&mu_);
+                  if (stopping_) {
+                    return;  // the watch this process cancelled
+                  }
                   was_up = up_;
                   down_cause_ = std::string(s.message());
                 }
@@ -419,6 +422,9 @@ void EtcdStore::Follow(std::optional<int64_t> revision, FeedHandlers handlers) {
                 aside::MutexLock lock(&mu_);
                 if (up && !up_) {
                   Log(LogLevel::kInfo, "store.up", {{"store", location_}});
+                } else if (!up && up_ && stopping_) {
+                  Log(LogLevel::kInfo, "store.unfollowed",
+                      {{"store", location_}, {"reason", "shutting down"}});
                 } else if (!up && up_) {
                   Log(LogLevel::kWarn, "store.down",
                       {{"store", location_},
@@ -432,6 +438,10 @@ void EtcdStore::Follow(std::optional<int64_t> revision, FeedHandlers handlers) {
 }
 
 void EtcdStore::StopFollowing() {
+  {
+    aside::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
   if (follower_ != nullptr) {
     follower_->Stop();
   }

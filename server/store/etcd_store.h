@@ -116,6 +116,9 @@ class EtcdStore final : public Store {
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   // Why the watch last lost etcd, for the store.down line.
   std::string down_cause_ ABSL_GUARDED_BY(mu_);
+  // StopFollowing was called: the watch ends because this process stops
+  // it, which is not etcd being down.
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_error_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 

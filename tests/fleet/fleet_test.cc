@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "aside/v1/lookaside.grpc.pb.h"
@@ -45,6 +46,7 @@ using ::aside::testing::MakeGroup;
 using ::aside::testing::Replica;
 using ::aside::testing::RunningServer;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr const char* kReportToken = ::aside::testing::kFleetReportToken;
 constexpr const char* kPrefix = ::aside::testing::kFleetPrefix;
@@ -384,6 +386,23 @@ TEST_F(FleetTest, GroupsMoveFromASqliteStateDirectoryIntoEtcd) {
        dir_.path() + "/aside-0.yaml", "--import-state", bad});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_THAT(refused.output, HasSubstr("bad.json"));
+}
+
+// A replica stopped with SIGTERM says so at info level: an alert on
+// store.down or store.watch_lost must not fire on every rollout.
+TEST_F(FleetTest, ACleanShutdownLogsNoStoreDown) {
+  ASSERT_TRUE(A().Create(MakeGroup("shutdown", {8711})).ok());
+  Replica& a = A();
+  a.server.process->Signal(SIGTERM);
+  ASSERT_TRUE(a.server.process->Wait(absl::Seconds(15)).has_value());
+  bool unfollowed = false;
+  for (const std::string& line : a.server.process->stderr_lines()) {
+    EXPECT_THAT(line, Not(HasSubstr("event=store.down")));
+    EXPECT_THAT(line, Not(HasSubstr("event=store.watch_lost")));
+    unfollowed =
+        unfollowed || absl::StrContains(line, "event=store.unfollowed");
+  }
+  EXPECT_TRUE(unfollowed);
 }
 
 TEST_F(FleetTest, LoadReportedToAReachesBAndCThroughTheMembership) {
