@@ -1104,11 +1104,47 @@ class ChartServerConfigTest(unittest.TestCase):
         self.assertIn("weight", result.stderr)
 
 
-def free_port():
+def free_ports(count):
+    """`count` distinct loopback ports free now, for a child that cannot
+    bind port 0 and say which it got (etcd's peer URL is in its own
+    arguments). Aside servers bind port 0 instead (bound_ports)."""
+    import contextlib
     import socket
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(
+                socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+        return ports
+
+
+# The listeners an Aside server logs once bound, by their config key.
+LISTENING_EVENTS = {"grpc.listening": "listen",
+                    "health.listening": "health_listen",
+                    "metrics.listening": "metrics"}
+
+
+def bound_ports(lines):
+    """The ports an Aside server started on 127.0.0.1:0 bound, by config key
+    ("listen", "health_listen", "metrics"), from its log lines (JSON or
+    key=value)."""
+    ports = {}
+    for raw in lines:
+        line = raw.decode(errors="replace").strip()
+        if line.startswith("{"):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            event, port = entry.get("event"), entry.get("port")
+        else:
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            event, port = fields.get("event"), fields.get("port")
+        if event in LISTENING_EVENTS and port is not None:
+            ports[LISTENING_EVENTS[event]] = int(port)
+    return ports
 
 
 class ChartServeTest(unittest.TestCase):
@@ -1139,19 +1175,25 @@ class ChartServeTest(unittest.TestCase):
                 os.makedirs(os.path.dirname(served["admin"]["token_file"]))
                 write_secret(served["admin"]["token_file"],
                              "t0ken-for-the-chart-test admin\n")
-            moved = {}
+            # Each listener on port 0; the pod's port -> the one bound.
+            pod_ports = {}
             for key in ("listen", "health_listen", "metrics"):
                 if served.get(key):
-                    moved[port_of(served[key])] = free_port()
-                    served[key] = "127.0.0.1:%d" % moved[port_of(served[key])]
+                    pod_ports[key] = port_of(served[key])
+                    served[key] = "127.0.0.1:0"
             path = os.path.join(tmp, "aside.yaml")
             with open(path, "w") as f:
                 yaml.safe_dump(served, f)
             server = subprocess.Popen([ARGS.server, "--config", path],
                                       stderr=subprocess.PIPE)
             try:
-                wait_for_line(server, ["event=server.started",
-                                       '"event":"server.started"'], 30)
+                bound = bound_ports(wait_for_line(
+                    server, ["event=server.started",
+                             '"event":"server.started"'], 30))
+                self.assertEqual(set(bound), set(pod_ports))
+                moved = {pod_ports[key]: bound[key] for key in pod_ports}
+                for key in pod_ports:
+                    served[key] = "127.0.0.1:%d" % bound[key]
                 self.assertEqual(
                     health_check("127.0.0.1:%d" % moved[probe_port]),
                     b"\x08\x01")
@@ -1193,7 +1235,7 @@ class ChartFleetTest(unittest.TestCase):
     the same generation."""
 
     def start_etcd(self, tmp):
-        client, peer = free_port(), free_port()
+        client, peer = free_ports(2)
         etcd = subprocess.Popen(
             ["/usr/bin/etcd", "--name", "chart", "--data-dir",
              os.path.join(tmp, "etcd"),
@@ -1248,15 +1290,16 @@ class ChartFleetTest(unittest.TestCase):
                 write_secret(served["admin"]["token_file"],
                              "%s admin\n" % token)
                 for key in ("listen", "health_listen", "metrics"):
-                    served[key] = "127.0.0.1:%d" % free_port()
+                    served[key] = "127.0.0.1:0"
                 path = os.path.join(root, "aside.yaml")
                 with open(path, "w") as f:
                     yaml.safe_dump(served, f)
                 server = subprocess.Popen([ARGS.server, "--config", path],
                                           stderr=subprocess.PIPE)
                 self.addCleanup(self.stop, server)
-                wait_for_line(server, ['"event":"server.started"'], 30)
-                targets.append(served["listen"])
+                bound = bound_ports(wait_for_line(
+                    server, ['"event":"server.started"'], 30))
+                targets.append("127.0.0.1:%d" % bound["listen"])
             created = self.asidectl(
                 targets[0], token, "create-group", "payments", "--backend",
                 "10.0.0.1:8080", "--health-check", "none")
