@@ -201,8 +201,8 @@ void Membership::Describe(v1::ListMembersResponse* out) const {
 }
 
 void Membership::Subscribe(std::function<void(const std::vector<Member>&)> fn) {
-  aside::MutexLock lock(&notify_mu_);
-  subscribers_.push_back(std::move(fn));
+  aside::MutexLock lock(&mu_);
+  subscribers_.push_back(std::make_shared<const Subscriber>(std::move(fn)));
 }
 
 void Membership::SetTargetsOwned(uint32_t n) {
@@ -218,13 +218,32 @@ std::string Membership::Value() const {
 }
 
 void Membership::Notify() {
-  aside::MutexLock lock(&notify_mu_);
-  const std::vector<Member> now = members();
-  if (metrics_.members != nullptr) {
-    metrics_.members->Set(static_cast<double>(now.size()));
+  {
+    aside::MutexLock lock(&mu_);
+    ++changes_;
+    if (delivering_) {
+      return;  // that thread delivers this change too, after its round
+    }
+    delivering_ = true;
   }
-  for (auto& fn : subscribers_) {
-    fn(now);
+  while (true) {
+    std::vector<std::shared_ptr<const Subscriber>> subscribers;
+    {
+      aside::MutexLock lock(&mu_);
+      if (delivered_ == changes_) {
+        delivering_ = false;
+        return;
+      }
+      delivered_ = changes_;
+      subscribers = subscribers_;
+    }
+    const std::vector<Member> now = members();
+    if (metrics_.members != nullptr) {
+      metrics_.members->Set(static_cast<double>(now.size()));
+    }
+    for (const auto& fn : subscribers) {
+      (*fn)(now);
+    }
   }
 }
 

@@ -14,8 +14,10 @@
 //
 // Threads: one registration thread, the follower's threads and the
 // keepalive's thread. Every method from any thread. Subscribers run one at
-// a time (on one of those threads), outside the membership's lock; they may
-// call the accessors but must not Subscribe or Stop.
+// a time, on the thread whose change found no delivery under way, with no
+// lock held; changes that come meanwhile are delivered after, as one (each
+// subscriber is always given the set as it is now, so none is missed).
+// They may call the accessors and Subscribe, but must not Stop.
 #ifndef ASIDE_SERVER_FLEET_MEMBERSHIP_H_
 #define ASIDE_SERVER_FLEET_MEMBERSHIP_H_
 
@@ -94,8 +96,10 @@ class Membership {
     int64_t lease = 0;
     absl::Time lease_seen;
   };
+  using Subscriber = std::function<void(const std::vector<Member>&)>;
   void Run();
-  void Notify();
+  // Delivers the set to the subscribers (see the header comment).
+  void Notify() ABSL_LOCKS_EXCLUDED(mu_);
   void ApplyPut(const etcd::KeyValue& kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Value() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ConfirmedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -120,11 +124,13 @@ class Membership {
   absl::flat_hash_map<std::string, Entry> members_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<etcd::LeaseKeepAlive> keepalive_ ABSL_GUARDED_BY(mu_);
 
-  // Held while subscribers run, so that they run one at a time and in the
-  // order of the changes.
-  aside::Mutex notify_mu_;
-  std::vector<std::function<void(const std::vector<Member>&)>> subscribers_
-      ABSL_GUARDED_BY(notify_mu_);
+  std::vector<std::shared_ptr<const Subscriber>> subscribers_
+      ABSL_GUARDED_BY(mu_);
+  // Changes noted by Notify, and the last one delivered; a thread is
+  // delivering while `delivering_`.
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t delivered_ ABSL_GUARDED_BY(mu_) = 0;
+  bool delivering_ ABSL_GUARDED_BY(mu_) = false;
 
   std::unique_ptr<etcd::Follower> follower_;
   std::thread thread_;
