@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/field_mask_util.h"
 #include "lib/address.h"
 #include "lib/status_macros.h"
 #include "proto/convert.h"
@@ -48,62 +50,59 @@ grpc::Status CanonicalAddresses(
   return grpc::Status::OK;
 }
 
+// Whether top-level field `field` of Group is a setting an update may
+// change: not the name, which selects the group, nor what the server
+// reports (numbered 20 and up).
+bool Settable(const google::protobuf::FieldDescriptor* field) {
+  return field != nullptr && field->number() > v1::Group::kNameFieldNumber &&
+         field->number() < v1::Group::kSourceFieldNumber;
+}
+
+// The settable fields' names, for the mask that means "all" and the error
+// that lists them.
+const std::vector<std::string>& SettablePaths() {
+  static const auto* const paths = [] {
+    auto* out = new std::vector<std::string>;
+    const google::protobuf::Descriptor* group = v1::Group::descriptor();
+    for (int i = 0; i < group->field_count(); ++i) {
+      if (Settable(group->field(i))) {
+        out->push_back(group->field(i)->name());
+      }
+    }
+    return out;
+  }();
+  return *paths;
+}
+
 // The current definition with the request's fields (its update mask)
-// replaced, converted and validated.
+// replaced, converted and validated. A path names a setting ("policy") or
+// a field inside one ("health_check.interval"); a message or list it
+// names is replaced whole, and one left unset in the request is cleared.
 absl::StatusOr<GroupSpec> MergeUpdate(const GroupSpec& current,
                                       const v1::UpdateGroupRequest& request) {
+  namespace util = google::protobuf::util;
   v1::Group merged;
   GroupSpecToProto(current, &merged);
-  const v1::Group& in = request.group();
-  std::vector<std::string> paths(request.update_mask().paths().begin(),
-                                 request.update_mask().paths().end());
-  if (paths.empty()) {
-    paths = {"policy",       "backends",
-             "health_check", "panic_threshold",
-             "slow_start",   "outlier_detection",
-             "dns",          "aliases",
-             "grpclb",       "orca"};
-  }
-  for (const std::string& path : paths) {
-    if (path == "policy") {
-      merged.clear_policy();
-      if (in.has_policy()) *merged.mutable_policy() = in.policy();
-    } else if (path == "backends") {
-      *merged.mutable_backends() = in.backends();
-    } else if (path == "health_check") {
-      merged.clear_health_check();
-      if (in.has_health_check())
-        *merged.mutable_health_check() = in.health_check();
-    } else if (path == "panic_threshold") {
-      merged.clear_panic_threshold();
-      if (in.has_panic_threshold())
-        merged.set_panic_threshold(in.panic_threshold());
-    } else if (path == "slow_start") {
-      merged.clear_slow_start();
-      if (in.has_slow_start()) *merged.mutable_slow_start() = in.slow_start();
-    } else if (path == "outlier_detection") {
-      merged.clear_outlier_detection();
-      if (in.has_outlier_detection()) {
-        *merged.mutable_outlier_detection() = in.outlier_detection();
-      }
-    } else if (path == "dns") {
-      merged.clear_dns();
-      if (in.has_dns()) *merged.mutable_dns() = in.dns();
-    } else if (path == "aliases") {
-      *merged.mutable_aliases() = in.aliases();
-    } else if (path == "grpclb") {
-      merged.clear_grpclb();
-      if (in.has_grpclb()) *merged.mutable_grpclb() = in.grpclb();
-    } else if (path == "orca") {
-      merged.clear_orca();
-      if (in.has_orca()) *merged.mutable_orca() = in.orca();
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "update_mask: unknown path '", path,
-          "' (allowed: policy, backends, health_check, panic_threshold, "
-          "slow_start, outlier_detection, dns, aliases, grpclb, orca)"));
+  google::protobuf::FieldMask mask = request.update_mask();
+  if (mask.paths().empty()) {
+    for (const std::string& path : SettablePaths()) {
+      mask.add_paths(path);
     }
   }
+  for (const std::string& path : mask.paths()) {
+    const std::string top = path.substr(0, path.find('.'));
+    if (!Settable(v1::Group::descriptor()->FindFieldByName(top)) ||
+        !util::FieldMaskUtil::GetFieldDescriptors(v1::Group::descriptor(), path,
+                                                  nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "update_mask: unknown path '", path, "' (allowed: ",
+          absl::StrJoin(SettablePaths(), ", "), ", or a field inside one)"));
+    }
+  }
+  util::FieldMaskUtil::MergeOptions options;
+  options.set_replace_message_fields(true);
+  options.set_replace_repeated_fields(true);
+  util::FieldMaskUtil::MergeMessageTo(request.group(), mask, options, &merged);
   return GroupSpecFromProto("group", merged);
 }
 

@@ -267,6 +267,29 @@ TEST_F(AdminTest, UpdateGroupWithAMask) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(),
               HasSubstr("update_mask: unknown path 'bogus'"));
+  // The name selects the group; what the server reports is not a setting.
+  for (const char* path :
+       {"name", "generation", "state", "policy.bogus", "backends.address"}) {
+    update.mutable_update_mask()->Clear();
+    update.mutable_update_mask()->add_paths(path);
+    s = admin_->UpdateGroup(Context().get(), update, &g);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << path;
+    EXPECT_THAT(s.error_message(),
+                HasSubstr(absl::StrCat("update_mask: unknown path '", path)));
+    EXPECT_THAT(s.error_message(), HasSubstr("orca"));
+  }
+
+  // A path inside a setting changes that field alone.
+  *update.mutable_group() = FromJson(
+      R"({"name":"web","healthCheck":{"kind":"TCP","interval":"7s"}})");
+  update.mutable_update_mask()->Clear();
+  update.mutable_update_mask()->add_paths("health_check.interval");
+  s = admin_->UpdateGroup(Context().get(), update, &g);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(g.health_check().interval().seconds(), 7);
+  EXPECT_EQ(g.health_check().kind(), v1::HealthCheck::NONE);
+  EXPECT_TRUE(g.policy().has_weighted_round_robin());
+  EXPECT_EQ(g.backends_size(), 2);
 }
 
 TEST_F(AdminTest, ValidationNamesTheFieldAndChangesNothing) {
