@@ -209,7 +209,9 @@ absl::StatusOr<CachedTable> DecodeCacheFile(absl::string_view bytes,
     } else if (key == "payload_bytes") {
       ok = have_size = absl::SimpleAtoi(value, &payload_bytes);
     } else if (key == "crc32") {
-      ok = value.size() == 8 && absl::SimpleHexAtoi(value, &crc);
+      // Only the canonical spelling: this line is the one the checksum
+      // does not cover.
+      ok = absl::SimpleHexAtoi(value, &crc) && value == Hex32(crc);
       crc_line = line_start;
     }
     // Other keys are covered by the checksum and otherwise ignored.
