@@ -243,11 +243,6 @@ void Client::RefuseCacheLocked(absl::string_view group, const std::string& path,
   ++stats_.cache_refused;
 }
 
-void Client::NoteCacheServed(const ClientGroup& group) {
-  aside::MutexLock lock(&mu_);
-  NoteCacheServedLocked(group);
-}
-
 void Client::NoteCacheServedLocked(const ClientGroup& group) {
   const absl::Duration age =
       std::max(clock_->WallNow() - group.cache_written_, absl::ZeroDuration());

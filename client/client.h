@@ -141,7 +141,6 @@ class Client {
                          absl::string_view reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs and counts a group that started serving its cached table.
-  void NoteCacheServed(const ClientGroup& group) ABSL_LOCKS_EXCLUDED(mu_);
   void NoteCacheServedLocked(const ClientGroup& group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountCacheWrite(bool ok) ABSL_LOCKS_EXCLUDED(mu_);

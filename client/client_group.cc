@@ -185,18 +185,20 @@ bool ClientGroup::ServeCache() {
   if (cached_ == nullptr) {
     return false;
   }
-  {
-    aside::MutexLock lock(&mu_);
-    if (from_server_ || cache_served_) {
-      return false;
-    }
-    auto snapshot = SnapshotLocked(cached_);
-    snapshot->from_cache = true;
-    Publish(std::move(snapshot));
-    cache_served_ = true;
-    ++published_version_;
+  aside::MutexLock client_lock(&client_->mu_);
+  aside::MutexLock lock(&mu_);
+  if (from_server_ || cache_served_) {
+    return false;
   }
-  client_->NoteCacheServed(*this);
+  auto snapshot = SnapshotLocked(cached_);
+  snapshot->from_cache = true;
+  // Counted and logged before it is published, under both locks: whoever
+  // sees the cached table served finds it counted, and whoever sees it
+  // counted (Client::AwaitStats) finds it served.
+  client_->NoteCacheServedLocked(*this);
+  Publish(std::move(snapshot));
+  cache_served_ = true;
+  ++published_version_;
   return true;
 }
 

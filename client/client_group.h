@@ -105,7 +105,8 @@ class ClientGroup {
   std::shared_ptr<client_internal::GroupSnapshot> SnapshotLocked(
       TableConstPtr table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Any thread: publishes the cached table unless a server's table or the
-  // cached one already is; true when it did. Takes mu_, then the client's.
+  // cached one already is; true when it did. Takes the client's lock, then
+  // mu_.
   bool ServeCache();
   // Whether a cached table waits to be served (cache_deadline_nanos_).
   bool CachePending() const;
