@@ -217,7 +217,7 @@ absl::StatusOr<CachedTable> DecodeCacheFile(absl::string_view bytes,
     // Other keys are covered by the checksum and otherwise ignored.
     if (!ok) {
       return Refused(absl::StrCat("header '", absl::CEscape(key),
-                                  "': bad value '", absl::CEscape(value), "'"));
+                                  "': bad value '", raw, "'"));
     }
   }
   if (crc_line == absl::string_view::npos) {
