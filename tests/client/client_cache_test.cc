@@ -377,6 +377,30 @@ TEST_F(TableCacheTest, AFileJustYoungerThanTheMaximumAgeServes) {
   EXPECT_EQ(log.Count("age_s=86400 "), 1);
 }
 
+TEST_F(TableCacheTest, AFailedWriteIsCountedLoggedOnceAndPicksGoOn) {
+  FakeServer fake;
+  fake.Start();
+  FakeClock clock;
+  LogSink log;
+  ClientOptions options = Options({fake.target()}, &clock, &log);
+  // A directory that cannot be created: its parent is a file.
+  options.cache_dir = temp_.WriteFile("not-a-dir", "") + "/cache";
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Create(options));
+  ClientGroup* web = client->Group("web");
+  fake.service.Push(Full("web", 1, "aside-a", {"127.0.0.1:8001"}));
+  fake.service.Push(Full("web", 2, "aside-a", {"127.0.0.1:8002"}));
+  ASSERT_TRUE(web->WaitForGeneration(2, kWait));
+  ASSERT_OK_AND_ASSIGN(PickHandle pick, web->Pick());
+  EXPECT_EQ(pick.address(), "127.0.0.1:8002");
+  pick.Done(true);
+  EXPECT_EQ(client->stats().cache_write_failures, 2u);
+  EXPECT_EQ(client->stats().cache_writes, 0u);
+  EXPECT_EQ(log.Count("event=client.cache_write_failed group=web "
+                      "generation=1 file="),
+            1);
+  EXPECT_EQ(log.Count("event=client.cache_write_failed"), 1);
+}
+
 // Below the stub: the decoder over every damaged variant of one file.
 TEST(TableCacheFileTest, EveryTruncationAndEveryBitFlipIsRefused) {
   client_internal::CacheRecord record;
