@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/clock_wait.h"
 #include "client/credentials.h"
 #include "client/pick_clock.h"
 
@@ -85,6 +86,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   if (options.wait_for_table < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("wait_for_table: negative");
   }
+  if (options.cache_max_age <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("cache_max_age: must be positive");
+  }
+  if (options.cache_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("cache_wait: negative");
+  }
   if (options.local_ejection_time < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("local_ejection_time: negative");
   }
@@ -98,10 +105,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   }
   std::unique_ptr<Client> client(
       new Client(std::move(options), *std::move(credentials)));
+  std::vector<std::optional<client_internal::CachedTable>> cached;
+  for (const std::string& name : client->options_.groups) {
+    cached.push_back(client->LoadCache(name));
+  }
   {
     aside::MutexLock lock(&client->mu_);
-    for (const std::string& name : client->options_.groups) {
-      client->GroupLocked(name);
+    for (size_t i = 0; i < client->options_.groups.size(); ++i) {
+      client->GroupLocked(client->options_.groups[i], std::move(cached[i]));
     }
   }
   client->watcher_ = std::thread([c = client.get()] { c->WatchLoop(); });
@@ -141,11 +152,22 @@ Client::~Client() {
 }
 
 ClientGroup* Client::Group(absl::string_view name) {
+  {
+    aside::MutexLock lock(&mu_);
+    auto it = groups_.find(name);
+    if (it != groups_.end()) {
+      return it->second.get();
+    }
+  }
+  // A new group: its cache file is read without the lock.
+  std::optional<client_internal::CachedTable> cached = LoadCache(name);
   aside::MutexLock lock(&mu_);
-  return GroupLocked(name);
+  return GroupLocked(name, std::move(cached));
 }
 
-ClientGroup* Client::GroupLocked(absl::string_view name) {
+ClientGroup* Client::GroupLocked(
+    absl::string_view name,
+    std::optional<client_internal::CachedTable> cached) {
   auto it = groups_.find(name);
   if (it != groups_.end()) {
     return it->second.get();
@@ -160,11 +182,22 @@ ClientGroup* Client::GroupLocked(absl::string_view name) {
       f != options_.fallback.end()) {
     fallback = f->second;
   }
-  auto group = std::unique_ptr<ClientGroup>(new ClientGroup(
-      this, std::string(name), name_status, std::move(fallback),
-      clock_->NowNanos() + absl::ToInt64Nanoseconds(options_.wait_for_table)));
+  const int64_t now = clock_->NowNanos();
+  const int64_t deadline =
+      now + absl::ToInt64Nanoseconds(options_.wait_for_table);
+  const int64_t cache_deadline =
+      std::min(deadline, now + absl::ToInt64Nanoseconds(options_.cache_wait));
+  auto group = std::unique_ptr<ClientGroup>(
+      new ClientGroup(this, std::string(name), name_status, std::move(fallback),
+                      deadline, cache_deadline, std::move(cached)));
   ClientGroup* raw = group.get();
   groups_.emplace(std::string(name), std::move(group));
+  if (!raw->cache_error_.ok()) {
+    RefuseCacheLocked(name, raw->cache_path_, raw->cache_error_.message());
+  }
+  if (raw->from_cache()) {
+    NoteCacheServedLocked(*raw);
+  }
   if (name_status.ok()) {
     restart_ = true;
     if (watch_context_ != nullptr) {
@@ -172,6 +205,86 @@ ClientGroup* Client::GroupLocked(absl::string_view name) {
     }
   }
   return raw;
+}
+
+std::optional<client_internal::CachedTable> Client::LoadCache(
+    absl::string_view group) {
+  if (options_.cache_dir.empty() || !ValidateGroupName(group).ok()) {
+    return std::nullopt;
+  }
+  const std::string path =
+      client_internal::CacheFilePath(options_.cache_dir, group);
+  absl::StatusOr<std::string> bytes = client_internal::ReadCacheFile(path);
+  absl::Status status = bytes.status();
+  if (bytes.ok()) {
+    client_internal::CacheExpectation expect;
+    expect.group = std::string(group);
+    expect.targets = options_.targets;
+    expect.now = clock_->WallNow();
+    expect.max_age = options_.cache_max_age;
+    absl::StatusOr<client_internal::CachedTable> cached =
+        client_internal::DecodeCacheFile(*bytes, expect);
+    if (cached.ok()) {
+      return *std::move(cached);
+    }
+    status = cached.status();
+  } else if (absl::IsNotFound(status)) {
+    return std::nullopt;  // nothing cached yet
+  }
+  aside::MutexLock lock(&mu_);
+  RefuseCacheLocked(group, path, status.message());
+  return std::nullopt;
+}
+
+void Client::RefuseCacheLocked(absl::string_view group, const std::string& path,
+                               absl::string_view reason) {
+  Log(absl::StrCat("event=client.cache_refused group=", group, " file=", path,
+                   " reason=\"", reason, "\""));
+  ++stats_.cache_refused;
+}
+
+void Client::NoteCacheServedLocked(const ClientGroup& group) {
+  const absl::Duration age =
+      std::max(clock_->WallNow() - group.cache_written_, absl::ZeroDuration());
+  Log(absl::StrCat("event=client.table_from_cache group=", group.name_,
+                   " generation=", group.cached_->generation(), " age_s=",
+                   absl::ToInt64Seconds(age), " file=", group.cache_path_,
+                   "; until a server's table arrives"));
+  ++stats_.tables_from_cache;
+}
+
+void Client::CountCacheWrite(bool ok) {
+  aside::MutexLock lock(&mu_);
+  ++(ok ? stats_.cache_writes : stats_.cache_write_failures);
+}
+
+bool Client::ServeDueCaches(const std::vector<ClientGroup*>& groups,
+                            int64_t until) {
+  int64_t due = until;
+  bool pending = false;
+  for (ClientGroup* g : groups) {
+    if (g->CachePending() && g->cache_deadline_nanos_ <= due) {
+      due = g->cache_deadline_nanos_;
+      pending = true;
+    }
+  }
+  if (!pending) {
+    return true;
+  }
+  {
+    aside::MutexLock lock(&mu_);
+    client_internal::AwaitUntil(mu_, aside::Cond(&stopping_), *clock_, due);
+    if (stopping_) {
+      return false;
+    }
+  }
+  const int64_t now = clock_->NowNanos();
+  for (ClientGroup* g : groups) {
+    if (now >= g->cache_deadline_nanos_) {
+      g->ServeCache();
+    }
+  }
+  return true;
 }
 
 std::vector<ClientGroup*> Client::AllGroups() const {

@@ -18,6 +18,14 @@
 // keeps) after the group was subscribed and then fails with
 // UNAVAILABLE naming the servers and the last connection error.
 //
+// Table cache (ClientOptions::cache_dir, client/table_cache.h): each
+// group's last table from a server is also kept on disk, so that a stub
+// started while no server answers serves it (ClientGroup::from_cache(),
+// PickHandle::from_cache(), log line event=client.table_from_cache) until a
+// server's first table replaces it. Precedence before that first table:
+// the cached table, then the fallback list; a group without a fallback
+// list waits `cache_wait` for a server before using its cached table.
+//
 // Absent groups: the server reports a group it does not have (unknown, or
 // deleted) with a GroupRemoved update for that group alone; the stream, and
 // every other group on it, carries on. A group that already has a table
@@ -36,6 +44,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +60,7 @@
 #include "client/client_options.h"
 #include "client/pick_handle.h"
 #include "client/shared_channels.h"
+#include "client/table_cache.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
 
@@ -91,6 +101,13 @@ class Client {
     bool reporting_unavailable = false;  // the server answered UNIMPLEMENTED
     // Picks that found no table yet and waited for one (wait_for_table).
     uint64_t table_waits = 0;
+    // The table cache (ClientOptions::cache_dir): files written and writes
+    // that failed; files refused when a group was subscribed (each logged
+    // as event=client.cache_refused); groups that served a cached table.
+    uint64_t cache_writes = 0;
+    uint64_t cache_write_failures = 0;
+    uint64_t cache_refused = 0;
+    uint64_t tables_from_cache = 0;
     std::string last_error;
   };
   Stats stats() const;
@@ -110,8 +127,28 @@ class Client {
   Client(ClientOptions options,
          std::shared_ptr<grpc::ChannelCredentials> credentials);
 
-  ClientGroup* GroupLocked(absl::string_view name)
+  // `cached`: the group's cache file, read by LoadCache without the lock
+  // (unused when the group exists already).
+  ClientGroup* GroupLocked(absl::string_view name,
+                           std::optional<client_internal::CachedTable> cached =
+                               std::nullopt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The table cache: reads and checks `group`'s file (nothing when the cache
+  // is off, the name is invalid or there is no file; a refused file is
+  // logged and counted). Must not hold mu_ (it reads a file).
+  std::optional<client_internal::CachedTable> LoadCache(absl::string_view group)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void RefuseCacheLocked(absl::string_view group, const std::string& path,
+                         absl::string_view reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs and counts a group that started serving its cached table.
+  void NoteCacheServedLocked(const ClientGroup& group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountCacheWrite(bool ok) ABSL_LOCKS_EXCLUDED(mu_);
+  // The watcher thread, between connection attempts: serves the cached
+  // tables of `groups` that are due, waiting for them up to `until` (on
+  // the client's clock); false when the client is stopping.
+  bool ServeDueCaches(const std::vector<ClientGroup*>& groups, int64_t until)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void WatchLoop();
   // `start_nanos`: when the client was created (its clock); the first
   // report is due one interval later.

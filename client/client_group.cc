@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/clock_wait.h"
+#include "proto/convert.h"
 
 namespace aside {
 
@@ -93,7 +94,8 @@ void SetPolicyFlags(GroupSnapshot* snapshot) {
 ClientGroup::ClientGroup(Client* client, std::string name,
                          absl::Status name_status,
                          std::vector<std::string> fallback,
-                         int64_t deadline_nanos)
+                         int64_t deadline_nanos, int64_t cache_deadline_nanos,
+                         std::optional<client_internal::CachedTable> cached)
     : client_(client),
       name_(std::move(name)),
       name_status_(std::move(name_status)),
@@ -103,8 +105,22 @@ ClientGroup::ClientGroup(Client* client, std::string name,
                                                         : client->clock_),
       loads_(&client->clock()),
       fallback_addresses_(std::move(fallback)),
+      cache_deadline_nanos_(cache_deadline_nanos),
       watched_(name_, &loads_) {
   auto snapshot = std::make_shared<GroupSnapshot>();
+  if (cached.has_value()) {
+    cache_written_ = cached->record.written;
+    cache_path_ =
+        client_internal::CacheFilePath(client->options_.cache_dir, name_);
+    absl::StatusOr<TableConstPtr> table =
+        Table::Create(std::move(cached->spec), nullptr, &loads_);
+    if (table.ok()) {
+      cached_ = *std::move(table);
+    } else {
+      cache_error_ = absl::FailedPreconditionError(
+          absl::StrCat("table invalid: ", table.status().message()));
+    }
+  }
   if (!fallback_addresses_.empty()) {
     TableSpec spec;
     spec.group = name_;
@@ -119,21 +135,107 @@ ClientGroup::ClientGroup(Client* client, std::string name,
         Table::Create(std::move(spec), nullptr, &loads_);
     if (table.ok()) {
       fallback_ = *std::move(table);
-      aside::MutexLock lock(&mu_);
-      snapshot->table = fallback_;
-      snapshot->fallback = true;
-      SetPolicyFlags(snapshot.get());
-      for (const Member& m : fallback_->members()) {
-        auto stats = client_->NewStats(m.backend.address);
-        stats_.emplace(m.backend.address, stats);
-        snapshot->stats.push_back(std::move(stats));
+      if (cached_ == nullptr) {
+        aside::MutexLock lock(&mu_);
+        snapshot = SnapshotLocked(fallback_);
+        snapshot->fallback = true;
       }
     } else {
       client_->Log(absl::StrCat("group '", name_, "': fallback list unusable: ",
                                 table.status().message()));
     }
   }
+  // The cached table serves at once in the fallback list's place, or when
+  // picks are not to wait for a server's; else from ServeCache().
+  if (cached_ != nullptr &&
+      (!fallback_addresses_.empty() ||
+       client->clock_->NowNanos() >= cache_deadline_nanos_)) {
+    aside::MutexLock lock(&mu_);
+    snapshot = SnapshotLocked(cached_);
+    snapshot->from_cache = true;
+    cache_served_ = true;
+  }
   cell_.Publish(std::move(snapshot));
+}
+
+std::shared_ptr<GroupSnapshot> ClientGroup::SnapshotLocked(
+    TableConstPtr table) {
+  auto snapshot = std::make_shared<GroupSnapshot>();
+  snapshot->table = std::move(table);
+  SetPolicyFlags(snapshot.get());
+  for (const Member& m : snapshot->table->members()) {
+    auto& stats = stats_[m.backend.address];
+    if (stats == nullptr) {
+      stats = client_->NewStats(m.backend.address);
+    }
+    snapshot->stats.push_back(stats);
+  }
+  return snapshot;
+}
+
+bool ClientGroup::CachePending() const {
+  if (cached_ == nullptr) {
+    return false;
+  }
+  aside::MutexLock lock(&mu_);
+  return !from_server_ && !cache_served_;
+}
+
+bool ClientGroup::ServeCache() {
+  if (cached_ == nullptr) {
+    return false;
+  }
+  aside::MutexLock client_lock(&client_->mu_);
+  aside::MutexLock lock(&mu_);
+  if (from_server_ || cache_served_) {
+    return false;
+  }
+  auto snapshot = SnapshotLocked(cached_);
+  snapshot->from_cache = true;
+  // Counted and logged before it is published, under both locks: whoever
+  // sees the cached table served finds it counted, and whoever sees it
+  // counted (Client::AwaitStats) finds it served.
+  client_->NoteCacheServedLocked(*this);
+  Publish(std::move(snapshot));
+  cache_served_ = true;
+  ++published_version_;
+  return true;
+}
+
+void ClientGroup::WriteCache(const std::string& server_id) {
+  const TableConstPtr& table = watched_.table();
+  if (table == nullptr || (table->generation() == written_generation_ &&
+                           server_id == written_server_id_)) {
+    return;
+  }
+  client_internal::CacheRecord record;
+  record.update.set_group(name_);
+  record.update.set_generation(table->generation());
+  record.update.set_server_id(server_id);
+  ToProto(*table, record.update.mutable_full());
+  record.targets = client_->options_.targets;
+  record.written = client_->clock_->WallNow();
+  const std::string path =
+      client_internal::CacheFilePath(client_->options_.cache_dir, name_);
+  const absl::Status status = client_internal::WriteCacheFile(
+      path, client_internal::EncodeCacheFile(record));
+  if (status.ok()) {
+    written_generation_ = table->generation();
+    written_server_id_ = server_id;
+    if (write_failing_) {
+      write_failing_ = false;
+      client_->Log(absl::StrCat("event=client.cache_written group=", name_,
+                                " generation=", table->generation(),
+                                " file=", path));
+    }
+  } else if (!write_failing_) {
+    // Logged once per run of failures; the stats count each one.
+    write_failing_ = true;
+    client_->Log(absl::StrCat("event=client.cache_write_failed group=", name_,
+                              " generation=", table->generation(), " file=",
+                              path, " error=\"", status.message(), "\""));
+  }
+  client_->CountCacheWrite(status.ok());
 }
 
 ClientGroup::~ClientGroup() = default;
@@ -239,9 +341,13 @@ absl::StatusOr<aside::PickHandle> ClientGroup::PickWithoutTable(
   if (!name_status_.ok()) {
     return name_status_;
   }
-  // Waits for the first table until deadline_nanos_ on the client's clock.
+  // Waits for the first table until deadline_nanos_ on the client's clock,
+  // or until cache_deadline_nanos_ when a cached table can serve then.
   const Clock& clock = *client_->clock_;
-  if (clock.NowNanos() < deadline_nanos_ && cell_.Acquire()->table == nullptr) {
+  const int64_t wait_until =
+      cached_ != nullptr ? std::min(deadline_nanos_, cache_deadline_nanos_)
+                         : deadline_nanos_;
+  if (clock.NowNanos() < wait_until && cell_.Acquire()->table == nullptr) {
     aside::MutexLock lock(&client_->mu_);
     ++client_->stats_.table_waits;
   }
@@ -252,11 +358,16 @@ absl::StatusOr<aside::PickHandle> ClientGroup::PickWithoutTable(
       return published_version_ != seen || !missing_.ok() ||
              cell_.Acquire()->table != nullptr;
     };
-    client_internal::AwaitUntil(mu_, aside::Cond(&settled), clock,
-                                deadline_nanos_);
-    if (!missing_.ok() && cell_.Acquire()->table == nullptr) {
+    client_internal::AwaitUntil(mu_, aside::Cond(&settled), clock, wait_until);
+    if (!missing_.ok() && cell_.Acquire()->table == nullptr &&
+        cached_ == nullptr) {
       return missing_;
     }
+  }
+  // No server's table in time, or the server reports the group absent:
+  // the cached table, if any, serves from now on.
+  if (cell_.Acquire()->table == nullptr) {
+    ServeCache();
   }
   client_internal::SnapshotHold* hold = Local();
   if (hold->snapshot->table != nullptr) {
@@ -275,6 +386,8 @@ absl::StatusOr<aside::PickHandle> ClientGroup::PickWithoutTable(
 }
 
 TableConstPtr ClientGroup::table() const { return cell_.Acquire()->table; }
+
+bool ClientGroup::from_cache() const { return cell_.Acquire()->from_cache; }
 
 std::string ClientGroup::server_id() const {
   aside::MutexLock lock(&mu_);
@@ -305,8 +418,15 @@ void ClientGroup::PublishTable(TableConstPtr table,
   auto snapshot = std::make_shared<GroupSnapshot>();
   snapshot->table = table;
   SetPolicyFlags(snapshot.get());
+  uint64_t replaced_cached = 0;
+  bool replaced_cache = false;
   {
     aside::MutexLock lock(&mu_);
+    if (std::shared_ptr<const GroupSnapshot> held = cell_.Acquire();
+        held->from_cache) {
+      replaced_cache = true;
+      replaced_cached = held->table->generation();
+    }
     absl::flat_hash_set<absl::string_view> present;
     for (const Member& m : table->members()) {
       present.insert(m.backend.address);
@@ -328,7 +448,14 @@ void ClientGroup::PublishTable(TableConstPtr table,
     server_id_ = server_id;
     removed_ = false;
     missing_ = absl::OkStatus();
+    from_server_ = true;
     ++published_version_;
+  }
+  if (replaced_cache) {
+    client_->Log(absl::StrCat("event=client.table_from_server group=", name_,
+                              " generation=", table->generation(),
+                              " server_id=", server_id,
+                              " replaces_cached_generation=", replaced_cached));
   }
   loads_.Prune();
 }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/pick_handle.h"
+#include "client/table_cache.h"
 #include "client/watched_table.h"
 #include "lib/load/load_tracker.h"
 #include "lib/snapshot_cell.h"
@@ -47,8 +49,12 @@ class ClientGroup {
   // INVALID_ARGUMENT for an invalid group name.
   absl::StatusOr<aside::PickHandle> Pick(absl::string_view key = {});
 
-  // The table picks use now (null: none yet; the fallback's has generation 0).
+  // The table picks use now (null: none yet; the fallback's has generation 0;
+  // a cached table has the generation it was written with).
   TableConstPtr table() const;
+  // True while picks use a table read from the table cache
+  // (ClientOptions::cache_dir): no server's table has arrived yet.
+  bool from_cache() const;
   // Generation of the last table received from a server (0: none).
   uint64_t generation() const {
     return generation_.load(std::memory_order_acquire);
@@ -69,8 +75,13 @@ class ClientGroup {
 
  private:
   friend class Client;
+  // `cached`: the group's usable cache file, if any; it serves from the
+  // start when there is a fallback list or `cache_deadline_nanos` has
+  // passed, else from ServeCache().
   ClientGroup(Client* client, std::string name, absl::Status name_status,
-              std::vector<std::string> fallback, int64_t deadline_nanos);
+              std::vector<std::string> fallback, int64_t deadline_nanos,
+              int64_t cache_deadline_nanos,
+              std::optional<client_internal::CachedTable> cached);
 
   // The calling thread's hold on the current snapshot.
   client_internal::SnapshotHold* Local() const;
@@ -89,6 +100,20 @@ class ClientGroup {
   void PublishTable(TableConstPtr table, const std::string& server_id);
   void MarkGeneration(uint64_t generation);
   void Publish(std::shared_ptr<const client_internal::GroupSnapshot> next);
+  // A snapshot of `table` (the fallback's or the cached one) with counters
+  // for its members.
+  std::shared_ptr<client_internal::GroupSnapshot> SnapshotLocked(
+      TableConstPtr table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Any thread: publishes the cached table unless a server's table or the
+  // cached one already is; true when it did. Takes the client's lock, then
+  // mu_.
+  bool ServeCache();
+  // Whether a cached table waits to be served (cache_deadline_nanos_).
+  bool CachePending() const;
+
+  // The watcher thread: writes the table just applied to the cache file
+  // when its generation or server differ from the last written.
+  void WriteCache(const std::string& server_id);
 
   Client* const client_;
   const std::string name_;
@@ -108,10 +133,22 @@ class ClientGroup {
   LoadTracker loads_;
   TableConstPtr fallback_;
   std::vector<std::string> fallback_addresses_;
+  // The table cache, fixed at creation: the table read from the file (null:
+  // none usable), when it was written, its file, and why a file that
+  // decoded was still unusable (its table failed Table::Create).
+  const int64_t cache_deadline_nanos_;
+  TableConstPtr cached_;
+  absl::Time cache_written_;
+  std::string cache_path_;
+  absl::Status cache_error_;
 
   // Watcher thread only.
   WatchedTable watched_;
   bool need_full_ = false;
+  // What the cache file holds, as far as this stub wrote it.
+  uint64_t written_generation_ = 0;
+  std::string written_server_id_;
+  bool write_failing_ = false;
 
   mutable aside::Mutex mu_;
   absl::flat_hash_map<std::string,
@@ -123,6 +160,10 @@ class ClientGroup {
   // there is neither a table nor a fallback (OK otherwise).
   absl::Status missing_ ABSL_GUARDED_BY(mu_);
   uint64_t published_version_ ABSL_GUARDED_BY(mu_) = 1;
+  // A server's table was published (the cached one never is after that);
+  // the cached table was published.
+  bool from_server_ ABSL_GUARDED_BY(mu_) = false;
+  bool cache_served_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace aside

@@ -33,6 +33,28 @@ struct ClientOptions {
   // How long Pick waits for a group's first table (counted from the group's
   // subscription) when it has no fallback.
   absl::Duration wait_for_table = absl::Seconds(10);
+  // The table cache (client/table_cache.h): the directory where each
+  // group's last table from a server is kept, one file per group, so that
+  // a service restarting while every Aside server is down can still route.
+  // Empty: off. Written after each new generation is applied, on the
+  // stub's watcher thread (never on the pick path): atomically, mode 0600,
+  // the directory created 0700 when missing. Give each service its own
+  // directory; stubs that share one must share their `targets` too.
+  //
+  // Precedence before a group's first table from a server: the cached
+  // table, no older than `cache_max_age`, then the static `fallback` list.
+  // A group with a fallback list serves its cached table from the start
+  // instead of the list (neither makes picks wait). A group without one
+  // waits up to `cache_wait` (at most `wait_for_table`, on `clock`) for a
+  // server's table, then serves the cached one: at that pick, or at the
+  // first failed connection attempt after it. The first table from a
+  // server replaces the cached one at once. A file that is corrupt, of
+  // another group or format, written for servers none of which is in
+  // `targets`, older than `cache_max_age` or writable by other users is
+  // refused with one log line naming it and the reason.
+  std::string cache_dir;
+  absl::Duration cache_max_age = absl::Hours(24);
+  absl::Duration cache_wait = absl::Seconds(1);
   // The clock the stub counts all its time on: call latencies, local
   // ejections, wait_for_table, reconnect backoff and report intervals (null:
   // the system clock). ClientGroup::WaitForGeneration and

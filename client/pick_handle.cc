@@ -103,6 +103,10 @@ bool PickHandle::from_fallback() const {
   return hold_ != nullptr && hold_->snapshot->fallback;
 }
 
+bool PickHandle::from_cache() const {
+  return hold_ != nullptr && hold_->snapshot->from_cache;
+}
+
 void PickHandle::FirstByte() noexcept {
   if (member_ == nullptr || done_ || first_byte_nanos_ >= 0) {
     return;

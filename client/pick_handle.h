@@ -89,6 +89,9 @@ struct GroupSnapshot {
   // Per table member (same index).
   std::vector<std::shared_ptr<BackendStats>> stats;
   bool fallback = false;
+  // The table was read from the table cache (ClientOptions::cache_dir),
+  // not received from a server since the stub started.
+  bool from_cache = false;
 };
 
 // One thread's reference to one snapshot, shared by the PickHandles that
@@ -175,6 +178,9 @@ class PickHandle {
   uint64_t generation() const;
   // True when the pick came from the static fallback list.
   bool from_fallback() const;
+  // True when the pick came from a table read from the table cache
+  // (ClientOptions::cache_dir), before any server's table arrived.
+  bool from_cache() const;
 
   // Marks the first response byte (a streaming call's first message): the
   // time to it feeds least_time `first_byte`. Only the first mark counts.

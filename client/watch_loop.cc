@@ -25,6 +25,9 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
       }
       group->PublishTable(group->watched_.table(), update.server_id());
       RetainChannels();
+      if (!options_.cache_dir.empty()) {
+        group->WriteCache(update.server_id());
+      }
       // Last, so that whoever waits for the generation (WaitForGeneration)
       // finds the stats and the channel pool already in line with it.
       group->MarkGeneration(group->watched_.generation());
@@ -203,12 +206,20 @@ void Client::WatchLoop() {
                        absl::FormatDuration(delay)));
     }
     connected = false;
+    const int64_t retry_at =
+        clock_->NowNanos() + absl::ToInt64Nanoseconds(delay);
+    {
+      aside::MutexLock lock(&mu_);
+      last_error_ = error;
+      ++target_index_;
+    }
+    // No server answers: cached tables due before the retry serve now.
+    if (!ServeDueCaches(watched, retry_at)) {
+      return;
+    }
     aside::MutexLock lock(&mu_);
-    last_error_ = error;
-    ++target_index_;
-    client_internal::AwaitUntil(
-        mu_, aside::Cond(&stopping_), *clock_,
-        clock_->NowNanos() + absl::ToInt64Nanoseconds(delay));
+    client_internal::AwaitUntil(mu_, aside::Cond(&stopping_), *clock_,
+                                retry_at);
   }
 }
 
