@@ -9,6 +9,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -16,6 +17,11 @@
 #include "lib/backend.h"
 
 namespace aside::server::admin_common {
+
+// The names of the Group fields a write sets (policy, backends, ... orca):
+// every top-level field but the name, which selects the group, and what
+// the server reports (numbered 20 and up).
+const std::vector<std::string>& GroupSettingPaths();
 
 // INVALID_ARGUMENT with `message` (which names the field).
 inline grpc::Status Invalid(std::string message) {

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/field_mask_util.h"
 #include "lib/address.h"
 #include "lib/status_macros.h"
 #include "proto/convert.h"
@@ -21,6 +22,7 @@ namespace aside::server {
 
 using admin_common::CodeName;
 using admin_common::GroupNotFound;
+using admin_common::GroupSettingPaths;
 using admin_common::Invalid;
 
 AdminService::AdminService(GroupRegistry* groups, StoreSync* store,
@@ -260,6 +262,25 @@ grpc::Status AdminService::Mutate(
   }
   if (response != nullptr && written->group != nullptr) {
     Describe(*written->group, true, response);
+    // Describe gives the revision applied now: a later write may have been
+    // applied since this one committed. The reply's settings are this
+    // write's own (the caller's change, never one undone by another
+    // writer); the state is the group's now, at the revision it names.
+    const int64_t applied = response->store_revision();
+    if (written->spec != nullptr && applied != written->revision) {
+      v1::Group own;
+      GroupSpecToProto(*written->spec, &own);
+      google::protobuf::FieldMask settings;
+      for (const std::string& path : GroupSettingPaths()) {
+        settings.add_paths(path);
+      }
+      google::protobuf::util::FieldMaskUtil::MergeOptions options;
+      options.set_replace_message_fields(true);
+      options.set_replace_repeated_fields(true);
+      google::protobuf::util::FieldMaskUtil::MergeMessageTo(own, settings,
+                                                            options, response);
+      response->set_state_revision(applied);
+    }
     response->set_store_revision(written->revision);
   }
   return grpc::Status::OK;

@@ -21,6 +21,7 @@ namespace aside::server {
 namespace {
 
 using admin_common::GroupNotFound;
+using admin_common::GroupSettingPaths;
 using admin_common::Invalid;
 
 // Checks a list of addresses from a request and canonicalises them.
@@ -58,9 +59,9 @@ bool Settable(const google::protobuf::FieldDescriptor* field) {
          field->number() < v1::Group::kSourceFieldNumber;
 }
 
-// The settable fields' names, for the mask that means "all" and the error
-// that lists them.
-const std::vector<std::string>& SettablePaths() {
+}  // namespace
+
+const std::vector<std::string>& admin_common::GroupSettingPaths() {
   static const auto* const paths = [] {
     auto* out = new std::vector<std::string>;
     const google::protobuf::Descriptor* group = v1::Group::descriptor();
@@ -74,6 +75,8 @@ const std::vector<std::string>& SettablePaths() {
   return *paths;
 }
 
+namespace {
+
 // The current definition with the request's fields (its update mask)
 // replaced, converted and validated. A path names a setting ("policy") or
 // a field inside one ("health_check.interval"); a message or list it
@@ -85,7 +88,7 @@ absl::StatusOr<GroupSpec> MergeUpdate(const GroupSpec& current,
   GroupSpecToProto(current, &merged);
   google::protobuf::FieldMask mask = request.update_mask();
   if (mask.paths().empty()) {
-    for (const std::string& path : SettablePaths()) {
+    for (const std::string& path : GroupSettingPaths()) {
       mask.add_paths(path);
     }
   }
@@ -94,9 +97,10 @@ absl::StatusOr<GroupSpec> MergeUpdate(const GroupSpec& current,
     if (!Settable(v1::Group::descriptor()->FindFieldByName(top)) ||
         !util::FieldMaskUtil::GetFieldDescriptors(v1::Group::descriptor(), path,
                                                   nullptr)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "update_mask: unknown path '", path, "' (allowed: ",
-          absl::StrJoin(SettablePaths(), ", "), ", or a field inside one)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("update_mask: unknown path '", path,
+                       "' (allowed: ", absl::StrJoin(GroupSettingPaths(), ", "),
+                       ", or a field inside one)"));
     }
   }
   util::FieldMaskUtil::MergeOptions options;

@@ -439,6 +439,7 @@ absl::StatusOr<StoreSync::Written> StoreSync::Write(
     return Written{.generation = GenerationFor(written), .revision = written};
   }
   GroupSpec spec = *std::move(next);
+  auto own = std::make_shared<const GroupSpec>(spec);
   v1::Group definition;
   GroupSpecToProto(spec, &definition);
   // A name or alias another group holds is refused before the store sees
@@ -474,7 +475,8 @@ absl::StatusOr<StoreSync::Written> StoreSync::Write(
     return absl::AbortedError(absl::StrCat(
         "group '", name, "' was deleted through another replica meanwhile"));
   }
-  return Written{.group = std::move(group), .revision = written};
+  return Written{
+      .group = std::move(group), .spec = std::move(own), .revision = written};
 }
 
 }  // namespace aside::server

@@ -121,6 +121,9 @@ class StoreSync {
       const GroupSpec* current)>;
   struct Written {
     GroupPtr group;
+    // The definition this write committed (the group may already serve a
+    // later one, written through another replica meanwhile).
+    std::shared_ptr<const GroupSpec> spec;
     uint64_t generation = 0;
     int64_t revision = 0;
   };

@@ -618,6 +618,8 @@ struct HistoryOp {
   absl::Time start, end;
   grpc::StatusCode code = grpc::StatusCode::OK;
   int64_t revision = 0;  // of an acknowledged write
+  // An acknowledged write's reply: its backends, address -> drained.
+  std::map<std::string, bool> reply;
 };
 
 // A group's backends as stored: address -> drained.
@@ -752,6 +754,9 @@ TEST_F(FleetTest, RacingWritesThroughRandomReplicasFormALinearisableHistory) {
         op.code = s.error_code();
         if (s.ok()) {
           op.revision = out.store_revision();
+          for (const v1::Backend& b : out.backends()) {
+            op.reply[b.address()] = b.drained();
+          }
         }
         ops[w].push_back(op);
       }
@@ -835,6 +840,18 @@ TEST_F(FleetTest, RacingWritesThroughRandomReplicasFormALinearisableHistory) {
       }
       EXPECT_TRUE(explained) << "h" << g << " revision " << revision
                              << " was written by no operation";
+    }
+    // 0. A reply describes the group as its write stored it, at its own
+    // revision: never with a later writer's change that may undo it.
+    for (const HistoryOp* op : group_ops) {
+      if (op->code != grpc::StatusCode::OK) continue;
+      auto stored =
+          std::find_if(versions.begin(), versions.end(),
+                       [&](const auto& v) { return v.first == op->revision; });
+      if (stored != versions.end()) {
+        EXPECT_EQ(op->reply, stored->second)
+            << "the reply is not the group at its revision: " << Describe(*op);
+      }
     }
     // 2. Every acknowledged write is in the history.
     for (const auto& [revision, acked] : by_revision) {
