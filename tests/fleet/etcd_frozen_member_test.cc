@@ -23,9 +23,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "lib/sync.h"
+#include "server/store/etcd/etcd_client.h"
 #include "tests/fleet/fleet_helpers.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/eventually.h"
+#include "tests/testing/http_client.h"
 #include "tests/testing/status_matchers.h"
 
 namespace aside {
@@ -50,6 +52,18 @@ constexpr char kEtcdSettings[] =
 // dial_timeout (2 s) without an answer; a replica reports its store once a
 // second; and a second of margin for a loaded machine.
 constexpr absl::Duration kDownBound = absl::Milliseconds(4500);
+
+// The lines of the replica's log that contain `needle`.
+std::vector<std::string> LinesWith(Replica& r, const std::string& needle) {
+  r.server.process->ReadAvailable();
+  std::vector<std::string> out;
+  for (const std::string& line : r.server.process->stderr_lines()) {
+    if (line.find(needle) != std::string::npos) {
+      out.push_back(line);
+    }
+  }
+  return out;
+}
 
 class EtcdFrozenMemberTest : public FleetTestBase {
  protected:
@@ -86,19 +100,6 @@ class EtcdFrozenMemberTest : public FleetTestBase {
                                 "\"backends\":[{\"address\":\"127.0.0.1:",
                                 port, "\"}]}")})
         .status();
-  }
-
-  // The lines of the replica's log that contain `needle`.
-  static std::vector<std::string> LinesWith(Replica& r,
-                                            const std::string& needle) {
-    r.server.process->ReadAvailable();
-    std::vector<std::string> out;
-    for (const std::string& line : r.server.process->stderr_lines()) {
-      if (line.find(needle) != std::string::npos) {
-        out.push_back(line);
-      }
-    }
-    return out;
   }
 
   // The aside_store_up line of the replica's /metrics ("" without one).
@@ -392,6 +393,96 @@ TEST_F(EtcdFrozenMemberTest, ANormalStartReportsNoOutage) {
   for (size_t i = 0; i < replicas_.size(); ++i) {
     EXPECT_THAT(LinesWith(*replicas_[i], "event=store.down"), IsEmpty())
         << "replica " << i;
+  }
+}
+
+// Each replica lists a different member first (its home). Failovers move
+// a replica's watches off its frozen home; each watch returns home once the
+// member answers again, so the replicas' watches stay spread over the
+// members instead of piling onto the one that stayed up longest.
+class EtcdWatchHomeTest : public FleetTestBase {
+ protected:
+  void SetUp() override {
+    StartCluster();
+    if (IsSkipped() || HasFatalFailure()) {
+      return;
+    }
+    const int n = cluster_->size();
+    for (int home = 0; home < n; ++home) {
+      std::vector<std::string> endpoints;
+      for (int i = 0; i < n; ++i) {
+        endpoints.push_back(cluster_->endpoint((home + i) % n));
+      }
+      AddReplica(endpoints, "", kEtcdSettings);
+    }
+    for (auto& r : replicas_) {
+      ASSERT_TRUE(Eventually([&] { return r->Store().up(); }));
+    }
+  }
+
+  // The watch streams each member serves (etcd's own gauge); -1 for a
+  // member whose /metrics cannot be read.
+  std::vector<int> WatchStreams() {
+    std::vector<int> out;
+    for (int i = 0; i < cluster_->size(); ++i) {
+      const std::string endpoint = cluster_->endpoint(i);
+      int port = 0;
+      absl::StatusOr<aside::testing::HttpResponse> r;
+      if (absl::SimpleAtoi(endpoint.substr(endpoint.rfind(':') + 1), &port)) {
+        r = aside::testing::HttpGet("127.0.0.1", port, "/metrics",
+                                    absl::Seconds(2));
+      }
+      int streams = -1;
+      // The sample's line, not the HELP and TYPE lines that name it too.
+      const std::string gauge = "\netcd_debugging_mvcc_watch_stream_total ";
+      if (r.ok()) {
+        const size_t at = r->body.find(gauge);
+        if (at != std::string::npos) {
+          const size_t from = at + gauge.size();
+          (void)absl::SimpleAtoi(
+              r->body.substr(from, r->body.find('\n', from) - from), &streams);
+        }
+      }
+      out.push_back(streams);
+    }
+    return out;
+  }
+
+  static std::string Show(const std::vector<int>& v) {
+    std::string out;
+    for (int x : v) absl::StrAppend(&out, out.empty() ? "" : " ", x);
+    return out;
+  }
+};
+
+TEST_F(EtcdWatchHomeTest, WatchesReturnHomeAfterEachOfFiveFailovers) {
+  const int n = cluster_->size();
+  // Every member serves its replica's watches.
+  std::vector<int> start;
+  ASSERT_TRUE(Eventually([&] {
+    start = WatchStreams();
+    return std::all_of(start.begin(), start.end(), [](int c) { return c > 0; });
+  })) << Show(start);
+  // Failovers: the home of one replica at a time freezes until that
+  // replica's store watch has left it, then answers again.
+  for (int round = 0; round < 5; ++round) {
+    const int frozen = round % n;
+    Replica& r = *replicas_[frozen];
+    const size_t lost = LinesWith(r, "event=store.watch_lost").size();
+    cluster_->Pause(frozen);
+    const bool left = Eventually(
+        [&] { return LinesWith(r, "event=store.watch_lost").size() > lost; },
+        absl::Seconds(10));
+    cluster_->Resume(frozen);
+    ASSERT_TRUE(left) << "round " << round << ": replica " << frozen
+                      << " did not leave its frozen home";
+    // Back where they started, within a home check and a dial timeout.
+    std::vector<int> now;
+    EXPECT_TRUE(Eventually(
+        [&] { return (now = WatchStreams()) == start; },
+        server::etcd::kWatchHomeCheck + kDialTimeout + absl::Seconds(5)))
+        << "round " << round << ": watch streams per member " << Show(now)
+        << ", at the start " << Show(start);
   }
 }
 

@@ -43,6 +43,13 @@
 // conditional Txn is safe for the caller to retry: it fails its comparison if
 // the first attempt was applied.
 //
+// A watch that had to leave its first member (the home: the one calls
+// start at, above) asks the home every kWatchHomeCheck whether it answers a
+// linearizable read (so it has a leader) within dial_timeout, and returns
+// to it when it does, resuming from the next revision: failovers do not
+// leave every replica's watches on the one member that stayed up, to
+// stall together when that one freezes.
+//
 // A member that stops answering but keeps its connections open (a stopped
 // process, a partition that drops packets) is found on three paths:
 //   - a watch that heard nothing from its member for watch_probe_interval
@@ -106,6 +113,10 @@ struct TlsOptions {
   std::string cert_file;
   std::string key_file;
 };
+
+// How often a watch away from its home member asks whether it may return
+// (see "Endpoints and failover" above).
+inline constexpr absl::Duration kWatchHomeCheck = absl::Seconds(2);
 
 // Where calls start before any endpoint answered (see "Endpoints and
 // failover" above).
@@ -303,8 +314,12 @@ class Watch {
   bool Pause(absl::Duration d);
   // On a thread of its own: asks a member that went silent for a progress
   // report and ends the stream of one that leaves the creation of the
-  // watch or a report unanswered (EtcdClientOptions::watch_probe_interval).
+  // watch or a report unanswered (EtcdClientOptions::watch_probe_interval);
+  // away from the home member, ends the stream once the home answers.
   void Watchdog();
+  // Whether the home member answers a linearizable read within
+  // dial_timeout.
+  bool HomeAnswers();
   // Under mu_: something the watchdog waits on changed.
   void Poke() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++changes_; }
 
@@ -316,6 +331,12 @@ class Watch {
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::string endpoint_ ABSL_GUARDED_BY(mu_);
+  // The index of endpoint_, and when the watchdog next asks the home
+  // member whether the watch may return (InfiniteFuture: at home, or not
+  // connected). returning_home_: the watchdog ended the stream for that.
+  size_t index_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time home_check_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool returning_home_ ABSL_GUARDED_BY(mu_) = false;
   int64_t next_revision_ ABSL_GUARDED_BY(mu_) = 0;
   // What the watchdog knows of the open stream. probe_ writes a progress
   // request on it; the watchdog calls it outside mu_ with probing_ set, and

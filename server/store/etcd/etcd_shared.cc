@@ -170,9 +170,9 @@ absl::StatusOr<std::shared_ptr<Shared>> Shared::Create(
   }
   shared->addresses = options.endpoints;
   if (options.endpoint_order == EndpointOrder::kSpread) {
+    shared->home = SpreadIndex(HostName(), getpid(), shared->endpoints.size());
     MutexLock lock(&shared->mu);
-    shared->preferred =
-        SpreadIndex(HostName(), getpid(), shared->endpoints.size());
+    shared->preferred = shared->home;
   }
   shared->options = std::move(options);
   return shared;

@@ -73,9 +73,13 @@ struct Shared {
   std::vector<std::string> addresses;
   std::vector<std::unique_ptr<Endpoint>> endpoints;
 
+  // Where calls and watches start, as options.endpoint_order says; a
+  // watch that had to leave it returns once it answers again. Set by
+  // Create; read-only after.
+  size_t home = 0;
+
   Mutex mu;
-  // The endpoint that answered last: where calls start (at first, as
-  // options.endpoint_order says).
+  // The endpoint that answered last: where calls start (at first, home).
   size_t preferred ABSL_GUARDED_BY(mu) = 0;
   // From Auth.Authenticate, when a username is configured.
   std::string token ABSL_GUARDED_BY(mu);

@@ -103,6 +103,19 @@ void Watch::Watchdog() ABSL_NO_THREAD_SAFETY_ANALYSIS {
           continue;
         }
         wake = asked_at_ + bound;
+      } else if (connected_ && !returning_home_ && now >= home_check_at_) {
+        // Away from the home member: back to it once it answers.
+        home_check_at_ = now + kWatchHomeCheck;
+        grpc::ClientContext* const asked_on = context_;
+        mu_.Unlock();
+        const bool answers = HomeAnswers();
+        mu_.Lock();
+        if (answers && context_ == asked_on && context_ != nullptr &&
+            !stopped_) {
+          returning_home_ = true;
+          context_->TryCancel();
+        }
+        continue;
       } else if (connected_ && probe_ != nullptr &&
                  interval > absl::ZeroDuration()) {
         if (now >= heard_at_ + interval) {
@@ -119,6 +132,9 @@ void Watch::Watchdog() ABSL_NO_THREAD_SAFETY_ANALYSIS {
         }
         wake = heard_at_ + interval;
       }
+      if (connected_ && !returning_home_) {
+        wake = std::min(wake, home_check_at_);
+      }
     }
     const uint64_t changes = changes_;
     auto changed = [this, changes]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -130,6 +146,26 @@ void Watch::Watchdog() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       mu_.AwaitWithTimeout(changed, wake - now);
     }
   }
+}
+
+bool Watch::HomeAnswers() {
+  Endpoint& home = *shared_->endpoints[shared_->home];
+  const absl::Time deadline = absl::Now() + shared_->options.dial_timeout;
+  if (!shared_->WaitReady(home, deadline).ok()) {
+    return false;
+  }
+  absl::StatusOr<std::string> token = shared_->Token(home, deadline);
+  if (!token.ok()) {
+    return false;
+  }
+  pb::RangeRequest request;
+  request.set_key(options_.prefix);
+  request.set_range_end(EtcdClient::PrefixEnd(options_.prefix));
+  request.set_count_only(true);
+  pb::RangeResponse response;
+  grpc::ClientContext context;
+  Shared::Prepare(&context, deadline, *token);
+  return home.kv->Range(&context, request, &response).ok();
 }
 
 void Watch::Run() {
@@ -174,6 +210,7 @@ void Watch::Run() {
         }
         context_ = &context;
         endpoint_ = endpoint.address;
+        index_ = index;
         next = next_revision_;
         stalled_.clear();
         // The member has dial_timeout to confirm the watch.
@@ -227,6 +264,9 @@ void Watch::Run() {
               next_revision_ = next;
             }
             connected_ = true;
+            home_check_at_ = index == shared_->home
+                                 ? absl::InfiniteFuture()
+                                 : absl::Now() + kWatchHomeCheck;
             Poke();
             failures_in_a_row = 0;
             backoff = kMinStreamBackoff;
@@ -291,14 +331,27 @@ void Watch::Run() {
       if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
         shared_->ForgetToken(*token);
       }
+      bool home_again = false;
       {
         MutexLock lock(&mu_);
         context_ = nullptr;
         connected_ = false;
+        home_check_at_ = absl::InfiniteFuture();
+        home_again = returning_home_ && !compacted_to.has_value();
+        returning_home_ = false;
         Poke();
         if (stopped_) {
           return;
         }
+      }
+      if (home_again) {
+        // Not a failure: the home member answers again, and calls start
+        // there too.
+        index = shared_->home;
+        shared_->Prefer(index);
+        failures_in_a_row = 0;
+        backoff = kMinStreamBackoff;
+        continue;
       }
       if (compacted_to.has_value()) {
         if (handlers_.on_compacted) {
