@@ -32,7 +32,7 @@
 #include "server/groups/rebuild_scheduler.h"
 #include "server/load/load_view_metrics.h"
 #include "server/load/load_view_peers.h"
-#include "server/load/load_view_service.h"
+#include "server/api/load_view_service.h"
 #include "server/load/orca_collector.h"
 #include "server/net/backend_relay.h"
 #include "server/net/connection_gate.h"

@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "server/api/admin_common.h"
 #include "server/api/admin_service.h"
+#include "server/base/client_peer.h"
 #include "server/base/log.h"
-#include "server/net/guarded_relay.h"
 
 namespace aside::server {
 namespace {

@@ -13,9 +13,9 @@
 #include "lib/status_macros.h"
 #include "proto/convert.h"
 #include "server/api/admin_common.h"
+#include "server/base/client_peer.h"
 #include "server/base/log.h"
 #include "server/base/status_util.h"
-#include "server/net/guarded_relay.h"
 #include "server/schema/group_spec_proto.h"
 
 namespace aside::server {

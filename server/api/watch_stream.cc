@@ -15,9 +15,9 @@
 #include "aside/v1/lookaside.pb.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
+#include "server/base/client_peer.h"
 #include "server/base/log.h"
 #include "server/base/status_util.h"
-#include "server/net/guarded_relay.h"
 
 namespace aside::server {
 namespace {

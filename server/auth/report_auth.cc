@@ -2,7 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/net/guarded_relay.h"
+#include "server/base/client_peer.h"
 
 namespace aside::server {
 

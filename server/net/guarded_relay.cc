@@ -21,12 +21,12 @@
 #include "absl/strings/strip.h"
 #include "lib/sync.h"
 #include "lib/thread_name.h"
+#include "server/base/client_peer.h"
 #include "server/net/peer_admission.h"
 
 namespace aside::server {
 namespace {
 
-constexpr absl::string_view kNamePrefix = "aside-relay/";
 constexpr size_t kReadChunk = 64 << 10;
 constexpr int kReadsPerEvent = 8;
 // How long a connection gRPC has closed may take to send its last bytes.
@@ -61,23 +61,6 @@ std::string GrpcPeerString(const sockaddr* addr, socklen_t len) {
     return absl::StrCat("ipv6:[", text, scope, "]:", ntohs(a->sin6_port));
   }
   return "unknown";
-}
-
-std::string ClientPeer(absl::string_view grpc_peer) {
-  absl::string_view rest = grpc_peer;
-  if (!absl::ConsumePrefix(&rest, "unix-abstract:") ||
-      !absl::ConsumePrefix(&rest, kNamePrefix)) {
-    return std::string(grpc_peer);
-  }
-  // <pid>/<tag>/<seq>/<peer>
-  for (int i = 0; i < 3; ++i) {
-    const size_t slash = rest.find('/');
-    if (slash == absl::string_view::npos) {
-      return std::string(grpc_peer);
-    }
-    rest.remove_prefix(slash + 1);
-  }
-  return std::string(rest);
 }
 
 // One relay thread: its connections, its epoll set, and a queue of
@@ -548,8 +531,8 @@ int GuardedRelay::Adopt(int client, const sockaddr* addr, socklen_t len) {
   // The name gRPC reads as the peer: unique in the network namespace
   // (pid, port, sequence), then the client's address.
   const std::string name =
-      absl::StrCat(kNamePrefix, getpid(), "/", options_.tag, "/", ++next_seq_,
-                   "/", GrpcPeerString(addr, len));
+      absl::StrCat(kRelayNamePrefix, getpid(), "/", options_.tag, "/",
+                   ++next_seq_, "/", GrpcPeerString(addr, len));
   sockaddr_un un{};
   un.sun_family = AF_UNIX;
   const size_t n = std::min(name.size(), sizeof(un.sun_path) - 1);

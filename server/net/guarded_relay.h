@@ -7,8 +7,9 @@
 // other and the client's socket. The relay's end is bound to an abstract
 // name that carries the client's address, so that gRPC's peer string
 // ("unix-abstract:aside-relay/…/ipv4:10.0.0.7:51234") still names the
-// client: ClientPeer() turns it back into "ipv4:10.0.0.7:51234" for
-// everything that reads a call's peer. A bound socket that never listens
+// client: ClientPeer() (server/base/client_peer.h) turns it back into
+// "ipv4:10.0.0.7:51234" for everything that reads a call's peer. A bound
+// socket that never listens
 // takes no connections, so nothing else can reach gRPC through the name.
 //
 // - Each direction buffers at most kHighWater (256 KiB) before the relay
@@ -109,10 +110,6 @@ class GuardedRelay {
 // gRPC's form of a socket address: "ipv4:1.2.3.4:5", "ipv6:[::1]:5" (a
 // v4-mapped IPv6 address in the IPv4 form, as gRPC writes it).
 std::string GrpcPeerString(const sockaddr* addr, socklen_t len);
-
-// The client's address of a call: what the relay's socket name carries, or
-// `grpc_peer` itself for a connection that did not come through a relay.
-std::string ClientPeer(absl::string_view grpc_peer);
 
 }  // namespace aside::server
 

@@ -13,9 +13,9 @@
 #include "lib/hash.h"
 #include "lib/sync.h"
 #include "lib/thread_name.h"
+#include "server/base/client_peer.h"
 #include "server/base/log.h"
 #include "server/base/stream_reactor.h"
-#include "server/net/guarded_relay.h"
 
 namespace aside::server::xds {
 

@@ -5,9 +5,9 @@
 #include "lib/sync.h"
 #include "proto/convert.h"
 #include "server/api/xds/xds_resources.h"
+#include "server/base/client_peer.h"
 #include "server/base/log.h"
 #include "server/base/stream_reactor.h"
-#include "server/net/guarded_relay.h"
 
 namespace aside::server::xds {
 

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/base/client_peer.h"
 #include "server/net/guarded_relay.h"
 
 namespace aside::server {

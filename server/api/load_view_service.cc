@@ -1,10 +1,10 @@
-#include "server/load/load_view_service.h"
+#include "server/api/load_view_service.h"
 
 #include "absl/strings/str_cat.h"
 #include "lib/thread_name.h"
+#include "server/base/client_peer.h"
 #include "server/base/log.h"
 #include "server/base/stream_reactor.h"
-#include "server/net/guarded_relay.h"
 
 namespace aside::server {
 

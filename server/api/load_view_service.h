@@ -18,8 +18,8 @@
 // Threads: gRPC callback threads run the streams; the ticker offers
 // exports. Locks: the service's mu_ (export ids) before the stream set's
 // (server/base/stream_set.h), that before a stream's, never after.
-#ifndef ASIDE_SERVER_LOAD_LOAD_VIEW_SERVICE_H_
-#define ASIDE_SERVER_LOAD_LOAD_VIEW_SERVICE_H_
+#ifndef ASIDE_SERVER_API_LOAD_VIEW_SERVICE_H_
+#define ASIDE_SERVER_API_LOAD_VIEW_SERVICE_H_
 
 #include <memory>
 #include <set>
@@ -88,4 +88,4 @@ class LoadViewService final : public v1::Fleet::CallbackService {
 
 }  // namespace aside::server
 
-#endif  // ASIDE_SERVER_LOAD_LOAD_VIEW_SERVICE_H_
+#endif  // ASIDE_SERVER_API_LOAD_VIEW_SERVICE_H_
