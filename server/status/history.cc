@@ -8,7 +8,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "lib/json.h"
-#include "lib/thread_name.h"
 #include "server/groups/group_registry.h"
 #include "server/load/load_aggregator.h"
 
@@ -146,32 +145,17 @@ StatusHistory::StatusHistory(HistorySources sources, HistoryOptions options)
 StatusHistory::~StatusHistory() { Stop(); }
 
 void StatusHistory::Start() {
-  if (thread_.joinable()) {
+  if (ticker_ != nullptr) {
     return;
   }
-  thread_ = std::thread([this] {
-    NameThisThread("aside-history");
-    const absl::Duration tick = std::min(options_.interval, absl::Seconds(1));
-    for (;;) {
-      {
-        aside::MutexLock lock(&thread_mu_);
-        thread_mu_.AwaitWithTimeout(aside::Cond(&stop_), tick);
-        if (stop_) {
-          return;
-        }
-      }
-      MaybeSample();
-    }
-  });
+  ticker_ = std::make_unique<Ticker>(
+      "aside-history", std::min(options_.interval, absl::Seconds(1)),
+      [this] { MaybeSample(); });
 }
 
 void StatusHistory::Stop() {
-  {
-    aside::MutexLock lock(&thread_mu_);
-    stop_ = true;
-  }
-  if (thread_.joinable()) {
-    thread_.join();
+  if (ticker_ != nullptr) {
+    ticker_->Stop();
   }
 }
 

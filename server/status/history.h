@@ -39,7 +39,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -50,6 +49,7 @@
 #include "lib/backend.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
+#include "server/base/stream_set.h"
 #include "server/status/events.h"
 
 namespace aside::server {
@@ -207,9 +207,7 @@ class StatusHistory {
   std::optional<absl::flat_hash_set<std::string>> members_
       ABSL_GUARDED_BY(notice_mu_);
 
-  aside::Mutex thread_mu_;
-  bool stop_ ABSL_GUARDED_BY(thread_mu_) = false;
-  std::thread thread_;  // Start and Stop only
+  std::unique_ptr<Ticker> ticker_;  // Start and Stop only
 };
 
 }  // namespace aside::server
