@@ -24,6 +24,9 @@
 // further changes are made the same way. A change has reached an ADS
 // stream when its assignment lists the endpoints the change leaves. The
 // output adds the ADS figures ("ads_...") and their ratios to Watch's.
+// With --server-pid, both phases also report the CPU of the server's group
+// publisher thread ("aside-publish") per update, and the ADS phase that of
+// the ADS fan-out thread ("aside-ads").
 //
 // With --rates R1,R2,... it measures instead the update rate the server
 // sustains: for each rate in turn, for --step-seconds, changes are sent
@@ -545,7 +548,16 @@ struct AdsFigures {
   double last_max_ms = 0;
   double cpu_per_stream_update_us = 0;
   double messages_per_change_per_stream = 0;
+  // The group publisher's thread and the ADS fan-out thread, per update.
+  double publisher_us = 0;
+  double fanout_thread_us = 0;
 };
+
+// CPU of the server's threads named `name` (0 without --server-pid).
+double ThreadCpu(const Options& o, const char* name) {
+  return o.server_pid > 0 ? aside::bench::ThreadCpuSeconds(o.server_pid, name)
+                          : 0;
+}
 
 // The ADS phase of --ads (see the header): changes first_change ..
 // first_change + changes - 1, each draining one more backend.
@@ -595,6 +607,8 @@ AdsFigures RunAds(const Options& o, aside::v1::Admin::Stub* admin,
   }
   aside::bench::Samples last_subscriber;
   double cpu = 0;
+  const double publisher_before = ThreadCpu(o, "aside-publish");
+  const double fanout_before = ThreadCpu(o, "aside-ads");
   for (int j = 0; j < o.changes; ++j) {
     const int k = first_change + j;
     aside::v1::DrainBackendsRequest drain;
@@ -624,6 +638,8 @@ AdsFigures RunAds(const Options& o, aside::v1::Admin::Stub* admin,
     }
     last_subscriber.Add(worst);
   }
+  const double publisher = ThreadCpu(o, "aside-publish") - publisher_before;
+  const double fanout = ThreadCpu(o, "aside-ads") - fanout_before;
   uint64_t received = 0;
   for (auto& sub : subs) {
     received += sub->received();
@@ -640,7 +656,9 @@ AdsFigures RunAds(const Options& o, aside::v1::Admin::Stub* admin,
           .last_max_ms = last_subscriber.MaxMicros() / 1000,
           .cpu_per_stream_update_us = cpu * 1e6 / updates,
           .messages_per_change_per_stream =
-              static_cast<double>(received - received_before) / updates};
+              static_cast<double>(received - received_before) / updates,
+          .publisher_us = publisher * 1e6 / o.changes,
+          .fanout_thread_us = fanout * 1e6 / o.changes};
 }
 
 }  // namespace
@@ -712,6 +730,7 @@ int main(int argc, char** argv) {
   aside::bench::Samples last_subscriber;
   aside::bench::Samples median_subscriber;
   double cpu = 0;
+  const double publisher_before = ThreadCpu(o, "aside-publish");
   for (int k = 0; k < o.changes; ++k) {
     aside::v1::DrainBackendsRequest drain;
     drain.set_group(o.group);
@@ -752,6 +771,8 @@ int main(int argc, char** argv) {
     median_subscriber.Add(
         static_cast<int64_t>(arrivals.PercentileMicros(50) * 1000));
   }
+  const double publisher_us =
+      (ThreadCpu(o, "aside-publish") - publisher_before) * 1e6 / o.changes;
   for (auto& sub : subs) {
     sub->Cancel();
   }
@@ -761,12 +782,13 @@ int main(int argc, char** argv) {
       "{\"subscribers\":%d,\"changes\":%d,\"last_p50_ms\":%.3f,"
       "\"last_p99_ms\":%.3f,\"last_max_ms\":%.3f,\"median_p50_ms\":%.3f,"
       "\"server_cpu_s\":%.4f,\"cpu_per_update_us\":%.2f,"
-      "\"cpu_per_stream_update_us\":%.3f,\"update_bytes\":%zu",
+      "\"cpu_per_stream_update_us\":%.3f,\"update_bytes\":%zu,"
+      "\"publisher_cpu_per_update_us\":%.1f",
       o.subscribers, o.changes, last_subscriber.PercentileMicros(50) / 1000,
       last_subscriber.PercentileMicros(99) / 1000,
       last_subscriber.MaxMicros() / 1000,
       median_subscriber.PercentileMicros(50) / 1000, cpu, cpu * 1e6 / o.changes,
-      cpu_per_stream_update_us, subs.front()->bytes());
+      cpu_per_stream_update_us, subs.front()->bytes(), publisher_us);
   // Let the cancellations finish before the stubs go away (and, with
   // --ads, before the ADS streams open, so that the server's CPU is
   // theirs).
@@ -786,11 +808,14 @@ int main(int argc, char** argv) {
         "\"ads_last_max_ms\":%.3f,\"ads_cpu_per_stream_update_us\":%.3f,"
         "\"ads_messages_per_change_per_stream\":%.3f,"
         "\"ads_to_watch_last_p50\":%.2f,\"ads_to_watch_last_p99\":%.2f,"
-        "\"ads_to_watch_cpu_per_stream_update\":%.2f",
+        "\"ads_to_watch_cpu_per_stream_update\":%.2f,"
+        "\"ads_publisher_cpu_per_update_us\":%.1f,"
+        "\"ads_fanout_thread_cpu_per_update_us\":%.1f",
         ads.last_p50_ms, ads.last_p99_ms, ads.last_max_ms,
         ads.cpu_per_stream_update_us, ads.messages_per_change_per_stream,
         ratio(ads.last_p50_ms, watch_p50), ratio(ads.last_p99_ms, watch_p99),
-        ratio(ads.cpu_per_stream_update_us, cpu_per_stream_update_us));
+        ratio(ads.cpu_per_stream_update_us, cpu_per_stream_update_us),
+        ads.publisher_us, ads.fanout_thread_us);
   }
   std::printf("%s}\n", json.c_str());
   return 0;

@@ -61,4 +61,31 @@ double ProcessCpuSeconds(int pid) {
   return any ? total_ns * 1e-9 : StatCpuSeconds(pid);
 }
 
+double ThreadCpuSeconds(int pid, const std::string& name) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* tasks = opendir(dir.c_str());
+  if (tasks == nullptr) {
+    return 0;
+  }
+  double total_ns = 0;
+  while (dirent* e = readdir(tasks)) {
+    if (e->d_name[0] == '.') {
+      continue;
+    }
+    const std::string task = dir + "/" + e->d_name;
+    std::ifstream comm(task + "/comm");
+    std::string thread_name;
+    if (!std::getline(comm, thread_name) || thread_name != name) {
+      continue;
+    }
+    std::ifstream in(task + "/schedstat");
+    double run_ns = 0;
+    if (in >> run_ns) {
+      total_ns += run_ns;
+    }
+  }
+  closedir(tasks);
+  return total_ns / 1e9;
+}
+
 }  // namespace aside::bench

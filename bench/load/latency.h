@@ -44,6 +44,10 @@ class Samples {
 // seconds, from /proc (schedstat, nanosecond resolution).
 double ProcessCpuSeconds(int pid);
 
+// The same for the process's live threads named `name` (their comm, e.g.
+// "aside-publish"): what one thread of a known role spent.
+double ThreadCpuSeconds(int pid, const std::string& name);
+
 }  // namespace aside::bench
 
 #endif  // ASIDE_BENCH_LOAD_LATENCY_H_

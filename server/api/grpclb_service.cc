@@ -27,7 +27,8 @@ GroupPtr ResolveGrpclbName(const GroupRegistry& groups,
   const std::string name = FoldDialedName(dialed);
   const absl::string_view host = GrpclbHost(name);
   for (const GroupPtr& g : groups.List()) {
-    for (const std::string& alias : g->spec().aliases) {
+    // The published spec, shared: no copy of its members per lookup.
+    for (const std::string& alias : g->published()->spec->aliases) {
       const std::string folded = FoldDialedName(alias);
       if (folded == host || folded == name) {
         return g;

@@ -1,5 +1,5 @@
-// ADS over real gRPC on loopback with a hand-driven client, and a ticker
-// that never fires in a test's time: whatever reaches the client after
+// ADS over real gRPC on loopback with a hand-driven client, and a tick
+// that never comes in a test's time: whatever reaches the client after
 // its first response was pushed by a group's publication, addition or
 // removal. The client sends nothing after its request (no acknowledgement
 // the server could answer instead).
@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "envoy/config/endpoint/v3/endpoint.pb.h"
+#include "envoy/config/listener/v3/listener.pb.h"
+#include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
 #include "server/api/xds/xds_resources.h"
 #include "tests/testing/group_specs.h"
 #include "tests/testing/status_matchers.h"
@@ -41,6 +43,21 @@ std::vector<int> Endpoints(const discovery::DiscoveryResponse& response) {
     out.push_back(n);
   }
   return out;
+}
+
+// The cluster the one Listener of a response routes to ("" without one).
+std::string ListenerCluster(const discovery::DiscoveryResponse& response) {
+  if (response.resources_size() != 1) {
+    return "";
+  }
+  envoy::config::listener::v3::Listener listener;
+  envoy::extensions::filters::network::http_connection_manager::v3::
+      HttpConnectionManager manager;
+  if (!response.resources(0).UnpackTo(&listener) ||
+      !listener.api_listener().api_listener().UnpackTo(&manager)) {
+    return "";
+  }
+  return manager.route_config().virtual_hosts(0).routes(0).route().cluster();
 }
 
 class AdsServiceTest : public ::testing::Test {
@@ -73,12 +90,33 @@ class AdsServiceTest : public ::testing::Test {
   }
   // Asks for the endpoints of `names`.
   void Request(std::vector<std::string> names) {
+    Request(stream_.get(), kEndpointType, std::move(names));
+  }
+  static void Request(Stream* stream, const char* type,
+                      std::vector<std::string> names) {
     discovery::DiscoveryRequest request;
-    request.set_type_url(kEndpointType);
+    request.set_type_url(type);
     for (const std::string& n : names) {
       request.add_resource_names(n);
     }
-    ASSERT_TRUE(stream_->Write(request));
+    ASSERT_TRUE(stream->Write(request));
+  }
+
+  // Another client stream on the same server.
+  struct Client {
+    grpc::ClientContext context;
+    std::unique_ptr<Stream> stream;
+  };
+  std::unique_ptr<Client> Open() {
+    auto c = std::make_unique<Client>();
+    c->context.set_deadline(std::chrono::system_clock::now() +
+                            std::chrono::seconds(30));
+    c->stream = stub_->StreamAggregatedResources(&c->context);
+    return c;
+  }
+
+  double Responses(const char* type) {
+    return metrics_.xds_responses.Add({{"type", type}}).Value();
   }
 
   Metrics metrics_;
@@ -164,6 +202,111 @@ TEST_F(AdsServiceTest, ARequestAtTheCapsIsAnswered) {
   discovery::DiscoveryResponse response;
   ASSERT_TRUE(stream_->Read(&response));
   EXPECT_THAT(Endpoints(response), ::testing::ElementsAre(2));
+}
+
+// The fan-out touches only the streams a change concerns: an update of one
+// group marks its own streams (one each, one response each) and not the
+// many streams of another group, which receive nothing.
+TEST_F(AdsServiceTest, AnUpdateReachesOnlyTheStreamsOfItsGroup) {
+  Request({"web"});
+  discovery::DiscoveryResponse response;
+  ASSERT_TRUE(stream_->Read(&response));
+  constexpr int kApiStreams = 20;
+  std::vector<std::unique_ptr<Client>> api;
+  for (int i = 0; i < kApiStreams; ++i) {
+    api.push_back(Open());
+    Request(api.back()->stream.get(), kEndpointType, {"api"});
+    discovery::DiscoveryResponse first;
+    ASSERT_TRUE(api.back()->stream->Read(&first));
+    EXPECT_THAT(Endpoints(first), ::testing::ElementsAre(1));
+  }
+
+  const uint64_t woken = ads_->streams_woken();
+  const double sent = Responses("endpoint");
+  ASSERT_OK(registry_->Update(
+      registry_->Find("web"),
+      PlainGroup("web", {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.6:80"})));
+  ASSERT_TRUE(stream_->Read(&response));
+  EXPECT_THAT(Endpoints(response), ::testing::ElementsAre(3));
+  EXPECT_EQ(ads_->streams_woken() - woken, 1u);
+  EXPECT_EQ(Responses("endpoint") - sent, 1);
+
+  // The other group's update: one response on each of its streams, none
+  // on the first one.
+  ASSERT_OK(
+      registry_->Update(registry_->Find("api"),
+                        PlainGroup("api", {"10.0.0.4:80", "10.0.0.5:80"})));
+  for (const auto& c : api) {
+    discovery::DiscoveryResponse update;
+    ASSERT_TRUE(c->stream->Read(&update));
+    EXPECT_THAT(Endpoints(update), ::testing::ElementsAre(2));
+  }
+  EXPECT_EQ(ads_->streams_woken() - woken, 1u + kApiStreams);
+  EXPECT_EQ(Responses("endpoint") - sent, 1 + kApiStreams);
+  // The next message on the first stream is its own group's next change.
+  ASSERT_OK(registry_->Update(registry_->Find("web"),
+                              PlainGroup("web", {"10.0.0.1:80"})));
+  ASSERT_TRUE(stream_->Read(&response));
+  EXPECT_THAT(Endpoints(response), ::testing::ElementsAre(1));
+  EXPECT_EQ(Responses("endpoint") - sent, 2 + kApiStreams);
+  for (const auto& c : api) {
+    c->context.TryCancel();
+  }
+}
+
+// An acknowledgement with the same names is answered with nothing, and
+// touches no other stream.
+TEST_F(AdsServiceTest, AnAcknowledgementSendsNothing) {
+  Request({"web"});
+  discovery::DiscoveryResponse response;
+  ASSERT_TRUE(stream_->Read(&response));
+  const double sent = Responses("endpoint");
+  const uint64_t woken = ads_->streams_woken();
+  discovery::DiscoveryRequest ack;
+  ack.set_type_url(kEndpointType);
+  ack.add_resource_names("web");
+  ack.set_version_info(response.version_info());
+  ack.set_response_nonce(response.nonce());
+  ASSERT_TRUE(stream_->Write(ack));
+  // Then a change: the next message is the change's, not a repeat.
+  ASSERT_OK(registry_->Update(
+      registry_->Find("web"),
+      PlainGroup("web", {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.6:80"})));
+  ASSERT_TRUE(stream_->Read(&response));
+  EXPECT_THAT(Endpoints(response), ::testing::ElementsAre(3));
+  EXPECT_EQ(Responses("endpoint") - sent, 1);
+  EXPECT_EQ(ads_->streams_woken() - woken, 1u);
+}
+
+// A Listener name that no group answers is answered once a group takes it
+// as an alias (no periodic pass needed: the alias change wakes the
+// streams with Listener names).
+TEST_F(AdsServiceTest, AnAliasAddedAnswersAListenerNameAtOnce) {
+  Request(stream_.get(), kListenerType, {"shop.example"});
+  discovery::DiscoveryResponse response;
+  ASSERT_TRUE(stream_->Read(&response));
+  EXPECT_EQ(response.resources_size(), 0);
+
+  GroupSpec api = PlainGroup("api", {"10.0.0.3:80"});
+  api.aliases = {"shop.example"};
+  ASSERT_OK(registry_->Update(registry_->Find("api"), api));
+  ASSERT_TRUE(stream_->Read(&response));
+  EXPECT_EQ(ListenerCluster(response), "api");
+
+  // And moves with it.
+  api.aliases = {};
+  ASSERT_OK(registry_->Update(registry_->Find("api"), api));
+  GroupSpec web = PlainGroup("web", {"10.0.0.1:80", "10.0.0.2:80"});
+  web.aliases = {"shop.example"};
+  ASSERT_OK(registry_->Update(registry_->Find("web"), web));
+  // The listener routes to "web" once the alias moved (a response without
+  // it may come between).
+  std::string cluster;
+  for (int i = 0; i < 3 && cluster != "web"; ++i) {
+    ASSERT_TRUE(stream_->Read(&response));
+    cluster = ListenerCluster(response);
+  }
+  EXPECT_EQ(cluster, "web");
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include "server/api/xds/ads_service.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "lib/hash.h"
+#include "lib/clock.h"
 #include "lib/sync.h"
-#include "lib/thread_name.h"
+#include "server/api/grpclb_service.h"
 #include "server/base/client_peer.h"
 #include "server/base/log.h"
 #include "server/base/stream_reactor.h"
@@ -28,6 +28,7 @@ namespace {
 constexpr const char* kTypes[] = {kListenerType, kRouteType, kClusterType,
                                   kEndpointType};
 constexpr size_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);
+static_assert(kTypeCount == 4);
 constexpr const char* kTypeLabels[] = {"listener", "route", "cluster",
                                        "endpoint"};
 // Bounds on what one client may ask for.
@@ -45,23 +46,20 @@ int TypeIndex(const std::string& type_url) {
 
 }  // namespace
 
-// A listener of every group: forwards publications and deletions to the
-// streams that use the group.
+// A listener of every group: queues publications, additions and removals
+// for the fan-out thread.
 class AdsService::GroupWatcher final : public Group::Listener {
  public:
   explicit GroupWatcher(AdsService* service) : service_(service) {}
   void OnPublish(Group& group, const TableConstPtr& /*table*/) override {
-    service_->PokeUsers(group.name());
-    service_->LookAgainIfNew();
+    service_->Published(group, /*added=*/false);
   }
   // A group added may answer names that no group answered.
-  void OnAdded(Group& /*group*/, const TableConstPtr& /*table*/) override {
-    service_->PokeUnanswered();
-    service_->LookAgainIfNew();
+  void OnAdded(Group& group, const TableConstPtr& /*table*/) override {
+    service_->Published(group, /*added=*/true);
   }
   void OnRemoved(Group& group, uint64_t /*generation*/) override {
-    service_->PokeUsers(group.name());
-    service_->LookAgainIfNew();
+    service_->Removed(group.name());
   }
 
  private:
@@ -70,13 +68,20 @@ class AdsService::GroupWatcher final : public Group::Listener {
 
 // One ADS stream. Reads one request at a time; writes one response at a
 // time, always the newest state of the next type that has something to
-// send.
+// send. Evaluated (WriteNextLocked) on its reactions' threads and on the
+// fan-out thread, one at a time under mu_; each evaluation may change what
+// the stream depends on, which it then puts in the service's index
+// (Settle) with mu_ released.
+//
+// Life: gRPC calls OnDone last; the fan-out thread may hold the stream
+// marked (queued_) past it, and then deletes it once done with it.
 class AdsService::Stream final
     : public StreamReactor<grpc::ServerBidiReactor<
           discovery::DiscoveryRequest, discovery::DiscoveryResponse>> {
  public:
   Stream(AdsService* service, grpc::CallbackServerContext* context)
       : StreamReactor(context), service_(service) {
+    service_->Register(this);
     const bool shutting_down = !service_->streams_.Add(this);
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "ads"}}).Increment();
@@ -99,6 +104,7 @@ class AdsService::Stream final
   }
 
   void OnReadDone(bool ok) override {
+    IndexUpdate update;
     {
       aside::MutexLock lock(&mu_);
       if (!ok) {
@@ -115,60 +121,81 @@ class AdsService::Stream final
       }
       HandleRequestLocked();
       WriteNextLocked();
+      update = TakeIndexUpdateLocked();
       if (!finished()) {
         request_.Clear();
         StartRead(&request_);
       }
     }
-    service_->LookAgainIfNew();
+    Settle(std::move(update));
   }
 
   void OnWriteDone(bool ok) override {
+    IndexUpdate update;
     {
       aside::MutexLock lock(&mu_);
       if (!WriteDoneLocked(ok)) {
         return;
       }
       WriteNextLocked();
+      update = TakeIndexUpdateLocked();
     }
-    service_->LookAgainIfNew();
+    Settle(std::move(update));
   }
 
   void OnDone() override {
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_streams.Add({{"service", "ads"}}).Decrement();
     }
+    // Out of the index first: the fan-out thread marks no stream that is
+    // not in it, so queued_ is final once it is out.
+    service_->Unindex(this);
     service_->streams_.Remove(this);
-    delete this;
-  }
-
-  // Re-evaluates what the client should have (publication callbacks and the
-  // ticker, with the stream set's lock held). `forget` starts the set of groups
-  // the stream uses afresh (the ticker's full pass).
-  void Poke(bool forget = false) {
-    aside::MutexLock lock(&mu_);
-    if (forget) {
-      uses_.clear();
+    bool release = false;
+    {
+      aside::MutexLock lock(&mu_);
+      done_ = true;
+      release = !queued_;
     }
-    WriteNextLocked();
+    if (release) {
+      delete this;
+    }
   }
 
-  // Re-evaluates only when some subscribed name had no group.
-  void PokeIfUnanswered() {
+  // The fan-out thread, with the service's index_mu_ held: a change
+  // concerns the stream; every subscribed type is evaluated again. True
+  // when the caller is to run it (RunMarked); false when a write in
+  // flight will (its completion evaluates) or it already is queued.
+  bool Mark() {
     aside::MutexLock lock(&mu_);
-    for (const TypeState& t : types_) {
-      if (t.subscribed && t.unanswered) {
+    MarkDirtyLocked();
+    if (queued_ || writing_ || finished()) {
+      return false;
+    }
+    queued_ = true;
+    return true;
+  }
+
+  // The fan-out thread, no lock held, after Mark returned true: evaluates
+  // and starts the write; deletes the stream if it is done.
+  void RunMarked() {
+    IndexUpdate update;
+    {
+      aside::MutexLock lock(&mu_);
+      if (!done_) {
         WriteNextLocked();
-        return;
+        update = TakeIndexUpdateLocked();
       }
     }
-  }
-
-  // Re-evaluates only when the stream's resources came from `group`.
-  void PokeIfUses(const std::string& group) {
-    aside::MutexLock lock(&mu_);
-    if (uses_.contains(group)) {
-      WriteNextLocked();
+    Settle(std::move(update));
+    bool release = false;
+    {
+      aside::MutexLock lock(&mu_);
+      queued_ = false;
+      release = done_;
+    }
+    if (release) {
+      delete this;
     }
   }
 
@@ -176,8 +203,14 @@ class AdsService::Stream final
   struct TypeState {
     bool subscribed = false;
     std::vector<std::string> names;  // sorted, unique
+    // The group each name resolved to (null: none), at names epoch
+    // `epoch` (0: not yet).
+    std::vector<GroupPtr> groups;
+    uint64_t epoch = 0;
     // Answer even when the version did not change (new names).
     bool must_respond = false;
+    // Evaluate again: a change may concern it.
+    bool dirty = false;
     // Some name had no group when last resolved.
     bool unanswered = false;
     std::string sent_version;
@@ -185,6 +218,65 @@ class AdsService::Stream final
     std::string acked_version;
     std::string rejected_version;
   };
+
+  // What to put in the index after an evaluation, when it changed.
+  struct IndexUpdate {
+    bool changed = false;
+    Keys keys;
+    uint64_t seq = 0;
+  };
+
+  void MarkDirtyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (TypeState& t : types_) {
+      t.dirty = t.subscribed;
+    }
+  }
+
+  // The index keys as the types now resolve, when they differ from the
+  // last ones taken.
+  IndexUpdate TakeIndexUpdateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!keys_stale_) {
+      return {};  // nothing was looked up since the last time
+    }
+    keys_stale_ = false;
+    Keys keys;
+    for (const TypeState& t : types_) {
+      if (!t.subscribed) {
+        continue;
+      }
+      keys.unanswered = keys.unanswered || t.unanswered;
+      for (const GroupPtr& g : t.groups) {
+        if (g != nullptr) {
+          keys.groups.push_back(g->name());
+        }
+      }
+    }
+    keys.listeners = types_[0].subscribed && !types_[0].names.empty();
+    std::sort(keys.groups.begin(), keys.groups.end());
+    keys.groups.erase(std::unique(keys.groups.begin(), keys.groups.end()),
+                      keys.groups.end());
+    IndexUpdate update;
+    if (keys == keys_) {
+      return update;
+    }
+    keys_ = keys;
+    update.changed = true;
+    update.keys = std::move(keys);
+    update.seq = ++keys_seq_;
+    return update;
+  }
+
+  // With mu_ released: puts the stream under its new keys; when that added
+  // a key, evaluates once more (a change of a group between the lookup
+  // and the index insertion was not heard), until nothing is added.
+  void Settle(IndexUpdate update) {
+    while (update.changed && service_->Reindex(this, update.keys, update.seq)) {
+      aside::MutexLock lock(&mu_);
+      MarkDirtyLocked();
+      WriteNextLocked();
+      update = TakeIndexUpdateLocked();
+    }
+  }
 
   // A request past a cap is refused whole, with the stream: the client
   // sees which cap (a subscription cut short would leave it waiting for
@@ -210,6 +302,21 @@ class AdsService::Stream final
     return grpc::Status::OK;
   }
 
+  // Whether the request names exactly `names` (sorted, unique), in the
+  // order given: the common acknowledgement, compared without a copy.
+  bool SameNamesLocked(const std::vector<std::string>& names) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (static_cast<size_t>(request_.resource_names_size()) != names.size()) {
+      return false;
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (request_.resource_names(static_cast<int>(i)) != names[i]) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   void HandleRequestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (request_.has_node() && !have_node_) {
       have_node_ = true;
@@ -233,26 +340,28 @@ class AdsService::Stream final
       return;
     }
     TypeState& t = types_[type];
-    const char* label = kTypeLabels[type];
     if (!request_.response_nonce().empty()) {
       if (request_.response_nonce() != t.sent_nonce) {
-        Count(label, "stale");
+        CountType(type, kStale);
         return;
       }
       if (request_.has_error_detail()) {
         t.rejected_version = t.sent_version;
-        Count(label, "nack");
+        CountType(type, kNack);
         LogThrottled(
             LogLevel::kWarn, "xds.nack",
             {{"node", node_id_},
-             {"type", label},
+             {"type", kTypeLabels[type]},
              {"version", t.sent_version},
              {"error", request_.error_detail().message().substr(0, 1024)},
              {"peer", ClientPeer(context_->peer())}});
       } else {
         t.acked_version = request_.version_info();
-        Count(label, "ack");
+        CountType(type, kAck);
       }
+    }
+    if (t.subscribed && SameNamesLocked(t.names)) {
+      return;
     }
     std::vector<std::string> names;
     // Within the caps (OverCapLocked).
@@ -262,40 +371,67 @@ class AdsService::Stream final
     names.erase(std::unique(names.begin(), names.end()), names.end());
     if (!t.subscribed || names != t.names) {
       if (request_.response_nonce().empty()) {
-        Count(label, "subscribe");
+        CountType(type, kSubscribe);
       }
       t.subscribed = true;
+      keys_stale_ = true;
       t.names = std::move(names);
+      t.groups.clear();
+      t.epoch = 0;
       t.must_respond = true;
     }
   }
 
-  // Resources of `type` for the subscribed names, plus the unknown names.
+  // Looks up the group of each subscribed name of `type` (at names epoch
+  // `epoch`).
+  void ResolveNamesLocked(int type, uint64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    TypeState& t = types_[type];
+    t.groups.assign(t.names.size(), nullptr);
+    t.epoch = epoch;
+    keys_stale_ = true;
+    for (size_t i = 0; i < t.names.size(); ++i) {
+      switch (type) {
+        case 0:
+          t.groups[i] = ResolveGrpclbName(*service_->groups_, t.names[i]);
+          break;
+        case 2:
+        case 3:
+          t.groups[i] = service_->groups_->Find(t.names[i]);
+          break;
+        default:
+          break;  // routes are inline in listeners: none by name
+      }
+    }
+  }
+
+  // Resources of `type` for the subscribed names, from the groups they
+  // resolved to, plus the count of unknown names.
   std::vector<ResourcePtr> ResolveLocked(int type, size_t* unknown)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const TypeState& t = types_[type];
     std::vector<ResourcePtr> out;
-    for (const std::string& name : types_[type].names) {
+    for (size_t i = 0; i < t.names.size(); ++i) {
+      const std::string& name = t.names[i];
+      const GroupPtr& group = t.groups[i];
       ResourceCache::Found f;
       switch (type) {
         case 0:
-          f = service_->cache_.Listener(name, ring_hash_safe_, typed_policies_);
+          f = service_->cache_.ListenerOf(name, group, ring_hash_safe_,
+                                          typed_policies_);
           break;
         case 2:
-          f = service_->cache_.Cluster(name, ring_hash_safe_, typed_policies_);
+          f = service_->cache_.ClusterOf(name, group, ring_hash_safe_,
+                                         typed_policies_);
           if (f.ring_hash_fallback && f.group != nullptr) {
             NoteFallbackLocked(f.group->name());
           }
           break;
         case 3:
-          f = service_->cache_.Endpoints(name);
+          f = service_->cache_.EndpointsOf(name, group);
           break;
         default:
           break;  // routes are inline in listeners: none by name
-      }
-      if (f.group != nullptr) {
-        if (uses_.insert(f.group->name()).second) {
-          service_->Use(f.group->name());
-        }
       }
       if (type == 0) {
         if (f.resource != nullptr) {
@@ -350,26 +486,54 @@ class AdsService::Stream final
     }
   }
 
+  // The version of a response: FNV-1a over each resource's name and
+  // version, one per line (the resources' own versions, no re-encoding).
+  static std::string VersionOf(const std::vector<ResourcePtr>& resources) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    auto add = [&h](absl::string_view bytes) {
+      for (unsigned char c : bytes) {
+        h ^= c;
+        h *= 0x100000001b3ULL;
+      }
+    };
+    for (const ResourcePtr& r : resources) {
+      add(r->name);
+      add("\n");
+      add(r->version);
+      add("\n");
+    }
+    char version[17];
+    std::snprintf(version, sizeof(version), "%016llx",
+                  static_cast<unsigned long long>(h));
+    return version;
+  }
+
+  // Starts the next write if none is in flight: the first type (in
+  // kTypes order) that is dirty or owes a response and whose version
+  // moved.
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished()) {
       return;
     }
+    const uint64_t epoch =
+        service_->names_epoch_.load(std::memory_order_acquire);
     for (size_t type = 0; type < kTypeCount; ++type) {
       TypeState& t = types_[type];
-      if (!t.subscribed) {
+      if (!t.subscribed || (!t.dirty && !t.must_respond)) {
         continue;
+      }
+      t.dirty = false;
+      if (t.epoch != epoch) {
+        ResolveNamesLocked(static_cast<int>(type), epoch);
       }
       size_t unknown = 0;
       std::vector<ResourcePtr> resources =
           ResolveLocked(static_cast<int>(type), &unknown);
-      t.unanswered = unknown > 0;
-      std::string versions;
-      for (const ResourcePtr& r : resources) {
-        absl::StrAppend(&versions, r->name, "\n", r->version, "\n");
+      if (t.unanswered != (unknown > 0)) {
+        t.unanswered = unknown > 0;
+        keys_stale_ = true;
       }
-      char version[17];
-      std::snprintf(version, sizeof(version), "%016llx",
-                    static_cast<unsigned long long>(Fnv1a64(versions)));
+      const std::string version = VersionOf(resources);
       if (version == t.rejected_version) {
         t.must_respond = false;
         continue;  // never send a rejected version again
@@ -388,8 +552,7 @@ class AdsService::Stream final
       t.sent_nonce = response_.nonce();
       t.must_respond = false;
       if (service_->metrics_ != nullptr) {
-        service_->metrics_->xds_responses.Add({{"type", kTypeLabels[type]}})
-            .Increment();
+        service_->responses_[type]->Increment();
         if (unknown > 0) {
           service_->metrics_->xds_unknown_resources
               .Add({{"type", kTypeLabels[type]}})
@@ -402,6 +565,11 @@ class AdsService::Stream final
     }
   }
 
+  void CountType(int type, RequestResult result) {
+    if (service_->metrics_ != nullptr) {
+      service_->requests_[type][result]->Increment();
+    }
+  }
   void Count(const std::string& type, const char* result) {
     if (service_->metrics_ != nullptr) {
       service_->metrics_->xds_requests.Add({{"type", type}, {"result", result}})
@@ -429,12 +597,17 @@ class AdsService::Stream final
   std::set<std::string> real_listeners_ ABSL_GUARDED_BY(mu_);
   // The no-route listeners sent for subscribed names no group answers.
   std::map<std::string, ResourcePtr> no_route_listeners_ ABSL_GUARDED_BY(mu_);
-  // Groups the stream's resources came from since the ticker's last full
-  // pass: publications of other groups do not concern it. Every write
-  // completion re-evaluates every type, so a type skipped by an early
-  // return is resolved (and recorded) right after.
-  std::set<std::string> uses_ ABSL_GUARDED_BY(mu_);
+  // The index keys last taken (TakeIndexUpdateLocked), and how many times
+  // they changed: the index keeps the newest.
+  Keys keys_ ABSL_GUARDED_BY(mu_);
+  // Names were looked up (or subscribed, or went unanswered) since.
+  bool keys_stale_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t keys_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t nonce_ ABSL_GUARDED_BY(mu_) = 0;
+  // Marked by the fan-out thread and not yet run (RunMarked); OnDone
+  // came (the stream goes once it is not queued).
+  bool queued_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 AdsService::AdsService(GroupRegistry* groups, Metrics* metrics,
@@ -443,7 +616,19 @@ AdsService::AdsService(GroupRegistry* groups, Metrics* metrics,
       metrics_(metrics),
       cache_(groups, loads),
       watcher_(std::make_unique<GroupWatcher>(this)),
-      ticker_("aside-ads", tick, [this] { Tick(); }) {
+      overload_interval_nanos_(absl::ToInt64Nanoseconds(tick)),
+      ticker_("aside-ads", tick, [this] { FanOut(); }) {
+  if (metrics_ != nullptr) {
+    constexpr const char* kResults[] = {"ack", "nack", "stale", "subscribe"};
+    for (size_t type = 0; type < kTypeCount; ++type) {
+      responses_[type] =
+          &metrics_->xds_responses.Add({{"type", kTypeLabels[type]}});
+      for (int r = 0; r < kRequestResults; ++r) {
+        requests_[type][r] = &metrics_->xds_requests.Add(
+            {{"type", kTypeLabels[type]}, {"result", kResults[r]}});
+      }
+    }
+  }
   groups_->AddListener(watcher_.get());
 }
 
@@ -463,59 +648,172 @@ void AdsService::Shutdown() { streams_.Shutdown(); }
 
 size_t AdsService::streams() const { return streams_.size(); }
 
-void AdsService::PokeAll() {
-  streams_.ForEach([](Stream* s) { s->Poke(); });
-}
-
-void AdsService::PokeUsers(const std::string& group) {
+void AdsService::Published(Group& group, bool added) {
+  const std::shared_ptr<const Group::Publication> published = group.published();
   {
-    aside::MutexLock lock(&used_mu_);
-    if (!used_.contains(group) && !used_before_.contains(group)) {
-      return;  // no stream's resources came from it
+    aside::MutexLock lock(&index_mu_);
+    changed_.insert(group.name());
+    std::vector<std::string>& seen = aliases_[group.name()];
+    const bool aliases_changed = seen != published->spec->aliases;
+    if (aliases_changed) {
+      seen = published->spec->aliases;
+      wake_listening_ = true;
+    }
+    if (added) {
+      wake_unanswered_ = true;
+    }
+    if (added || aliases_changed) {
+      names_epoch_.fetch_add(1, std::memory_order_acq_rel);
     }
   }
-  streams_.ForEach([&group](Stream* s) { s->PokeIfUses(group); });
+  ticker_.Wake();
 }
 
-void AdsService::PokeUnanswered() {
-  streams_.ForEach([](Stream* s) { s->PokeIfUnanswered(); });
-}
-
-void AdsService::Use(const std::string& group) {
-  aside::MutexLock lock(&used_mu_);
-  if (used_.insert(group).second && !used_before_.contains(group)) {
-    look_again_ = true;
+void AdsService::Removed(const std::string& group) {
+  {
+    aside::MutexLock lock(&index_mu_);
+    changed_.insert(group);
+    aliases_.erase(group);
+    overloads_.erase(group);
+    names_epoch_.fetch_add(1, std::memory_order_acq_rel);
   }
+  ticker_.Wake();
 }
 
-void AdsService::LookAgainIfNew() {
-  while (true) {
-    {
-      aside::MutexLock lock(&used_mu_);
-      if (!look_again_) {
-        return;
+void AdsService::FanOut() {
+  std::vector<Stream*> ready;
+  uint64_t woken = 0;
+  {
+    aside::MutexLock lock(&index_mu_);
+    CheckOverloadsLocked();
+    auto mark = [&ready, &woken](Stream* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      ++woken;
+      if (s->Mark()) {
+        ready.push_back(s);
       }
-      look_again_ = false;
+    };
+    for (const std::string& group : changed_) {
+      auto it = users_.find(group);
+      if (it != users_.end()) {
+        for (Stream* s : it->second) {
+          mark(s);
+        }
+      }
     }
-    // A publication of the group between a stream's lookup and its Use
-    // went unheard (no stream used it yet): look again. Ends once a pass
-    // uses no group first (each pass adds to the groups used).
-    PokeAll();
+    changed_.clear();
+    if (std::exchange(wake_unanswered_, false)) {
+      for (Stream* s : unanswered_) {
+        mark(s);
+      }
+    }
+    if (std::exchange(wake_listening_, false)) {
+      for (Stream* s : listening_) {
+        mark(s);
+      }
+    }
+  }
+  streams_woken_.fetch_add(woken, std::memory_order_relaxed);
+  for (Stream* s : ready) {
+    s->RunMarked();
   }
 }
 
-void AdsService::Tick() {
-  // The groups used since the last pass stay known while every stream
-  // records afresh what it uses now; a group no stream uses any more is
-  // forgotten at the next pass.
-  {
-    aside::MutexLock lock(&used_mu_);
-    used_before_ = std::exchange(used_, {});
+void AdsService::CheckOverloadsLocked() {
+  if (overload_interval_nanos_ <= 0) {
+    return;
   }
-  // Names may now resolve to groups created meanwhile, or (aliases
-  // changed) to other groups.
-  streams_.ForEach([](Stream* s) { s->Poke(/*forget=*/true); });
-  LookAgainIfNew();
+  const int64_t now = MonotonicNanos();
+  if (now - overloads_read_at_ < overload_interval_nanos_) {
+    return;
+  }
+  overloads_read_at_ = now;
+  for (const auto& [name, streams] : users_) {
+    const GroupPtr group = groups_->Find(name);
+    if (group == nullptr) {
+      continue;
+    }
+    const int level = cache_.OverloadPercent(name, *group->published());
+    auto [it, added] = overloads_.try_emplace(name, 0);
+    if (it->second != level) {
+      it->second = level;
+      changed_.insert(name);
+    }
+  }
+}
+
+void AdsService::Register(Stream* s) {
+  aside::MutexLock lock(&index_mu_);
+  indexed_.try_emplace(s);
+}
+
+bool AdsService::Reindex(Stream* s, const Keys& keys, uint64_t seq) {
+  aside::MutexLock lock(&index_mu_);
+  auto entry = indexed_.find(s);
+  if (entry == indexed_.end() || seq <= entry->second.seq) {
+    return false;  // gone (Unindex), or a newer update came first
+  }
+  entry->second.seq = seq;
+  Keys& old = entry->second.keys;
+  bool added = false;
+  // Both sorted: one pass over each.
+  std::vector<std::string> gone;
+  std::set_difference(old.groups.begin(), old.groups.end(), keys.groups.begin(),
+                      keys.groups.end(), std::back_inserter(gone));
+  for (const std::string& g : gone) {
+    auto it = users_.find(g);
+    if (it != users_.end()) {
+      it->second.erase(s);
+      if (it->second.empty()) {
+        users_.erase(it);
+      }
+    }
+  }
+  std::vector<std::string> fresh;
+  std::set_difference(keys.groups.begin(), keys.groups.end(),
+                      old.groups.begin(), old.groups.end(),
+                      std::back_inserter(fresh));
+  for (const std::string& g : fresh) {
+    users_[g].insert(s);
+    added = true;
+  }
+  if (keys.unanswered != old.unanswered) {
+    if (keys.unanswered) {
+      unanswered_.insert(s);
+      added = true;
+    } else {
+      unanswered_.erase(s);
+    }
+  }
+  if (keys.listeners != old.listeners) {
+    if (keys.listeners) {
+      listening_.insert(s);
+      added = true;
+    } else {
+      listening_.erase(s);
+    }
+  }
+  old = keys;
+  return added;
+}
+
+void AdsService::Unindex(Stream* s) {
+  aside::MutexLock lock(&index_mu_);
+  auto entry = indexed_.find(s);
+  if (entry == indexed_.end()) {
+    return;
+  }
+  for (const std::string& g : entry->second.keys.groups) {
+    auto it = users_.find(g);
+    if (it != users_.end()) {
+      it->second.erase(s);
+      if (it->second.empty()) {
+        users_.erase(it);
+      }
+    }
+  }
+  unanswered_.erase(s);
+  listening_.erase(s);
+  indexed_.erase(entry);
 }
 
 void AdsService::LimitStreamsPerPeer(uint32_t max) {

@@ -35,12 +35,19 @@ std::shared_ptr<const Group::Publication> FoundGroup(GroupPtr group,
 ResourceCache::Found ResourceCache::Listener(const std::string& name,
                                              bool ring_hash_safe,
                                              bool typed) const {
+  return ListenerOf(name, ResolveGrpclbName(*groups_, name), ring_hash_safe,
+                    typed);
+}
+
+ResourceCache::Found ResourceCache::ListenerOf(const std::string& name,
+                                               GroupPtr group,
+                                               bool ring_hash_safe,
+                                               bool typed) const {
   Found out;
   bool hashing = false;
   // The route hashes for every client offered a ring, in either form.
-  const auto published =
-      FoundGroup(ResolveGrpclbName(*groups_, name), ring_hash_safe || typed,
-                 typed, &out, &hashing);
+  const auto published = FoundGroup(std::move(group), ring_hash_safe || typed,
+                                    typed, &out, &hashing);
   if (published == nullptr) {
     return out;
   }
@@ -59,10 +66,17 @@ ResourceCache::Found ResourceCache::Listener(const std::string& name,
 ResourceCache::Found ResourceCache::Cluster(const std::string& name,
                                             bool ring_hash_safe,
                                             bool typed) const {
+  return ClusterOf(name, groups_->Find(name), ring_hash_safe, typed);
+}
+
+ResourceCache::Found ResourceCache::ClusterOf(const std::string& name,
+                                              GroupPtr group,
+                                              bool ring_hash_safe,
+                                              bool typed) const {
   Found out;
   bool hashing = false;
   const auto published =
-      FoundGroup(groups_->Find(name), ring_hash_safe, typed, &out, &hashing);
+      FoundGroup(std::move(group), ring_hash_safe, typed, &out, &hashing);
   if (published == nullptr) {
     return out;
   }
@@ -77,22 +91,32 @@ ResourceCache::Found ResourceCache::Cluster(const std::string& name,
 }
 
 ResourceCache::Found ResourceCache::Endpoints(const std::string& name) const {
+  return EndpointsOf(name, groups_->Find(name));
+}
+
+int ResourceCache::OverloadPercent(const std::string& name,
+                                   const Group::Publication& published) const {
+  // Overload drops are grpclb's: the load view's level for the group (read
+  // at most once a second, the same for every edge), in whole percent.
+  const double limit = published.spec->grpclb.max_requests_per_second;
+  if (loads_ == nullptr || limit <= 0) {
+    return 0;
+  }
+  return static_cast<int>(
+      std::lround(loads_->OverloadFraction(name, limit) * 100));
+}
+
+ResourceCache::Found ResourceCache::EndpointsOf(const std::string& name,
+                                                GroupPtr group) const {
   Found out;
-  out.group = groups_->Find(name);
+  out.group = std::move(group);
   if (out.group == nullptr) {
     return out;
   }
   const std::shared_ptr<const Group::Publication> published =
       out.group->published();
   const GrpclbSpec& drops = published->spec->grpclb;
-  // Overload drops are grpclb's: the load view's level for the group (read
-  // at most once a second, the same for every edge), in whole percent.
-  const int overload =
-      loads_ != nullptr
-          ? static_cast<int>(std::lround(
-                loads_->OverloadFraction(name, drops.max_requests_per_second) *
-                100))
-          : 0;
+  const int overload = OverloadPercent(name, *published);
   out.resource = published->forms.Get<Resource>(
       "eds", static_cast<uint64_t>(overload), [&] {
         return MakeResource(

@@ -47,6 +47,21 @@ class ResourceCache {
                 bool typed = false) const;
   Found Endpoints(const std::string& name) const;
 
+  // The same for a name already resolved to `group` (what the lookups
+  // above find; null: none answers it): no registry lookup, so a stream
+  // that keeps its names' groups fetches a publication's resources in
+  // O(1) each.
+  Found ListenerOf(const std::string& name, GroupPtr group, bool ring_hash_safe,
+                   bool typed = false) const;
+  Found ClusterOf(const std::string& name, GroupPtr group, bool ring_hash_safe,
+                  bool typed = false) const;
+  Found EndpointsOf(const std::string& name, GroupPtr group) const;
+
+  // The group's overload drop level in whole percent, as its
+  // ClusterLoadAssignment carries it (0 without a rate limit).
+  int OverloadPercent(const std::string& name,
+                      const Group::Publication& published) const;
+
  private:
   GroupRegistry* const groups_;
   const LoadAggregator* const loads_;
