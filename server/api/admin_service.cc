@@ -73,16 +73,31 @@ grpc::Status AdminService::AdmitMutations(grpc::CallbackServerContext* context,
                                    a.reason, "; retry in ", ms, " ms"));
 }
 
+template <typename Request>
+grpc::Status AdminService::Authorize(const grpc::ServerContextBase& context,
+                                     AdminRole role, const Request&) const {
+  return auth_ != nullptr ? auth_->Authorize(context, role)
+                          : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                         "admin: no credentials configured");
+}
+
+grpc::Status AdminService::Authorize(
+    const grpc::ServerContextBase& context, AdminRole role,
+    const v1::DrainBackendsRequest& request) const {
+  if (auth_ == nullptr) {
+    return Authorize<v1::DrainBackendsRequest>(context, role, request);
+  }
+  return auth_->AuthorizeDrain(
+      context, {request.addresses().begin(), request.addresses().end()});
+}
+
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* AdminService::Handle(
     grpc::CallbackServerContext* context, const char* method, AdminRole role,
     const Request* request, Response* response,
     grpc::Status (AdminService::*op)(const Request&, Response*)) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  grpc::Status status = auth_ != nullptr
-                            ? auth_->Authorize(*context, role)
-                            : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                           "admin: no credentials configured");
+  grpc::Status status = Authorize(*context, role, *request);
   auto finish = [this, context, method, role, reactor](grpc::Status status) {
     if (role == AdminRole::kAdmin && metrics_ != nullptr) {
       metrics_->admin_mutations

@@ -199,6 +199,14 @@ class AdminService final : public v1::Admin::CallbackService {
       v1::Group* response);
   void Describe(const Group& group, bool with_backends, v1::Group* out) const;
 
+  // Whether the caller holds `role`; for DrainBackends, also a self-drain
+  // credential draining only its own address (AdminAuth::AuthorizeDrain).
+  template <typename Request>
+  grpc::Status Authorize(const grpc::ServerContextBase& context, AdminRole role,
+                         const Request& request) const;
+  grpc::Status Authorize(const grpc::ServerContextBase& context, AdminRole role,
+                         const v1::DrainBackendsRequest& request) const;
+
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Handle(
       grpc::CallbackServerContext* context, const char* method, AdminRole role,

@@ -10,6 +10,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/address.h"
+#include "lib/backend.h"
+#include "lib/ip_network.h"
+#include "server/auth/report_auth.h"
+#include "server/base/client_peer.h"
 
 namespace aside::server {
 namespace {
@@ -31,8 +36,11 @@ absl::StatusOr<AdminRole> ParseRole(absl::string_view role) {
   if (role == "report") {
     return AdminRole::kReport;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown role '", role, "' (allowed: admin, read, report)"));
+  if (role == "self-drain") {
+    return AdminRole::kSelfDrain;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown role '", role, "' (allowed: admin, read, report, self-drain)"));
 }
 
 absl::string_view RoleName(AdminRole role) {
@@ -43,8 +51,27 @@ absl::string_view RoleName(AdminRole role) {
       return "read";
     case AdminRole::kReport:
       return "report";
+    case AdminRole::kSelfDrain:
+      return "self-drain";
     default:
       return "none";
+  }
+}
+
+// Which role a refusal names when the caller holds several: the one that
+// may do the most.
+int Rank(AdminRole role) {
+  switch (role) {
+    case AdminRole::kAdmin:
+      return 4;
+    case AdminRole::kRead:
+      return 3;
+    case AdminRole::kReport:
+      return 2;
+    case AdminRole::kSelfDrain:
+      return 1;
+    default:
+      return 0;
   }
 }
 
@@ -67,6 +94,11 @@ bool ValidName(absl::string_view name) {
 bool RoleGrants(AdminRole have, AdminRole needed) {
   if (needed == AdminRole::kNone) {
     return true;
+  }
+  // self-drain grants nothing else, and nothing else grants it: what an
+  // admin may drain is not bounded by its address (AuthorizeDrain).
+  if (have == AdminRole::kSelfDrain || needed == AdminRole::kSelfDrain) {
+    return have == needed;
   }
   if (needed == AdminRole::kReport) {
     return have == AdminRole::kReport || have == AdminRole::kAdmin;
@@ -217,9 +249,7 @@ grpc::Status AdminAuth::Authorize(const grpc::ServerContextBase& context,
     if (RoleGrants(role, needed)) {
       return grpc::Status::OK;
     }
-    if (best == AdminRole::kNone ||
-        (role != AdminRole::kReport &&
-         (best == AdminRole::kReport || role > best))) {
+    if (Rank(role) > Rank(best)) {
       best = role;
     }
   }
@@ -246,7 +276,49 @@ grpc::Status AdminAuth::Authorize(const grpc::ServerContextBase& context,
   }
   return {grpc::StatusCode::PERMISSION_DENIED,
           absl::StrCat(what, ": role '", RoleName(best), "' may not do this ('",
-                       RoleName(needed), "' required)")};
+                       RoleName(needed), "' required)",
+                       best == AdminRole::kSelfDrain
+                           ? "; a self-drain credential may only drain or "
+                             "undrain the caller's own address "
+                             "(DrainBackends)"
+                           : "")};
+}
+
+grpc::Status AdminAuth::AuthorizeDrain(
+    const grpc::ServerContextBase& context,
+    const std::vector<std::string>& addresses) const {
+  grpc::Status admin = Authorize(context, AdminRole::kAdmin);
+  if (admin.ok() || Identify(context, AdminRole::kSelfDrain).name.empty()) {
+    return admin;
+  }
+  // The relay's socket name carries the client's address (ClientPeer), so
+  // this is the address the connection came from, not the relay's.
+  const std::string peer = ClientPeer(context.peer());
+  const std::string host = ReportAuth::PeerHost(peer);
+  absl::StatusOr<IpNetwork> own = ParseNetwork(host);
+  if (!own.ok()) {
+    return {grpc::StatusCode::PERMISSION_DENIED,
+            absl::StrCat("admin: a self-drain credential drains only the "
+                         "caller's own address; this call comes from '",
+                         peer, "', which has no IP address")};
+  }
+  const std::vector<IpNetwork> mine = {*std::move(own)};
+  for (const std::string& text : addresses) {
+    absl::StatusOr<Address> address = ParseAddress(text);
+    if (address.ok() && address->is_ip() && InNetworks(mine, address->host)) {
+      continue;
+    }
+    return {grpc::StatusCode::PERMISSION_DENIED,
+            absl::StrCat("admin: a self-drain credential drains only the "
+                         "caller's own address ",
+                         host, "; ",
+                         address.ok() ? address->ToString() : EchoName(text),
+                         " is another",
+                         address.ok() && !address->is_ip()
+                             ? " (a host name: name the backend by its IP)"
+                             : "")};
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace aside::server

@@ -2,7 +2,10 @@
 // token file and mTLS client identities, each with a role. Admin roles are
 // ordered (read < admin); `report` stands apart: it may send load reports
 // (ReportLoad, grpclb ClientStats, xDS LRS) and nothing else, and of the
-// Admin roles only `admin` may also report. Each credential has a name
+// Admin roles only `admin` may also report. `self-drain` stands apart too:
+// it is the credential a backend holds (a Kubernetes preStop hook) and may
+// call DrainBackends, to drain or undrain, for addresses at the caller's own
+// IP and nothing else (AuthorizeDrain). Each credential has a name
 // (the token line's optional third column, else "token:<line>"; an
 // identity is its own name), which names the reporter in metrics and
 // bounds its influence on the load aggregate (server/auth/report_auth.h).
@@ -21,11 +24,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "server/config/config.h"
 
 namespace aside::server {
 
-enum class AdminRole { kNone = 0, kRead = 1, kAdmin = 2, kReport = 3 };
+enum class AdminRole {
+  kNone = 0,
+  kRead = 1,
+  kAdmin = 2,
+  kReport = 3,
+  kSelfDrain = 4,
+};
 
 // Whether a credential holding `have` may do what `needed` allows.
 bool RoleGrants(AdminRole have, AdminRole needed);
@@ -42,6 +52,15 @@ class AdminAuth {
   // (no or unknown credentials) or PERMISSION_DENIED (role too low).
   grpc::Status Authorize(const grpc::ServerContextBase& context,
                          AdminRole needed) const;
+
+  // DrainBackends: OK for an `admin` credential, and for a `self-drain` one
+  // when every one of `addresses` is an IP address equal to the caller's
+  // (the peer of the call, after the connection relay: any port, IPv4 seen
+  // as v4-mapped IPv6 matched as IPv4); otherwise what Authorize says, or
+  // PERMISSION_DENIED naming the first address that is not the caller's.
+  // The peer IP is the only check: mTLS identities name no address here.
+  grpc::Status AuthorizeDrain(const grpc::ServerContextBase& context,
+                              const std::vector<std::string>& addresses) const;
 
   // The role of a bearer token ("Bearer xyz" header value), kNone if unknown.
   AdminRole RoleOfToken(absl::string_view token) const;

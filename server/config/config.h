@@ -171,11 +171,12 @@ struct ServerConfig {
   // Who may call aside.v1.Admin.
   struct AdminIdentity {
     std::string identity;  // URI or DNS SAN, or the subject CN
-    std::string role;      // "admin", "read" or "report"
+    std::string role;      // "admin", "read", "report" or "self-drain"
     friend bool operator==(const AdminIdentity&,
                            const AdminIdentity&) = default;
   };
-  // File with one "TOKEN ROLE" per line (role admin or read, '#' comments).
+  // File with one "TOKEN ROLE [NAME]" per line (the roles: see
+  // server/auth/admin_auth.h; "#" comments).
   // Without it (and without identities) Admin mutations are refused.
   std::string admin_token_file;
   std::vector<AdminIdentity> admin_identities;

@@ -29,10 +29,11 @@ void ReadIdentity(YamlReader& r, const YAML::Node& n, const std::string& path,
   ServerConfig::AdminIdentity id;
   r.GetString(n["identity"], JoinPath(path, "identity"), &id.identity);
   if (r.GetString(n["role"], JoinPath(path, "role"), &id.role) &&
-      id.role != "admin" && id.role != "read" && id.role != "report") {
+      id.role != "admin" && id.role != "read" && id.role != "report" &&
+      id.role != "self-drain") {
     r.Error(n["role"], JoinPath(path, "role"),
             absl::StrCat("unknown role '", id.role,
-                         "' (allowed: admin, read, report)"));
+                         "' (allowed: admin, read, report, self-drain)"));
   }
   if (id.identity.empty()) {
     r.Error(n["identity"], JoinPath(path, "identity"), "is empty");
@@ -118,7 +119,8 @@ std::vector<Setting> DeclareServerSettings() {
       Bool(
           "status_page.require_token", kRestart,
           "`/status.json` needs `Authorization: Bearer <token>` with a token "
-          "of `admin.token_file` (any role); needs `admin.token_file`",
+          "of `admin.token_file` (any role but `self-drain`); needs "
+          "`admin.token_file`",
           [](auto& c) -> auto& { return c.status_page_require_token; }),
       WithDefault(AddressSetting(
                       "health_listen", kRestart, /*listen=*/true,
@@ -345,8 +347,9 @@ std::vector<Setting> DeclareServerSettings() {
           [](auto& c) -> auto& { return c.publish_window; }),
       String(
           "admin.token_file", kRestart,
-          "token file: lines `TOKEN ROLE [NAME]`, role `admin`, `read` or "
-          "`report`, `#` comments; NAME (1..64 of `[A-Za-z0-9._:@-]`, "
+          "token file: lines `TOKEN ROLE [NAME]`, role `admin`, `read`, "
+          "`report` or `self-drain` (DrainBackends of the caller's own IP "
+          "only), `#` comments; NAME (1..64 of `[A-Za-z0-9._:@-]`, "
           "default `token:<line>`) names the credential in load-report "
           "metrics",
           [](auto& c) -> auto& { return c.admin_token_file; }),

@@ -471,6 +471,12 @@ std::optional<HttpResponse> StatusPage::Refuse(
                           : "status: unknown token\n";
       return response;
     }
+    if (role == AdminRole::kSelfDrain) {
+      // Every backend may hold one: it drains its own address, no more.
+      response.status = 403;
+      response.body = "status: a self-drain token may not read the status\n";
+      return response;
+    }
   }
   return std::nullopt;
 }

@@ -334,8 +334,9 @@ TEST_F(StatusPageTest, PageIsSelfContainedAndPointsAtItsData) {
 }
 
 TEST_F(StatusPageTest, TokenGuardsTheDataNotThePage) {
-  const std::string tokens =
-      dir_.WriteSecret("tokens", absl::StrCat(kToken, " read\n"));
+  const std::string tokens = dir_.WriteSecret(
+      "tokens", absl::StrCat(kToken, " read\n",
+                             "self-drain-token-0123456789 self-drain\n"));
   StartServer(absl::StrCat("admin: {token_file: ", tokens,
                            "}\nstatus_page: {require_token: true}\n"));
   absl::StatusOr<testing::HttpResponse> r = Get("/status.json");
@@ -346,6 +347,12 @@ TEST_F(StatusPageTest, TokenGuardsTheDataNotThePage) {
   ASSERT_OK(r);
   EXPECT_EQ(r->status, 401);
   EXPECT_THAT(r->body, HasSubstr("unknown token"));
+  // Every backend may hold a self-drain token: it reads nothing.
+  r = Get("/status.json",
+          {{"Authorization", "Bearer self-drain-token-0123456789"}});
+  ASSERT_OK(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_THAT(r->body, HasSubstr("self-drain"));
   r = Get("/status.json", {{"Authorization", absl::StrCat("Bearer ", kToken)}});
   ASSERT_OK(r);
   EXPECT_EQ(r->status, 200);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -25,13 +26,23 @@ using ::testing::HasSubstr;
 
 constexpr char kAdminToken[] = "admin-token-0123456789";
 constexpr char kReadToken[] = "read-token-0123456789";
+// A backend's credential: DrainBackends of its own address only. The test's
+// client connects from 127.0.0.1, so that is the caller's own address.
+constexpr char kSelfDrainToken[] = "self-drain-token-0123456789";
+
+#define ASSERT_GRPC_OK(expr)                              \
+  do {                                                    \
+    const grpc::Status status_ = (expr);                  \
+    ASSERT_TRUE(status_.ok()) << status_.error_message(); \
+  } while (0)
 
 class AdminTest : public ::testing::Test {
  protected:
   void SetUp() override {
     token_file_ = dir_.WriteFile(
-        "tokens", absl::StrCat("# tokens\n", kAdminToken, " admin\n",
-                               kReadToken, " read\n"));
+        "tokens",
+        absl::StrCat("# tokens\n", kAdminToken, " admin\n", kReadToken,
+                     " read\n", kSelfDrainToken, " self-drain pods\n"));
     Start();
   }
 
@@ -106,13 +117,14 @@ groups:
 
   grpc::Status Drain(const std::string& group,
                      std::vector<std::string> addresses, bool drained,
-                     v1::Group* out = nullptr) {
+                     v1::Group* out = nullptr,
+                     const char* token = kAdminToken) {
     v1::DrainBackendsRequest request;
     request.set_group(group);
     for (auto& a : addresses) request.add_addresses(a);
     request.set_drained(drained);
     v1::Group response;
-    return admin_->DrainBackends(Context().get(), request,
+    return admin_->DrainBackends(Context(token).get(), request,
                                  out != nullptr ? out : &response);
   }
 
@@ -582,6 +594,123 @@ TEST_F(AdminTest, Authorisation) {
   EXPECT_TRUE(Pick("from-file", &pick).ok());
 }
 
+// The backends of group "web" by address, with whether each is drained.
+std::map<std::string, bool> DrainedByAddress(const v1::Group& g) {
+  std::map<std::string, bool> out;
+  for (const v1::Backend& b : g.backends()) {
+    out[b.address()] = b.drained();
+  }
+  return out;
+}
+
+TEST_F(AdminTest, ASelfDrainTokenDrainsAndUndrainsItsOwnAddress) {
+  ASSERT_GRPC_OK(Create(R"({"name":"web","healthCheck":{"kind":"NONE"},
+      "backends":[{"address":"127.0.0.1:8001"},{"address":"127.0.0.1:8002"},
+                  {"address":"127.0.0.2:8001"}]})"));
+  v1::Group g;
+  // Any port of the caller's IP: the backend's port is not the port the
+  // call comes from.
+  ASSERT_GRPC_OK(Drain("web", {"127.0.0.1:8001", "127.0.0.1:8002"}, true, &g,
+                       kSelfDrainToken));
+  EXPECT_EQ(DrainedByAddress(g),
+            (std::map<std::string, bool>{{"127.0.0.1:8001", true},
+                                         {"127.0.0.1:8002", true},
+                                         {"127.0.0.2:8001", false}}));
+  ASSERT_GRPC_OK(Get("web", &g));
+  EXPECT_EQ(g.ready_count(), 1u);
+  v1::PickResponse pick;
+  ASSERT_GRPC_OK(Pick("web", &pick));
+  EXPECT_EQ(pick.backends(0).address(), "127.0.0.2:8001");
+
+  ASSERT_GRPC_OK(Drain("web", {"127.0.0.1:8002"}, false, &g, kSelfDrainToken));
+  ASSERT_GRPC_OK(Get("web", &g));
+  EXPECT_EQ(DrainedByAddress(g),
+            (std::map<std::string, bool>{{"127.0.0.1:8001", true},
+                                         {"127.0.0.1:8002", false},
+                                         {"127.0.0.2:8001", false}}));
+}
+
+TEST_F(AdminTest, ASelfDrainTokenMayNotDrainAnotherAddress) {
+  ASSERT_GRPC_OK(Create(R"({"name":"web","healthCheck":{"kind":"NONE"},
+      "backends":[{"address":"127.0.0.1:8001"},{"address":"127.0.0.2:8001"},
+                  {"address":"localhost:8003"}]})"));
+  v1::Group before;
+  ASSERT_GRPC_OK(Get("web", &before));
+
+  // One address of another host refuses the whole call, own ones included.
+  grpc::Status s = Drain("web", {"127.0.0.1:8001", "127.0.0.2:8001"}, true,
+                         nullptr, kSelfDrainToken);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("a self-drain credential drains only the caller's own "
+                        "address 127.0.0.1; 127.0.0.2:8001 is another"));
+  s = Drain("web", {"127.0.0.2:8001"}, false, nullptr, kSelfDrainToken);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // A host name may resolve to anything: not the caller's own.
+  s = Drain("web", {"localhost:8003"}, true, nullptr, kSelfDrainToken);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("localhost:8003 is another"));
+  // Another group's backend at the caller's own IP is the caller's: only
+  // the file's groups are refused, as they are for admin.
+  s = Drain("from-file", {"127.0.0.1:7001"}, true, nullptr, kSelfDrainToken);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+
+  v1::Group after;
+  ASSERT_GRPC_OK(Get("web", &after));
+  EXPECT_EQ(after.generation(), before.generation());
+  EXPECT_EQ(DrainedByAddress(after), DrainedByAddress(before));
+  // An admin token drains any address.
+  ASSERT_GRPC_OK(Drain("web", {"127.0.0.2:8001"}, true));
+}
+
+TEST_F(AdminTest, ASelfDrainTokenMayCallNothingElse) {
+  ASSERT_GRPC_OK(Create(R"({"name":"web","healthCheck":{"kind":"NONE"},
+      "backends":[{"address":"127.0.0.1:8001"}]})"));
+  const auto denied = [](const grpc::Status& s) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("role 'self-drain'"));
+  };
+  auto ctx = [this] { return Context(kSelfDrainToken); };
+  v1::Group g;
+  denied(Create(R"({"name":"api","healthCheck":{"kind":"NONE"}})", &g,
+                kSelfDrainToken));
+  denied(Get("web", &g, kSelfDrainToken));
+  v1::UpdateGroupRequest update;
+  update.mutable_group()->set_name("web");
+  denied(admin_->UpdateGroup(ctx().get(), update, &g));
+  v1::DeleteGroupRequest del;
+  del.set_name("web");
+  v1::DeleteGroupResponse deleted;
+  denied(admin_->DeleteGroup(ctx().get(), del, &deleted));
+  v1::ListGroupsResponse groups;
+  denied(admin_->ListGroups(ctx().get(), {}, &groups));
+  v1::AddBackendsRequest add;
+  add.set_group("web");
+  add.add_backends()->set_address("127.0.0.1:8002");
+  denied(admin_->AddBackends(ctx().get(), add, &g));
+  v1::RemoveBackendsRequest remove;
+  remove.set_group("web");
+  remove.add_addresses("127.0.0.1:8001");
+  denied(admin_->RemoveBackends(ctx().get(), remove, &g));
+  v1::ListTargetsResponse targets;
+  denied(admin_->ListTargets(ctx().get(), {}, &targets));
+  v1::ListMembersResponse members;
+  denied(admin_->ListMembers(ctx().get(), {}, &members));
+  // Not even its own drain through the batch call.
+  v1::ApplyGroupChangesRequest batch;
+  auto* drain = batch.add_changes()->mutable_drain_backends();
+  drain->set_group("web");
+  drain->add_addresses("127.0.0.1:8001");
+  drain->set_drained(true);
+  v1::ApplyGroupChangesResponse results;
+  denied(admin_->ApplyGroupChanges(ctx().get(), batch, &results));
+
+  ASSERT_GRPC_OK(Get("web", &g));
+  EXPECT_EQ(g.backends_size(), 1);
+  EXPECT_FALSE(g.backends(0).drained());
+}
+
 TEST_F(AdminTest, WithoutCredentialsConfiguredAdminIsClosed) {
   Stop();
   token_file_ = "";
@@ -639,12 +768,6 @@ TEST_F(AdminTest, AFullStoreFailsTheMutationAndLeavesMemoryUnchanged) {
   // Small changes still work.
   EXPECT_TRUE(Create(R"({"name":"small","healthCheck":{"kind":"NONE"}})").ok());
 }
-
-#define ASSERT_GRPC_OK(expr)                              \
-  do {                                                    \
-    const grpc::Status status_ = (expr);                  \
-    ASSERT_TRUE(status_.ok()) << status_.error_message(); \
-  } while (0)
 
 // A change of ApplyGroupChanges from its protobuf JSON.
 v1::GroupChange Change(const std::string& json) {

@@ -35,6 +35,30 @@ TEST_F(AdminAuthFileTest, TokensAndRolesAreRead) {
   EXPECT_EQ(auth->RoleOfToken("other-token-0123456789"), AdminRole::kNone);
 }
 
+TEST_F(AdminAuthFileTest, ASelfDrainTokenGrantsNothingElse) {
+  ASSERT_OK_AND_ASSIGN(auto auth, Load("pod-token-0123456789 self-drain pods\n"
+                                       "admin-token-0123456789 admin\n"));
+  EXPECT_EQ(auth->RoleOfToken("pod-token-0123456789"), AdminRole::kSelfDrain);
+  for (AdminRole needed :
+       {AdminRole::kRead, AdminRole::kAdmin, AdminRole::kReport}) {
+    EXPECT_FALSE(RoleGrants(AdminRole::kSelfDrain, needed));
+  }
+  // What an admin drains is not bounded by its address: it never needs
+  // the self-drain rule (AuthorizeDrain), and does not hold that role.
+  EXPECT_FALSE(RoleGrants(AdminRole::kAdmin, AdminRole::kSelfDrain));
+  EXPECT_TRUE(RoleGrants(AdminRole::kSelfDrain, AdminRole::kSelfDrain));
+}
+
+TEST_F(AdminAuthFileTest, AnUnknownRoleIsRefusedWithItsLine) {
+  auto auth = Load(
+      "admin-token-0123456789 admin\n"
+      "pod-token-0123456789 self_drain\n");
+  EXPECT_EQ(auth.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(auth.status().message(),
+              HasSubstr(path_ + ":2: unknown role 'self_drain' (allowed: "
+                                "admin, read, report, self-drain)"));
+}
+
 TEST_F(AdminAuthFileTest, AnEmptyFileIsRefused) {
   auto auth = Load("");
   EXPECT_EQ(auth.status().code(), absl::StatusCode::kInvalidArgument);
