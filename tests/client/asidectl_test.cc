@@ -27,16 +27,22 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// A backend's credential in the server's token file: it may drain and
+// undrain only the addresses at the caller's IP (127.0.0.1 here).
+constexpr char kSelfDrainToken[] = "self-drain-token-0123456789";
+
 class AsidectlTest : public ::testing::Test {
  protected:
   void SetUp() override {
     unsetenv("ASIDE_TOKEN");
+    unsetenv("POD_IP");
     auto server = aside::testing::StartServer(
         dir_.path() + "/state",
         {"--config", dir_.WriteFile("aside.yaml", kClientTestConfig),
          "--admin-token-file",
          dir_.WriteSecret("tokens",
-                          absl::StrCat(kClientTestToken, " admin\n"))});
+                          absl::StrCat(kClientTestToken, " admin\n",
+                                       kSelfDrainToken, " self-drain\n"))});
     ASSERT_OK(server);
     server_ = *std::move(server);
   }
@@ -188,6 +194,72 @@ TEST_F(AsidectlTest, MutationsFromFlagsAndFiles) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output,
               AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("weight")));
+}
+
+// What a backend's preStop hook runs: its own address from $POD_IP (or
+// --self-ip) and the port, with a token that may drain nothing else.
+TEST_F(AsidectlTest, APreStopHookDrainsItsOwnBackendWithASelfDrainToken) {
+  CommandResult r =
+      Ctl({"create-group", "pods", "--backend", "127.0.0.1:9411", "--backend",
+           "127.0.0.2:9411", "--health-check", "none"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string token_file =
+      dir_.WriteSecret("self-drain", absl::StrCat(kSelfDrainToken, "\n"));
+  auto hook = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--token-file", token_file});
+    return Ctl(args, /*token=*/false);
+  };
+
+  setenv("POD_IP", "127.0.0.1", 1);
+  r = hook({"drain", "pods", "--self", "9411"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("drained 1 backend(s) 127.0.0.1:9411 "
+                                  "(group pods, generation"));
+  r = Ctl({"group", "pods"});
+  EXPECT_THAT(r.output, HasSubstr("ready:       1 of 2"));
+
+  // Another pod's address, from the environment or the flag.
+  setenv("POD_IP", "127.0.0.2", 1);
+  r = hook({"drain", "pods", "--self", "9411"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("PERMISSION_DENIED"),
+                    HasSubstr("drains only the caller's own address "
+                              "127.0.0.1; 127.0.0.2:9411 is another")));
+  unsetenv("POD_IP");
+  r = hook({"drain", "pods", "--self", "9411", "--self-ip", "127.0.0.2"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  // Named addresses are checked the same way.
+  r = hook({"drain", "pods", "127.0.0.2:9411"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("PERMISSION_DENIED"));
+  // Nothing else, not even reading the group.
+  r = hook({"group", "pods"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("PERMISSION_DENIED"));
+  r = Ctl({"group", "pods"});
+  EXPECT_THAT(r.output, HasSubstr("ready:       1 of 2"));
+
+  r = hook({"undrain", "pods", "--self", "9411", "--self-ip", "127.0.0.1"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("undrained 1 backend(s) 127.0.0.1:9411"));
+  r = Ctl({"group", "pods"});
+  EXPECT_THAT(r.output, HasSubstr("ready:       2 of 2"));
+
+  // Usage errors: no IP to name, a bad port, both forms at once.
+  r = hook({"drain", "pods", "--self", "9411"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("this host's IP is unknown"));
+  r = hook({"drain", "pods", "--self", "70000", "--self-ip", "127.0.0.1"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--self 70000"));
+  r = hook({"drain", "pods", "--self", "9411", "--self-ip", "pod.local"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("not an IP address"));
+  r = hook({"drain", "pods", "127.0.0.1:9411", "--self", "9411", "--self-ip",
+            "127.0.0.1"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("not both"));
 }
 
 TEST_F(AsidectlTest, ApplyChangesFromAFileAnswersEachChange) {

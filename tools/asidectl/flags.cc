@@ -37,6 +37,13 @@ ABSL_FLAG(std::string, policy, "", "create-group: policy name");
 ABSL_FLAG(std::string, health_check, "",
           "create-group: tcp, http, grpc or none");
 
+// drain and undrain.
+ABSL_FLAG(std::vector<std::string>, self, {},
+          "drain, undrain: PORT of this host's own backend, repeatable; the "
+          "address is --self-ip:PORT");
+ABSL_FLAG(std::string, self_ip, "",
+          "drain, undrain with --self: this host's IP (default $POD_IP)");
+
 // xds-bootstrap.
 ABSL_FLAG(std::string, node_id, "",
           "xds-bootstrap: the node id (default aside-xds-client)");

@@ -35,6 +35,10 @@ ABSL_DECLARE_FLAG(std::vector<std::string>, backend);
 ABSL_DECLARE_FLAG(std::string, policy);
 ABSL_DECLARE_FLAG(std::string, health_check);
 
+// drain and undrain of the caller's own address (a backend's preStop hook).
+ABSL_DECLARE_FLAG(std::vector<std::string>, self);
+ABSL_DECLARE_FLAG(std::string, self_ip);
+
 // xds-bootstrap (with --tls-ca, --tls-cert and --tls-key).
 ABSL_DECLARE_FLAG(std::string, node_id);
 ABSL_DECLARE_FLAG(std::string, region);

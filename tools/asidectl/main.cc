@@ -56,6 +56,13 @@ commands:
   remove-backend GROUP ADDR...
   drain GROUP ADDR...
   undrain GROUP ADDR...
+  drain GROUP --self PORT... [--self-ip IP]
+  undrain GROUP --self PORT... [--self-ip IP]
+                                  the backend(s) at this host's own IP
+                                  (--self-ip, default $POD_IP) and PORT(s): what
+                                  a backend's preStop hook runs with a
+                                  self-drain token; exit 0 once the server
+                                  acknowledged the drain
   apply-changes FILE              apply many changes in one call, each with its
                                   own result (YAML or JSON: {changes: [
                                   {drain_backends: {group: G, addresses: [A],

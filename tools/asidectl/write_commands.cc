@@ -2,6 +2,7 @@
 // a group file (the config file's shorthand in YAML or JSON, or protobuf
 // JSON), delete-group, add-backend, remove-backend, drain and undrain, and
 // apply-changes from a file of many changes (ApplyGroupChanges).
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,8 +15,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
+#include "lib/address.h"
 #include "lib/json.h"
 #include "lib/policy_config.h"
 #include "proto/convert.h"
@@ -290,17 +293,68 @@ int Ctl::RemoveBackends(const Args& a) {
                  absl::StrCat("removed ", a.size() - 1, " backend(s)"));
 }
 
+namespace {
+
+// --self: this host's addresses, --self-ip (else $POD_IP) with each port.
+absl::StatusOr<std::vector<std::string>> SelfAddresses() {
+  const std::vector<std::string> ports = absl::GetFlag(FLAGS_self);
+  std::string ip = absl::GetFlag(FLAGS_self_ip);
+  if (ip.empty()) {
+    const char* env = std::getenv("POD_IP");
+    ip = env != nullptr ? env : "";
+  }
+  if (ip.empty()) {
+    return Usage(
+        "--self: this host's IP is unknown (set --self-ip or $POD_IP, e.g. "
+        "from the pod's status.podIP)");
+  }
+  const bool v6 = ip.find(':') != std::string::npos;
+  std::vector<std::string> addresses;
+  for (const std::string& port : ports) {
+    const std::string text =
+        absl::StrCat(v6 ? "[" : "", ip, v6 ? "]:" : ":", port);
+    absl::StatusOr<Address> address = ParseAddress(text);
+    if (!address.ok()) {
+      return Usage(absl::StrCat("--self ", port, " --self-ip ", ip, ": ",
+                                address.status().message()));
+    }
+    if (!address->is_ip()) {
+      return Usage(absl::StrCat("--self-ip ", ip, ": not an IP address"));
+    }
+    addresses.push_back(address->ToString());
+  }
+  return addresses;
+}
+
+}  // namespace
+
 int Ctl::Drain(const Args& a, bool drained) {
-  if (Missing(a, 2, "group name and backend address")) return kUsageError;
+  std::vector<std::string> addresses;
+  if (!absl::GetFlag(FLAGS_self).empty()) {
+    if (Missing(a, 1, "group name")) return kUsageError;
+    if (a.size() > 1) {
+      return UsageFail("give either --self PORT or ADDR..., not both");
+    }
+    absl::StatusOr<std::vector<std::string>> own = SelfAddresses();
+    if (!own.ok()) return UsageFail(own.status().message());
+    addresses = *std::move(own);
+  } else {
+    if (Missing(a, 2, "group name and backend address")) return kUsageError;
+    addresses.assign(a.begin() + 1, a.end());
+  }
   v1::DrainBackendsRequest req;
   req.set_group(a[0]);
   req.set_drained(drained);
-  for (size_t i = 1; i < a.size(); ++i) req.add_addresses(a[i]);
+  for (const std::string& address : addresses) req.add_addresses(address);
   v1::Group out;
   auto ctx = Context();
-  return Changed(admin_->DrainBackends(ctx.get(), req, &out), out,
-                 absl::StrCat(drained ? "drained " : "undrained ", a.size() - 1,
-                              " backend(s)"));
+  return Changed(
+      admin_->DrainBackends(ctx.get(), req, &out), out,
+      absl::StrCat(drained ? "drained " : "undrained ", addresses.size(),
+                   " backend(s)",
+                   absl::GetFlag(FLAGS_self).empty()
+                       ? ""
+                       : absl::StrCat(" ", absl::StrJoin(addresses, " "))));
 }
 
 int Ctl::Changed(const grpc::Status& s, const v1::Group& out,
