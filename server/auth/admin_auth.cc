@@ -313,10 +313,7 @@ grpc::Status AdminAuth::AuthorizeDrain(
                          "caller's own address ",
                          host, "; ",
                          address.ok() ? address->ToString() : EchoName(text),
-                         " is another",
-                         address.ok() && !address->is_ip()
-                             ? " (a host name: name the backend by its IP)"
-                             : "")};
+                         " is another")};
   }
   return grpc::Status::OK;
 }
