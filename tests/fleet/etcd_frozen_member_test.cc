@@ -172,6 +172,14 @@ TEST_F(EtcdFrozenMemberTest, EveryReplicaFollowsAHealthyMemberWithinBound) {
     Replica& r = *replicas_[i];
     EXPECT_TRUE(r.Store().up()) << "replica " << i;
     EXPECT_EQ(StoreUp(r), "aside_store_up{type=\"etcd\"} 1");
+    if (i > 0) {
+      // SetBackends replaces the list: a replica that has not seen the
+      // previous replica's write yet would lose the race to it (ABORTED,
+      // as documented), which is not what this checks.
+      const std::string previous = absl::StrCat("127.0.0.1:", 8810 + i - 1);
+      EXPECT_TRUE(Eventually([&] { return r.Backends("before") == previous; }))
+          << "replica " << i;
+    }
     const absl::Time sent = absl::Now();
     const grpc::Status written =
         r.SetBackends("before", {8810 + static_cast<int>(i)});
