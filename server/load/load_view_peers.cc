@@ -1,6 +1,7 @@
 #include "server/load/load_view_peers.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -311,10 +312,9 @@ class LoadViewPeers::Link {
 LoadViewPeers::LoadViewPeers(Options options, LoadAggregator* loads,
                              LoadViewMetrics* metrics)
     : options_(std::move(options)), loads_(loads), metrics_(metrics) {
-  watchdog_ = std::thread([this] {
-    NameThisThread("aside-lv-dog");
-    Watchdog();
-  });
+  watchdog_ = std::make_unique<Ticker>(
+      "aside-lv-dog", std::min(absl::Milliseconds(250), options_.grace / 4),
+      [this] { Check(); });
 }
 
 LoadViewPeers::~LoadViewPeers() { Stop(); }
@@ -363,7 +363,7 @@ void LoadViewPeers::Stop() {
     links_.clear();
   }
   links.clear();
-  watchdog_.join();
+  watchdog_->Stop();
 }
 
 std::vector<LoadViewPeers::LinkState> LoadViewPeers::links() const {
@@ -375,19 +375,14 @@ std::vector<LoadViewPeers::LinkState> LoadViewPeers::links() const {
   return out;
 }
 
-void LoadViewPeers::Watchdog() {
-  const absl::Duration tick =
-      std::min(absl::Milliseconds(250), options_.grace / 4);
+void LoadViewPeers::Check() {
   aside::MutexLock lock(&mu_);
-  while (!stop_) {
-    mu_.AwaitWithTimeout(aside::Cond(&stop_), tick);
-    if (stop_) {
-      break;
-    }
-    const absl::Time now = absl::Now();
-    for (const auto& [address, link] : links_) {
-      link->Check(now);
-    }
+  if (stop_) {
+    return;
+  }
+  const absl::Time now = absl::Now();
+  for (const auto& [address, link] : links_) {
+    link->Check(now);
   }
 }
 

@@ -21,13 +21,13 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "lib/sync.h"
+#include "server/base/stream_set.h"
 #include "server/load/load_aggregator.h"
 #include "server/load/load_view_metrics.h"
 #include "server/load/orca_collector.h"
@@ -89,7 +89,8 @@ class LoadViewPeers {
  private:
   class Link;
 
-  void Watchdog();
+  // The watchdog's tick: every link checks its stream and its peer's age.
+  void Check();
 
   const Options options_;
   LoadAggregator* const loads_;
@@ -99,7 +100,7 @@ class LoadViewPeers {
   mutable aside::Mutex mu_;
   std::map<std::string, std::unique_ptr<Link>> links_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread watchdog_;
+  std::unique_ptr<Ticker> watchdog_;
 };
 
 }  // namespace aside::server
