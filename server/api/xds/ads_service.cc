@@ -776,22 +776,17 @@ bool AdsService::Reindex(Stream* s, const Keys& keys, uint64_t seq) {
     users_[g].insert(s);
     added = true;
   }
-  if (keys.unanswered != old.unanswered) {
-    if (keys.unanswered) {
-      unanswered_.insert(s);
+  // The stream joins or leaves `set` as its flag turned on or off.
+  auto follow = [&](auto& set, bool now, bool before) {
+    if (now && !before) {
+      set.insert(s);
       added = true;
-    } else {
-      unanswered_.erase(s);
+    } else if (!now && before) {
+      set.erase(s);
     }
-  }
-  if (keys.listeners != old.listeners) {
-    if (keys.listeners) {
-      listening_.insert(s);
-      added = true;
-    } else {
-      listening_.erase(s);
-    }
-  }
+  };
+  follow(unanswered_, keys.unanswered, old.unanswered);
+  follow(listening_, keys.listeners, old.listeners);
   old = keys;
   return added;
 }
