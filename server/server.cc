@@ -134,6 +134,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   for (const std::string& warning : SecretFilesReadableByOthers(cfg)) {
     Log(LogLevel::kWarn, "config.secret_readable", {{"message", warning}});
   }
+  server->loop_ = std::make_unique<EventLoop>("aside-loop");
   if (cfg.status_page_enabled) {
     server->events_ = std::make_unique<EventLog>(clock);
   }
@@ -183,7 +184,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->groups_->set_session_key(std::move(session_key));
 
   server->publisher_ = std::make_unique<GroupPublisher>();
-  server->scheduler_ = std::make_unique<RebuildScheduler>();
+  server->scheduler_ = std::make_unique<RebuildScheduler>(server->loop_.get());
   ASIDE_ASSIGN_OR_RETURN(
       server->health_, HealthRegistry::Create(
                            {.max_concurrent_probes = cfg.max_concurrent_probes,
@@ -284,7 +285,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       std::make_unique<LoadViewMetrics>(*server->metrics_.registry());
   server->load_view_service_ = std::make_unique<LoadViewService>(
       server->replica_id_, server->loads_.get(), server->report_auth_.get(),
-      cfg.fleet_load.load_share_interval, server->load_view_metrics_.get());
+      cfg.fleet_load.load_share_interval, server->load_view_metrics_.get(),
+      server->loop_.get());
   server->load_view_service_->set_orca(server->orca_.get());
   if (!cfg.fleet_load.peer_token_file.empty()) {
     ASIDE_ASSIGN_OR_RETURN(server->peer_token_,
@@ -292,7 +294,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   }
   server->watch_hub_ = std::make_unique<WatchHub>(
       server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout,
-      cfg.max_watch_streams_per_peer);
+      cfg.max_watch_streams_per_peer, server->loop_.get());
   server->lb_service_ = std::make_unique<LoadBalancerService>(
       server->groups_.get(), &server->metrics_, clock, server->watch_hub_.get(),
       server->loads_.get(), server->report_auth_.get());
@@ -305,7 +307,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->grpclb_service_ = std::make_unique<GrpclbService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers,
-      server->report_auth_.get());
+      server->report_auth_.get(), server->loop_.get());
   if (fleet::Membership* membership = server->membership_.get()) {
     server->admin_service_->set_members(
         std::bind_front(&fleet::Membership::Describe, membership));

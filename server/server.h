@@ -22,6 +22,7 @@
 #include "server/api/xds/lrs_service.h"
 #include "server/auth/admin_auth.h"
 #include "server/auth/report_auth.h"
+#include "server/base/event_loop.h"
 #include "server/base/metrics.h"
 #include "server/config/config.h"
 #include "server/discovery/dns_discovery.h"
@@ -119,6 +120,9 @@ class AsideServer {
   Metrics metrics_;
   // GET /metrics and the status page; stopped in Shutdown.
   MetricsPort metrics_http_{metrics_};
+  // The control loop: table rebuilds and every service's periodic work run
+  // on its thread. First in, last out: the timers below stop before it.
+  std::unique_ptr<EventLoop> loop_;
   // First in, last out: everything below may record into it.
   std::unique_ptr<EventLog> events_;
   // The channels to backends and etcd go through it (probes, ORCA

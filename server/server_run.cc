@@ -275,7 +275,7 @@ absl::Status AsideServer::Start() {
     }
     metrics_port_ = *port;
     if (history_ != nullptr) {
-      history_->Start();
+      history_->Start(loop_.get());
     }
     Log(LogLevel::kInfo, "metrics.listening",
         {{"address", config_.metrics}, {"port", absl::StrCat(metrics_port_)}});
@@ -291,6 +291,7 @@ void AsideServer::StartLoadViewPeers() {
   // lease's default TTL) stops counting.
   options.grace = 5 * config_.fleet_load.load_share_interval;
   options.token = peer_token_;
+  options.loop = loop_.get();
   if (!config_.tls_cert_file.empty()) {
     // Peers serve the fleet's certificate: verified against the client CA
     // bundle (the fleet's CA), and this replica shows its own certificate.

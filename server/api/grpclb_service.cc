@@ -378,14 +378,14 @@ class GrpclbService::Stream final
 GrpclbService::GrpclbService(GroupRegistry* groups, LoadAggregator* loads,
                              Metrics* metrics, absl::Duration stats_interval,
                              uint32_t max_servers,
-                             const ReportAuth* report_auth)
+                             const ReportAuth* report_auth, EventLoop* loop)
     : groups_(groups),
       loads_(loads),
       metrics_(metrics),
       stats_interval_(stats_interval),
       max_servers_(max_servers),
       report_auth_(report_auth),
-      ticker_("aside-grpclb", absl::Seconds(1), [this] { Tick(); }) {}
+      ticker_(loop, "aside-grpclb", absl::Seconds(1), [this] { Tick(); }) {}
 
 GrpclbService::~GrpclbService() {
   Shutdown();

@@ -32,8 +32,8 @@
 // Threads: gRPC's callback threads run each stream's reactor methods (one
 // read and one write in flight per stream); group publication calls a
 // stream's OnPublish from the group publisher's thread, with no lock held;
-// one ticker thread owned by the service (a Ticker,
-// server/base/stream_set.h) re-checks load-based drops once a second.
+// the service's Ticker (server/base/event_loop.h), on the server's control
+// loop, re-checks load-based drops once a second.
 // Locks: the stream set's (StreamSet) is taken before a stream's own, never
 // after; a list is built under its publication's lock
 // (server/groups/published_forms.h), taken last; a stream joins
@@ -71,10 +71,12 @@ grpc::lb::v1::ServerList BuildServerList(const Table& table,
 class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
  public:
   // ClientStats count only from callers `report_auth` admits (null:
-  // anyone); the server lists go to every caller.
+  // anyone); the server lists go to every caller. The overload checks run
+  // on `loop` (null: a thread of their own).
   GrpclbService(GroupRegistry* groups, LoadAggregator* loads, Metrics* metrics,
                 absl::Duration stats_interval, uint32_t max_servers,
-                const ReportAuth* report_auth = nullptr);
+                const ReportAuth* report_auth = nullptr,
+                EventLoop* loop = nullptr);
   ~GrpclbService() override;
 
   grpc::ServerBidiReactor<grpc::lb::v1::LoadBalanceRequest,

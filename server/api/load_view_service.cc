@@ -83,13 +83,13 @@ class Refused final : public grpc::ServerWriteReactor<v1::LoadViewUpdate> {
 LoadViewService::LoadViewService(std::string replica_id, LoadAggregator* loads,
                                  const ReportAuth* auth,
                                  absl::Duration interval,
-                                 LoadViewMetrics* metrics)
+                                 LoadViewMetrics* metrics, EventLoop* loop)
     : replica_id_(std::move(replica_id)),
       loads_(loads),
       auth_(auth),
       interval_(interval),
       metrics_(metrics),
-      ticker_("aside-loadview", interval, [this] { Tick(); }) {}
+      ticker_(loop, "aside-loadview", interval, [this] { Tick(); }) {}
 
 LoadViewService::~LoadViewService() {
   Shutdown();

@@ -4,8 +4,8 @@
 // The reports of this replica's own ORCA streams ride along
 // (OrcaCollector::ExportOwn), so that one stream per backend serves the
 // fleet. A new stream gets a snapshot at once; then, every `interval`, one
-// ticker thread exports once and offers the export to every stream, which
-// sends what changed since the export it last sent (load_view_codec.h). A
+// ticker (on the control loop) exports once and offers it to every stream,
+// which sends what changed since the export it last sent (load_view_codec.h). A
 // stream still writing keeps only the newest export for later: a slow
 // subscriber gets fewer, larger updates, never a backlog. An update with
 // nothing in it is the heartbeat that tells the subscriber this replica is
@@ -42,9 +42,10 @@ class LoadViewService final : public v1::Fleet::CallbackService {
  public:
   // `loads`, `auth` and `metrics` (any may be null but loads) must outlive
   // this.
+  // The export runs on `loop` (null: a thread of its own).
   LoadViewService(std::string replica_id, LoadAggregator* loads,
                   const ReportAuth* auth, absl::Duration interval,
-                  LoadViewMetrics* metrics);
+                  LoadViewMetrics* metrics, EventLoop* loop = nullptr);
   ~LoadViewService() override;
 
   grpc::ServerWriteReactor<v1::LoadViewUpdate>* LoadView(

@@ -21,13 +21,15 @@
 namespace aside::server {
 
 WatchHub::WatchHub(GroupRegistry* groups, Metrics* metrics,
-                   absl::Duration stall_timeout, uint32_t max_streams_per_peer)
+                   absl::Duration stall_timeout, uint32_t max_streams_per_peer,
+                   EventLoop* loop)
     : groups_(groups),
       metrics_(metrics),
       stall_timeout_(stall_timeout),
       peer_limit_("max_watch_streams_per_peer", "Watch streams",
                   max_streams_per_peer, metrics),
-      janitor_("aside-watch-jan", std::min(absl::Seconds(1), stall_timeout / 4),
+      janitor_(loop, "aside-watch-jan",
+               std::min(absl::Seconds(1), stall_timeout / 4),
                [this] { EndStalled(); }) {
   groups_->AddListener(this);
 }

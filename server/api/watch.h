@@ -72,8 +72,10 @@ class WatchHub : private Group::Listener {
   // At most `max_streams_per_peer` streams from one peer IP address are
   // open at once; one more is answered RESOURCE_EXHAUSTED naming
   // limits.max_watch_streams_per_peer (0: no limit).
+  // The janitor runs on `loop` (null: a thread of its own).
   WatchHub(GroupRegistry* groups, Metrics* metrics,
-           absl::Duration stall_timeout, uint32_t max_streams_per_peer = 0);
+           absl::Duration stall_timeout, uint32_t max_streams_per_peer = 0,
+           EventLoop* loop = nullptr);
   ~WatchHub() override;
 
   // Asks gRPC for one Watch call on `cq`, announced with `tag` there (the

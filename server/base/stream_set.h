@@ -9,27 +9,17 @@
 // (Shutdown and ForEach call into streams with it held), so a stream never
 // calls the set while holding its own lock.
 //
-// Ticker is a named thread that runs a function every interval until it is
-// stopped (its destructor stops it and waits for a run in progress), and
-// also soon after Wake() (one run for any number of wakes before it
-// starts), off the waking thread.
+// Ticker (event_loop.h) runs a service's periodic work.
 //
 // Thread-safe; each costs one mutex. O(streams) per Shutdown and ForEach.
 #ifndef ASIDE_SERVER_BASE_STREAM_SET_H_
 #define ASIDE_SERVER_BASE_STREAM_SET_H_
 
-#include <algorithm>
-#include <chrono>
-#include <functional>
 #include <set>
-#include <string>
-#include <thread>
-#include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/time/time.h"
 #include "lib/sync.h"
-#include "lib/thread_name.h"
+#include "server/base/event_loop.h"
 
 namespace aside::server {
 
@@ -87,76 +77,6 @@ class StreamSet {
   mutable aside::Mutex mu_;
   std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-class Ticker {
- public:
-  // Starts the thread `name` (at most 15 bytes, docs/operations.md
-  // "Threads"), which runs `tick` every `interval`, the first time one
-  // interval after the start.
-  Ticker(const char* name, absl::Duration interval, std::function<void()> tick)
-      : interval_(interval), tick_(std::move(tick)) {
-    thread_ = std::thread([this, name] {
-      NameThisThread(name);
-      Run();
-    });
-  }
-  ~Ticker() { Stop(); }
-  Ticker(const Ticker&) = delete;
-  Ticker& operator=(const Ticker&) = delete;
-
-  // Has the thread run `tick` as soon as it is free, besides the
-  // interval's runs (whose schedule stays). Cheap: a flag and a wake-up,
-  // never waiting for a run in progress. Any thread, `tick` included (a
-  // run then follows the current one).
-  void Wake() {
-    aside::MutexLock lock(&mu_);
-    woken_ = true;
-  }
-
-  // Stops the thread and waits for it (a run in progress ends first).
-  // Idempotent; not from `tick` itself.
-  void Stop() {
-    {
-      aside::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    if (thread_.joinable()) {
-      thread_.join();
-    }
-  }
-
- private:
-  void Run() {
-    // Bounded, so that a far interval (a test's) does not overflow.
-    const auto interval =
-        absl::ToChronoNanoseconds(std::min(interval_, absl::Hours(24 * 365)));
-    mu_.Lock();
-    auto next = std::chrono::steady_clock::now() + interval;
-    auto stop_or_woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stop_ || woken_;
-    };
-    while (!stop_) {
-      mu_.AwaitUntil(aside::Cond(&stop_or_woken), next);
-      if (stop_) {
-        break;
-      }
-      if (!std::exchange(woken_, false)) {
-        next = std::chrono::steady_clock::now() + interval;
-      }
-      mu_.Unlock();
-      tick_();
-      mu_.Lock();
-    }
-    mu_.Unlock();
-  }
-
-  const absl::Duration interval_;
-  const std::function<void()> tick_;
-  aside::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  bool woken_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
 };
 
 }  // namespace aside::server

@@ -22,7 +22,20 @@ RebuildScheduler::RebuildScheduler(const Clock* clock, Mode mode)
   }
 }
 
+RebuildScheduler::RebuildScheduler(EventLoop* loop)
+    : clock_(&SystemClock::Get()) {
+  timer_ = std::make_unique<LoopTimer>(loop, [this](bool /*due*/) {
+    RunDue();
+    if (const std::optional<int64_t> next = NextDue(); next.has_value()) {
+      timer_->RunAfter(absl::Nanoseconds(*next - clock_->NowNanos()));
+    }
+  });
+}
+
 RebuildScheduler::~RebuildScheduler() {
+  if (timer_ != nullptr) {
+    timer_->Stop();
+  }
   {
     MutexLock lock(&mu_);
     stop_ = true;
@@ -39,15 +52,21 @@ void RebuildScheduler::Schedule(const std::shared_ptr<Group>& group,
   const int64_t due = wait >= std::numeric_limits<int64_t>::max() - now
                           ? std::numeric_limits<int64_t>::max()
                           : now + wait;
-  MutexLock lock(&mu_);
-  auto [it, inserted] = pending_.try_emplace(group.get(), Pending{group, due});
-  if (!inserted) {
-    if (due >= it->second.due) {
-      return;  // folded into the rebuild already scheduled
+  {
+    MutexLock lock(&mu_);
+    auto [it, inserted] =
+        pending_.try_emplace(group.get(), Pending{group, due});
+    if (!inserted) {
+      if (due >= it->second.due) {
+        return;  // folded into the rebuild already scheduled
+      }
+      it->second.due = due;
     }
-    it->second.due = due;
+    ++schedule_changes_;  // wakes the thread if it sleeps past `due`
   }
-  ++schedule_changes_;  // wakes the thread if it sleeps past `due`
+  if (timer_ != nullptr) {
+    timer_->RunAfter(absl::Nanoseconds(due - now));  // or earlier
+  }
 }
 
 uint64_t RebuildScheduler::rebuilds() const {

@@ -8,18 +8,20 @@
 // one generation.
 //
 // Time comes from a Clock (monotonic), so that a wall-clock step neither
-// delays nor hurries rebuilds. Two ways to run:
-// - Threaded (the server): one thread of its own waits for the earliest
-//   due rebuild and runs it. Needs a clock that advances by itself (the
-//   system clock).
+// delays nor hurries rebuilds. Three ways to run:
+// - On a loop (the server): a timer on the server's control loop
+//   (server/base/event_loop.h) runs each rebuild when it is due, on the
+//   loop's thread. The system clock.
+// - Threaded: one thread of its own waits for the earliest due rebuild and
+//   runs it. Needs a clock that advances by itself (the system clock).
 // - Manual (tests with a FakeClock): no thread; RunDue() runs, on the
 //   caller's thread, what is due at the clock's time. Advance the clock,
 //   call RunDue, observe: no sleeps.
 //
 // Thread rules: Schedule, RunDue, NextDue and rebuilds from any thread;
 // mu_ guards the pending rebuilds and the counters. Rebuilds run without
-// mu_ held (on the scheduler's thread, or RunDue's caller), so a rebuild
-// may Schedule again.
+// mu_ held (on the loop's or the scheduler's thread, or RunDue's caller),
+// so a rebuild may Schedule again.
 #ifndef ASIDE_SERVER_GROUPS_REBUILD_SCHEDULER_H_
 #define ASIDE_SERVER_GROUPS_REBUILD_SCHEDULER_H_
 
@@ -34,6 +36,7 @@
 #include "absl/time/time.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
+#include "server/base/event_loop.h"
 
 namespace aside::server {
 
@@ -46,7 +49,11 @@ class RebuildScheduler {
   // Threaded on the system clock.
   RebuildScheduler();
   RebuildScheduler(const Clock* clock, Mode mode);
-  ~RebuildScheduler();  // stops the thread; pending rebuilds are dropped
+  // On `loop`, on the system clock.
+  explicit RebuildScheduler(EventLoop* loop);
+  // Stops the thread or the timer (waiting for a rebuild in progress);
+  // pending rebuilds are dropped.
+  ~RebuildScheduler();
   RebuildScheduler(const RebuildScheduler&) = delete;
   RebuildScheduler& operator=(const RebuildScheduler&) = delete;
 
@@ -83,6 +90,9 @@ class RebuildScheduler {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t rebuilds_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // threaded mode only
+  // On a loop: runs what is due, then waits for the next. Last: stopped
+  // (in the destructor) before the state it reads goes.
+  std::unique_ptr<LoopTimer> timer_;
 };
 
 }  // namespace aside::server

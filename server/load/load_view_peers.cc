@@ -313,7 +313,8 @@ LoadViewPeers::LoadViewPeers(Options options, LoadAggregator* loads,
                              LoadViewMetrics* metrics)
     : options_(std::move(options)), loads_(loads), metrics_(metrics) {
   watchdog_ = std::make_unique<Ticker>(
-      "aside-lv-dog", std::min(absl::Milliseconds(250), options_.grace / 4),
+      options_.loop, "aside-lv-dog",
+      std::min(absl::Milliseconds(250), options_.grace / 4),
       [this] { Check(); });
 }
 

@@ -27,7 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "lib/sync.h"
-#include "server/base/stream_set.h"
+#include "server/base/event_loop.h"
 #include "server/load/load_aggregator.h"
 #include "server/load/load_view_metrics.h"
 #include "server/load/orca_collector.h"
@@ -57,6 +57,8 @@ class LoadViewPeers {
     std::string token;
     // How to dial peers (null: plaintext).
     std::shared_ptr<grpc::ChannelCredentials> credentials;
+    // Where the watchdog runs (null: a thread of its own).
+    EventLoop* loop = nullptr;
   };
 
   // `loads` and `metrics` (may be null) must outlive this.

@@ -144,12 +144,12 @@ StatusHistory::StatusHistory(HistorySources sources, HistoryOptions options)
 
 StatusHistory::~StatusHistory() { Stop(); }
 
-void StatusHistory::Start() {
+void StatusHistory::Start(EventLoop* loop) {
   if (ticker_ != nullptr) {
     return;
   }
   ticker_ = std::make_unique<Ticker>(
-      "aside-history", std::min(options_.interval, absl::Seconds(1)),
+      loop, "aside-history", std::min(options_.interval, absl::Seconds(1)),
       [this] { MaybeSample(); });
 }
 

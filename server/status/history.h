@@ -25,7 +25,7 @@
 //
 // Time comes from the injected Clock: Sample() always samples, MaybeSample()
 // samples when `interval` has passed on that clock since the last one (the
-// background thread of Start() calls it every second, or every interval if
+// timer of Start() calls it every second, or every interval if
 // shorter), so tests drive time with FakeClock.
 //
 // Thread-safety: every method from any thread. Gathering reads each source
@@ -49,7 +49,7 @@
 #include "lib/backend.h"
 #include "lib/clock.h"
 #include "lib/sync.h"
-#include "server/base/stream_set.h"
+#include "server/base/event_loop.h"
 #include "server/status/events.h"
 
 namespace aside::server {
@@ -139,8 +139,9 @@ class StatusHistory {
   StatusHistory(const StatusHistory&) = delete;
   StatusHistory& operator=(const StatusHistory&) = delete;
 
-  // Starts the sampling thread (once). Stop() ends it; idempotent.
-  void Start();
+  // Starts sampling (once), on `loop` (null: a thread of its own). Stop()
+  // ends it; idempotent.
+  void Start(EventLoop* loop = nullptr);
   void Stop();
 
   // Samples now if `interval` has passed since the last sample (or none

@@ -413,10 +413,9 @@ TEST_F(FleetChurnTest,
   const std::map<std::string, int> threads =
       ThreadNames(replicas_[0]->server.process->pid());
   EXPECT_THAT(UndocumentedThreads(threads, *documented), ::testing::IsEmpty());
-  for (const char* name :
-       {"aside-admin", "aside-etcd-fol", "aside-etcd-wch", "aside-etcd-dog",
-        "aside-etcd-ka", "aside-members", "aside-fleet-pub", "aside-lv-link",
-        "aside-lv-dog"}) {
+  for (const char* name : {"aside-admin", "aside-etcd-fol", "aside-etcd-wch",
+                           "aside-etcd-dog", "aside-etcd-ka", "aside-members",
+                           "aside-fleet-pub", "aside-lv-link", "aside-loop"}) {
     EXPECT_GE(threads.count(name), 1u) << name;
   }
 

@@ -114,20 +114,21 @@ TEST_F(ServerBinaryTest, EveryThreadItStartsIsNamedAndDocumented) {
   EXPECT_THAT(aside::testing::UndocumentedThreads(threads, *documented),
               ::testing::IsEmpty());
   // The threads of a server on SQLite with a config file and a metrics
-  // port, each once (Watch has two queues), and none of the fleet's.
-  for (const char* name :
-       {"aside-rebuild", "aside-publish", "aside-prober", "aside-watch-jan",
-        "aside-grpclb", "aside-ads", "aside-gate", "aside-http",
-        "aside-history", "aside-reload", "aside-dns", "aside-orca",
-        "aside-loadview"}) {
+  // port, each once (Watch has two queues), and none of the fleet's. The
+  // periodic work is timers on the loop, not threads of its own.
+  for (const char* name : {"aside-loop", "aside-publish", "aside-prober",
+                           "aside-ads", "aside-gate", "aside-http",
+                           "aside-reload", "aside-dns", "aside-orca"}) {
     auto it = threads.find(name);
     EXPECT_TRUE(it != threads.end() && it->second == 1) << name;
   }
   auto cq = threads.find("aside-watch-cq");
   EXPECT_TRUE(cq != threads.end() && cq->second == 2);
   EXPECT_GE(threads.count("aside-relay"), 1u);
-  for (const char* name : {"aside-etcd-fol", "aside-members", "aside-lv-link",
-                           "aside-fleet-pub"}) {
+  for (const char* name :
+       {"aside-etcd-fol", "aside-members", "aside-lv-link", "aside-fleet-pub",
+        "aside-rebuild", "aside-watch-jan", "aside-grpclb", "aside-history",
+        "aside-loadview", "aside-lv-dog"}) {
     EXPECT_EQ(threads.count(name), 0u) << name;
   }
 }
