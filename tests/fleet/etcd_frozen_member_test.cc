@@ -470,9 +470,8 @@ TEST_F(EtcdWatchHomeTest, WatchesReturnHomeAfterEachOfFiveFailovers) {
   std::vector<int> start;
   ASSERT_TRUE(Eventually([&] {
     start = WatchStreams();
-    return start[0] > 0 &&
-           std::all_of(start.begin(), start.end(),
-                       [&](int c) { return c == start[0]; });
+    return start[0] > 0 && std::all_of(start.begin(), start.end(),
+                                       [&](int c) { return c == start[0]; });
   })) << Show(start);
   // Failovers: the home of one replica at a time freezes until that
   // replica's store watch has left it, then answers again.

@@ -283,8 +283,7 @@ TEST_F(AdsServiceTest, AnAcknowledgementSendsNothing) {
   // could answer the change while it reads the acknowledgement, before
   // the fan-out runs, and the count of woken streams would lag.
   ASSERT_TRUE(::aside::testing::Eventually([this] {
-    return metrics_.xds_requests
-               .Add({{"type", "endpoint"}, {"result", "ack"}})
+    return metrics_.xds_requests.Add({{"type", "endpoint"}, {"result", "ack"}})
                .Value() >= 1;
   }));
   // Then a change: the next message is the change's, not a repeat.
