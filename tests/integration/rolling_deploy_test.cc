@@ -4,7 +4,7 @@
 // services balancing with the stub (deploy_stub.cc, aside::Client over
 // Watch), a stock grpc-js xDS client (tests/xds/node/xds_client.js) and a
 // stock gRPC C++ grpclb client (tests/grpclb/stock_client.cc, the balancer
-// found through a DNS SRV record served by dnsmasq), all calling at a
+// found through a DNS SRV record), all calling at a
 // steady rate. Each backend in turn runs its preStop hook (PreStop: drain
 // itself with its self-drain credential, then wait until nobody calls
 // it), is killed at once, and is replaced by a new backend on a new port
@@ -46,7 +46,7 @@ namespace {
 using ::aside::testing::BackendProcess;
 using ::aside::testing::CallerCalls;
 using ::aside::testing::ClientTotals;
-using ::aside::testing::Dnsmasq;
+using ::aside::testing::FakeDnsServer;
 using ::aside::testing::MonotonicNanos;
 using ::aside::testing::Process;
 using ::aside::testing::RunningServer;
@@ -149,12 +149,22 @@ class RollingDeployTest : public ::testing::Test {
     }
     CreateGroup();
 
-    // The stock grpclb client finds the balancer by SRV record.
-    Dnsmasq::Options dns;
-    dns.hosts = "127.0.0.1 lb.lb.test\n127.0.0.1 web.lb.test\n";
-    dns.args = {absl::StrCat("--srv-host=_grpclb._tcp.web.lb.test,lb.lb.test,",
-                             server_.grpc_port)};
-    ASSERT_OK_AND_ASSIGN(dnsmasq_, Dnsmasq::Start(std::move(dns)));
+    // The stock grpclb client finds the balancer by the SRV record
+    // _grpclb._tcp.web.lb.test, from a DNS server on a port the kernel
+    // chose.
+    const int aside_port = server_.grpc_port;
+    ASSERT_OK_AND_ASSIGN(
+        dns_,
+        FakeDnsServer::Start([aside_port](const std::string& name, int qtype) {
+          FakeDnsServer::Answer answer;
+          if (qtype == 33 && name == "_grpclb._tcp.web.lb.test") {
+            answer.srv = {{.target = "lb.lb.test", .port = aside_port}};
+          } else if (qtype == 1 &&
+                     (name == "lb.lb.test" || name == "web.lb.test")) {
+            answer.addresses = {"127.0.0.1"};
+          }
+          return answer;  // anything else: no data
+        }));
     // The grpc-js client finds it through the bootstrap asidectl prints.
     ASSERT_OK_AND_ASSIGN(const std::string bootstrap,
                          XdsBootstrapJson({.server = server_.target(),
@@ -227,7 +237,7 @@ class RollingDeployTest : public ::testing::Test {
     }
     StartCaller("grpclb", "grpclb",
                 {ASIDE_GRPCLB_STOCK_CLIENT_BIN,
-                 absl::StrCat("dns://127.0.0.1:", dnsmasq_->port(),
+                 absl::StrCat("dns://127.0.0.1:", dns_->port(),
                               // The name's own address (used only if the
                               // client fell back from its balancer) is the
                               // Aside server: a fallback call fails.
@@ -372,7 +382,7 @@ class RollingDeployTest : public ::testing::Test {
   std::string bootstrap_;
   RunningServer server_;
   std::unique_ptr<v1::Admin::Stub> admin_;
-  std::unique_ptr<Dnsmasq> dnsmasq_;
+  std::unique_ptr<FakeDnsServer> dns_;
   std::vector<std::unique_ptr<BackendProcess>> live_;
   std::vector<std::unique_ptr<BackendProcess>> stopped_;
   std::vector<Caller> callers_;
