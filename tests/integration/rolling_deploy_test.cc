@@ -88,25 +88,30 @@ constexpr absl::Duration kWait = absl::Seconds(30);
 //
 // Today the drain returns once the server stored and published it, not
 // once the clients applied it, so PreStop waits itself (WaitUntilUnused).
-// When `asidectl drain --wait` lands, add "--wait" here (its bound is
-// --timeout, e.g. absl::FormatDuration(kDrainTimeout)) and set
-// kPreStopWaits: PreStop then skips its own wait and the command's exit
-// is "drained".
+// When `asidectl drain --wait` lands, set kPreStopWaits: the command gets
+// `--wait --timeout 30s`, its exit 0 is "drained", and PreStop no longer
+// waits itself.
 constexpr bool kPreStopWaits = false;
 std::vector<std::string> PreStopCommand(const std::string& server,
                                         const std::string& token_file,
                                         int port) {
-  return {aside::testing::BinDir() + "/asidectl",
-          "--server",
-          server,
-          "--token-file",
-          token_file,
-          "drain",
-          kGroup,
-          "--self",
-          absl::StrCat(port),
-          "--self-ip",
-          "127.0.0.1"};
+  std::vector<std::string> argv = {aside::testing::BinDir() + "/asidectl",
+                                   "--server",
+                                   server,
+                                   "--token-file",
+                                   token_file,
+                                   "drain",
+                                   kGroup,
+                                   "--self",
+                                   absl::StrCat(port),
+                                   "--self-ip",
+                                   "127.0.0.1"};
+  if (kPreStopWaits) {
+    argv.insert(argv.end(),
+                {"--wait", "--timeout",
+                 absl::StrCat(absl::ToInt64Seconds(kDrainTimeout), "s")});
+  }
+  return argv;
 }
 
 // A client process: `name` is what it puts in HelloRequest.name (the
