@@ -122,11 +122,14 @@ struct Caller {
   std::unique_ptr<Process> process;
 };
 
-// One drain: from the request to the end of PreStop ("drained"), and to
-// the last call the backend served after the request.
+// One drain's times, from the request (PreStop's start): to the drain's
+// acknowledgement (the command exited: stored and published), to the last
+// call the backend served from each client kind (zero: none after the
+// request), and to the end of PreStop ("drained").
 struct DrainTime {
+  absl::Duration acknowledged;
+  std::map<std::string, absl::Duration> last_call;
   absl::Duration drained;
-  absl::Duration last_call;
 };
 
 class RollingDeployTest : public ::testing::Test {
@@ -350,19 +353,22 @@ class RollingDeployTest : public ::testing::Test {
       return absl::InternalError(
           absl::StrCat("preStop exited ", drain.exit_code, ": ", drain.output));
     }
+    DrainTime time;
+    time.acknowledged = absl::Nanoseconds(MonotonicNanos() - start);
     if (!kPreStopWaits) {
       if (absl::Status waited = WaitUntilUnused(index, start); !waited.ok()) {
         return waited;
       }
     }
-    const int64_t end = MonotonicNanos();
+    time.drained = absl::Nanoseconds(MonotonicNanos() - start);
     PollAll();
-    int64_t last_call = start;
     for (const Caller& c : callers_) {
-      last_call = std::max(last_call, live_[index]->Calls(c.name).last_nanos);
+      absl::Duration& last = time.last_call[c.kind];
+      last = std::max(last,
+                      absl::Nanoseconds(std::max<int64_t>(
+                          live_[index]->Calls(c.name).last_nanos - start, 0)));
     }
-    return DrainTime{.drained = absl::Nanoseconds(end - start),
-                     .last_call = absl::Nanoseconds(last_call - start)};
+    return time;
   }
 
   // Calls served per client kind so far, by every backend (the live ones
@@ -441,13 +447,7 @@ TEST_F(RollingDeployTest, EveryBackendReplacedWithoutAFailedCall) {
     }
   }
 
-  std::vector<absl::Duration> drained;
-  std::vector<absl::Duration> last_call;
-  for (const DrainTime& d : drains) {
-    drained.push_back(d.drained);
-    last_call.push_back(d.last_call);
-  }
-  auto ms = [](absl::Duration d) { return absl::ToInt64Milliseconds(d); };
+  // The figures: rates and failures per client kind, and the drains.
   const double seconds = absl::ToDoubleSeconds(deploy_time);
   uint64_t total = 0;
   std::string figures;
@@ -458,36 +458,47 @@ TEST_F(RollingDeployTest, EveryBackendReplacedWithoutAFailedCall) {
     RecordProperty(kind + "_calls_per_second", rate);
     RecordProperty(kind + "_failed_calls",
                    static_cast<int>(per_kind[kind].failed));
-    absl::StrAppend(&figures, kind, ": ", rate, " calls/s, ",
+    absl::StrAppend(&figures, "  ", kind, ": ", rate, " calls/s, ",
                     per_kind[kind].failed, " failed of ", per_kind[kind].ok,
                     "\n");
   }
   const int total_rate = static_cast<int>(static_cast<double>(total) / seconds);
   RecordProperty("calls_per_second", total_rate);
-  RecordProperty("deploy_seconds", static_cast<int>(seconds));
-  RecordProperty("drain_p50_ms", ms(aside::testing::Percentile(drained, 50)));
-  RecordProperty("drain_p99_ms", ms(aside::testing::Percentile(drained, 99)));
-  RecordProperty("last_call_after_drain_p50_ms",
-                 ms(aside::testing::Percentile(last_call, 50)));
-  RecordProperty("last_call_after_drain_p99_ms",
-                 ms(aside::testing::Percentile(last_call, 99)));
-  RecordProperty("fixed_prestop_sleep_ms", ms(kFixedPreStopSleep));
-  std::vector<int64_t> each;
-  for (absl::Duration d : drained) {
-    each.push_back(ms(d));
+  // "p50 X ms, p99 Y ms" of one time of every drain, recorded as
+  // <name>_p50_ms and <name>_p99_ms.
+  auto percentiles = [&](const std::string& name,
+                         absl::Duration DrainTime::*field,
+                         const std::string& kind = "") {
+    std::vector<absl::Duration> values;
+    for (const DrainTime& d : drains) {
+      values.push_back(kind.empty() ? d.*field : d.last_call.at(kind));
+    }
+    const int64_t p50 =
+        absl::ToInt64Milliseconds(aside::testing::Percentile(values, 50));
+    const int64_t p99 =
+        absl::ToInt64Milliseconds(aside::testing::Percentile(values, 99));
+    RecordProperty(name + "_p50_ms", p50);
+    RecordProperty(name + "_p99_ms", p99);
+    return absl::StrCat("p50 ", p50, " ms, p99 ", p99, " ms");
+  };
+  absl::StrAppend(&figures, "  drain acknowledged: ",
+                  percentiles("drain_acknowledged", &DrainTime::acknowledged),
+                  "\n");
+  for (const auto& [kind, totals] : per_kind) {
+    absl::StrAppend(&figures, "  last call from ", kind, ": ",
+                    percentiles(kind + "_last_call", nullptr, kind), "\n");
   }
+  absl::StrAppend(&figures, "  drained (end of preStop): ",
+                  percentiles("drained", &DrainTime::drained), " against ",
+                  absl::ToInt64Milliseconds(kFixedPreStopSleep),
+                  " ms of the fixed sleep\n");
+  RecordProperty("fixed_prestop_sleep_ms",
+                 absl::ToInt64Milliseconds(kFixedPreStopSleep));
   std::cout << "rolling deploy of " << kBackends << " backends in "
             << absl::FormatDuration(
                    absl::Trunc(deploy_time, absl::Milliseconds(1)))
             << ", " << total_rate << " calls/s in all\n"
-            << figures << "drained (ms, request to end of preStop): "
-            << absl::StrJoin(each, " ") << "; p50 "
-            << ms(aside::testing::Percentile(drained, 50)) << ", p99 "
-            << ms(aside::testing::Percentile(drained, 99)) << " against "
-            << ms(kFixedPreStopSleep) << " slept\n"
-            << "last call to the drained backend after the request (ms): p50 "
-            << ms(aside::testing::Percentile(last_call, 50)) << ", p99 "
-            << ms(aside::testing::Percentile(last_call, 99)) << "\n";
+            << figures;
 
   for (const auto& [kind, totals] : per_kind) {
     EXPECT_GT(totals.ok, 0u) << kind;
