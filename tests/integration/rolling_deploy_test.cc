@@ -4,16 +4,17 @@
 // services balancing with the stub (deploy_stub.cc, aside::Client over
 // Watch), a stock grpc-js xDS client (tests/xds/node/xds_client.js) and a
 // stock gRPC C++ grpclb client (tests/grpclb/stock_client.cc, the balancer
-// found through a DNS SRV record), all calling at a
-// steady rate. Each backend in turn runs its preStop hook (PreStop: drain
-// itself with its self-drain credential, then wait until nobody calls
-// it), is killed at once, and is replaced by a new backend on a new port
-// that joins the group. No client may see a failed call.
+// found through a DNS SRV record), all calling at a steady rate. Each
+// backend in turn runs its preStop hook (PreStop: drain itself with its
+// self-drain credential, then wait until nobody calls it), is killed at
+// once, and is replaced by a new backend on a new port that joins the
+// group. No client may see a failed call.
 //
-// The figures (RecordProperty, and on stdout): calls per second per client
-// kind, failed calls per kind, and each drain's time from the request to
-// "drained" (p50, p99) against the fixed 15 s preStop sleep deployments use
-// instead.
+// The figures (RecordProperty, and on stdout): calls per second and failed
+// calls per client kind; for the drains (p50, p99 from the request): the
+// acknowledgement, each kind's last call to the backend (and how many
+// drains it outlived the acknowledgement), and "drained", the end of
+// preStop, against the fixed 15 s preStop sleep deployments use instead.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -44,7 +45,6 @@ namespace aside {
 namespace {
 
 using ::aside::testing::BackendProcess;
-using ::aside::testing::CallerCalls;
 using ::aside::testing::ClientTotals;
 using ::aside::testing::FakeDnsServer;
 using ::aside::testing::MonotonicNanos;
@@ -485,8 +485,22 @@ TEST_F(RollingDeployTest, EveryBackendReplacedWithoutAFailedCall) {
                   percentiles("drain_acknowledged", &DrainTime::acknowledged),
                   "\n");
   for (const auto& [kind, totals] : per_kind) {
+    // Drains this kind still called the backend after: a preStop that
+    // ended at the acknowledgement would have cut those calls off.
+    int late = 0;
+    absl::Duration latest;
+    for (const DrainTime& d : drains) {
+      if (d.last_call.at(kind) > d.acknowledged) {
+        ++late;
+        latest = std::max(latest, d.last_call.at(kind) - d.acknowledged);
+      }
+    }
+    RecordProperty(kind + "_called_after_acknowledgement", late);
     absl::StrAppend(&figures, "  last call from ", kind, ": ",
-                    percentiles(kind + "_last_call", nullptr, kind), "\n");
+                    percentiles(kind + "_last_call", nullptr, kind),
+                    "; after the acknowledgement in ", late, " of ",
+                    drains.size(), " drains (at most ",
+                    absl::ToInt64Milliseconds(latest), " ms after)\n");
   }
   absl::StrAppend(&figures, "  drained (end of preStop): ",
                   percentiles("drained", &DrainTime::drained), " against ",
