@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace aside::testing {
 
@@ -278,6 +279,24 @@ void FakeDnsServer::Send(const std::vector<uint8_t>& query,
   out[3] = static_cast<uint8_t>(0x80 | (answer.rcode & 0x0f));     // RA
   out[8] = out[9] = out[10] = out[11] = 0;  // no authority, no additional
   uint16_t count = 0;
+  // One record of the question's name and type, TTL 0.
+  auto add_record = [&](const std::vector<uint8_t>& rdata) {
+    const uint8_t head[] = {0xc0,
+                            0x0c,  // name: the question's
+                            0,
+                            static_cast<uint8_t>(qtype),
+                            0,
+                            1,  // IN
+                            0,
+                            0,
+                            0,
+                            0,  // TTL 0
+                            static_cast<uint8_t>(rdata.size() >> 8),
+                            static_cast<uint8_t>(rdata.size() & 0xff)};
+    out.insert(out.end(), std::begin(head), std::end(head));
+    out.insert(out.end(), rdata.begin(), rdata.end());
+    ++count;
+  };
   if (answer.rcode == 0) {
     for (const std::string& address : answer.addresses) {
       uint8_t rdata[16];
@@ -290,15 +309,26 @@ void FakeDnsServer::Send(const std::vector<uint8_t>& query,
       } else {
         continue;
       }
-      const uint8_t head[] = {0xc0, 0x0c,  // name: the question's
-                              0,    static_cast<uint8_t>(qtype),
-                              0,    1,  // IN
-                              0,    0,
-                              0,    0,  // TTL 0
-                              0,    static_cast<uint8_t>(rdlen)};
-      out.insert(out.end(), std::begin(head), std::end(head));
-      out.insert(out.end(), rdata, rdata + rdlen);
-      ++count;
+      add_record(std::vector<uint8_t>(rdata, rdata + rdlen));
+    }
+    for (const Answer::Srv& srv : answer.srv) {
+      if (qtype != 33) {
+        continue;
+      }
+      // Priority 0, weight 0, port, then the target as labels.
+      std::vector<uint8_t> rdata = {0,
+                                    0,
+                                    0,
+                                    0,
+                                    static_cast<uint8_t>(srv.port >> 8),
+                                    static_cast<uint8_t>(srv.port & 0xff)};
+      for (absl::string_view label :
+           absl::StrSplit(srv.target, '.', absl::SkipEmpty())) {
+        rdata.push_back(static_cast<uint8_t>(label.size()));
+        rdata.insert(rdata.end(), label.begin(), label.end());
+      }
+      rdata.push_back(0);
+      add_record(rdata);
     }
   }
   out[6] = static_cast<uint8_t>(count >> 8);

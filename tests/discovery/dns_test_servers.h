@@ -75,6 +75,13 @@ class FakeDnsServer {
     // For kReply with rcode 0: A / AAAA records of the question's type
     // ("10.0.0.1", "fd00::1"); empty is NODATA.
     std::vector<std::string> addresses;
+    // For kReply with rcode 0 to an SRV question: its records (priority
+    // and weight 0), e.g. {"lb.lb.test", 50051}; empty is NODATA.
+    struct Srv {
+      std::string target;
+      int port = 0;
+    };
+    std::vector<Srv> srv;
   };
   // qtype: 1 A, 28 AAAA, 33 SRV.
   using Handler = std::function<Answer(const std::string& name, int qtype)>;
