@@ -293,6 +293,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->watch_hub_ = std::make_unique<WatchHub>(
       server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout,
       cfg.max_watch_streams_per_peer);
+  server->watch_hub_->set_confirmations(server->confirmations_.get());
   server->lb_service_ = std::make_unique<LoadBalancerService>(
       server->groups_.get(), &server->metrics_, clock, server->watch_hub_.get(),
       server->loads_.get(), server->report_auth_.get());
