@@ -323,6 +323,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       cfg.grpclb_client_stats_report_interval, server->report_auth_.get());
   server->grpclb_service_->LimitStreamsPerPeer(
       cfg.max_balancer_streams_per_peer);
+  server->grpclb_service_->set_confirmations(server->confirmations_.get());
+  server->ads_service_->set_confirmations(server->confirmations_.get());
   server->ads_service_->LimitStreamsPerPeer(cfg.max_balancer_streams_per_peer);
   server->lrs_service_->LimitStreamsPerPeer(cfg.max_balancer_streams_per_peer);
   server->health_service_ =
