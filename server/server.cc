@@ -273,7 +273,12 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                                     : std::nullopt);
 
   server->loads_->set_listener(
-      std::bind_front(&GroupRegistry::OnLoadAccepted, groups));
+      [groups, confirmations = server->confirmations_.get()](
+          const LoadAggregator::Accepted& accepted) {
+        groups->OnLoadAccepted(accepted);
+        // A drain wait may be waiting for this report's in_flight.
+        confirmations->Touch(accepted.group);
+      });
   // One id per replica: the fleet member's when there is a fleet (peers
   // recognise each other, and themselves, by it), else a fresh one.
   server->replica_id_ = server->membership_ != nullptr
@@ -303,6 +308,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       MutationQueue::Options{.max_queued = cfg.admin_max_queued_writes,
                              .max_wait = cfg.admin_max_write_wait});
   server->admin_service_->set_orca(server->orca_.get());
+  server->admin_service_->set_confirmations(server->confirmations_.get());
   server->grpclb_service_ = std::make_unique<GrpclbService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers,
