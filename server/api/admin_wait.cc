@@ -90,6 +90,9 @@ class DrainWaiter final : public DrainConfirmations::Waiter,
   }
 
   void Check(bool timed_out) {
+    if (!timed_out && confirmations_->PendingCount(group_, generation_) > 0) {
+      return;  // the common case while subscribers confirm one by one
+    }
     std::vector<DrainConfirmations::Pending> pending =
         confirmations_->PendingFor(group_, generation_);
     std::vector<v1::InFlightCalls> in_flight;

@@ -107,6 +107,20 @@ std::vector<DrainConfirmations::Pending> DrainConfirmations::PendingFor(
   return out;
 }
 
+size_t DrainConfirmations::PendingCount(const std::string& group,
+                                        uint64_t generation) const {
+  aside::MutexLock lock(&mu_);
+  auto it = groups_.find(group);
+  if (it == groups_.end()) {
+    return 0;
+  }
+  size_t n = 0;
+  for (const auto& [id, sub] : it->second.subs) {
+    n += sub.confirmed < generation ? 1 : 0;
+  }
+  return n;
+}
+
 size_t DrainConfirmations::subscribers(const std::string& group) const {
   aside::MutexLock lock(&mu_);
   auto it = groups_.find(group);

@@ -79,6 +79,8 @@ class DrainConfirmations {
   // The subscribers of `group` that have not confirmed `generation`.
   std::vector<Pending> PendingFor(const std::string& group,
                                   uint64_t generation) const;
+  // How many: what a waiter checks on every change (no copies).
+  size_t PendingCount(const std::string& group, uint64_t generation) const;
   size_t subscribers(const std::string& group) const;
 
   void AddWaiter(const std::string& group, std::shared_ptr<Waiter> waiter);
