@@ -166,7 +166,9 @@ class Client {
   Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string TargetsText() const;
   void RetainChannels();
-  void HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
+  // Applies one update of the Watch stream; true when the group now holds
+  // the update's generation (applied, or already held).
+  bool HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
                     grpc::ClientContext* context);
   std::vector<ClientGroup*> AllGroups() const;
   // Builds the next load report; `sent` receives what to mark reported.

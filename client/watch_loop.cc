@@ -1,10 +1,16 @@
 // Client's Watch side: one stream over every subscribed group, updates
-// folded into each group's table, reconnects with backoff.
+// folded into each group's table, reconnects with backoff. The stream is
+// WatchConfirmed: each update the server marks `confirm` (one that takes
+// a backend out) is answered with Applied once the new table is published,
+// which is what lets a drain wait for this stub (Admin.WaitDrained). A
+// server that predates it answers UNIMPLEMENTED; the stub then watches that
+// target with Watch (no answers) until its stream ends.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "aside/v1/lookaside.grpc.pb.h"
 #include "client/backoff.h"
@@ -13,7 +19,7 @@
 
 namespace aside {
 
-void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
+bool Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
                           grpc::ClientContext* context) {
   const WatchedTable::Result result = group->watched_.Apply(update);
   switch (result.outcome) {
@@ -31,13 +37,13 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
       // Last, so that whoever waits for the generation (WaitForGeneration)
       // finds the stats and the channel pool already in line with it.
       group->MarkGeneration(group->watched_.generation());
-      break;
+      return true;
     }
     case WatchedTable::Outcome::kUnchanged: {
       aside::MutexLock lock(&group->mu_);
       group->removed_ = false;
       group->missing_ = absl::OkStatus();
-      break;
+      return true;
     }
     case WatchedTable::Outcome::kStale:
       break;
@@ -99,11 +105,15 @@ void Client::HandleUpdate(ClientGroup* group, const v1::GroupUpdate& update,
       break;
     }
   }
+  return false;
 }
 
 void Client::WatchLoop() {
   Backoff backoff(options_.backoff);
   bool connected = false;
+  // Targets that answered WatchConfirmed UNIMPLEMENTED: watched with Watch
+  // until that stream ends (the replica that replaces it may be newer).
+  absl::flat_hash_set<std::string> without_confirm;
   while (true) {
     std::vector<ClientGroup*> watched;
     std::string target;
@@ -157,11 +167,25 @@ void Client::WatchLoop() {
       watch_context_ = &context;
       ++stats_.watch_attempts;
     }
-    std::unique_ptr<grpc::ClientReader<v1::GroupUpdate>> reader =
-        stub->Watch(&context, request);
+    const bool confirm = !without_confirm.contains(target);
+    std::unique_ptr<grpc::ClientReaderWriter<v1::WatchMessage, v1::GroupUpdate>>
+        stream;
+    std::unique_ptr<grpc::ClientReader<v1::GroupUpdate>> reader;
+    if (confirm) {
+      stream = stub->WatchConfirmed(&context);
+      v1::WatchMessage first;
+      *first.mutable_request() = request;
+      // A failed write shows as the stream's end in Read.
+      (void)stream->Write(first);
+    } else {
+      reader = stub->Watch(&context, request);
+    }
+    auto read = [&](v1::GroupUpdate* out) {
+      return confirm ? stream->Read(out) : reader->Read(out);
+    };
     v1::GroupUpdate update;
     bool delivered = false;
-    while (reader->Read(&update)) {
+    while (read(&update)) {
       if (!delivered) {
         delivered = true;
         backoff.Reset();
@@ -177,11 +201,16 @@ void Client::WatchLoop() {
         }
       }
       auto it = by_name.find(update.group());
-      if (it != by_name.end()) {
-        HandleUpdate(it->second, update, &context);
+      if (it != by_name.end() && HandleUpdate(it->second, update, &context) &&
+          confirm && update.confirm()) {
+        // Picks no longer choose what the update took out: say so.
+        v1::WatchMessage answer;
+        answer.mutable_applied()->set_group(update.group());
+        answer.mutable_applied()->set_generation(update.generation());
+        (void)stream->Write(answer);
       }
     }
-    const grpc::Status status = reader->Finish();
+    const grpc::Status status = confirm ? stream->Finish() : reader->Finish();
     bool restart = false;
     {
       aside::MutexLock lock(&mu_);
@@ -194,6 +223,16 @@ void Client::WatchLoop() {
     if (restart) {
       continue;
     }
+    if (confirm && !delivered &&
+        status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      // An older server: watch it with Watch, at once.
+      without_confirm.insert(target);
+      Log(absl::StrCat("event=watch.no_confirmations target=", target,
+                       " (the server predates WatchConfirmed; drains cannot "
+                       "wait for this stub's answers)"));
+      continue;
+    }
+    without_confirm.erase(target);
     // The server ends a stream only on errors (absent groups are reported
     // inside it); any end, even OK, is a disconnection and backs off, and
     // the next attempt gets a fresh connection.

@@ -274,7 +274,12 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
                                     : std::nullopt);
 
   server->loads_->set_listener(
-      std::bind_front(&GroupRegistry::OnLoadAccepted, groups));
+      [groups, confirmations = server->confirmations_.get()](
+          const LoadAggregator::Accepted& accepted) {
+        groups->OnLoadAccepted(accepted);
+        // A drain wait may be waiting for this report's in_flight.
+        confirmations->Touch(accepted.group);
+      });
   // One id per replica: the fleet member's when there is a fleet (peers
   // recognise each other, and themselves, by it), else a fresh one.
   server->replica_id_ = server->membership_ != nullptr
@@ -295,6 +300,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
   server->watch_hub_ = std::make_unique<WatchHub>(
       server->groups_.get(), &server->metrics_, cfg.watch_stall_timeout,
       cfg.max_watch_streams_per_peer, server->loop_.get());
+  server->watch_hub_->set_confirmations(server->confirmations_.get());
   server->lb_service_ = std::make_unique<LoadBalancerService>(
       server->groups_.get(), &server->metrics_, clock, server->watch_hub_.get(),
       server->loads_.get(), server->report_auth_.get());
@@ -304,6 +310,7 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       MutationQueue::Options{.max_queued = cfg.admin_max_queued_writes,
                              .max_wait = cfg.admin_max_write_wait});
   server->admin_service_->set_orca(server->orca_.get());
+  server->admin_service_->set_confirmations(server->confirmations_.get());
   server->grpclb_service_ = std::make_unique<GrpclbService>(
       server->groups_.get(), server->loads_.get(), &server->metrics_,
       cfg.grpclb_client_stats_report_interval, cfg.grpclb_max_servers,
@@ -324,6 +331,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       cfg.grpclb_client_stats_report_interval, server->report_auth_.get());
   server->grpclb_service_->LimitStreamsPerPeer(
       cfg.max_balancer_streams_per_peer);
+  server->grpclb_service_->set_confirmations(server->confirmations_.get());
+  server->ads_service_->set_confirmations(server->confirmations_.get());
   server->ads_service_->LimitStreamsPerPeer(cfg.max_balancer_streams_per_peer);
   server->lrs_service_->LimitStreamsPerPeer(cfg.max_balancer_streams_per_peer);
   server->health_service_ =

@@ -78,6 +78,7 @@ class AsideServer {
   int health_port() const { return health_port_; }
   Store* store() { return store_.get(); }
   WatchHub& watch_hub() { return *watch_hub_; }
+  DrainConfirmations& confirmations() { return *confirmations_; }
   LoadAggregator& loads() { return *loads_; }
   // This process's replica id (random per start), sent to peers.
   const std::string& replica_id() const { return replica_id_; }
@@ -142,6 +143,10 @@ class AsideServer {
   // revoked, hooks removed) before the health registry goes.
   std::unique_ptr<fleet::Membership> membership_;
   std::unique_ptr<fleet::ProbeOwnership> ownership_;
+  // What every subscriber confirmed (Watch, xDS, grpclb report to it;
+  // Admin.WaitDrained reads it): outlives the services and the loads.
+  std::unique_ptr<DrainConfirmations> confirmations_ =
+      std::make_unique<DrainConfirmations>();
   std::unique_ptr<GroupRegistry> groups_;
   std::unique_ptr<LoadAggregator> loads_;
   // Declared after groups_ and loads_ so they stop (no more callbacks or

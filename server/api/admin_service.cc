@@ -91,6 +91,18 @@ grpc::Status AdminService::Authorize(
       context, {request.addresses().begin(), request.addresses().end()});
 }
 
+// As DrainBackends: a self-drain credential may wait for its own
+// addresses.
+grpc::Status AdminService::Authorize(
+    const grpc::ServerContextBase& context, AdminRole role,
+    const v1::WaitDrainedRequest& request) const {
+  if (auth_ == nullptr) {
+    return Authorize<v1::WaitDrainedRequest>(context, role, request);
+  }
+  return auth_->AuthorizeDrain(
+      context, {request.addresses().begin(), request.addresses().end()});
+}
+
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* AdminService::Handle(
     grpc::CallbackServerContext* context, const char* method, AdminRole role,

@@ -52,6 +52,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "aside/v1/admin.grpc.pb.h"
 #include "lib/sync.h"
+#include "server/api/drain_confirmations.h"
 #include "server/api/mutation_queue.h"
 #include "server/auth/admin_auth.h"
 #include "server/base/metrics.h"
@@ -122,6 +123,23 @@ class AdminService final : public v1::Admin::CallbackService {
   // Each group's changes run in order on one mutation worker, different
   // groups' on different workers (so their writes share commits); the last
   // to finish finishes the call. No worker waits for another.
+  // Waits, without a thread, until every subscriber of the group on this
+  // replica confirmed the generation (DrainConfirmations) and no reporting
+  // stub has calls in flight to the addresses, or until the timeout (a
+  // gRPC alarm). Confirmations and load reports of the group wake it.
+  grpc::ServerUnaryReactor* WaitDrained(
+      grpc::CallbackServerContext* context,
+      const v1::WaitDrainedRequest* request,
+      v1::WaitDrainedResponse* response) override;
+  static constexpr absl::Duration kDefaultDrainWait = absl::Seconds(30);
+  static constexpr absl::Duration kMaxDrainWait = absl::Minutes(10);
+
+  // Who confirmed what (WaitDrained). Set once while wiring, before
+  // serving; without it WaitDrained is UNIMPLEMENTED.
+  void set_confirmations(DrainConfirmations* confirmations) {
+    confirmations_ = confirmations;
+  }
+
   grpc::ServerUnaryReactor* ApplyGroupChanges(
       grpc::CallbackServerContext* context,
       const v1::ApplyGroupChangesRequest* request,
@@ -206,6 +224,16 @@ class AdminService final : public v1::Admin::CallbackService {
                          const Request& request) const;
   grpc::Status Authorize(const grpc::ServerContextBase& context, AdminRole role,
                          const v1::DrainBackendsRequest& request) const;
+  grpc::Status Authorize(const grpc::ServerContextBase& context, AdminRole role,
+                         const v1::WaitDrainedRequest& request) const;
+
+  // WaitDrained's checks: INVALID_ARGUMENT, NOT_FOUND or
+  // FAILED_PRECONDITION; on success the generation to wait for and the
+  // addresses in canonical form.
+  grpc::Status CheckDrainWait(const v1::WaitDrainedRequest& request,
+                              uint64_t* generation,
+                              std::vector<std::string>* addresses,
+                              absl::Duration* timeout) const;
 
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Handle(
@@ -226,6 +254,7 @@ class AdminService final : public v1::Admin::CallbackService {
   const HealthRegistry* const health_;
   GrpclbStreams grpclb_streams_;
   const OrcaCollector* orca_ = nullptr;
+  DrainConfirmations* confirmations_ = nullptr;
   Members members_;
   // With `claims_aliases`, no other mutation at all (see the file
   // comment); without, any number (StoreSync orders those of one name).

@@ -190,6 +190,10 @@ class GrpclbService::Stream final
 
   void OnWriteDone(bool ok) override {
     aside::MutexLock lock(&mu_);
+    if (ok && writing_generation_ != 0) {
+      ConfirmLocked(writing_generation_);
+    }
+    writing_generation_ = 0;
     if (WriteDoneLocked(ok)) {
       WriteNextLocked();
     }
@@ -209,6 +213,9 @@ class GrpclbService::Stream final
   }
 
   void OnDone() override {
+    if (group_ != nullptr && service_->confirmations_ != nullptr) {
+      service_->confirmations_->Unsubscribe(group_->name(), confirmation_id_);
+    }
     if (group_ != nullptr) {
       group_->RemoveListener(this);
       if (service_->metrics_ != nullptr) {
@@ -254,6 +261,11 @@ class GrpclbService::Stream final
           absl::StrCat("no group for grpclb name '", EchoName(name),
                        "' (by alias or by the host's first label)")));
       return;
+    }
+    if (DrainConfirmations* c = service_->confirmations_; c != nullptr) {
+      confirmation_id_ = c->NewId();
+      c->Subscribe(group->name(), confirmation_id_,
+                   {DrainConfirmations::Edge::kGrpclb, "", context_->peer()});
     }
     {
       aside::MutexLock lock(&mu_);
@@ -343,9 +355,13 @@ class GrpclbService::Stream final
     dirty_ = false;
     std::shared_ptr<const BuiltList> list = service_->ListFor(*group_);
     if (last_sent_ != nullptr && list->bytes == last_sent_->bytes) {
-      return;  // nothing a client would see changed
+      // Nothing a client would see changed: the list written is as good
+      // as this one (no write is in flight here).
+      ConfirmLocked(list->generation);
+      return;
     }
     last_sent_ = std::move(list);
+    writing_generation_ = last_sent_->generation;
     if (service_->metrics_ != nullptr) {
       service_->metrics_->grpclb_server_lists.Add({{"group", group_->name()}})
           .Increment();
@@ -356,10 +372,23 @@ class GrpclbService::Stream final
     StartWrite(&last_sent_->response);
   }
 
+  // The write of a list built at `generation` (or one with its content)
+  // completed: the stream has confirmed it.
+  void ConfirmLocked(uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (service_->confirmations_ != nullptr && confirmation_id_ != 0) {
+      service_->confirmations_->Confirm(group_->name(), confirmation_id_,
+                                        generation);
+    }
+  }
+
   GrpclbService* const service_;
   // The stream's place under the per-peer stream limit.
   PeerStreamLimit::Slot peer_slot_;
   lb::LoadBalanceRequest request_;
+  // This stream in the service's confirmations (set with group_), and the
+  // generation of the list being written (0: none, or not a list).
+  uint64_t confirmation_id_ = 0;
+  uint64_t writing_generation_ ABSL_GUARDED_BY(mu_) = 0;
   // Set once by the reading side (under mu_) before any listener or writer
   // uses it; other threads read it under mu_.
   GroupPtr group_;
@@ -426,6 +455,7 @@ std::shared_ptr<const GrpclbService::BuiltList> GrpclbService::ListFor(
     auto built = std::make_shared<BuiltList>();
     *built->response.mutable_server_list() =
         BuildServerList(*published->table, options, max_servers_, overload);
+    built->generation = published->table->generation();
     built->bytes = built->response.server_list().SerializeAsString();
     lists_built_.fetch_add(1);
     if (metrics_ != nullptr) {

@@ -49,6 +49,7 @@
 #include "absl/base/thread_annotations.h"
 #include "grpc/lb/v1/load_balancer.grpc.pb.h"
 #include "lib/sync.h"
+#include "server/api/drain_confirmations.h"
 #include "server/api/peer_stream_limit.h"
 #include "server/auth/report_auth.h"
 #include "server/base/metrics.h"
@@ -87,6 +88,14 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   // (limits.max_balancer_streams_per_peer). Before the server starts.
   void LimitStreamsPerPeer(uint32_t max);
 
+  // Where each stream's confirmed generations go: a group's generation is
+  // confirmed once the write of a server list built from it (or with the
+  // same content) completed. Null: nowhere. Set once while wiring, before
+  // serving.
+  void set_confirmations(DrainConfirmations* confirmations) {
+    confirmations_ = confirmations;
+  }
+
   // Ends every stream with UNAVAILABLE.
   void Shutdown();
   size_t streams() const;
@@ -106,7 +115,8 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   // A group's server list for one publication and overload level, as sent.
   struct BuiltList {
     grpc::lb::v1::LoadBalanceResponse response;
-    std::string bytes;  // serialised: streams compare what they last sent
+    std::string bytes;        // serialised: streams compare what they last sent
+    uint64_t generation = 0;  // of the table it was built from
   };
   // The list for `group`'s newest publication, built once into it
   // (Group::Publication::forms) and shared by every stream of the group.
@@ -118,6 +128,7 @@ class GrpclbService final : public grpc::lb::v1::LoadBalancer::CallbackService {
   const absl::Duration stats_interval_;
   const uint32_t max_servers_;
   const ReportAuth* const report_auth_;
+  DrainConfirmations* confirmations_ = nullptr;
 
   StreamSet<Stream> streams_;
   std::atomic<uint64_t> lists_built_{0};

@@ -251,12 +251,20 @@ void LoadBalancerService::HandleReport(const ReportAuth::Reporter& reporter,
   }
 }
 
-WatchHub::Requester LoadBalancerService::WatchRequester() {
-  return [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
-                grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer,
-                grpc::ServerCompletionQueue* cq, void* tag) {
+WatchHub::Requesters LoadBalancerService::WatchRequester() {
+  WatchHub::Requesters r;
+  r.watch = [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
+                   grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer,
+                   grpc::ServerCompletionQueue* cq, void* tag) {
     RequestWatch(context, request, writer, cq, cq, tag);
   };
+  r.confirmed = [this](grpc::ServerContext* context,
+                       grpc::ServerAsyncReaderWriter<grpc::ByteBuffer,
+                                                     grpc::ByteBuffer>* stream,
+                       grpc::ServerCompletionQueue* cq, void* tag) {
+    RequestWatchConfirmed(context, stream, cq, cq, tag);
+  };
+  return r;
 }
 
 grpc::ServerUnaryReactor* LoadBalancerService::Pick(

@@ -36,8 +36,9 @@ inline constexpr absl::Duration kReportInterval = absl::Seconds(1);
 // callback methods.
 using LoadBalancerServiceBase = v1::LoadBalancer::WithCallbackMethod_Pick<
     v1::LoadBalancer::WithRawMethod_Watch<
-        v1::LoadBalancer::WithCallbackMethod_ReportLoad<
-            v1::LoadBalancer::Service>>>;
+        v1::LoadBalancer::WithRawMethod_WatchConfirmed<
+            v1::LoadBalancer::WithCallbackMethod_ReportLoad<
+                v1::LoadBalancer::Service>>>>;
 
 class LoadBalancerService final : public LoadBalancerServiceBase {
  public:
@@ -48,9 +49,9 @@ class LoadBalancerService final : public LoadBalancerServiceBase {
                       LoadAggregator* loads,
                       const ReportAuth* report_auth = nullptr);
 
-  // Asks gRPC for Watch calls on the hub's completion queues (for
-  // WatchHub::Serve).
-  WatchHub::Requester WatchRequester();
+  // Asks gRPC for Watch and WatchConfirmed calls on the hub's completion
+  // queues (for WatchHub::Serve).
+  WatchHub::Requesters WatchRequester();
 
   grpc::ServerUnaryReactor* Pick(grpc::CallbackServerContext* context,
                                  const v1::PickRequest* request,

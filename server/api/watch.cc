@@ -49,11 +49,12 @@ void WatchHub::AddCompletionQueues(grpc::ServerBuilder& builder, int threads) {
   }
 }
 
-void WatchHub::Serve(Requester request) {
+void WatchHub::Serve(Requesters request) {
   request_ = std::move(request);
   serving_ = true;
   for (const auto& shard : shards_) {
-    RequestCall(shard.get());
+    RequestCall(shard.get(), /*confirmed=*/false);
+    RequestCall(shard.get(), /*confirmed=*/true);
     shard->thread = std::thread([shard = shard.get()] {
       NameThisThread("aside-watch-cq");
       Poll(shard);
@@ -61,13 +62,13 @@ void WatchHub::Serve(Requester request) {
   }
 }
 
-void WatchHub::RequestCall(Shard* shard) {
+void WatchHub::RequestCall(Shard* shard, bool confirmed) {
   aside::MutexLock lock(&mu_);
   if (stopping_) {
     return;
   }
   ++alive_;
-  (new Stream(this, shard))->Request(request_);
+  (new Stream(this, shard, confirmed))->Request(request_);
 }
 
 void WatchHub::Ready(Shard* shard, Stream* stream) {

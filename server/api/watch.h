@@ -1,4 +1,6 @@
-// Watch: streams of weight tables to subscribers.
+// Watch: streams of weight tables to subscribers, by either method: Watch
+// (server-streaming) or WatchConfirmed (bidi: the subscriber answers the
+// updates that take a backend out; see DrainConfirmations).
 //
 // Each stream subscribes to one or more groups. The first message per group
 // is the full table; later ones carry the delta from the generation the
@@ -52,6 +54,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "lib/sync.h"
+#include "server/api/drain_confirmations.h"
 #include "server/api/peer_stream_limit.h"
 #include "server/base/metrics.h"
 #include "server/base/stream_set.h"
@@ -84,13 +87,28 @@ class WatchHub : private Group::Listener {
       grpc::ServerContext* context, grpc::ByteBuffer* request,
       grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer,
       grpc::ServerCompletionQueue* cq, void* tag)>;
+  // The same for WatchConfirmed (RequestWatchConfirmed).
+  using ConfirmedRequester = std::function<void(
+      grpc::ServerContext* context,
+      grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
+      grpc::ServerCompletionQueue* cq, void* tag)>;
+  struct Requesters {
+    Requester watch;
+    ConfirmedRequester confirmed;
+  };
+
+  // Where each stream's confirmed generations go (null: nowhere). Set
+  // once while wiring, before Serve.
+  void set_confirmations(DrainConfirmations* confirmations) {
+    confirmations_ = confirmations;
+  }
 
   // Before the server is built: adds the hub's completion queues.
   void AddCompletionQueues(grpc::ServerBuilder& builder,
                            int threads = kWatchThreads);
   // Once the server has started: starts one thread per queue, each with a
-  // call requested.
-  void Serve(Requester request);
+  // call of each method requested.
+  void Serve(Requesters request);
   // Once the server has shut down (its calls are ended): ends the streams
   // still open, waits for them to go, shuts the queues down, drains them
   // and joins their threads. Idempotent; the destructor does it too.
@@ -123,8 +141,9 @@ class WatchHub : private Group::Listener {
     bool armed ABSL_GUARDED_BY(mu) = false;  // `wake` is set
     grpc::Alarm wake;
   };
-  // Requests the next call on `shard` (unless StopServing has begun).
-  void RequestCall(Shard* shard);
+  // Requests the next call of Watch (or WatchConfirmed) on `shard` (unless
+  // StopServing has begun).
+  void RequestCall(Shard* shard, bool confirmed);
   // Queues `stream` for the shard's thread, waking it if need be.
   static void Ready(Shard* shard, Stream* stream);
   // Runs the completions of `shard` until its queue is shut down and
@@ -145,7 +164,8 @@ class WatchHub : private Group::Listener {
 
   // Serving: the queues and their threads (set up before the server runs,
   // torn down by StopServing on the thread that owns the hub).
-  Requester request_;
+  Requesters request_;
+  DrainConfirmations* confirmations_ = nullptr;
   std::vector<std::unique_ptr<Shard>> shards_;
   bool serving_ = false;
   // Stream objects alive, requested calls included: the queues are shut

@@ -4,6 +4,7 @@
 // the stream may be deleted. The hub that runs the streams is watch.cc.
 #include "server/api/watch_stream.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <set>
@@ -28,7 +29,8 @@ std::vector<grpc::Slice> Slices(const grpc::ByteBuffer& buffer) {
   return slices;
 }
 
-bool ParseRequest(const grpc::ByteBuffer& buffer, v1::WatchRequest* out) {
+bool ParseBuffer(const grpc::ByteBuffer& buffer,
+                 google::protobuf::Message* out) {
   std::string bytes;
   for (const grpc::Slice& s : Slices(buffer)) {
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
@@ -63,9 +65,15 @@ WatchHub::Stream::~Stream() {
   --hub_->alive_;
 }
 
-void WatchHub::Stream::Request(const Requester& request) {
+void WatchHub::Stream::Request(const Requesters& request) {
   context_.AsyncNotifyWhenDone(&done_op_);
-  request(&context_, &request_, &writer_, shard_->cq.get(), &request_op_);
+  if (writer_.confirmed()) {
+    request.confirmed(&context_, writer_.reader_writer(), shard_->cq.get(),
+                      &request_op_);
+  } else {
+    request.watch(&context_, &request_, writer_.writer(), shard_->cq.get(),
+                  &request_op_);
+  }
 }
 
 void WatchHub::Stream::Complete(Op::Kind kind, bool ok) {
@@ -78,9 +86,19 @@ void WatchHub::Stream::Complete(Op::Kind kind, bool ok) {
         delete this;
         return;
       }
-      hub_->RequestCall(shard_);
+      hub_->RequestCall(shard_, writer_.confirmed());
+      if (writer_.confirmed()) {
+        // The request is the first message.
+        aside::MutexLock lock(&mu_);
+        reading_ = true;
+        writer_.Read(&read_, &read_op_);
+        return;
+      }
       Start();
       return;
+    case Op::kRead:
+      release = OnReadDone(ok);
+      break;
     case Op::kWrite:
       release = OnWriteDone(ok);
       break;
@@ -102,16 +120,22 @@ void WatchHub::Stream::Complete(Op::Kind kind, bool ok) {
 void WatchHub::Stream::Start() {
   grpc::Status error;
   std::vector<GroupPtr> groups;
+  DrainConfirmations::Subscriber who;
   {
     aside::MutexLock lock(&mu_);
     v1::WatchRequest req;
-    error = ValidateLocked(request_, &req);
+    error = ParseLocked(&req);
+    if (error.ok()) {
+      error = ValidateLocked(req);
+    }
     request_.Clear();
+    read_.Clear();
     for (const Entry& e : entries_) {
       if (e.group != nullptr) {
         groups.push_back(e.group);
       }
     }
+    who.name = req.subscriber();
   }
   if (!hub_->streams_.Add(this) && error.ok()) {
     error = ShuttingDownStatus();
@@ -123,6 +147,17 @@ void WatchHub::Stream::Start() {
     aside::MutexLock lock(&mu_);
     FinishLocked(error);
     return;
+  }
+  if (DrainConfirmations* c = hub_->confirmations_; c != nullptr) {
+    // Every name, present or not: a group created later is sent to this
+    // stream too. Only this thread (the queue's) sets the id.
+    confirmation_id_ = c->NewId();
+    who.edge = DrainConfirmations::Edge::kWatch;
+    who.peer = context_.peer();
+    aside::MutexLock lock(&mu_);
+    for (const Entry& e : entries_) {
+      c->Subscribe(e.name, confirmation_id_, who);
+    }
   }
   // Listeners are added without holding mu_ (leaving waits for a
   // publication in progress, which takes it); a publication that comes
@@ -142,6 +177,7 @@ void WatchHub::Stream::Start() {
       }
     }
     WriteNextLocked();
+    ReadNextLocked();
   }
   // A group added between the lookup in ValidateLocked and now was
   // announced while this stream was not subscribed (Reattach ignored it)
@@ -180,6 +216,12 @@ void WatchHub::Stream::OnRemoved(Group& group, uint64_t generation) {
 bool WatchHub::Stream::OnWriteDone(bool ok) {
   aside::MutexLock lock(&mu_);
   writing_ = false;
+  if (ok && write_generation_ != 0 && write_entry_ < entries_.size()) {
+    Entry& e = entries_[write_entry_];
+    e.written = std::max(e.written, write_generation_);
+    ConfirmLocked(e);
+  }
+  write_generation_ = 0;
   if (!ok) {
     FinishLocked(WriteFailedStatus());
   } else if (end_deferred_at_.has_value()) {
@@ -190,10 +232,86 @@ bool WatchHub::Stream::OnWriteDone(bool ok) {
   return ReleasableLocked();
 }
 
+bool WatchHub::Stream::OnReadDone(bool ok) {
+  bool start = false;
+  {
+    aside::MutexLock lock(&mu_);
+    reading_ = false;
+    if (!request_read_) {
+      request_read_ = true;
+      // Not once the call is over (the done notification, on this same
+      // thread, came first): the stream is then never started.
+      start = !finished_;
+      if (!ok) {
+        read_.Clear();  // ParseLocked refuses it
+      }
+    } else if (ok && !finished_) {
+      v1::WatchMessage message;
+      if (ParseBuffer(read_, &message) && message.has_applied()) {
+        HandleAppliedLocked(message.applied());
+      }
+      read_.Clear();
+      ReadNextLocked();
+    }
+  }
+  if (start) {
+    Start();
+  }
+  aside::MutexLock lock(&mu_);
+  return ReleasableLocked();
+}
+
+void WatchHub::Stream::ReadNextLocked() {
+  if (!writer_.confirmed() || reading_ || finished_) {
+    return;
+  }
+  reading_ = true;
+  writer_.Read(&read_, &read_op_);
+}
+
+void WatchHub::Stream::HandleAppliedLocked(const v1::Applied& applied) {
+  for (Entry& e : entries_) {
+    if (e.name != applied.group()) {
+      continue;
+    }
+    // Only what was sent can have been applied.
+    if (e.absent || applied.generation() > e.sent) {
+      return;
+    }
+    e.applied = std::max(e.applied, applied.generation());
+    ConfirmLocked(e);
+    return;
+  }
+}
+
+void WatchHub::Stream::ConfirmLocked(const Entry& e) {
+  DrainConfirmations* c = hub_->confirmations_;
+  if (c == nullptr || confirmation_id_ == 0) {
+    return;
+  }
+  if (!writer_.confirmed()) {
+    // Watch: a completed write is all an older stub tells.
+    c->Confirm(e.name, confirmation_id_, e.written);
+    return;
+  }
+  // WatchConfirmed: every update that took a backend out was answered;
+  // the ones written since took nothing out.
+  if (e.applied >= e.need) {
+    c->Confirm(e.name, confirmation_id_, std::max(e.applied, e.written));
+  }
+}
+
 bool WatchHub::Stream::OnDone() {
   {
     aside::MutexLock lock(&mu_);
     finished_ = true;
+  }
+  if (DrainConfirmations* c = hub_->confirmations_;
+      c != nullptr && confirmation_id_ != 0) {
+    aside::MutexLock lock(&mu_);
+    for (const Entry& e : entries_) {
+      c->Unsubscribe(e.name, confirmation_id_);
+    }
   }
   Unsubscribe();
   hub_->streams_.Remove(this);
@@ -338,11 +456,27 @@ void WatchHub::Stream::MarkAbsentLocked(Entry& e, v1::GroupRemoved::Cause cause,
   e.dirty = true;
 }
 
-grpc::Status WatchHub::Stream::ValidateLocked(const grpc::ByteBuffer& buffer,
-                                              v1::WatchRequest* req) {
-  if (!ParseRequest(buffer, req)) {
+grpc::Status WatchHub::Stream::ParseLocked(v1::WatchRequest* req) {
+  if (!writer_.confirmed()) {
+    if (!ParseBuffer(request_, req)) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, "request does not parse"};
+    }
+    return grpc::Status::OK;
+  }
+  v1::WatchMessage first;
+  if (!ParseBuffer(read_, &first)) {
     return {grpc::StatusCode::INVALID_ARGUMENT, "request does not parse"};
   }
+  if (!first.has_request()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "request: the first message must carry the WatchRequest"};
+  }
+  *req = std::move(*first.mutable_request());
+  return grpc::Status::OK;
+}
+
+grpc::Status WatchHub::Stream::ValidateLocked(const v1::WatchRequest& r) {
+  const v1::WatchRequest* req = &r;
   if (req->groups().empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT,
             "groups: at least one group is required"};
@@ -399,6 +533,7 @@ void WatchHub::Stream::WriteNextLocked() {
     grpc::ByteBuffer own;
     const grpc::ByteBuffer* message = &own;
     std::shared_ptr<const EncodedUpdate> update;
+    write_generation_ = 0;
     if (e.absent) {
       if (e.absent_sent) {
         continue;
@@ -414,22 +549,29 @@ void WatchHub::Stream::WriteNextLocked() {
       if (update->generation == e.sent) {
         continue;
       }
+      bool confirm = true;
       if (e.sent == 0 && e.known != 0 && e.known == update->generation) {
         own = EncodeUnchanged(e.group->name(), update->generation,
                               e.group->server_id());
         kind = gm != nullptr ? gm->watch_unchanged : nullptr;
-      } else if (const grpc::ByteBuffer* delta =
-                     update->DeltaFrom(e.sent != 0 ? e.sent : e.known);
+      } else if (const grpc::ByteBuffer* delta = update->DeltaFrom(
+                     e.sent != 0 ? e.sent : e.known, nullptr, &confirm);
                  delta != nullptr) {
         // From the generation the subscriber holds: the one-step delta,
         // or one combined delta when it is a few generations behind.
         message = delta;
         kind = gm != nullptr ? gm->watch_delta : nullptr;
       } else {
+        confirm = true;
         message = &update->full();
         kind = gm != nullptr ? gm->watch_full : nullptr;
       }
       e.sent = update->generation;
+      if (confirm) {
+        e.need = std::max(e.need, e.sent);
+      }
+      write_entry_ = static_cast<size_t>(&e - entries_.data());
+      write_generation_ = e.sent;
     }
     const int64_t now = MonotonicNanos();
     if (kind != nullptr) {

@@ -25,20 +25,70 @@ namespace aside::server {
 
 // A completion-queue tag: which operation of which stream completed.
 struct WatchHub::Op {
-  enum Kind { kRequest, kWrite, kFinish, kDone };
+  enum Kind { kRequest, kWrite, kFinish, kDone, kRead };
   Stream* stream;
   Kind kind;
 };
 
-// One Watch call. Thread-safe: publications and group (re)appearances
-// arrive on the group publisher's thread, completions on the hub thread of
-// the stream's completion queue; everything below serialises on mu_.
+// The sending side of either Watch method: Watch's writer, or
+// WatchConfirmed's reader-writer (which also reads the subscriber's
+// messages). One of the two is made, at construction.
+class WatchWriter {
+ public:
+  WatchWriter(grpc::ServerContext* context, bool confirmed) {
+    if (confirmed) {
+      bidi_.emplace(context);
+    } else {
+      writer_.emplace(context);
+    }
+  }
+  bool confirmed() const { return bidi_.has_value(); }
+  grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer() { return &*writer_; }
+  grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>*
+  reader_writer() {
+    return &*bidi_;
+  }
+  void Write(const grpc::ByteBuffer& message, void* tag) {
+    if (bidi_.has_value()) {
+      bidi_->Write(message, tag);
+    } else {
+      writer_->Write(message, tag);
+    }
+  }
+  void Finish(const grpc::Status& status, void* tag) {
+    if (bidi_.has_value()) {
+      bidi_->Finish(status, tag);
+    } else {
+      writer_->Finish(status, tag);
+    }
+  }
+  // WatchConfirmed only.
+  void Read(grpc::ByteBuffer* message, void* tag) { bidi_->Read(message, tag); }
+
+ private:
+  std::optional<grpc::ServerAsyncWriter<grpc::ByteBuffer>> writer_;
+  std::optional<
+      grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
+      bidi_;
+};
+
+// One Watch or WatchConfirmed call. Thread-safe: publications and group
+// (re)appearances arrive on the group publisher's thread, completions on the
+// hub thread of the stream's completion queue; everything below serialises on
+// mu_.
 //
 // Life: constructed to request a call (Request); the request's completion
 // starts it (Start: validation, peer cap, subscription, first writes); at
 // most one write and one Finish are in flight; the done notification
 // unsubscribes it and takes it out of the hub; it is deleted once that
-// notification and every operation it started have completed. All of a
+// notification and every operation it started have completed.
+//
+// WatchConfirmed: the request is the first message read (Start follows
+// its completion); from then on one read is always in flight, taking the
+// subscriber's Applied answers, until the subscriber half-closes or the
+// call ends; deletion waits for it as for a write. Each group's confirmed
+// generation goes to the hub's DrainConfirmations (see there for what it
+// means on either method). All of a
 // stream's completions arrive on one thread, so the deletion is decided
 // there without a race.
 //
@@ -50,11 +100,12 @@ struct WatchHub::Op {
 class WatchHub::Stream final : public Group::Listener {
  public:
   // Counted in the hub's alive_ (the caller holds the hub's mu_).
-  Stream(WatchHub* hub, Shard* shard)
-      : hub_(hub), shard_(shard), writer_(&context_) {}
+  // `confirmed`: a WatchConfirmed call, else Watch.
+  Stream(WatchHub* hub, Shard* shard, bool confirmed)
+      : hub_(hub), shard_(shard), writer_(&context_, confirmed) {}
   ~Stream() override;
 
-  void Request(const Requester& request);
+  void Request(const Requesters& request);
 
   // On the queue's thread.
   void Complete(Op::Kind kind, bool ok);
@@ -68,6 +119,10 @@ class WatchHub::Stream final : public Group::Listener {
   // The write completed: the next one starts. True when the stream may
   // go.
   bool OnWriteDone(bool ok);
+
+  // WatchConfirmed: a read completed (the request, or an answer). True
+  // when the stream may go.
+  bool OnReadDone(bool ok);
 
   // The call is over (finished, or cancelled by the peer, a deadline, the
   // connection's end or the server): no more writes. True when the stream
@@ -118,6 +173,12 @@ class WatchHub::Stream final : public Group::Listener {
     v1::GroupRemoved::Cause cause = v1::GroupRemoved::CAUSE_NOT_FOUND;
     uint64_t removed_generation = 0;
     int64_t published_at = 0;
+    // Confirmations (DrainConfirmations): the newest generation written
+    // (its write completed), the newest sent with `confirm` set, and the
+    // newest the subscriber answered Applied for (WatchConfirmed).
+    uint64_t written = 0;
+    uint64_t need = 0;
+    uint64_t applied = 0;
   };
 
   void Listen(Group& g);
@@ -126,9 +187,18 @@ class WatchHub::Stream final : public Group::Listener {
   void MarkAbsentLocked(Entry& e, v1::GroupRemoved::Cause cause,
                         uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  grpc::Status ValidateLocked(const grpc::ByteBuffer& buffer,
-                              v1::WatchRequest* req)
+  // The request: Watch's, or WatchConfirmed's first message.
+  grpc::Status ParseLocked(v1::WatchRequest* req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  grpc::Status ValidateLocked(const v1::WatchRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // WatchConfirmed: the next read, unless the call is over.
+  void ReadNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleAppliedLocked(const v1::Applied& applied)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the hub's confirmations what `e` has confirmed now.
+  void ConfirmLocked(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Starts the next write if none is in flight: the next dirty group in
   // round-robin order, with the newest state of that group.
@@ -140,7 +210,7 @@ class WatchHub::Stream final : public Group::Listener {
   // Whether the done notification and every started operation completed,
   // and the shard's thread holds no reference.
   bool ReleasableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return done_ && !writing_ && !finishing_ && !queued_;
+    return done_ && !writing_ && !finishing_ && !queued_ && !reading_;
   }
 
   // Off the shard's thread: has that thread start the next write, if one
@@ -160,10 +230,21 @@ class WatchHub::Stream final : public Group::Listener {
   Op write_op_{this, Op::kWrite};
   Op finish_op_{this, Op::kFinish};
   Op done_op_{this, Op::kDone};
+  Op read_op_{this, Op::kRead};
   grpc::ServerContext context_;
-  // The request; read once, in Start, on the queue's thread.
+  // The request; read once, in Start, on the queue's thread (Watch).
   grpc::ByteBuffer request_;
-  grpc::ServerAsyncWriter<grpc::ByteBuffer> writer_;
+  WatchWriter writer_;
+  // WatchConfirmed: the message being read (the request first).
+  grpc::ByteBuffer read_ ABSL_GUARDED_BY(mu_);
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool request_read_ ABSL_GUARDED_BY(mu_) = false;
+  // This stream in the hub's confirmations (0: none kept).
+  uint64_t confirmation_id_ = 0;
+  // The entry whose write is in flight, its generation (0: none, or a
+  // GroupRemoved).
+  size_t write_entry_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t write_generation_ ABSL_GUARDED_BY(mu_) = 0;
   // The stream's place under the per-peer limit: taken once in Start and
   // given back in OnDone, both on the queue's thread.
   PeerStreamLimit::Slot peer_slot_;

@@ -21,6 +21,25 @@ void MemberToProto(const Member& m, v1::TableBackend* out) {
 
 }  // namespace
 
+bool TakesBackendOut(const Table& previous, const Table& current) {
+  // Both member lists are sorted by address.
+  const auto& b = current.members();
+  size_t j = 0;
+  for (const Member& m : previous.members()) {
+    if (m.backend.drained) {
+      continue;
+    }
+    while (j < b.size() && b[j].backend.address < m.backend.address) {
+      ++j;
+    }
+    if (j == b.size() || b[j].backend.address != m.backend.address ||
+        b[j].backend.drained) {
+      return true;
+    }
+  }
+  return false;
+}
+
 grpc::ByteBuffer ToByteBuffer(const google::protobuf::Message& message) {
   std::string bytes = message.SerializeAsString();
   grpc::Slice slice(std::move(bytes));
@@ -73,6 +92,7 @@ void EncodedUpdate::EncodeFull() const {
     full.set_group(table_->group());
     full.set_generation(table_->generation());
     full.set_server_id(server_id_);
+    full.set_confirm(true);
     ToProto(*table_, full.mutable_full());
     std::string bytes = full.SerializeAsString();
     full_bytes_ = bytes.size();
@@ -97,6 +117,7 @@ std::optional<std::string> EncodedUpdate::SmallerDelta(
   delta.set_group(table_->group());
   delta.set_generation(table_->generation());
   delta.set_server_id(server_id_);
+  delta.set_confirm(TakesBackendOut(base, *table_));
   MakeDelta(base, *table_, delta.mutable_delta());
   std::string delta_bytes = delta.SerializeAsString();
   // The full table carries at least every member's address (a tag and a
@@ -112,14 +133,17 @@ std::optional<std::string> EncodedUpdate::SmallerDelta(
   return std::nullopt;
 }
 
-const grpc::ByteBuffer* EncodedUpdate::DeltaFrom(uint64_t base,
-                                                 size_t* bytes) const {
+const grpc::ByteBuffer* EncodedUpdate::DeltaFrom(uint64_t base, size_t* bytes,
+                                                 bool* confirm) const {
   if (base == 0 || base >= generation) {
     return nullptr;
   }
   if (base == base_generation) {
     if (delta.has_value() && bytes != nullptr) {
       *bytes = delta_bytes;
+    }
+    if (confirm != nullptr) {
+      *confirm = delta_confirm;
     }
     return delta.has_value() ? &*delta : nullptr;
   }
@@ -138,6 +162,7 @@ const grpc::ByteBuffer* EncodedUpdate::DeltaFrom(uint64_t base,
   if (made) {
     if (std::optional<std::string> d = SmallerDelta(*from); d.has_value()) {
       it->second.bytes = d->size();
+      it->second.confirm = TakesBackendOut(*from, *table_);
       grpc::Slice slice(std::move(*d));
       it->second.delta.emplace(&slice, 1);
     }
@@ -147,6 +172,9 @@ const grpc::ByteBuffer* EncodedUpdate::DeltaFrom(uint64_t base,
   }
   if (bytes != nullptr) {
     *bytes = it->second.bytes;
+  }
+  if (confirm != nullptr) {
+    *confirm = it->second.confirm;
   }
   return &*it->second.delta;
 }
@@ -175,6 +203,7 @@ std::shared_ptr<const EncodedUpdate> EncodeUpdate(
         d.has_value()) {
       out->base_generation = previous->generation();
       out->delta_bytes = d->size();
+      out->delta_confirm = TakesBackendOut(*previous, *current);
       grpc::Slice slice(std::move(*d));
       out->delta.emplace(&slice, 1);
     }
@@ -199,6 +228,7 @@ grpc::ByteBuffer EncodeUnchanged(const std::string& group, uint64_t generation,
   update.set_server_id(server_id);
   update.set_group(group);
   update.set_generation(generation);
+  update.set_confirm(true);
   update.mutable_delta()->set_base_generation(generation);
   return ToByteBuffer(update);
 }

@@ -42,6 +42,9 @@ class EncodedUpdate {
   // GroupUpdate{delta}, present only when smaller than the full table.
   std::optional<grpc::ByteBuffer> delta;
   size_t delta_bytes = 0;
+  // The delta has `confirm` set: it takes a backend out (TakesBackendOut).
+  // The full table always has it.
+  bool delta_confirm = false;
 
   // GroupUpdate{full}. Serialised when first asked for: a generation that
   // every subscriber takes as a delta never pays for the whole table.
@@ -53,9 +56,10 @@ class EncodedUpdate {
   // an older base among the group's recent tables, or null (base unknown, or
   // the delta not smaller than the full table: send full()). Each is made
   // once; the pointer stays valid as long as this object. `*bytes` (if not
-  // null) gets its size.
-  const grpc::ByteBuffer* DeltaFrom(uint64_t base,
-                                    size_t* bytes = nullptr) const;
+  // null) gets its size, `*confirm` (if not null) whether it has `confirm`
+  // set.
+  const grpc::ByteBuffer* DeltaFrom(uint64_t base, size_t* bytes = nullptr,
+                                    bool* confirm = nullptr) const;
 
  private:
   friend std::shared_ptr<const EncodedUpdate> EncodeUpdate(
@@ -69,6 +73,7 @@ class EncodedUpdate {
   struct Combined {
     std::optional<grpc::ByteBuffer> delta;  // nullopt: full is smaller
     size_t bytes = 0;
+    bool confirm = false;
   };
 
   const std::shared_ptr<const Table> table_;
@@ -83,6 +88,11 @@ class EncodedUpdate {
   // By base generation; node-based so that pointers stay valid.
   mutable std::map<uint64_t, Combined> combined_ ABSL_GUARDED_BY(combined_mu_);
 };
+
+// Whether `current` takes out a backend `previous` let subscribers pick:
+// one that is absent from `current`, or drained there and not before. Such
+// an update carries `confirm` (WatchConfirmed subscribers answer it).
+bool TakesBackendOut(const Table& previous, const Table& current);
 
 // Fills `delta` with what changed from `previous` to `current` (same group).
 void MakeDelta(const Table& previous, const Table& current,
@@ -103,7 +113,8 @@ grpc::ByteBuffer EncodeRemoved(const std::string& group, uint64_t generation,
                                const std::string& server_id);
 
 // A delta from `generation` to itself: tells a resuming subscriber that
-// what it holds is current.
+// what it holds is current (with `confirm` set: the subscriber's answer
+// tells the server it holds that generation).
 grpc::ByteBuffer EncodeUnchanged(const std::string& group, uint64_t generation,
                                  const std::string& server_id);
 

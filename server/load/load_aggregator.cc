@@ -428,6 +428,25 @@ void LoadAggregator::AddToBucketsLocked(std::deque<Bucket>& buckets,
   }
 }
 
+std::vector<std::pair<std::string, uint64_t>> LoadAggregator::InFlight(
+    const std::string& group, const std::string& address) const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  const int64_t now = clock_->NowNanos();
+  const int64_t window_nanos = absl::ToInt64Nanoseconds(window_);
+  aside::MutexLock lock(&mu_);
+  auto it = backends_.find(Key(group, address));
+  if (it == backends_.end()) {
+    return out;
+  }
+  for (const auto& [name, r] : it->second.reporters) {
+    if (r.in_flight > 0 && now - r.last_seen_nanos <= window_nanos) {
+      out.emplace_back(name, r.in_flight);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 LoadSnapshot LoadAggregator::Snapshot(const std::string& group,
                                       const std::string& address) const {
   LoadSnapshot out;

@@ -258,6 +258,11 @@ class LoadAggregator {
   LoadSnapshot Snapshot(const std::string& group,
                         const std::string& address) const;
 
+  // The reporters (ReportLoad, heard from within the window) whose last
+  // report showed calls in flight to the backend, with that count.
+  std::vector<std::pair<std::string, uint64_t>> InFlight(
+      const std::string& group, const std::string& address) const;
+
   // Drops state of groups or backends that no longer exist and of
   // reporters that went quiet long ago. Called periodically.
   void Prune();

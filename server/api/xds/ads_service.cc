@@ -154,6 +154,7 @@ class AdsService::Stream final
     bool release = false;
     {
       aside::MutexLock lock(&mu_);
+      SyncConfirmationsLocked({});
       done_ = true;
       release = !queued_;
     }
@@ -217,6 +218,9 @@ class AdsService::Stream final
     std::string sent_nonce;
     std::string acked_version;
     std::string rejected_version;
+    // Endpoints: the group and generation each resource of the version
+    // sent was built from (or has the content of); confirmed on its ACK.
+    std::vector<std::pair<std::string, uint64_t>> sent_generations;
   };
 
   // What to put in the index after an evaluation, when it changed.
@@ -358,6 +362,9 @@ class AdsService::Stream final
       } else {
         t.acked_version = request_.version_info();
         CountType(type, kAck);
+        if (t.acked_version == t.sent_version) {
+          ConfirmLocked(t);
+        }
       }
     }
     if (t.subscribed && SameNamesLocked(t.names)) {
@@ -407,7 +414,9 @@ class AdsService::Stream final
 
   // Resources of `type` for the subscribed names, from the groups they
   // resolved to, plus the count of unknown names.
-  std::vector<ResourcePtr> ResolveLocked(int type, size_t* unknown)
+  std::vector<ResourcePtr> ResolveLocked(
+      int type, size_t* unknown,
+      std::vector<std::pair<std::string, uint64_t>>* generations)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const TypeState& t = types_[type];
     std::vector<ResourcePtr> out;
@@ -429,6 +438,9 @@ class AdsService::Stream final
           break;
         case 3:
           f = service_->cache_.EndpointsOf(name, group);
+          if (f.resource != nullptr && f.group != nullptr) {
+            generations->emplace_back(f.group->name(), f.generation);
+          }
           break;
         default:
           break;  // routes are inline in listeners: none by name
@@ -527,8 +539,12 @@ class AdsService::Stream final
         ResolveNamesLocked(static_cast<int>(type), epoch);
       }
       size_t unknown = 0;
+      std::vector<std::pair<std::string, uint64_t>> generations;
       std::vector<ResourcePtr> resources =
-          ResolveLocked(static_cast<int>(type), &unknown);
+          ResolveLocked(static_cast<int>(type), &unknown, &generations);
+      if (type == 3) {
+        SyncConfirmationsLocked(generations);
+      }
       if (t.unanswered != (unknown > 0)) {
         t.unanswered = unknown > 0;
         keys_stale_ = true;
@@ -539,6 +555,12 @@ class AdsService::Stream final
         continue;  // never send a rejected version again
       }
       if (version == t.sent_version && !t.must_respond) {
+        // The same endpoints as the newer tables': what the client holds
+        // (or will ACK) is as good as what they would build.
+        t.sent_generations = std::move(generations);
+        if (t.acked_version == t.sent_version) {
+          ConfirmLocked(t);
+        }
         continue;
       }
       response_.Clear();
@@ -550,6 +572,7 @@ class AdsService::Stream final
       }
       t.sent_version = version;
       t.sent_nonce = response_.nonce();
+      t.sent_generations = std::move(generations);
       t.must_respond = false;
       if (service_->metrics_ != nullptr) {
         service_->responses_[type]->Increment();
@@ -562,6 +585,53 @@ class AdsService::Stream final
       writing_ = true;
       StartWrite(&response_);
       return;
+    }
+  }
+
+  // The groups this stream has endpoints of are the groups it subscribes
+  // to in the confirmations: `generations` (from the endpoints now
+  // resolved) replaces the last set.
+  void SyncConfirmationsLocked(
+      const std::vector<std::pair<std::string, uint64_t>>& generations)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    DrainConfirmations* c = service_->confirmations_;
+    if (c == nullptr) {
+      return;
+    }
+    std::set<std::string> now;
+    for (const auto& [group, generation] : generations) {
+      now.insert(group);
+    }
+    if (now == confirmation_groups_) {
+      return;
+    }
+    if (confirmation_id_ == 0) {
+      confirmation_id_ = c->NewId();
+    }
+    for (const std::string& g : confirmation_groups_) {
+      if (!now.contains(g)) {
+        c->Unsubscribe(g, confirmation_id_);
+      }
+    }
+    for (const std::string& g : now) {
+      if (!confirmation_groups_.contains(g)) {
+        c->Subscribe(
+            g, confirmation_id_,
+            {DrainConfirmations::Edge::kXds, node_id_, context_->peer()});
+      }
+    }
+    confirmation_groups_ = std::move(now);
+  }
+
+  // The client ACKed the version sent of `t`: it holds the endpoints
+  // built from those generations.
+  void ConfirmLocked(const TypeState& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    DrainConfirmations* c = service_->confirmations_;
+    if (c == nullptr || confirmation_id_ == 0) {
+      return;
+    }
+    for (const auto& [group, generation] : t.sent_generations) {
+      c->Confirm(group, confirmation_id_, generation);
     }
   }
 
@@ -604,6 +674,10 @@ class AdsService::Stream final
   bool keys_stale_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t keys_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t nonce_ ABSL_GUARDED_BY(mu_) = 0;
+  // This stream in the service's confirmations (0: not yet), and the
+  // groups it is subscribed to there.
+  uint64_t confirmation_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> confirmation_groups_ ABSL_GUARDED_BY(mu_);
   // Marked by the fan-out thread and not yet run (RunMarked); OnDone
   // came (the stream goes once it is not queued).
   bool queued_ ABSL_GUARDED_BY(mu_) = false;

@@ -63,6 +63,7 @@
 #include "absl/time/time.h"
 #include "envoy/service/discovery/v3/discovery.grpc.pb.h"
 #include "lib/sync.h"
+#include "server/api/drain_confirmations.h"
 #include "server/api/peer_stream_limit.h"
 #include "server/api/xds/resource_cache.h"
 #include "server/base/metrics.h"
@@ -88,6 +89,12 @@ class AdsService final : public envoy::service::discovery::v3::
   // Caps the streams one client address may hold open (0: no cap)
   // (limits.max_balancer_streams_per_peer). Before the server starts.
   void LimitStreamsPerPeer(uint32_t max);
+  // Where each stream's confirmed generations go: a group's generation is
+  // confirmed once the stream ACKed endpoints built from it (or with the
+  // same content). Null: nowhere. Set once while wiring, before serving.
+  void set_confirmations(DrainConfirmations* confirmations) {
+    confirmations_ = confirmations;
+  }
 
   // Ends every stream with UNAVAILABLE.
   void Shutdown();
@@ -134,6 +141,7 @@ class AdsService final : public envoy::service::discovery::v3::
 
   GroupRegistry* const groups_;
   Metrics* const metrics_;
+  DrainConfirmations* confirmations_ = nullptr;
   ResourceCache cache_;
   std::unique_ptr<GroupWatcher> watcher_;
 

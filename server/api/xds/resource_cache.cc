@@ -117,6 +117,7 @@ ResourceCache::Found ResourceCache::EndpointsOf(const std::string& name,
       out.group->published();
   const GrpclbSpec& drops = published->spec->grpclb;
   const int overload = OverloadPercent(name, *published);
+  out.generation = published->table->generation();
   out.resource = published->forms.Get<Resource>(
       "eds", static_cast<uint64_t>(overload), [&] {
         return MakeResource(

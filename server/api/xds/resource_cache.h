@@ -33,6 +33,8 @@ class ResourceCache {
     GroupPtr group;
     // The group hashes but the client gets the weighted fallback.
     bool ring_hash_fallback = false;
+    // Endpoints: the generation of the group's table they were built from.
+    uint64_t generation = 0;
   };
 
   // The Listener for a target name: resolved like a grpclb name (alias,
