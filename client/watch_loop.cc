@@ -225,8 +225,13 @@ void Client::WatchLoop() {
     }
     if (confirm && !delivered &&
         status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-      // An older server: watch it with Watch, at once.
+      // An older server: watch it with Watch, at once. Not an attempt of
+      // its own: the same one goes on with the other method.
       without_confirm.insert(target);
+      {
+        aside::MutexLock lock(&mu_);
+        --stats_.watch_attempts;
+      }
       Log(absl::StrCat("event=watch.no_confirmations target=", target,
                        " (the server predates WatchConfirmed; drains cannot "
                        "wait for this stub's answers)"));

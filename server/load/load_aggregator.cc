@@ -438,9 +438,12 @@ std::vector<std::pair<std::string, uint64_t>> LoadAggregator::InFlight(
   if (it == backends_.end()) {
     return out;
   }
-  for (const auto& [name, r] : it->second.reporters) {
+  for (const auto& [key, r] : it->second.reporters) {
     if (r.in_flight > 0 && now - r.last_seen_nanos <= window_nanos) {
-      out.emplace_back(name, r.in_flight);
+      // Keyed by source and reporter (Add): the reporter's own name.
+      const size_t cut = key.find('\x1f');
+      out.emplace_back(cut == std::string::npos ? key : key.substr(cut + 1),
+                       r.in_flight);
     }
   }
   std::sort(out.begin(), out.end());

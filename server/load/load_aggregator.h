@@ -259,7 +259,8 @@ class LoadAggregator {
                         const std::string& address) const;
 
   // The reporters (ReportLoad, heard from within the window) whose last
-  // report showed calls in flight to the backend, with that count.
+  // report showed calls in flight to the backend, by the name they report
+  // as, with that count.
   std::vector<std::pair<std::string, uint64_t>> InFlight(
       const std::string& group, const std::string& address) const;
 

@@ -2,6 +2,7 @@
 // code, --json, the token from the flag or ASIDE_TOKEN, a bad token, and
 // usage errors.
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -9,6 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "aside/v1/lookaside.grpc.pb.h"
+#include "client/client.h"
 #include "tests/client/client_helpers.h"
 #include "tests/integration/server_helpers.h"
 #include "tests/testing/process.h"
@@ -260,6 +263,53 @@ TEST_F(AsidectlTest, APreStopHookDrainsItsOwnBackendWithASelfDrainToken) {
             "127.0.0.1"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("not both"));
+}
+
+// drain --wait: exits 0 once every client of the group confirmed the drain
+// (a stub here), with a self-drain token too; at the timeout, 1 naming the
+// client that has not.
+TEST_F(AsidectlTest, DrainWaitExitsZeroOnceEveryClientConfirmed) {
+  CommandResult r =
+      Ctl({"create-group", "waited", "--backend", "127.0.0.1:9421", "--backend",
+           "127.0.0.1:9422", "--backend", "127.0.0.1:9423", "--health-check",
+           "none"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto client = Client::Create({.targets = {server_.target()}});
+  ASSERT_OK(client);
+  ClientGroup* group = (*client)->Group("waited");
+  ASSERT_TRUE(group->WaitForGeneration(1, absl::Seconds(20)));
+
+  r = Ctl({"drain", "--wait", "--timeout", "20s", "waited", "127.0.0.1:9421"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("drained 1 backend(s) 127.0.0.1:9421"),
+                              HasSubstr("drained: every client of group waited "
+                                        "confirmed generation")));
+
+  const std::string token_file =
+      dir_.WriteSecret("self-drain", absl::StrCat(kSelfDrainToken, "\n"));
+  r = Ctl({"--token-file", token_file, "drain", "--wait", "waited", "--self",
+           "9422", "--self-ip", "127.0.0.1"},
+          /*token=*/false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("drained: every client of group waited"));
+
+  // A subscriber that never answers holds the wait to its timeout.
+  auto channel =
+      grpc::CreateChannel(server_.target(), grpc::InsecureChannelCredentials());
+  auto lb = v1::LoadBalancer::NewStub(channel);
+  grpc::ClientContext context;
+  auto stream = lb->WatchConfirmed(&context);
+  v1::WatchMessage first;
+  first.mutable_request()->add_groups("waited");
+  first.mutable_request()->set_subscriber("stuck-stub");
+  ASSERT_TRUE(stream->Write(first));
+  v1::GroupUpdate update;
+  ASSERT_TRUE(stream->Read(&update));  // its full table: it is subscribed
+  r = Ctl({"drain", "--wait", "--timeout", "1s", "waited", "127.0.0.1:9423"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("not drained after 1s"),
+                              HasSubstr("watch stuck-stub")));
+  context.TryCancel();
 }
 
 TEST_F(AsidectlTest, ApplyChangesFromAFileAnswersEachChange) {

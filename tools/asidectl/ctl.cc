@@ -15,7 +15,7 @@ namespace aside::asidectl {
 
 Ctl::Ctl(const std::shared_ptr<grpc::Channel>& channel, std::string token)
     : json_(absl::GetFlag(FLAGS_json)),
-      timeout_(absl::GetFlag(FLAGS_timeout)),
+      timeout_(absl::GetFlag(FLAGS_timeout).value_or(absl::Seconds(10))),
       token_(std::move(token)),
       admin_(v1::Admin::NewStub(channel)),
       lb_(v1::LoadBalancer::NewStub(channel)) {}

@@ -78,6 +78,9 @@ class Ctl {
   int AddBackends(const Args& a);
   int RemoveBackends(const Args& a);
   int Drain(const Args& a, bool drained);
+  // drain --wait: WaitDrained in short rounds until drained or --timeout.
+  int WaitDrained(const std::string& group,
+                  const std::vector<std::string>& addresses);
   // A file of changes (YAML or protobuf JSON of an ApplyGroupChangesRequest)
   // through ApplyGroupChanges: a line per change; 1 when any failed.
   int ApplyChanges(const Args& a);

@@ -18,7 +18,9 @@ ABSL_FLAG(std::string, tls_key, "", "client key (PEM)");
 ABSL_FLAG(std::string, tls_server_name, "",
           "name to verify the server certificate against");
 ABSL_FLAG(bool, json, false, "print protobuf JSON instead of tables");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "per-call deadline");
+ABSL_FLAG(std::optional<absl::Duration>, timeout, std::nullopt,
+          "per-call deadline (default 10s); drain --wait: the whole wait "
+          "(default 30s)");
 
 // pick, watch and --watch.
 ABSL_FLAG(std::optional<uint32_t>, count, std::nullopt,
@@ -43,6 +45,9 @@ ABSL_FLAG(std::vector<std::string>, self, {},
           "address is --self-ip:PORT");
 ABSL_FLAG(std::string, self_ip, "",
           "drain, undrain with --self: this host's IP (default $POD_IP)");
+ABSL_FLAG(bool, wait, false,
+          "drain: then wait until every client of the group on the server "
+          "confirmed it (at most --timeout, default 30s here)");
 
 // xds-bootstrap.
 ABSL_FLAG(std::string, node_id, "",

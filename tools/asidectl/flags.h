@@ -22,7 +22,7 @@ ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_DECLARE_FLAG(std::string, tls_server_name);
 ABSL_DECLARE_FLAG(bool, json);
-ABSL_DECLARE_FLAG(absl::Duration, timeout);
+ABSL_DECLARE_FLAG(std::optional<absl::Duration>, timeout);
 
 // pick, watch and --watch.
 ABSL_DECLARE_FLAG(std::optional<uint32_t>, count);
@@ -38,6 +38,8 @@ ABSL_DECLARE_FLAG(std::string, health_check);
 // drain and undrain of the caller's own address (a backend's preStop hook).
 ABSL_DECLARE_FLAG(std::vector<std::string>, self);
 ABSL_DECLARE_FLAG(std::string, self_ip);
+// drain --wait: until every client confirmed (Admin.WaitDrained).
+ABSL_DECLARE_FLAG(bool, wait);
 
 // xds-bootstrap (with --tls-ca, --tls-cert and --tls-key).
 ABSL_DECLARE_FLAG(std::string, node_id);

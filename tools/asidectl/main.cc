@@ -63,6 +63,12 @@ commands:
                                   a backend's preStop hook runs with a
                                   self-drain token; exit 0 once the server
                                   acknowledged the drain
+  drain --wait [--timeout 30s] GROUP ADDR... (or --self PORT...)
+                                  drain, then wait until every client of the
+                                  group on that server confirmed it and no
+                                  stub reports calls in flight to it; prints
+                                  progress; exit 0 when drained, 1 at the
+                                  timeout naming who has not confirmed
   apply-changes FILE              apply many changes in one call, each with its
                                   own result (YAML or JSON: {changes: [
                                   {drain_backends: {group: G, addresses: [A],
@@ -195,7 +201,8 @@ int Main(int argc, char** argv) {
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   }
-  if (absl::GetFlag(FLAGS_timeout) <= absl::ZeroDuration()) {
+  if (std::optional<absl::Duration> t = absl::GetFlag(FLAGS_timeout);
+      t.has_value() && *t <= absl::ZeroDuration()) {
     Say("asidectl: --timeout: must be positive");
     return 2;
   }

@@ -2,12 +2,15 @@
 // a group file (the config file's shorthand in YAML or JSON, or protobuf
 // JSON), delete-group, add-backend, remove-backend, drain and undrain, and
 // apply-changes from a file of many changes (ApplyGroupChanges).
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
@@ -17,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 #include "lib/address.h"
 #include "lib/json.h"
@@ -342,12 +346,22 @@ int Ctl::Drain(const Args& a, bool drained) {
     if (Missing(a, 2, "group name and backend address")) return kUsageError;
     addresses.assign(a.begin() + 1, a.end());
   }
+  if (absl::GetFlag(FLAGS_wait) && !drained) {
+    return UsageFail("--wait: only drain waits");
+  }
   v1::DrainBackendsRequest req;
   req.set_group(a[0]);
   req.set_drained(drained);
   for (const std::string& address : addresses) req.add_addresses(address);
   v1::Group out;
   auto ctx = Context();
+  if (absl::GetFlag(FLAGS_wait)) {
+    const int code =
+        Changed(admin_->DrainBackends(ctx.get(), req, &out), out,
+                absl::StrCat("drained ", addresses.size(), " backend(s) ",
+                             absl::StrJoin(addresses, " ")));
+    return code != 0 ? code : WaitDrained(a[0], addresses);
+  }
   return Changed(
       admin_->DrainBackends(ctx.get(), req, &out), out,
       absl::StrCat(drained ? "drained " : "undrained ", addresses.size(),
@@ -355,6 +369,84 @@ int Ctl::Drain(const Args& a, bool drained) {
                    absl::GetFlag(FLAGS_self).empty()
                        ? ""
                        : absl::StrCat(" ", absl::StrJoin(addresses, " "))));
+}
+
+namespace {
+
+// One WaitDrained call waits this long at most, so that progress shows.
+constexpr absl::Duration kWaitRound = absl::Seconds(2);
+
+std::string PendingByEdge(const v1::WaitDrainedResponse& r) {
+  std::map<std::string, int> by_edge;
+  for (const v1::PendingSubscriber& p : r.pending()) ++by_edge[p.edge()];
+  std::vector<std::string> parts;
+  for (const auto& [edge, n] : by_edge) {
+    parts.push_back(absl::StrCat(edge, " ", n));
+  }
+  return parts.empty() ? ""
+                       : absl::StrCat(" (", absl::StrJoin(parts, ", "), ")");
+}
+
+}  // namespace
+
+int Ctl::WaitDrained(const std::string& group,
+                     const std::vector<std::string>& addresses) {
+  // --timeout bounds the whole wait here; without it, 30 s.
+  const absl::Duration bound =
+      absl::GetFlag(FLAGS_timeout).value_or(absl::Seconds(30));
+  const absl::Time deadline = absl::Now() + bound;
+  v1::WaitDrainedResponse out;
+  while (true) {
+    const absl::Duration round =
+        std::clamp(deadline - absl::Now(), absl::Milliseconds(1), kWaitRound);
+    v1::WaitDrainedRequest req;
+    req.set_group(group);
+    for (const std::string& address : addresses) req.add_addresses(address);
+    req.mutable_timeout()->set_seconds(absl::ToInt64Seconds(round));
+    req.mutable_timeout()->set_nanos(
+        static_cast<int32_t>(absl::ToInt64Nanoseconds(round) % 1'000'000'000));
+    auto ctx = Context(/*deadline=*/false);
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + round + timeout_));
+    out.Clear();
+    grpc::Status s = admin_->WaitDrained(ctx.get(), req, &out);
+    if (!s.ok()) return Fail(s);
+    if (out.drained()) break;
+    if (absl::Now() >= deadline) {
+      if (json_) {
+        std::cout << ToJson(out) << "\n";
+      }
+      std::cout << std::flush;
+      Say(absl::StrCat(
+          "asidectl: drain: not drained after ", absl::FormatDuration(bound),
+          ": ", out.pending_size(), " client(s) have not confirmed generation ",
+          out.generation(), PendingByEdge(out), ", ", out.in_flight_size(),
+          " reporter(s) with calls in flight"));
+      for (const v1::PendingSubscriber& p : out.pending()) {
+        Say(absl::StrCat("  ", p.edge(), " ",
+                         p.subscriber().empty() ? "-" : p.subscriber(), " ",
+                         p.peer(), " confirmed ", p.confirmed_generation()));
+      }
+      for (const v1::InFlightCalls& c : out.in_flight()) {
+        Say(absl::StrCat("  in flight: ", c.reporter(), " -> ", c.address(),
+                         ": ", c.in_flight()));
+      }
+      return 1;
+    }
+    if (!json_) {
+      std::cout << "waiting: " << out.pending_size()
+                << " client(s) have not confirmed generation "
+                << out.generation() << PendingByEdge(out) << ", "
+                << out.in_flight_size() << " reporter(s) with calls in flight"
+                << std::endl;
+    }
+  }
+  if (json_) {
+    std::cout << ToJson(out) << "\n";
+  } else {
+    std::cout << "drained: every client of group " << group
+              << " confirmed generation " << out.generation() << "\n";
+  }
+  return 0;
 }
 
 int Ctl::Changed(const grpc::Status& s, const v1::Group& out,

@@ -1,8 +1,9 @@
 // Admin.WaitDrained over real gRPC against an in-process server: a stub
 // (aside::Client) confirms a drain it applied; a WatchConfirmed subscriber
 // that never answers is named at the timeout; an ADS stream confirms by
-// ACK and not by NACK; a grpclb stream by the list written; bad input and
-// a self-drain credential of another address are refused.
+// ACK and not by NACK; a grpclb stream by the list written; calls a
+// reporter has in flight hold the wait until a report ends them; bad input
+// and a self-drain credential of another address are refused.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -261,6 +262,46 @@ TEST_F(DrainWaitTest, AGrpclbStreamConfirmsOnceTheListIsWritten) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_TRUE(waited.drained());
   context.TryCancel();
+}
+
+TEST_F(DrainWaitTest, CallsInFlightHoldTheWaitUntilAReportEndsThem) {
+  Drain(2);
+  auto lb = v1::LoadBalancer::NewStub(channel_);
+  auto context = Context();
+  v1::ReportLoadResponse accepted;
+  auto reports = lb->ReportLoad(context.get(), &accepted);
+  v1::LoadReport report;
+  report.set_reporter("pod-a");
+  v1::BackendLoad* load = report.add_loads();
+  load->set_group("web");
+  load->set_address(Backend(2));
+  load->set_requests(5);
+  load->set_in_flight(3);
+  ASSERT_TRUE(reports->Write(report));
+  // Folded in on the server's reading thread; nothing to wait on but that.
+  ASSERT_TRUE(aside::testing::Eventually(
+      [&] { return !server_->loads().InFlight("web", Backend(2)).empty(); }));
+
+  v1::WaitDrainedResponse response;
+  grpc::Status s = Wait(Backend(2), absl::Milliseconds(500), &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(response.drained());
+  EXPECT_TRUE(response.pending().empty());
+  ASSERT_EQ(response.in_flight_size(), 1);
+  EXPECT_EQ(response.in_flight(0).reporter(), "pod-a");
+  EXPECT_EQ(response.in_flight(0).address(), Backend(2));
+  EXPECT_EQ(response.in_flight(0).in_flight(), 3u);
+
+  // The next report shows the calls ended: that report ends the wait.
+  load->set_in_flight(0);
+  ASSERT_TRUE(reports->Write(report));
+  response.Clear();
+  s = Wait(Backend(2), absl::Seconds(20), &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(response.drained());
+  EXPECT_TRUE(response.in_flight().empty());
+  ASSERT_TRUE(reports->WritesDone());
+  EXPECT_TRUE(reports->Finish().ok());
 }
 
 TEST_F(DrainWaitTest, BadInputIsRefusedNamingWhatIsWrong) {
