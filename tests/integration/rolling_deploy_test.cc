@@ -86,12 +86,14 @@ constexpr absl::Duration kWait = absl::Seconds(30);
 // "A backend drains itself"): asidectl with the self-drain token, draining
 // the backend's own port at its own IP.
 //
-// Today the drain returns once the server stored and published it, not
-// once the clients applied it, so PreStop waits itself (WaitUntilUnused).
-// When `asidectl drain --wait` lands, set kPreStopWaits: the command gets
-// `--wait --timeout 30s`, its exit 0 is "drained", and PreStop no longer
-// waits itself.
-constexpr bool kPreStopWaits = false;
+// With kPreStopWaits the command gets `--wait --timeout 30s`: its exit 0
+// is "drained" (every client of this replica confirmed a table without the
+// backend, and no reporting stub has a call in flight to it). Without it,
+// the hook is what an operator had to write before the wait existed: the
+// drain returns once the server stored and published it, and PreStop then
+// watches the backend until nobody calls it (WaitUntilUnused), for
+// comparison.
+constexpr bool kPreStopWaits = true;
 std::vector<std::string> PreStopCommand(const std::string& server,
                                         const std::string& token_file,
                                         int port) {
@@ -184,16 +186,7 @@ class RollingDeployTest : public ::testing::Test {
   void TearDown() override {
     callers_.clear();
     live_.clear();
-    if (server_.process == nullptr) {
-      return;
-    }
-    server_.process->Signal(SIGTERM);
-    const std::optional<int> status = server_.process->Wait(kWait);
-    ASSERT_TRUE(status.has_value()) << "aside-server did not exit";
-    server_.process->DrainStderr(absl::Seconds(5));
-    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-        << "aside-server exit status " << *status << "; stderr:\n"
-        << server_.process->StderrText();
+    EXPECT_OK(aside::testing::StopServer(server_, kWait));
   }
 
   std::unique_ptr<grpc::ClientContext> AdminContext() const {
@@ -341,8 +334,8 @@ class RollingDeployTest : public ::testing::Test {
                      absl::FormatDuration(kDrainTimeout), ": ", still));
   }
 
-  // The backend's preStop hook: drain itself, then (until the command can
-  // wait) wait until nobody calls it. Returns its times.
+  // The backend's preStop hook: drain itself and wait until its clients
+  // let go (PreStopCommand). Returns its times.
   absl::StatusOr<DrainTime> PreStop(size_t index) {
     const int64_t start = MonotonicNanos();
     const aside::testing::CommandResult drain = aside::testing::RunCommand(

@@ -1,8 +1,11 @@
 #include "tests/integration/server_helpers.h"
 
 #include <dirent.h>
+#include <sys/wait.h>
 
+#include <csignal>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -112,6 +115,26 @@ std::unique_ptr<grpc::ClientContext> Context(const std::string& token) {
     c->AddMetadata("authorization", absl::StrCat("Bearer ", token));
   }
   return c;
+}
+
+absl::Status StopServer(RunningServer& server, absl::Duration wait) {
+  if (server.process == nullptr) {
+    return absl::OkStatus();
+  }
+  server.process->Signal(SIGTERM);
+  const std::optional<int> status = server.process->Wait(wait);
+  server.process->DrainStderr(absl::Seconds(5));
+  if (!status.has_value()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "aside-server did not exit within ", absl::FormatDuration(wait),
+        "; stderr:\n", server.process->StderrText()));
+  }
+  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+    return absl::InternalError(absl::StrCat("aside-server exit status ",
+                                            *status, "; stderr:\n",
+                                            server.process->StderrText()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace aside::testing

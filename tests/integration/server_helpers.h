@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "tests/testing/process.h"
 
 namespace aside::testing {
@@ -34,6 +36,11 @@ struct RunningServer {
 absl::StatusOr<RunningServer> StartServer(
     const std::string& state_dir, std::vector<std::string> extra,
     std::vector<std::string> wrapper = {});
+
+// Stops the server with SIGTERM and waits (bounded by `wait`) for it to
+// exit: OK when it exited 0 (in sanitizer builds: with no report), else an
+// error with its exit status and stderr. OK for a server never started.
+absl::Status StopServer(RunningServer& server, absl::Duration wait);
 
 // How many of process `pid`'s threads carry each name
 // (/proc/<pid>/task/*/comm).

@@ -100,16 +100,7 @@ class StubOutageTest : public ::testing::Test {
   // in sanitizer builds, without reports) after serving them.
   void TearDown() override {
     stubs_.clear();
-    if (server_.process == nullptr) {
-      return;
-    }
-    server_.process->Signal(SIGTERM);
-    const std::optional<int> status = server_.process->Wait(kWait);
-    ASSERT_TRUE(status.has_value()) << "aside-server did not exit";
-    server_.process->DrainStderr(absl::Seconds(5));
-    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-        << "aside-server exit status " << *status << "; stderr:\n"
-        << server_.process->StderrText();
+    EXPECT_OK(aside::testing::StopServer(server_, kWait));
   }
 
   std::string Target() const { return "unix:" + dir_.path() + "/aside.sock"; }

@@ -130,16 +130,7 @@ class XdsClientsTest : public ::testing::Test {
 
   void TearDown() override {
     clients_.clear();
-    if (server_.process == nullptr) {
-      return;
-    }
-    server_.process->Signal(SIGTERM);
-    const std::optional<int> status = server_.process->Wait(kWait);
-    ASSERT_TRUE(status.has_value()) << "aside-server did not exit";
-    server_.process->DrainStderr(absl::Seconds(5));
-    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-        << "aside-server exit status " << *status << "; stderr:\n"
-        << server_.process->StderrText();
+    EXPECT_OK(aside::testing::StopServer(server_, kWait));
   }
 
   std::unique_ptr<grpc::ClientContext> AdminContext() const {
