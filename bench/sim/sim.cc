@@ -75,6 +75,8 @@ absl::Status ApplyParam(PolicyPlan& p, absl::string_view key,
              absl::SimpleAtoi(value, &p.config.prequal.pool_size)) {
   } else if (key == "hot" &&
              absl::SimpleAtod(value, &p.config.prequal.hot_quantile)) {
+  } else if (key == "own" &&
+             absl::SimpleAtod(value, &p.config.prequal.own_weight)) {
   } else if (key == "max_age" && absl::ParseDuration(value, &d)) {
     p.config.prequal.max_age = d;
   } else if (key == "probes" && absl::SimpleAtoi(value, &p.probes)) {

@@ -232,11 +232,17 @@ class BackendLoad {
   // The backend's own load, from a response's per-call metrics, the fleet's
   // load stream or a probe, at monotonic time `now_nanos`: `rif` requests in
   // flight at the backend and its latency estimate. A report older than
-  // the one kept is ignored.
-  void Report(uint32_t rif, double latency_nanos, int64_t now_nanos) noexcept;
+  // the one kept is ignored. `own_excluded`: how many of this process's
+  // calls in flight the report no longer counts (1 for per-call metrics
+  // read before the call they came with is finished: the backend counted
+  // after answering it).
+  void Report(uint32_t rif, double latency_nanos, int64_t now_nanos,
+              uint32_t own_excluded = 0) noexcept;
   // The last report, its RIF corrected by this process's in-flight change
-  // since; at_nanos 0 when none was made.
-  ReportedLoad Reported() const noexcept {
+  // since counted `own_weight` times (other processes tend to send where
+  // this one does, from the same kind of reports), and its latency scaled
+  // by (RIF + 1) / (reported RIF + 1); at_nanos 0 when none was made.
+  ReportedLoad Reported(double own_weight = 1) const noexcept {
     ReportedLoad out;
     const int64_t at = report_nanos_.load(std::memory_order_relaxed);
     if (at == 0) {
@@ -244,20 +250,17 @@ class BackendLoad {
     }
     const uint64_t packed = report_.load(std::memory_order_relaxed);
     const int64_t own_then = static_cast<int64_t>(packed >> 32);
-    const int64_t reported = report_rif_.load(std::memory_order_relaxed);
-    const int64_t rif = std::max<int64_t>(0, reported + in_flight() - own_then);
+    const double reported = report_rif_.load(std::memory_order_relaxed);
     out.at_nanos = at;
-    out.rif = static_cast<double>(rif);
+    out.rif = std::max(
+        0.0,
+        reported + own_weight * static_cast<double>(in_flight() - own_then));
     uint32_t bits = static_cast<uint32_t>(packed);
     float f;
     std::memcpy(&f, &bits, sizeof(f));
-    out.latency_nanos = f;
-    if (rif > reported) {
-      // Calls sent since wait behind the reported ones: the latency grows
-      // with the requests in flight.
-      out.latency_nanos *=
-          static_cast<double>(rif + 1) / static_cast<double>(reported + 1);
-    }
+    // Calls sent since wait behind the reported ones, calls answered since
+    // no longer do: the latency follows the requests in flight.
+    out.latency_nanos = f * (out.rif + 1) / (reported + 1);
     return out;
   }
   // Monotonic time of the last failed completion (0: none).

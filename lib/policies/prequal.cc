@@ -26,7 +26,8 @@ class PrequalSelector final : public Selector {
         eligible_(std::move(eligible)),
         pool_size_(std::clamp<size_t>(params.pool_size, 1, kMaxPrequalPool)),
         max_age_nanos_(absl::ToInt64Nanoseconds(params.max_age)),
-        hot_quantile_(params.hot_quantile) {}
+        hot_quantile_(params.hot_quantile),
+        own_weight_(params.own_weight) {}
 
   size_t Pick(const PickRequest& request,
               absl::Span<uint32_t> out) const noexcept override {
@@ -66,7 +67,7 @@ class PrequalSelector final : public Selector {
     size_t fresh = 0;
     for (size_t i = 0; i < n; ++i) {
       Seen& s = pool[i];
-      const ReportedLoad r = s.candidate->load->Reported();
+      const ReportedLoad r = s.candidate->load->Reported(own_weight_);
       s.fresh = r.at_nanos != 0 && now - r.at_nanos <= max_age_nanos_;
       if (s.fresh) {
         s.rif = r.rif;
@@ -171,6 +172,7 @@ class PrequalSelector final : public Selector {
   const size_t pool_size_;
   const int64_t max_age_nanos_;
   const double hot_quantile_;
+  const double own_weight_;
 };
 
 }  // namespace

@@ -23,10 +23,14 @@ struct Fixture {
   TableConstPtr table;
 };
 
-void Make(Fixture& f, TableOptions options, uint32_t pool_size = 4) {
+// own_weight 1 unless a test says otherwise: the tests below count one
+// call as one.
+void Make(Fixture& f, TableOptions options, uint32_t pool_size = 4,
+          double own_weight = 1) {
   PolicyConfig c;
   c.kind = PolicyKind::kPrequal;
   c.prequal.pool_size = pool_size;
+  c.prequal.own_weight = own_weight;
   auto t = Table::Create(MakeTableSpec(c, options), nullptr, &f.loads);
   ASSERT_TRUE(t.ok()) << t.status();
   f.table = *t;
@@ -82,6 +86,54 @@ TEST(PrequalTest, OwnCallsSinceTheReportCount) {
   Load(f, 1).Report(2, 10 * kMs, kNow + 1);
   EXPECT_EQ(Load(f, 1).Reported().rif, 2);
   EXPECT_EQ(PickOne(f, rng, kNow + 1), 1u);
+}
+
+TEST(PrequalTest, OwnCallsCountOwnWeightTimes) {
+  Fixture f;
+  Make(f, {.weights = {1, 1}});
+  Load(f, 0).Report(2, 10 * kMs, kNow);
+  Load(f, 0).Start();
+  // Other clients send where this one does: its call counts 4 times by
+  // default, and the latency follows.
+  EXPECT_EQ(Load(f, 0).Reported(4).rif, 6);
+  EXPECT_NEAR(Load(f, 0).Reported(4).latency_nanos, 10 * kMs * 7 / 3, 1e3);
+  // Its calls answered since the report take off as much, down to 0.
+  Completion done;
+  done.now_nanos = kNow;
+  done.latency_nanos = kMs;
+  Load(f, 0).Finish(done, f.table->load_model());
+  Load(f, 0).Finish(done, f.table->load_model());
+  EXPECT_EQ(Load(f, 0).Reported(4).rif, 0);
+  EXPECT_NEAR(Load(f, 0).Reported(4).latency_nanos, 10 * kMs / 3, 1e3);
+}
+
+TEST(PrequalTest, TheDefaultOwnWeightTurnsAPickAway) {
+  for (const double weight : {1.0, PrequalParams().own_weight}) {
+    Fixture f;
+    Make(f, {.weights = {1, 1}}, 4, weight);
+    Load(f, 0).Report(2, 10 * kMs, kNow);
+    Load(f, 1).Report(3, 14 * kMs, kNow);
+    Load(f, 0).Start();
+    FastRng rng(4);
+    // Counted once, 0 is at RIF 3 and 13.3 ms, cold and fastest; counted
+    // 4 times, at RIF 6 and 23.3 ms, hot.
+    EXPECT_EQ(PickOne(f, rng), weight == 1 ? 0u : 1u) << weight;
+  }
+}
+
+TEST(PrequalTest, AReportOnACallStillInFlightDoesNotCountThatCall) {
+  Fixture f;
+  Make(f, {.weights = {1}});
+  // Two calls in flight; the answer to one carries RIF 5, counted by the
+  // backend after it answered.
+  Load(f, 0).Start();
+  Load(f, 0).Start();
+  Load(f, 0).Report(5, 10 * kMs, kNow, /*own_excluded=*/1);
+  Completion done;
+  done.now_nanos = kNow;
+  done.latency_nanos = kMs;
+  Load(f, 0).Finish(done, f.table->load_model());
+  EXPECT_EQ(Load(f, 0).Reported().rif, 5);
 }
 
 TEST(PrequalTest, AFailureMakesABackendHotForMaxAge) {
