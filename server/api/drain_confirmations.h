@@ -17,8 +17,8 @@
 //
 // Thread-safe: every method may be called from any thread; one mutex,
 // never held while calling out (waiters are told after it is released).
-// Edges call Confirm on their write or read completions with their own
-// stream lock held, so nothing here may call back into an edge.
+// Edges call Subscription::Confirm on their write or read completions with
+// their own stream lock held, so nothing here may call back into an edge.
 //
 // Confirming is the fan-out's hot path (every Watch write completion, every
 // ADS ACK, every grpclb list write), and a drain wait is rare. So Subscribe
@@ -130,6 +130,8 @@ class DrainConfirmations {
   size_t PendingCount(const std::string& group, uint64_t generation) const;
   size_t subscribers(const std::string& group) const;
 
+  // The waiter looks (PendingCount) once this returned: a confirmation it
+  // does not see there is told to it by Changed().
   void AddWaiter(const std::string& group, std::shared_ptr<Waiter> waiter);
   void RemoveWaiter(const std::string& group, const Waiter* waiter);
   // Tells every waiter of `group` to look again (e.g. a load report came).
