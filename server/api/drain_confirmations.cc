@@ -37,50 +37,72 @@ void DrainConfirmations::EraseIfEmptyLocked(const std::string& group) {
   }
 }
 
-void DrainConfirmations::Subscribe(const std::string& group, uint64_t id,
-                                   Subscriber who) {
+DrainConfirmations::SubscriptionPtr DrainConfirmations::Subscribe(
+    const std::string& group, uint64_t id, Subscriber who) {
   aside::MutexLock lock(&mu_);
-  Sub& sub = groups_[group].subs[id];
+  GroupState& state = groups_[group];
+  Sub& sub = state.subs[id];
   sub.who = std::move(who);
+  if (sub.handle == nullptr) {
+    sub.handle =
+        SubscriptionPtr(new Subscription(this, group, id, state.waiting));
+  }
+  return sub.handle;
 }
 
-void DrainConfirmations::Unsubscribe(const std::string& group, uint64_t id) {
+void DrainConfirmations::Unsubscribe(const Subscription& handle) {
   std::vector<std::shared_ptr<Waiter>> tell;
   {
     aside::MutexLock lock(&mu_);
-    auto it = groups_.find(group);
+    auto it = groups_.find(handle.group_);
     if (it == groups_.end()) {
       return;
     }
-    auto sub = it->second.subs.find(id);
-    if (sub == it->second.subs.end()) {
+    auto sub = it->second.subs.find(handle.id_);
+    if (sub == it->second.subs.end() || sub->second.handle.get() != &handle) {
       return;
     }
-    // A subscriber that leaves no longer holds any wait up.
-    CollectLocked(it->second, sub->second.confirmed, UINT64_MAX, &tell);
+    // A subscriber that leaves no longer holds any wait up. A Confirm
+    // racing with this may have stored a generation whose waiters it has
+    // not told yet; it tells them without finding the subscriber (Reached).
+    CollectLocked(it->second, handle.confirmed(), UINT64_MAX, &tell);
     it->second.subs.erase(sub);
-    EraseIfEmptyLocked(group);
+    EraseIfEmptyLocked(handle.group_);
   }
   for (const std::shared_ptr<Waiter>& w : tell) {
     w->Changed();
   }
 }
 
-void DrainConfirmations::Confirm(const std::string& group, uint64_t id,
-                                 uint64_t generation) {
+void DrainConfirmations::Subscription::Confirm(uint64_t generation) {
+  uint64_t old = confirmed_.load(std::memory_order_relaxed);
+  do {
+    if (old >= generation) {
+      return;
+    }
+  } while (!confirmed_.compare_exchange_weak(
+      old, generation, std::memory_order_seq_cst, std::memory_order_relaxed));
+  // Stored before this read, and AddWaiter counts before its waiter looks:
+  // a waiter this misses sees the generation just stored.
+  if (waiting_->load(std::memory_order_seq_cst) == 0) {
+    return;
+  }
+  owner_->Reached(group_, old, generation);
+}
+
+void DrainConfirmations::Reached(const std::string& group, uint64_t from,
+                                 uint64_t to) {
   std::vector<std::shared_ptr<Waiter>> tell;
   {
     aside::MutexLock lock(&mu_);
+    // Whether or not the subscriber is still there: one that left told
+    // the waiters above what it had confirmed then, which may include
+    // this generation (Unsubscribe).
     auto it = groups_.find(group);
     if (it == groups_.end()) {
       return;
     }
-    auto sub = it->second.subs.find(id);
-    if (sub == it->second.subs.end() || sub->second.confirmed >= generation) {
-      return;
-    }
-    CollectLocked(it->second, sub->second.confirmed, generation, &tell);
-    sub->second.confirmed = generation;
+    CollectLocked(it->second, from, to, &tell);
   }
   for (const std::shared_ptr<Waiter>& w : tell) {
     w->Changed();
@@ -96,8 +118,9 @@ std::vector<DrainConfirmations::Pending> DrainConfirmations::PendingFor(
     return out;
   }
   for (const auto& [id, sub] : it->second.subs) {
-    if (sub.confirmed < generation) {
-      out.push_back({sub.who, sub.confirmed});
+    const uint64_t confirmed = sub.handle->confirmed();
+    if (confirmed < generation) {
+      out.push_back({sub.who, confirmed});
     }
   }
   std::sort(out.begin(), out.end(), [](const Pending& a, const Pending& b) {
@@ -116,7 +139,7 @@ size_t DrainConfirmations::PendingCount(const std::string& group,
   }
   size_t n = 0;
   for (const auto& [id, sub] : it->second.subs) {
-    n += sub.confirmed < generation ? 1 : 0;
+    n += sub.handle->confirmed() < generation ? 1 : 0;
   }
   return n;
 }
@@ -130,7 +153,11 @@ size_t DrainConfirmations::subscribers(const std::string& group) const {
 void DrainConfirmations::AddWaiter(const std::string& group,
                                    std::shared_ptr<Waiter> waiter) {
   aside::MutexLock lock(&mu_);
-  groups_[group].waiters.push_back(std::move(waiter));
+  GroupState& state = groups_[group];
+  state.waiters.push_back(std::move(waiter));
+  // Before the waiter first looks (PendingCount, after this returns): a
+  // Confirm that stores after that look sees this count and tells it.
+  state.waiting->fetch_add(1, std::memory_order_seq_cst);
   waiters_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -147,6 +174,7 @@ void DrainConfirmations::RemoveWaiter(const std::string& group,
     if (w->get() == waiter) {
       last = std::move(*w);
       waiters.erase(w);
+      it->second.waiting->fetch_sub(1, std::memory_order_seq_cst);
       waiters_.fetch_sub(1, std::memory_order_relaxed);
       break;
     }

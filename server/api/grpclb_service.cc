@@ -213,8 +213,8 @@ class GrpclbService::Stream final
   }
 
   void OnDone() override {
-    if (group_ != nullptr && service_->confirmations_ != nullptr) {
-      service_->confirmations_->Unsubscribe(group_->name(), confirmation_id_);
+    if (confirmation_ != nullptr) {
+      service_->confirmations_->Unsubscribe(*confirmation_);
     }
     if (group_ != nullptr) {
       group_->RemoveListener(this);
@@ -262,13 +262,15 @@ class GrpclbService::Stream final
                        "' (by alias or by the host's first label)")));
       return;
     }
+    DrainConfirmations::SubscriptionPtr confirmation;
     if (DrainConfirmations* c = service_->confirmations_; c != nullptr) {
-      confirmation_id_ = c->NewId();
-      c->Subscribe(group->name(), confirmation_id_,
-                   {DrainConfirmations::Edge::kGrpclb, "", context_->peer()});
+      confirmation = c->Subscribe(
+          group->name(), c->NewId(),
+          {DrainConfirmations::Edge::kGrpclb, "", context_->peer()});
     }
     {
       aside::MutexLock lock(&mu_);
+      confirmation_ = std::move(confirmation);
       group_ = group;
       pending_initial_ = true;
       dirty_ = true;
@@ -375,9 +377,8 @@ class GrpclbService::Stream final
   // The write of a list built at `generation` (or one with its content)
   // completed: the stream has confirmed it.
   void ConfirmLocked(uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (service_->confirmations_ != nullptr && confirmation_id_ != 0) {
-      service_->confirmations_->Confirm(group_->name(), confirmation_id_,
-                                        generation);
+    if (confirmation_ != nullptr) {
+      confirmation_->Confirm(generation);
     }
   }
 
@@ -385,9 +386,10 @@ class GrpclbService::Stream final
   // The stream's place under the per-peer stream limit.
   PeerStreamLimit::Slot peer_slot_;
   lb::LoadBalanceRequest request_;
-  // This stream in the service's confirmations (set with group_), and the
+  // This stream's place in the service's confirmations (set with group_,
+  // and like it read without mu_ once the call is done), and the
   // generation of the list being written (0: none, or not a list).
-  uint64_t confirmation_id_ = 0;
+  DrainConfirmations::SubscriptionPtr confirmation_;
   uint64_t writing_generation_ ABSL_GUARDED_BY(mu_) = 0;
   // Set once by the reading side (under mu_) before any listener or writer
   // uses it; other threads read it under mu_.

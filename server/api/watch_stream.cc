@@ -150,13 +150,13 @@ void WatchHub::Stream::Start() {
   }
   if (DrainConfirmations* c = hub_->confirmations_; c != nullptr) {
     // Every name, present or not: a group created later is sent to this
-    // stream too. Only this thread (the queue's) sets the id.
-    confirmation_id_ = c->NewId();
+    // stream too.
+    const uint64_t id = c->NewId();
     who.edge = DrainConfirmations::Edge::kWatch;
     who.peer = context_.peer();
     aside::MutexLock lock(&mu_);
-    for (const Entry& e : entries_) {
-      c->Subscribe(e.name, confirmation_id_, who);
+    for (Entry& e : entries_) {
+      e.confirmation = c->Subscribe(e.name, id, who);
     }
   }
   // Listeners are added without holding mu_ (leaving waits for a
@@ -285,19 +285,18 @@ void WatchHub::Stream::HandleAppliedLocked(const v1::Applied& applied) {
 }
 
 void WatchHub::Stream::ConfirmLocked(const Entry& e) {
-  DrainConfirmations* c = hub_->confirmations_;
-  if (c == nullptr || confirmation_id_ == 0) {
+  if (e.confirmation == nullptr) {
     return;
   }
   if (!writer_.confirmed()) {
     // Watch: a completed write is all an older stub tells.
-    c->Confirm(e.name, confirmation_id_, e.written);
+    e.confirmation->Confirm(e.written);
     return;
   }
   // WatchConfirmed: every update that took a backend out was answered;
   // the ones written since took nothing out.
   if (e.applied >= e.need) {
-    c->Confirm(e.name, confirmation_id_, std::max(e.applied, e.written));
+    e.confirmation->Confirm(std::max(e.applied, e.written));
   }
 }
 
@@ -306,11 +305,13 @@ bool WatchHub::Stream::OnDone() {
     aside::MutexLock lock(&mu_);
     finished_ = true;
   }
-  if (DrainConfirmations* c = hub_->confirmations_;
-      c != nullptr && confirmation_id_ != 0) {
+  if (DrainConfirmations* c = hub_->confirmations_; c != nullptr) {
     aside::MutexLock lock(&mu_);
-    for (const Entry& e : entries_) {
-      c->Unsubscribe(e.name, confirmation_id_);
+    for (Entry& e : entries_) {
+      if (e.confirmation != nullptr) {
+        c->Unsubscribe(*e.confirmation);
+        e.confirmation = nullptr;
+      }
     }
   }
   Unsubscribe();

@@ -179,6 +179,8 @@ class WatchHub::Stream final : public Group::Listener {
     uint64_t written = 0;
     uint64_t need = 0;
     uint64_t applied = 0;
+    // The name's place there (null: none kept, or the stream is done).
+    DrainConfirmations::SubscriptionPtr confirmation;
   };
 
   void Listen(Group& g);
@@ -239,8 +241,6 @@ class WatchHub::Stream final : public Group::Listener {
   grpc::ByteBuffer read_ ABSL_GUARDED_BY(mu_);
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool request_read_ ABSL_GUARDED_BY(mu_) = false;
-  // This stream in the hub's confirmations (0: none kept).
-  uint64_t confirmation_id_ = 0;
   // The entry whose write is in flight, its generation (0: none, or a
   // GroupRemoved).
   size_t write_entry_ ABSL_GUARDED_BY(mu_) = 0;

@@ -602,36 +602,37 @@ class AdsService::Stream final
     for (const auto& [group, generation] : generations) {
       now.insert(group);
     }
-    if (now == confirmation_groups_) {
-      return;
-    }
-    if (confirmation_id_ == 0) {
-      confirmation_id_ = c->NewId();
-    }
-    for (const std::string& g : confirmation_groups_) {
-      if (!now.contains(g)) {
-        c->Unsubscribe(g, confirmation_id_);
+    for (auto it = confirmation_groups_.begin();
+         it != confirmation_groups_.end();) {
+      if (now.contains(it->first)) {
+        ++it;
+        continue;
       }
+      c->Unsubscribe(*it->second);
+      it = confirmation_groups_.erase(it);
     }
     for (const std::string& g : now) {
-      if (!confirmation_groups_.contains(g)) {
-        c->Subscribe(
-            g, confirmation_id_,
-            {DrainConfirmations::Edge::kXds, node_id_, context_->peer()});
+      if (confirmation_groups_.contains(g)) {
+        continue;
       }
+      if (confirmation_id_ == 0) {
+        confirmation_id_ = c->NewId();
+      }
+      confirmation_groups_[g] = c->Subscribe(
+          g, confirmation_id_,
+          {DrainConfirmations::Edge::kXds, node_id_, context_->peer()});
     }
-    confirmation_groups_ = std::move(now);
   }
 
   // The client ACKed the version sent of `t`: it holds the endpoints
   // built from those generations.
   void ConfirmLocked(const TypeState& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    DrainConfirmations* c = service_->confirmations_;
-    if (c == nullptr || confirmation_id_ == 0) {
-      return;
-    }
     for (const auto& [group, generation] : t.sent_generations) {
-      c->Confirm(group, confirmation_id_, generation);
+      // A group the stream is not subscribed to (no longer) is skipped.
+      if (auto it = confirmation_groups_.find(group);
+          it != confirmation_groups_.end()) {
+        it->second->Confirm(generation);
+      }
     }
   }
 
@@ -675,9 +676,10 @@ class AdsService::Stream final
   uint64_t keys_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t nonce_ ABSL_GUARDED_BY(mu_) = 0;
   // This stream in the service's confirmations (0: not yet), and the
-  // groups it is subscribed to there.
+  // groups it is subscribed to there, with its place in each.
   uint64_t confirmation_id_ ABSL_GUARDED_BY(mu_) = 0;
-  std::set<std::string> confirmation_groups_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, DrainConfirmations::SubscriptionPtr>
+      confirmation_groups_ ABSL_GUARDED_BY(mu_);
   // Marked by the fan-out thread and not yet run (RunMarked); OnDone
   // came (the stream goes once it is not queued).
   bool queued_ ABSL_GUARDED_BY(mu_) = false;
