@@ -142,7 +142,7 @@ bool PickHandle::RecordBackendMetrics(absl::string_view serialized) noexcept {
         load->latency_ms >= 0
             ? load->latency_ms * 1e6
             : member_->load->LastByteEwma(hold_->snapshot->table->load_model()),
-        Now(), /*own_excluded=*/1);
+        Now());
   }
   aside::MutexLock lock(&stats_->orca_mu);
   stats_->orca = *load;

@@ -104,11 +104,10 @@ struct PrequalParams {
   // RIFs, in [0, 1].
   double hot_quantile = 0.84;
   // This client's calls since a report count this many times (other
-  // clients send where it does, reading the same kind of reports). 4: in
-  // the simulator (8 clients x 24 backends, 90 % load) 1 gave p99 1.90x
-  // the limit, 2 1.65x, 4 1.62x, 8 1.95x; at 100 x 100, 4 and 16 gave
-  // 2.37x and 2.22x against 2.75x. Not in the group config yet.
-  double own_weight = 4;
+  // clients may send where it does, reading the same kind of reports).
+  // The simulator runs other values (bench/README.md, "prequal: own calls
+  // since a report"); not in the group config.
+  double own_weight = 1;
   friend bool operator==(const PrequalParams&, const PrequalParams&) = default;
 };
 

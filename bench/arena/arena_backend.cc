@@ -15,11 +15,8 @@
 // its load with every answer as an ORCA report (gRFC A51) in the trailer
 // `endpoint-load-metrics-bin`, mirrored as `orca-load-report-bin` because
 // gRPC C++'s core keeps the first for itself: named metrics `rif` (calls
-// in the backend after this one left) and `latency_ms` (what a call
-// arriving now would take: the backend's recent service time, an EWMA,
-// times max(1, (rif + 1) / slots), as Prequal's servers estimate it from
-// recent latencies at the current RIF; the simulator's backends report the
-// same), and `cpu_utilization`
+// in the backend after this one left) and `latency` (this call's time in
+// the backend, queue and service, in seconds), and `cpu_utilization`
 // (busy slots plus queue, over the slots). It serves ORCA's out-of-band
 // service (StreamCoreMetrics) as the lab backend did: utilisation over the
 // interval and completed calls per second, so that its A58 weight is its
@@ -146,7 +143,6 @@ class Call final : public grpc::ServerGenericBidiReactor {
   }
 
   int64_t arrived_ns = 0;
-  int64_t started_ns = 0;  // when its service began
 
  private:
   grpc::GenericCallbackServerContext* const context_;
@@ -210,14 +206,9 @@ class Backend {
       --busy_;
     }
     PublishLocked();
-    const double service = static_cast<double>(now - call->started_ns);
-    service_ewma_ns_ = service_ewma_ns_ == 0
-                           ? service
-                           : 0.8 * service_ewma_ns_ + 0.2 * service;
     const int rif = busy_ + static_cast<int>(waiting_.size());
-    return Report(
-        rif, service_ewma_ns_ / 1e9 * std::max(1.0, (rif + 1.0) / spec_.slots),
-        Utilization());
+    return Report(rif, static_cast<double>(now - call->arrived_ns) / 1e9,
+                  Utilization());
   }
 
   const std::string& name() const { return name_; }
@@ -281,7 +272,6 @@ class Backend {
     const double call_ns =
         static_cast<double>(absl::ToInt64Nanoseconds(spec_.call_time())) /
         factor;
-    call->started_ns = start;
     timer_->AddLocked(start + static_cast<int64_t>(call_ns), this, call);
   }
 
@@ -327,9 +317,6 @@ class Backend {
   int64_t load_since_ ABSL_GUARDED_BY(timer_->mu()) = NowNanos();
   double busy_seconds_ ABSL_GUARDED_BY(timer_->mu()) = 0;
   uint64_t completed_ ABSL_GUARDED_BY(timer_->mu()) = 0;
-  // EWMA of the calls' service times (without the queue), in ns; 0 before
-  // the first.
-  double service_ewma_ns_ ABSL_GUARDED_BY(timer_->mu()) = 0;
 };
 
 void Call::OnReadDone(bool ok) {

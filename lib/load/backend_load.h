@@ -232,17 +232,12 @@ class BackendLoad {
   // The backend's own load, from a response's per-call metrics, the fleet's
   // load stream or a probe, at monotonic time `now_nanos`: `rif` requests in
   // flight at the backend and its latency estimate. A report older than
-  // the one kept is ignored. `own_excluded`: how many of this process's
-  // calls in flight the report no longer counts (1 for per-call metrics
-  // read before the call they came with is finished: the backend counted
-  // after answering it).
-  void Report(uint32_t rif, double latency_nanos, int64_t now_nanos,
-              uint32_t own_excluded = 0) noexcept;
-  // The last report, its RIF plus this process's calls in flight beyond
-  // those it had then, counted `own_weight` times (other processes tend to
-  // send where this one does, from the same kind of reports), and its
-  // latency scaled by (RIF + 1) / (reported RIF + 1); at_nanos 0 when none
-  // was made.
+  // the one kept is ignored.
+  void Report(uint32_t rif, double latency_nanos, int64_t now_nanos) noexcept;
+  // The last report, its RIF corrected by this process's in-flight change
+  // since, counted `own_weight` times (other processes may send where this
+  // one does, from the same kind of reports); at_nanos 0 when none was
+  // made.
   ReportedLoad Reported(double own_weight = 1) const noexcept {
     ReportedLoad out;
     const int64_t at = report_nanos_.load(std::memory_order_relaxed);
@@ -251,21 +246,23 @@ class BackendLoad {
     }
     const uint64_t packed = report_.load(std::memory_order_relaxed);
     const int64_t own_then = static_cast<int64_t>(packed >> 32);
-    const double reported = report_rif_.load(std::memory_order_relaxed);
+    const int64_t reported = report_rif_.load(std::memory_order_relaxed);
+    const int64_t rif = std::max<int64_t>(
+        0, reported +
+               static_cast<int64_t>(
+                   own_weight * static_cast<double>(in_flight() - own_then)));
     out.at_nanos = at;
-    // Only calls sent since count, never calls answered since: a reply
-    // whose report lost to a newer one (read first on another thread) or
-    // that carried none still takes its call off in_flight(), which a
-    // newer report had already left out, and own_weight would multiply
-    // that error.
-    out.rif = reported + own_weight * static_cast<double>(std::max<int64_t>(
-                                          0, in_flight() - own_then));
+    out.rif = static_cast<double>(rif);
     uint32_t bits = static_cast<uint32_t>(packed);
     float f;
     std::memcpy(&f, &bits, sizeof(f));
-    // Calls sent since wait behind the reported ones: the latency follows
-    // the requests in flight.
-    out.latency_nanos = f * (out.rif + 1) / (reported + 1);
+    out.latency_nanos = f;
+    if (rif > reported) {
+      // Calls sent since wait behind the reported ones: the latency grows
+      // with the requests in flight.
+      out.latency_nanos *=
+          static_cast<double>(rif + 1) / static_cast<double>(reported + 1);
+    }
     return out;
   }
   // Monotonic time of the last failed completion (0: none).

@@ -4,11 +4,10 @@
 // reads, for each, its requests in flight (RIF) and latency:
 // - from its last report no older than `max_age` (per-call metrics on a
 //   response, the fleet's load stream or a probe: BackendLoad::Report),
-//   the RIF corrected by this process's own calls started (and answered)
-//   since, counted `own_weight` times because the other clients send
-//   where this one does, from the same kind of reports: that is what keeps
-//   many clients from herding onto the backend that reported least
-//   between two reports, and the latency scaled with the corrected RIF;
+//   the RIF corrected by this process's own calls started since (counted
+//   `own_weight` times, 1 by default), which is what keeps many clients
+//   from herding onto the backend that reported least between two
+//   reports;
 // - when no backend of the pool has a fresh report, from this process's
 //   own view: its calls in flight and its last-byte latency EWMA.
 // A backend is hot when its RIF is above the `hot_quantile` of the pool's

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -22,10 +24,20 @@ uint64_t Suppressed(const std::string& event) {
   return 0;
 }
 
+// An event name no earlier run of a test in this process used: budgets and
+// counts are per event for the whole process (--gtest_repeat runs a test
+// again in the same one).
+std::string Fresh(absl::string_view event) {
+  static int runs = 0;
+  return absl::StrCat(event, ".", ++runs);
+}
+
 TEST(LogThrottledTest, WritesABurstThenCountsWhatItLeavesOut) {
+  const std::string flood = Fresh("test.flood");
+  const std::string other = Fresh("test.other");
   ::testing::internal::CaptureStderr();
   for (int i = 0; i < 1000; ++i) {
-    LogThrottled(LogLevel::kWarn, "test.flood", {{"i", std::to_string(i)}});
+    LogThrottled(LogLevel::kWarn, flood, {{"i", std::to_string(i)}});
   }
   const std::string written = ::testing::internal::GetCapturedStderr();
   size_t lines = 0;
@@ -35,26 +47,27 @@ TEST(LogThrottledTest, WritesABurstThenCountsWhatItLeavesOut) {
   // The burst, and at most one more per second the loop took.
   EXPECT_GE(lines, static_cast<size_t>(kThrottleBurst));
   EXPECT_LE(lines, static_cast<size_t>(kThrottleBurst) + 5);
-  EXPECT_EQ(Suppressed("test.flood"), 1000 - lines);
+  EXPECT_EQ(Suppressed(flood), 1000 - lines);
   // Other events have their own budget.
   ::testing::internal::CaptureStderr();
-  LogThrottled(LogLevel::kWarn, "test.other");
+  LogThrottled(LogLevel::kWarn, other);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(),
-              ::testing::HasSubstr("event=test.other"));
-  EXPECT_EQ(Suppressed("test.other"), 0u);
+              ::testing::HasSubstr("event=" + other));
+  EXPECT_EQ(Suppressed(other), 0u);
 }
 
 TEST(LogThrottledTest, TheNextLineWrittenSaysHowManyWereLeftOut) {
+  const std::string gap = Fresh("test.gap");
   ::testing::internal::CaptureStderr();
   for (int i = 0; i < kThrottleBurst + 7; ++i) {
-    LogThrottled(LogLevel::kWarn, "test.gap");
+    LogThrottled(LogLevel::kWarn, gap);
   }
   (void)::testing::internal::GetCapturedStderr();
   ::testing::internal::CaptureStderr();
   // One token comes back within a second (bounded: 3 s).
   std::string line;
   for (int i = 0; i < 300 && line.empty(); ++i) {
-    LogThrottled(LogLevel::kWarn, "test.gap");
+    LogThrottled(LogLevel::kWarn, gap);
     line = ::testing::internal::GetCapturedStderr();
     if (line.empty()) {
       absl::SleepFor(absl::Milliseconds(10));
