@@ -38,15 +38,14 @@ void DrainConfirmations::EraseIfEmptyLocked(const std::string& group) {
 }
 
 DrainConfirmations::SubscriptionPtr DrainConfirmations::Subscribe(
-    const std::string& group, uint64_t id, Subscriber who) {
+    const std::string& group, Subscriber who) {
   aside::MutexLock lock(&mu_);
   GroupState& state = groups_[group];
+  const uint64_t id = ++next_id_;
   Sub& sub = state.subs[id];
   sub.who = std::move(who);
-  if (sub.handle == nullptr) {
-    sub.handle =
-        SubscriptionPtr(new Subscription(this, group, id, state.waiting));
-  }
+  sub.handle =
+      SubscriptionPtr(new Subscription(this, group, id, state.waiting));
   return sub.handle;
 }
 
@@ -59,7 +58,7 @@ void DrainConfirmations::Unsubscribe(const Subscription& handle) {
       return;
     }
     auto sub = it->second.subs.find(handle.id_);
-    if (sub == it->second.subs.end() || sub->second.handle.get() != &handle) {
+    if (sub == it->second.subs.end()) {
       return;
     }
     // A subscriber that leaves no longer holds any wait up. A Confirm

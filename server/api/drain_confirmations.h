@@ -112,15 +112,10 @@ class DrainConfirmations {
   };
   using SubscriptionPtr = std::shared_ptr<Subscription>;
 
-  // A fresh id for one subscriber (a stream): unique for the process.
-  uint64_t NewId() { return next_id_.fetch_add(1) + 1; }
-
-  // `id` subscribes to `group` (again: returns the same Subscription, which
-  // keeps what it confirmed).
-  SubscriptionPtr Subscribe(const std::string& group, uint64_t id,
-                            Subscriber who);
-  // `sub`'s subscriber left its group (no-op if it already did, or if a
-  // newer Subscribe of the same id and group replaced it).
+  // A subscriber (a stream) subscribes to `group`: its place there, which
+  // has confirmed nothing yet.
+  SubscriptionPtr Subscribe(const std::string& group, Subscriber who);
+  // `sub`'s subscriber left its group (no-op if it already did).
   void Unsubscribe(const Subscription& sub);
 
   // The subscribers of `group` that have not confirmed `generation`.
@@ -160,7 +155,6 @@ class DrainConfirmations {
   void Reached(const std::string& group, uint64_t from, uint64_t to)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  std::atomic<uint64_t> next_id_{0};
   // Waiters registered: Touch (on every load report) costs nothing
   // without any.
   std::atomic<size_t> waiters_{0};
@@ -169,6 +163,8 @@ class DrainConfirmations {
   // and PendingCount but stored without it (see the file comment).
   mutable aside::Mutex mu_;
   absl::flat_hash_map<std::string, GroupState> groups_ ABSL_GUARDED_BY(mu_);
+  // The last subscriber's id (the key in GroupState::subs).
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace aside::server

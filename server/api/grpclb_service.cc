@@ -265,7 +265,7 @@ class GrpclbService::Stream final
     DrainConfirmations::SubscriptionPtr confirmation;
     if (DrainConfirmations* c = service_->confirmations_; c != nullptr) {
       confirmation = c->Subscribe(
-          group->name(), c->NewId(),
+          group->name(),
           {DrainConfirmations::Edge::kGrpclb, "", context_->peer()});
     }
     {

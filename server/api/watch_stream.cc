@@ -151,12 +151,11 @@ void WatchHub::Stream::Start() {
   if (DrainConfirmations* c = hub_->confirmations_; c != nullptr) {
     // Every name, present or not: a group created later is sent to this
     // stream too.
-    const uint64_t id = c->NewId();
     who.edge = DrainConfirmations::Edge::kWatch;
     who.peer = context_.peer();
     aside::MutexLock lock(&mu_);
     for (Entry& e : entries_) {
-      e.confirmation = c->Subscribe(e.name, id, who);
+      e.confirmation = c->Subscribe(e.name, who);
     }
   }
   // Listeners are added without holding mu_ (leaving waits for a

@@ -615,12 +615,8 @@ class AdsService::Stream final
       if (confirmation_groups_.contains(g)) {
         continue;
       }
-      if (confirmation_id_ == 0) {
-        confirmation_id_ = c->NewId();
-      }
       confirmation_groups_[g] = c->Subscribe(
-          g, confirmation_id_,
-          {DrainConfirmations::Edge::kXds, node_id_, context_->peer()});
+          g, {DrainConfirmations::Edge::kXds, node_id_, context_->peer()});
     }
   }
 
@@ -675,9 +671,8 @@ class AdsService::Stream final
   bool keys_stale_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t keys_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t nonce_ ABSL_GUARDED_BY(mu_) = 0;
-  // This stream in the service's confirmations (0: not yet), and the
-  // groups it is subscribed to there, with its place in each.
-  uint64_t confirmation_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // The groups this stream is subscribed to in the service's
+  // confirmations, with its place in each.
   std::map<std::string, DrainConfirmations::SubscriptionPtr>
       confirmation_groups_ ABSL_GUARDED_BY(mu_);
   // Marked by the fan-out thread and not yet run (RunMarked); OnDone

@@ -69,7 +69,7 @@ std::shared_ptr<TestWaiter> Wait(DrainConfirmations* c,
 
 TEST(DrainConfirmationsTest, LowerGenerationsAreIgnored) {
   DrainConfirmations c;
-  SubscriptionPtr sub = c.Subscribe("g", c.NewId(), Who("a"));
+  SubscriptionPtr sub = c.Subscribe("g", Who("a"));
   sub->Confirm(5);
   sub->Confirm(3);
   sub->Confirm(5);
@@ -82,24 +82,21 @@ TEST(DrainConfirmationsTest, LowerGenerationsAreIgnored) {
   EXPECT_EQ(pending[0].who.peer, "a");
 }
 
-TEST(DrainConfirmationsTest, SubscribingAgainKeepsWhatWasConfirmed) {
+TEST(DrainConfirmationsTest, ASubscriptionThatLeftChangesNothing) {
   DrainConfirmations c;
-  const uint64_t id = c.NewId();
-  SubscriptionPtr first = c.Subscribe("g", id, Who("a"));
+  SubscriptionPtr first = c.Subscribe("g", Who("a"));
   first->Confirm(4);
-  SubscriptionPtr again = c.Subscribe("g", id, Who("b"));
-  EXPECT_EQ(again, first);
   EXPECT_EQ(c.subscribers("g"), 1u);
   std::vector<DrainConfirmations::Pending> pending = c.PendingFor("g", 5);
   ASSERT_EQ(pending.size(), 1u);
   EXPECT_EQ(pending[0].confirmed, 4u);
-  EXPECT_EQ(pending[0].who.peer, "b");
+  EXPECT_EQ(pending[0].who.peer, "a");
 
-  // Once it left, the same id starts over with a new Subscription; the
-  // old one changes nothing, and unsubscribing it again is a no-op.
+  // Once it left, subscribing again starts over with a new Subscription;
+  // the old one changes nothing, and unsubscribing it again is a no-op.
   c.Unsubscribe(*first);
   EXPECT_EQ(c.subscribers("g"), 0u);
-  SubscriptionPtr later = c.Subscribe("g", id, Who("a"));
+  SubscriptionPtr later = c.Subscribe("g", Who("a"));
   EXPECT_NE(later, first);
   first->Confirm(9);
   c.Unsubscribe(*first);
@@ -111,8 +108,8 @@ TEST(DrainConfirmationsTest, SubscribingAgainKeepsWhatWasConfirmed) {
 
 TEST(DrainConfirmationsTest, WaiterIsToldOnceWhenReached) {
   DrainConfirmations c;
-  SubscriptionPtr a = c.Subscribe("g", c.NewId(), Who("a"));
-  SubscriptionPtr b = c.Subscribe("g", c.NewId(), Who("b"));
+  SubscriptionPtr a = c.Subscribe("g", Who("a"));
+  SubscriptionPtr b = c.Subscribe("g", Who("b"));
   std::shared_ptr<TestWaiter> w = Wait(&c, "g", 3);
   EXPECT_FALSE(w->done());
 
@@ -131,8 +128,8 @@ TEST(DrainConfirmationsTest, WaiterIsToldOnceWhenReached) {
 
 TEST(DrainConfirmationsTest, OnlyTheGroupsWaitersAreTold) {
   DrainConfirmations c;
-  SubscriptionPtr a = c.Subscribe("a", c.NewId(), Who("a"));
-  SubscriptionPtr b = c.Subscribe("b", c.NewId(), Who("b"));
+  SubscriptionPtr a = c.Subscribe("a", Who("a"));
+  SubscriptionPtr b = c.Subscribe("b", Who("b"));
   std::shared_ptr<TestWaiter> w = Wait(&c, "b", 1);
   a->Confirm(1);
   EXPECT_EQ(w->changed(), 0);
@@ -144,7 +141,7 @@ TEST(DrainConfirmationsTest, OnlyTheGroupsWaitersAreTold) {
 
 TEST(DrainConfirmationsTest, LeavingReleasesTheWait) {
   DrainConfirmations c;
-  SubscriptionPtr a = c.Subscribe("g", c.NewId(), Who("a"));
+  SubscriptionPtr a = c.Subscribe("g", Who("a"));
   a->Confirm(1);
   std::shared_ptr<TestWaiter> w = Wait(&c, "g", 5);
   EXPECT_FALSE(w->done());
@@ -167,7 +164,7 @@ TEST(DrainConfirmationsTest, ConcurrentConfirmNeverMissesAWaiter) {
     const std::string group = "g" + std::to_string(round);
     std::vector<SubscriptionPtr> subs;
     for (int i = 0; i < kSubscribers; ++i) {
-      subs.push_back(c.Subscribe(group, c.NewId(), Who(std::to_string(i))));
+      subs.push_back(c.Subscribe(group, Who(std::to_string(i))));
     }
     std::atomic<int> ready{0};
     auto start_together = [&ready] {
@@ -229,7 +226,7 @@ TEST(DrainConfirmationsTest, ConcurrentConfirmNeverMissesAWaiter) {
 TEST(DrainConfirmationsTest, WaiterRegisteringWhileConfirmingIsTold) {
   constexpr uint64_t kGenerations = 2000;
   DrainConfirmations c;
-  SubscriptionPtr sub = c.Subscribe("g", c.NewId(), Who("a"));
+  SubscriptionPtr sub = c.Subscribe("g", Who("a"));
   // The generation whose waiter is registering, and the newest whose
   // Confirm returned.
   std::atomic<uint64_t> registering{0};
@@ -262,7 +259,7 @@ TEST(DrainConfirmationsTest, ConfirmRacingUnsubscribeStillTells) {
   DrainConfirmations c;
   for (int round = 0; round < kRounds; ++round) {
     const std::string group = "g" + std::to_string(round);
-    SubscriptionPtr sub = c.Subscribe(group, c.NewId(), Who("a"));
+    SubscriptionPtr sub = c.Subscribe(group, Who("a"));
     std::shared_ptr<TestWaiter> w = Wait(&c, group, 1);
     ASSERT_FALSE(w->done());
     std::atomic<int> ready{0};
