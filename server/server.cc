@@ -302,8 +302,8 @@ absl::StatusOr<std::unique_ptr<AsideServer>> AsideServer::Create(
       cfg.max_watch_streams_per_peer, server->loop_.get());
   server->watch_hub_->set_confirmations(server->confirmations_.get());
   server->lb_service_ = std::make_unique<LoadBalancerService>(
-      server->groups_.get(), &server->metrics_, clock, server->watch_hub_.get(),
-      server->loads_.get(), server->report_auth_.get());
+      server->groups_.get(), &server->metrics_, clock, server->loads_.get(),
+      server->report_auth_.get());
   server->admin_service_ = std::make_unique<AdminService>(
       server->groups_.get(), server->sync_.get(), server->auth_.get(),
       &server->metrics_, server->loads_.get(), server->health_.get(),

@@ -140,7 +140,7 @@ grpc::ServerUnaryReactor* AdminService::ApplyGroupChanges(
     }
     chains[it->second].push_back(i);
   }
-  auto finish = [this, reactor, response, peer, n] {
+  auto finish = [reactor, response, peer, n] {
     int failed = 0;
     std::string first_failure;
     for (const v1::GroupChangeResult& r : response->results()) {

@@ -12,12 +12,11 @@ namespace aside::server {
 
 LoadBalancerService::LoadBalancerService(GroupRegistry* groups,
                                          Metrics* metrics, const Clock* clock,
-                                         WatchHub* watch, LoadAggregator* loads,
+                                         LoadAggregator* loads,
                                          const ReportAuth* report_auth)
     : groups_(groups),
       metrics_(metrics),
       clock_(clock),
-      watch_(watch),
       loads_(loads),
       report_auth_(report_auth) {}
 

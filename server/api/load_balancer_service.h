@@ -45,8 +45,7 @@ class LoadBalancerService final : public LoadBalancerServiceBase {
   // `report_auth` decides who may call ReportLoad (null: anyone, as
   // "anonymous").
   LoadBalancerService(GroupRegistry* groups, Metrics* metrics,
-                      const Clock* clock, WatchHub* watch,
-                      LoadAggregator* loads,
+                      const Clock* clock, LoadAggregator* loads,
                       const ReportAuth* report_auth = nullptr);
 
   // Asks gRPC for Watch and WatchConfirmed calls on the hub's completion
@@ -82,7 +81,6 @@ class LoadBalancerService final : public LoadBalancerServiceBase {
   GroupRegistry* const groups_;
   Metrics* const metrics_;
   const Clock* const clock_;
-  WatchHub* const watch_;
   LoadAggregator* const loads_;
   const ReportAuth* const report_auth_;
   aside::Mutex reports_mu_;

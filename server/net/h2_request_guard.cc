@@ -28,7 +28,6 @@ constexpr uint32_t kNoError = 0x0;
 constexpr uint32_t kCancel = 0x8;
 constexpr uint32_t kEnhanceYourCalm = 0xb;
 constexpr uint16_t kSettingsMaxFrameSize = 0x5;
-constexpr uint32_t kDefaultMaxFrame = 16384;
 constexpr uint32_t kLargestMaxFrame = (1u << 24) - 1;
 constexpr size_t kSettingsKept = 6 * 64;
 

@@ -68,8 +68,7 @@ Services* Start() {
   s->watch = std::make_unique<server::WatchHub>(registry, &s->metrics,
                                                 absl::Seconds(5));
   s->lb = std::make_unique<server::LoadBalancerService>(
-      registry, &s->metrics, &SystemClock::Get(), s->watch.get(),
-      s->loads.get());
+      registry, &s->metrics, &SystemClock::Get(), s->loads.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &s->port);
