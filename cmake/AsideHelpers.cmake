@@ -6,6 +6,9 @@ target_compile_options(aside_warnings INTERFACE
   -Wall -Wextra -Wpedantic -Wnon-virtual-dtor -Wsign-compare
   # Designated initializers that leave fields at their defaults are idiomatic.
   -Wno-missing-field-initializers
+  # Every clang build checks the locking annotations (ABSL_GUARDED_BY and the like)
+  # as it compiles; `make thread-safety` checks what no clang build compiled.
+  $<$<CXX_COMPILER_ID:Clang>:-Wthread-safety>
   $<$<BOOL:${ASIDE_WERROR}>:-Werror>)
 
 # RelWithDebInfo (the default of `make build` and `make test`) with line

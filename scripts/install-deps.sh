@@ -37,7 +37,8 @@ packages=(
   clang clang-format clang-tidy
   # the linker (cmake/AsideHelpers.cmake: ASIDE_LLD)
   lld
-  # fuzzing (make fuzz): libFuzzer and clang's sanitizer runtimes
+  # fuzzing (make fuzz) and the sanitizer builds (clang): libFuzzer and
+  # clang's sanitizer runtimes
   libfuzzer-14-dev libclang-rt-14-dev
 )
 
