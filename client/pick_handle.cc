@@ -142,7 +142,10 @@ bool PickHandle::RecordBackendMetrics(absl::string_view serialized) noexcept {
         load->latency_ms >= 0
             ? load->latency_ms * 1e6
             : member_->load->LastByteEwma(hold_->snapshot->table->load_model()),
-        Now());
+        Now(),
+        // The backend answered this call before it counted its requests in
+        // flight; until Done this process still counts it as its own.
+        /*own_excluded=*/!done_ && shared_in_flight_ ? 1 : 0);
   }
   aside::MutexLock lock(&stats_->orca_mu);
   stats_->orca = *load;

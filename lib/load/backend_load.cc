@@ -132,8 +132,8 @@ void BackendLoad::UpdateEwma(std::atomic<uint64_t>& cell, double sample,
   }
 }
 
-void BackendLoad::Report(uint32_t rif, double latency_nanos,
-                         int64_t now_nanos) noexcept {
+void BackendLoad::Report(uint32_t rif, double latency_nanos, int64_t now_nanos,
+                         uint32_t own_excluded) noexcept {
   if (now_nanos < report_nanos_.load(std::memory_order_relaxed)) {
     return;
   }
@@ -141,7 +141,8 @@ void BackendLoad::Report(uint32_t rif, double latency_nanos,
       std::isfinite(latency_nanos) ? latency_nanos : 0.0, 0.0, 3.0e38));
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));
-  const int64_t own = std::clamp<int64_t>(in_flight(), 0, 0x7fffffff);
+  const int64_t own = std::clamp<int64_t>(
+      in_flight() - static_cast<int64_t>(own_excluded), 0, 0x7fffffff);
   report_.store(static_cast<uint64_t>(own) << 32 | bits,
                 std::memory_order_relaxed);
   report_rif_.store(rif, std::memory_order_relaxed);

@@ -232,8 +232,12 @@ class BackendLoad {
   // The backend's own load, from a response's per-call metrics, the fleet's
   // load stream or a probe, at monotonic time `now_nanos`: `rif` requests in
   // flight at the backend and its latency estimate. A report older than
-  // the one kept is ignored.
-  void Report(uint32_t rif, double latency_nanos, int64_t now_nanos) noexcept;
+  // the one kept is ignored. `own_excluded`: how many of this process's
+  // calls in flight the report no longer counts (1 for the metrics a reply
+  // carries, read before the call they came with is finished: the backend
+  // counted after answering it).
+  void Report(uint32_t rif, double latency_nanos, int64_t now_nanos,
+              uint32_t own_excluded = 0) noexcept;
   // The last report, its RIF corrected by this process's in-flight change
   // since, counted `own_weight` times (other processes may send where this
   // one does, from the same kind of reports); at_nanos 0 when none was

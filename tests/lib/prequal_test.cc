@@ -121,6 +121,22 @@ TEST(PrequalTest, OwnWeightTurnsAPickAway) {
   }
 }
 
+TEST(PrequalTest, AReportOnACallStillInFlightDoesNotCountThatCall) {
+  Fixture f;
+  Make(f, {.weights = {1}});
+  // Two calls in flight; the answer to one carries RIF 5, counted by the
+  // backend after it answered.
+  Load(f, 0).Start();
+  Load(f, 0).Start();
+  Load(f, 0).Report(5, 10 * kMs, kNow, /*own_excluded=*/1);
+  EXPECT_EQ(Load(f, 0).Reported().rif, 6);  // the other call is still out
+  Completion done;
+  done.now_nanos = kNow;
+  done.latency_nanos = kMs;
+  Load(f, 0).Finish(done, f.table->load_model());
+  EXPECT_EQ(Load(f, 0).Reported().rif, 5);
+}
+
 TEST(PrequalTest, AFailureMakesABackendHotForMaxAge) {
   Fixture f;
   Make(f, {.weights = {1, 1, 1}});
