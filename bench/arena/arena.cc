@@ -246,6 +246,9 @@ struct RunResult {
   uint64_t queries = 0;
   std::map<std::string, uint64_t> extra_by_kind;
   uint64_t dropped = 0;
+  // Calls the backends dropped from their queues because the client had
+  // given up (its deadline passed) before service began.
+  uint64_t abandoned = 0;
 };
 
 double Percentile(const std::vector<int64_t>& sorted, double p) {
@@ -584,6 +587,7 @@ absl::Status Arena::RunOne(RunResult* r) {
       c["health checks"] += s.health_checks.load();
       c["ORCA reports"] += s.orca_reports.load();
       c["other calls"] += s.other_calls.load();
+      c["abandoned calls"] += s.abandoned.load();
     }
     return c;
   };
@@ -672,6 +676,8 @@ absl::Status Arena::RunOne(RunResult* r) {
   }
   r->queries = after["queries"];
   after.erase("queries");
+  r->abandoned = after["abandoned calls"];
+  after.erase("abandoned calls");
   after["Watch updates"] = updates;
   after["load reports"] = reports;
   for (const auto& [kind, n] : after) {
@@ -917,10 +923,14 @@ void Arena::Report() const {
     }
     std::printf(
         "  %-22s %.2f (%s the limit's)  %.4f/query (%s over %llu "
-        "calls)%s\n",
+        "calls)%s%s\n",
         r.name.c_str(), sustainable(r),
         Ratio(sustainable(r), limit_sustainable).c_str(), r.extra_per_query,
         kinds.c_str(), static_cast<unsigned long long>(r.queries),
+        r.abandoned ? absl::StrCat("; ", r.abandoned,
+                                   " abandoned calls dropped unserved")
+                          .c_str()
+                    : "",
         r.dropped ? absl::StrCat(" DROPPED ", r.dropped).c_str() : "");
   }
   if (flags_.json.empty()) {
@@ -949,7 +959,8 @@ void Arena::Report() const {
     }
     absl::StrAppend(&json, ", \"sustainable_load\": ", sustainable(r),
                     ", \"extra_per_query\": ", r.extra_per_query,
-                    ", \"queries\": ", r.queries, ", \"extra\": {");
+                    ", \"queries\": ", r.queries,
+                    ", \"abandoned\": ", r.abandoned, ", \"extra\": {");
     bool first = true;
     for (const auto& [kind, n] : r.extra_by_kind) {
       absl::StrAppend(&json, first ? "" : ", ", "\"", kind, "\": ", n);

@@ -123,6 +123,7 @@ class Call final : public grpc::ServerGenericBidiReactor {
     StartRead(&request_);
   }
   void OnReadDone(bool ok) override;
+  void OnCancel() override;
   void OnDone() override { delete this; }
 
   // Ends the call with `status`, the text `body` when OK, and the load
@@ -143,6 +144,9 @@ class Call final : public grpc::ServerGenericBidiReactor {
   }
 
   int64_t arrived_ns = 0;
+  // The client gave up (its deadline passed or it cancelled); guarded by the
+  // timer's mutex.
+  bool cancelled = false;
 
  private:
   grpc::GenericCallbackServerContext* const context_;
@@ -175,16 +179,44 @@ class Backend {
                   "", Report(0, 0, 0));
       return;
     }
-    MutexLock lock(timer_->mu());
-    call->arrived_ns = NowNanos();
-    if (busy_ < static_cast<int>(spec_.slots)) {
-      AccountLocked(call->arrived_ns);
-      ++busy_;
-      StartLocked(call, call->arrived_ns);
-    } else {
-      waiting_.push_back(call);
+    {
+      MutexLock lock(timer_->mu());
+      call->arrived_ns = NowNanos();
+      if (!call->cancelled) {
+        if (busy_ < static_cast<int>(spec_.slots)) {
+          AccountLocked(call->arrived_ns);
+          ++busy_;
+          StartLocked(call, call->arrived_ns);
+        } else {
+          waiting_.push_back(call);
+        }
+        PublishLocked();
+        return;
+      }
     }
-    PublishLocked();
+    // Abandoned before it was queued (Cancel did not find it): it ends here.
+    slot_->abandoned.fetch_add(1, std::memory_order_relaxed);
+    call->Reply(grpc::Status::CANCELLED, "", "");
+  }
+
+  // `call`'s client gave up. A call still waiting leaves the queue and is
+  // ended here: a server drops work nobody waits for when it reaches it, as
+  // the simulator's backends do, so it neither takes a slot nor counts in
+  // the requests in flight a report gives. A call in service runs to its
+  // end.
+  void Cancel(Call* call) {
+    {
+      MutexLock lock(timer_->mu());
+      call->cancelled = true;
+      const auto it = std::find(waiting_.begin(), waiting_.end(), call);
+      if (it == waiting_.end()) {
+        return;  // in service, answered, or not yet submitted
+      }
+      waiting_.erase(it);
+      PublishLocked();
+    }
+    slot_->abandoned.fetch_add(1, std::memory_order_relaxed);
+    call->Reply(grpc::Status::CANCELLED, "", "");
   }
 
   // The timer holds its mutex, which is this backend's too.
@@ -192,9 +224,9 @@ class Backend {
     timer_->mu()->AssertHeld();
   }
 
-  // The timer: `call`'s service ended at `now`. Returns the reply's load
+  // The timer: a call's service ended at `now`. Returns the reply's load
   // report; the slot passes to the oldest waiting call.
-  std::string CompleteLocked(Call* call, int64_t now)
+  std::string CompleteLocked(int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(timer_->mu()) {
     ++completed_;
     if (!waiting_.empty()) {
@@ -207,8 +239,7 @@ class Backend {
     }
     PublishLocked();
     const int rif = busy_ + static_cast<int>(waiting_.size());
-    return Report(rif, static_cast<double>(now - call->arrived_ns) / 1e9,
-                  Utilization());
+    return Report(rif, ExpectedLatencyLocked(rif), Utilization());
   }
 
   const std::string& name() const { return name_; }
@@ -272,6 +303,9 @@ class Backend {
     const double call_ns =
         static_cast<double>(absl::ToInt64Nanoseconds(spec_.call_time())) /
         factor;
+    service_ewma_ns_ = service_ewma_ns_ == 0
+                           ? call_ns
+                           : 0.8 * service_ewma_ns_ + 0.2 * call_ns;
     timer_->AddLocked(start + static_cast<int64_t>(call_ns), this, call);
   }
 
@@ -288,6 +322,19 @@ class Backend {
         rif > slot_->max_rif[step].load(std::memory_order_relaxed)) {
       slot_->max_rif[step].store(rif, std::memory_order_relaxed);
     }
+  }
+
+  // What a call arriving now would take, in seconds, as the backend
+  // estimates it from its recent service times and its `rif` requests in
+  // flight (Prequal's servers estimate it from recent latencies at the
+  // current RIF; bench/sim reports the same).
+  double ExpectedLatencyLocked(int rif) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(timer_->mu()) {
+    const double service =
+        service_ewma_ns_ > 0
+            ? service_ewma_ns_
+            : static_cast<double>(absl::ToInt64Nanoseconds(spec_.call_time()));
+    return service * std::max(1.0, (rif + 1.0) / spec_.slots) / 1e9;
   }
 
   double Utilization() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(timer_->mu()) {
@@ -317,7 +364,11 @@ class Backend {
   int64_t load_since_ ABSL_GUARDED_BY(timer_->mu()) = NowNanos();
   double busy_seconds_ ABSL_GUARDED_BY(timer_->mu()) = 0;
   uint64_t completed_ ABSL_GUARDED_BY(timer_->mu()) = 0;
+  // EWMA of the service times (without the queue) of the calls started.
+  double service_ewma_ns_ ABSL_GUARDED_BY(timer_->mu()) = 0;
 };
+
+void Call::OnCancel() { backend_->Cancel(this); }
 
 void Call::OnReadDone(bool ok) {
   if (!ok) {
@@ -378,7 +429,7 @@ void Timer::Loop() {
       due_.pop();
       d.backend->AssertTimerHeld();
       replies.push_back(
-          {d.call, d.backend->name(), d.backend->CompleteLocked(d.call, now)});
+          {d.call, d.backend->name(), d.backend->CompleteLocked(now)});
     }
     mu_.Unlock();
     for (const Reply& r : replies) {

@@ -35,11 +35,13 @@ struct ArenaBackendSlot {
   // Calls of each kind the backend received or sent since it started
   // (never reset; the coordinator takes differences): the workload's calls,
   // health checks, out-of-band ORCA reports written, any other call (a
-  // client's probe).
+  // client's probe), and workload calls dropped from the queue because
+  // their client gave up before service.
   std::atomic<uint64_t> queries{0};
   std::atomic<uint64_t> health_checks{0};
   std::atomic<uint64_t> orca_reports{0};
   std::atomic<uint64_t> other_calls{0};
+  std::atomic<uint64_t> abandoned{0};
 };
 
 struct ArenaShm {
