@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -65,6 +66,7 @@ class PrequalSelector final : public Selector {
 
     // What each one reports, fresh reports first.
     size_t fresh = 0;
+    size_t explore = 0;
     for (size_t i = 0; i < n; ++i) {
       Seen& s = pool[i];
       const ReportedLoad r = s.candidate->load->Reported(own_weight_);
@@ -76,6 +78,31 @@ class PrequalSelector final : public Selector {
       }
       const int64_t failed = s.candidate->load->last_failure_nanos();
       s.failed = failed != 0 && now - failed <= max_age_nanos_;
+      // A backend reports only on the calls it answers: one that went
+      // unpicked for max_age would never report, nor be picked, again.
+      // Such a backend gets a call of this process's when it has none in
+      // flight there, and that call's answer reports (a backend that failed
+      // lately waits kExploreAfterFailure max_ages).
+      s.explore =
+          !s.fresh && s.candidate->load->in_flight() <= 0 &&
+          (failed == 0 || now - failed > kExploreAfterFailure * max_age_nanos_);
+      explore += s.explore ? 1 : 0;
+    }
+    if (fresh > 0 && explore > 0 && TakeExploration(now)) {
+      size_t seen = 0;
+      const Seen* chosen = nullptr;
+      for (size_t i = 0; i < n; ++i) {
+        if (pool[i].explore && rng.Below(++seen) == 0) {
+          chosen = &pool[i];
+        }
+      }
+      out[0] = chosen->candidate->index;
+      size_t count = 1;
+      if (count < out.size()) {
+        count = pick_internal::FillByWalk(table_, request, eligible_,
+                                          rng.Below(k), out, count);
+      }
+      return count;
     }
     if (fresh == 0) {
       // Nothing reported lately: this process's own view.
@@ -153,7 +180,27 @@ class PrequalSelector final : public Selector {
     double latency = 0;
     bool fresh = false;
     bool failed = false;
+    bool explore = false;
   };
+
+  // How many max_ages a backend that failed waits before a call explores
+  // it (a sinkhole gets one call per process per 4 s, not per second).
+  static constexpr int64_t kExploreAfterFailure = 4;
+  static constexpr int64_t kExplorationsPerMaxAge = 4;
+
+  // Whether a call may explore now: at most kExplorationsPerMaxAge per
+  // max_age per selector (in a fleet of many clients and backends most
+  // backends are unreported for each client, and exploring every one of
+  // them would make the picks random).
+  bool TakeExploration(int64_t now) const noexcept {
+    int64_t next = next_exploration_nanos_.load(std::memory_order_relaxed);
+    if (now < next) {
+      return false;
+    }
+    return next_exploration_nanos_.compare_exchange_strong(
+        next, now + max_age_nanos_ / kExplorationsPerMaxAge,
+        std::memory_order_relaxed);
+  }
 
   // Lexicographic (a, b) against (c, d): -1, 0 or 1.
   static int Compare(double a, double c, double b, double d) noexcept {
@@ -173,6 +220,7 @@ class PrequalSelector final : public Selector {
   const int64_t max_age_nanos_;
   const double hot_quantile_;
   const double own_weight_;
+  mutable std::atomic<int64_t> next_exploration_nanos_{0};
 };
 
 }  // namespace

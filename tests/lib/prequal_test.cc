@@ -164,6 +164,73 @@ TEST(PrequalTest, AFailureMakesABackendHotForMaxAge) {
   EXPECT_EQ(PickOne(f, rng, later), 0u);
 }
 
+TEST(PrequalTest, ABackendWhoseReportWentStaleGetsACallToReportAgain) {
+  Fixture f;
+  Make(f, {.weights = {1, 1}});
+  Load(f, 0).Report(0, 1 * kMs, kNow);
+  Load(f, 1).Report(40, 400 * kMs, kNow);  // slow and hot
+  FastRng rng(5);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(PickOne(f, rng), 0u);
+  }
+  // 1 has been picked by no one for over max_age (1 s), so it reported
+  // nothing since: one call goes there to hear from it again, and no
+  // second one while that call is out.
+  const int64_t later = kNow + 1'500'000'000;
+  Load(f, 0).Report(0, 1 * kMs, later);
+  EXPECT_EQ(PickOne(f, rng, later), 1u);
+  Load(f, 1).Start();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(PickOne(f, rng, later), 0u);
+  }
+  // Its answer reports it idle and fast now: it takes its turn again.
+  Load(f, 1).Report(0, 0.5 * kMs, later, /*own_excluded=*/1);
+  Completion done;
+  done.now_nanos = later;
+  done.latency_nanos = kMs;
+  Load(f, 1).Finish(done, f.table->load_model());
+  EXPECT_EQ(PickOne(f, rng, later), 1u);
+}
+
+TEST(PrequalTest, ExplorationsAreFourPerMaxAge) {
+  Fixture f;
+  Make(f, {.weights = {1, 1, 1, 1, 1, 1}}, 6);
+  Load(f, 0).Report(0, 1 * kMs, kNow);  // 1..5 have never reported
+  FastRng rng(7);
+  const uint32_t first = PickOne(f, rng);
+  EXPECT_NE(first, 0u);
+  Load(f, first).Start();
+  // The next one waits a quarter of max_age (1 s).
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(PickOne(f, rng, kNow + 249'000'000), 0u);
+  }
+  const uint32_t second = PickOne(f, rng, kNow + 250'000'000);
+  EXPECT_NE(second, 0u);
+  EXPECT_NE(second, first);  // the first has a call out there
+}
+
+TEST(PrequalTest, ABackendThatFailedLatelyIsNotExplored) {
+  Fixture f;
+  Make(f, {.weights = {1, 1}});
+  Load(f, 0).Report(0, 1 * kMs, kNow);
+  Completion failed;
+  failed.now_nanos = kNow;
+  failed.latency_nanos = 100'000;
+  failed.ok = false;
+  Load(f, 1).Start();
+  Load(f, 1).Finish(failed, f.table->load_model());
+  FastRng rng(6);
+  // 2 s after its failure 1 has no report, but waits 4 max_ages.
+  int64_t at = kNow + 2'000'000'000;
+  Load(f, 0).Report(0, 1 * kMs, at);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(PickOne(f, rng, at), 0u);
+  }
+  at = kNow + 4'500'000'000;
+  Load(f, 0).Report(0, 1 * kMs, at);
+  EXPECT_EQ(PickOne(f, rng, at), 1u);
+}
+
 TEST(PrequalTest, WithoutFreshReportsItReadsItsOwnView) {
   Fixture f;
   Make(f, {.weights = {1, 1, 1}});
