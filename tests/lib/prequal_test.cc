@@ -40,6 +40,16 @@ BackendLoad& Load(const Fixture& f, uint32_t member) {
   return *f.table->member(member).load;
 }
 
+// One call to `member` that failed at kNow.
+void FailOneCall(const Fixture& f, uint32_t member) {
+  Completion failed;
+  failed.now_nanos = kNow;
+  failed.latency_nanos = 100'000;
+  failed.ok = false;
+  Load(f, member).Start();
+  Load(f, member).Finish(failed, f.table->load_model());
+}
+
 uint32_t PickOne(const Fixture& f, FastRng& rng, int64_t now = kNow,
                  absl::Span<const uint32_t> exclude = {}) {
   std::array<uint32_t, 1> out;
@@ -146,12 +156,7 @@ TEST(PrequalTest, AFailureMakesABackendHotForMaxAge) {
   Load(f, 2).Report(1, 12 * kMs, kNow);
   FastRng rng(3);
   EXPECT_EQ(PickOne(f, rng), 0u);
-  Completion failed;
-  failed.now_nanos = kNow;
-  failed.latency_nanos = 100'000;
-  failed.ok = false;
-  Load(f, 0).Start();
-  Load(f, 0).Finish(failed, f.table->load_model());
+  FailOneCall(f, 0);
   EXPECT_EQ(Load(f, 0).last_failure_nanos(), kNow);
   for (int i = 0; i < 100; ++i) {
     ASSERT_EQ(PickOne(f, rng), 1u);
@@ -213,12 +218,7 @@ TEST(PrequalTest, ABackendThatFailedLatelyIsNotExplored) {
   Fixture f;
   Make(f, {.weights = {1, 1}});
   Load(f, 0).Report(0, 1 * kMs, kNow);
-  Completion failed;
-  failed.now_nanos = kNow;
-  failed.latency_nanos = 100'000;
-  failed.ok = false;
-  Load(f, 1).Start();
-  Load(f, 1).Finish(failed, f.table->load_model());
+  FailOneCall(f, 1);
   FastRng rng(6);
   // 2 s after its failure 1 has no report, but waits 4 max_ages.
   int64_t at = kNow + 2'000'000'000;
